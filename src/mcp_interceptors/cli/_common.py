@@ -1,0 +1,92 @@
+"""Shared CLI pieces: target parsing (URL or stdio command), client construction, JSON output."""
+
+from __future__ import annotations
+
+import json
+import shlex
+import sys
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any, Literal
+
+import httpx2
+from mcp import Client, StdioServerParameters
+from mcp.client.streamable_http import streamable_http_client
+
+ClientMode = Literal["legacy", "auto", "2026-07-28"]
+
+
+class CommandError(Exception):
+    """A failure reported as one line on stderr with a non-zero exit code."""
+
+    def __init__(self, message: str, exit_code: int = 1) -> None:
+        super().__init__(message)
+        self.exit_code = exit_code
+
+
+def split_command(argv: list[str]) -> tuple[list[str], list[str]]:
+    """Split `argv` at the first `--`: our options before, an upstream command after."""
+    if "--" in argv:
+        index = argv.index("--")
+        return argv[:index], argv[index + 1 :]
+    return argv, []
+
+
+def build_client(
+    target: str | None,
+    command: Sequence[str],
+    *,
+    mode: ClientMode = "auto",
+    headers: Sequence[str] = (),
+    bearer: str | None = None,
+    env: dict[str, str] | None = None,
+) -> Client:
+    """A client for an HTTP(S) URL target or a stdio command given after `--`."""
+    if target and command:
+        raise CommandError("give either a URL target or a command after --, not both", 2)
+    if command:
+        return Client(StdioServerParameters(command=command[0], args=list(command[1:]), env=env), mode=mode)
+    if not target:
+        raise CommandError("missing TARGET: an http(s):// URL, or a stdio server command after --", 2)
+    if not target.startswith(("http://", "https://")):
+        raise CommandError(
+            f"TARGET {target!r} is not an http(s) URL; to run a stdio server use: -- {shlex.join(target.split())}", 2
+        )
+    header_map = {}
+    for item in headers:
+        key, sep, value = item.partition(":")
+        if not sep:
+            raise CommandError(f"--header {item!r} must look like 'Name: value'", 2)
+        header_map[key.strip()] = value.strip()
+    if bearer:
+        header_map["Authorization"] = f"Bearer {bearer}"
+    http_client = httpx2.AsyncClient(headers=header_map) if header_map else None
+    return Client(streamable_http_client(target, http_client=http_client), mode=mode)
+
+
+def read_json_argument(value: str, option: str) -> Any:
+    """Parse `value` as JSON, or the JSON file it names with a leading `@`."""
+    text = value
+    if value.startswith("@"):
+        path = Path(value[1:])
+        try:
+            text = path.read_text(encoding="utf-8")
+        except OSError as exc:
+            raise CommandError(f"{option}: cannot read {path}: {exc.strerror}", 2) from None
+    try:
+        return json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise CommandError(f"{option}: invalid JSON ({exc.msg} at line {exc.lineno} column {exc.colno})", 2) from None
+
+
+def print_json(value: Any) -> None:
+    json.dump(value, sys.stdout, indent=2, ensure_ascii=False)
+    sys.stdout.write("\n")
+    sys.stdout.flush()
+
+
+def add_target_arguments(parser: Any) -> None:
+    parser.add_argument("target", nargs="?", help="http(s) URL of the host; or give a stdio command after --")
+    parser.add_argument("--mode", choices=["auto", "legacy", "2026-07-28"], default="auto", help="protocol era")
+    parser.add_argument("--header", action="append", default=[], metavar="'NAME: VALUE'", help="HTTP header")
+    parser.add_argument("--bearer", metavar="TOKEN", help="HTTP bearer token")

@@ -1,0 +1,98 @@
+"""`list` and `invoke`: talk to one interceptor host over Streamable HTTP or stdio and print JSON."""
+
+from __future__ import annotations
+
+import argparse
+from typing import Any
+
+import anyio
+from mcp import MCPError
+
+from mcp_interceptors.cli._common import (
+    CommandError,
+    add_target_arguments,
+    build_client,
+    print_json,
+    read_json_argument,
+)
+from mcp_interceptors.invoker import discover, invoke_interceptor
+from mcp_interceptors.protocol.errors import InterceptorsError
+
+
+def register(subcommands: Any) -> None:
+    listing = subcommands.add_parser(
+        "list",
+        help="list a host's interceptors",
+        description="Call interceptors/list on TARGET (a URL, or a stdio command after --) and print JSON.",
+    )
+    add_target_arguments(listing)
+    listing.add_argument("--event", help="only interceptors hooked to this event")
+    listing.set_defaults(handler=run_list)
+
+    invoke = subcommands.add_parser(
+        "invoke",
+        help="invoke one interceptor",
+        description="Call interceptor/invoke on TARGET and print the result as JSON.",
+    )
+    add_target_arguments(invoke)
+    invoke.add_argument("name", help="interceptor name")
+    invoke.add_argument("--event", required=True, help="lifecycle event, e.g. tools/call")
+    invoke.add_argument("--phase", required=True, choices=["request", "response"])
+    invoke.add_argument("--payload", required=True, help="payload as JSON, or @file.json")
+    invoke.add_argument("--config", help="config object as JSON, or @file.json")
+    invoke.add_argument("--timeout-ms", type=float, help="host-enforced deadline")
+    invoke.set_defaults(handler=run_invoke)
+
+
+def _client(args: argparse.Namespace) -> Any:
+    return build_client(args.target, args.stdio_command, mode=args.mode, headers=args.header, bearer=args.bearer)
+
+
+def run_list(args: argparse.Namespace) -> int:
+    async def go() -> dict[str, Any]:
+        async with _client(args) as client:
+            found = await discover(client, args.event)
+        return {
+            "interceptors": [d.to_wire() for d in found.descriptors],
+            "skipped": [{"index": w.index, "name": w.name, "reason": w.reason} for w in found.warnings],
+        }
+
+    print_json(_run(go))
+    return 0
+
+
+def run_invoke(args: argparse.Namespace) -> int:
+    payload = read_json_argument(args.payload, "--payload")
+    config = read_json_argument(args.config, "--config") if args.config else None
+    if config is not None and not isinstance(config, dict):
+        raise CommandError("--config must be a JSON object", 2)
+
+    async def go() -> dict[str, Any]:
+        async with _client(args) as client:
+            result = await invoke_interceptor(
+                client, args.name, args.event, args.phase, payload, config=config, timeout_ms=args.timeout_ms
+            )
+        return result.to_wire()
+
+    print_json(_run(go))
+    return 0
+
+
+def _run(fn: Any) -> Any:
+    try:
+        return anyio.run(fn)
+    except Exception as exc:  # one line on stderr, never a traceback
+        raise CommandError(describe_failure(exc)) from None
+
+
+def describe_failure(exc: BaseException) -> str:
+    """A one-line description of what went wrong, looking inside exception groups."""
+    while isinstance(exc, BaseExceptionGroup) and exc.exceptions:
+        exc = exc.exceptions[0]
+    if isinstance(exc, MCPError):
+        return f"{exc.message} (code {exc.code})" + (f" data={exc.data}" if exc.data else "")
+    if isinstance(exc, InterceptorsError):
+        return exc.message
+    if isinstance(exc, OSError | ConnectionError):
+        return f"cannot reach the host: {exc}"
+    return f"{type(exc).__name__}: {exc}"

@@ -1,0 +1,197 @@
+"""`InterceptingClient`: an `mcp.Client` whose calls and callbacks run through a `Chain`.
+
+Outgoing requests and incoming results of server features, and incoming requests and outgoing
+results of client features (sampling, elicitation, roots), are each governed at the client's
+interception points with the direction the spec prescribes for a client (§5.1).
+"""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Awaitable, Callable, Mapping
+from typing import Any, TypeVar
+
+from mcp import Client, MCPError
+from mcp.client import ClientRequestContext
+from mcp.client.session import ElicitationFnT, ListRootsFnT, SamplingFnT
+from mcp_types import (
+    CallToolResult,
+    CreateMessageRequestParams,
+    CreateMessageResult,
+    CreateMessageResultWithTools,
+    ElicitRequestParams,
+    ElicitResult,
+    ErrorData,
+    GetPromptResult,
+    ListPromptsResult,
+    ListResourcesResult,
+    ListResourceTemplatesResult,
+    ListRootsResult,
+    ListToolsResult,
+    ReadResourceResult,
+)
+from pydantic import BaseModel, TypeAdapter
+
+from mcp_interceptors.invoker import Chain, chain_error
+from mcp_interceptors.planning import direction_for
+from mcp_interceptors.protocol.events import Phase
+from mcp_interceptors.protocol.invoke import InvocationContext
+
+M = TypeVar("M", bound=BaseModel)
+
+_ELICIT_PARAMS: TypeAdapter[Any] = TypeAdapter(ElicitRequestParams)
+
+
+def dump(model: BaseModel) -> dict[str, Any]:
+    """A typed mcp model as the wire JSON object a chain governs."""
+    return model.model_dump(by_alias=True, mode="json", exclude_none=True)
+
+
+class InterceptingClient:
+    """Wraps `mcp.Client(server, ...)`; a blocked operation raises the chain's `MCPError`.
+
+    Callbacks for sampling, elicitation and roots are wrapped the same way; a blocked one answers
+    the server with the chain's JSON-RPC error. Use as `async with InterceptingClient(...) as c`.
+    """
+
+    def __init__(
+        self,
+        server: Any,
+        chain: Chain,
+        *,
+        sampling_callback: SamplingFnT | None = None,
+        elicitation_callback: ElicitationFnT | None = None,
+        list_roots_callback: ListRootsFnT | None = None,
+        context: InvocationContext | Mapping[str, Any] | None = None,
+        include_details: bool = False,
+        **client_kwargs: Any,
+    ) -> None:
+        self.chain = chain
+        self.include_details = include_details
+        base = context if isinstance(context, InvocationContext) else InvocationContext.model_validate(context or {})
+        self.context = base if base.session_id else base.model_copy(update={"session_id": uuid.uuid4().hex})
+        self._user_sampling = sampling_callback
+        self._user_elicitation = elicitation_callback
+        self._user_roots = list_roots_callback
+        self.client = Client(
+            server,
+            sampling_callback=self._sampling if sampling_callback else None,
+            elicitation_callback=self._elicitation if elicitation_callback else None,
+            list_roots_callback=self._roots if list_roots_callback else None,
+            **client_kwargs,
+        )
+
+    async def __aenter__(self) -> InterceptingClient:
+        await self.client.__aenter__()
+        return self
+
+    async def __aexit__(self, *exc: Any) -> None:
+        await self.client.__aexit__(*exc)
+
+    # ------------------------------------------------------------------ governance
+
+    async def _govern(self, event: str, phase: Phase, payload: Any) -> Any:
+        result = await self.chain.execute(
+            event,
+            phase,
+            payload,
+            direction=direction_for("client", event, phase),
+            context=self.context,
+            protocol_version=self.client.protocol_version,
+        )
+        if not result.allowed:
+            raise chain_error(result, include_details=self.include_details)
+        return result.final_payload
+
+    async def _request(self, method: str, params: dict[str, Any]) -> dict[str, Any]:
+        governed = await self._govern(method, "request", {"method": method, "params": params})
+        out = governed.get("params") if isinstance(governed, Mapping) else None
+        return dict(out) if isinstance(out, Mapping) else {}
+
+    async def _response(self, method: str, result: BaseModel, model: type[M]) -> M:
+        governed = await self._govern(method, "response", dump(result))
+        return model.model_validate(governed)
+
+    # ------------------------------------------------------------------ server features
+
+    async def call_tool(self, name: str, arguments: dict[str, Any] | None = None, **kwargs: Any) -> CallToolResult:
+        params = await self._request("tools/call", {"name": name, **({"arguments": arguments} if arguments else {})})
+        result = await self.client.call_tool(str(params.get("name", name)), params.get("arguments"), **kwargs)
+        return await self._response("tools/call", result, CallToolResult)
+
+    async def read_resource(self, uri: str, **kwargs: Any) -> ReadResourceResult:
+        params = await self._request("resources/read", {"uri": uri})
+        result = await self.client.read_resource(str(params.get("uri", uri)), **kwargs)
+        return await self._response("resources/read", result, ReadResourceResult)
+
+    async def get_prompt(self, name: str, arguments: dict[str, str] | None = None, **kwargs: Any) -> GetPromptResult:
+        params = await self._request("prompts/get", {"name": name, **({"arguments": arguments} if arguments else {})})
+        result = await self.client.get_prompt(str(params.get("name", name)), params.get("arguments"), **kwargs)
+        return await self._response("prompts/get", result, GetPromptResult)
+
+    async def list_tools(self, **kwargs: Any) -> ListToolsResult:
+        await self._request("tools/list", {})
+        return await self._response("tools/list", await self.client.list_tools(**kwargs), ListToolsResult)
+
+    async def list_prompts(self, **kwargs: Any) -> ListPromptsResult:
+        await self._request("prompts/list", {})
+        return await self._response("prompts/list", await self.client.list_prompts(**kwargs), ListPromptsResult)
+
+    async def list_resources(self, **kwargs: Any) -> ListResourcesResult:
+        await self._request("resources/list", {})
+        return await self._response("resources/list", await self.client.list_resources(**kwargs), ListResourcesResult)
+
+    async def list_resource_templates(self, **kwargs: Any) -> ListResourceTemplatesResult:
+        await self._request("resources/templates/list", {})
+        result = await self.client.list_resource_templates(**kwargs)
+        return await self._response("resources/templates/list", result, ListResourceTemplatesResult)
+
+    # ------------------------------------------------------------------ client features (server-initiated)
+
+    async def _sampling(
+        self, context: ClientRequestContext, params: CreateMessageRequestParams
+    ) -> CreateMessageResult | CreateMessageResultWithTools | ErrorData:
+        user = self._user_sampling
+        assert user is not None
+
+        async def answer(governed: dict[str, Any]) -> Any:
+            return await user(context, CreateMessageRequestParams.model_validate(governed))
+
+        result: CreateMessageResult | CreateMessageResultWithTools | ErrorData
+        result = await self._serve_feature("sampling/createMessage", dump(params), answer)
+        return result
+
+    async def _elicitation(
+        self, context: ClientRequestContext, params: ElicitRequestParams
+    ) -> ElicitResult | ErrorData:
+        user = self._user_elicitation
+        assert user is not None
+
+        async def answer(governed: dict[str, Any]) -> Any:
+            return await user(context, _ELICIT_PARAMS.validate_python(governed))
+
+        result: ElicitResult | ErrorData = await self._serve_feature("elicitation/create", dump(params), answer)
+        return result
+
+    async def _roots(self, context: ClientRequestContext) -> ListRootsResult | ErrorData:
+        user = self._user_roots
+        assert user is not None
+
+        async def answer(_: dict[str, Any]) -> Any:
+            return await user(context)
+
+        result: ListRootsResult | ErrorData = await self._serve_feature("roots/list", {}, answer)
+        return result
+
+    async def _serve_feature(
+        self, method: str, params: dict[str, Any], answer: Callable[[dict[str, Any]], Awaitable[Any]]
+    ) -> Any:
+        """Govern a server-initiated request and the client's answer; a block becomes the error answer."""
+        try:
+            governed = await self._request(method, params)
+            result = await answer(governed)
+            if isinstance(result, ErrorData):
+                return result
+            return await self._response(method, result, type(result))
+        except MCPError as exc:
+            return exc.error

@@ -1,0 +1,182 @@
+"""Runs a `Plan`: awaits sources, runs validators in parallel, enforces deadlines (spec §5.3-§5.8).
+
+The executor only awaits; every decision is `planning.ChainRun`'s. Sources arrive through the
+one-method `Source` protocol, so the same loop drives in-process hosts and remote MCP hosts.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any, Protocol
+
+import anyio
+
+from mcp_interceptors.planning import ChainRun, Outcome, Plan, SeverityRule, Step
+from mcp_interceptors.protocol.chain import (
+    AbortedAt,
+    ChainExecutionResult,
+    ChainStatus,
+    InvocationFailure,
+    ValidationSummary,
+)
+from mcp_interceptors.protocol.errors import TIMEOUT_G4, InterceptorsError, is_timeout_error
+from mcp_interceptors.protocol.events import Direction, Phase
+from mcp_interceptors.protocol.invoke import InvocationContext
+from mcp_interceptors.protocol.results import InterceptorResult
+
+
+@dataclass(frozen=True, slots=True)
+class Call:
+    """One invocation as a source receives it. `timeout_ms` is the budget the host should enforce."""
+
+    name: str
+    type: str
+    event: str
+    phase: Phase
+    payload: Any
+    config: Mapping[str, Any] | None = None
+    timeout_ms: float | None = None
+    context: InvocationContext | None = None
+
+
+class Source(Protocol):
+    """Where interceptors run: an in-process host or a remote MCP host connection."""
+
+    async def invoke(self, call: Call) -> InterceptorResult:
+        """Return the parsed, stamped result, or raise (an `InterceptorsError` carries its code)."""
+        ...
+
+
+@dataclass
+class ChainResult:
+    """The outcome of one chain execution (R67). `final_payload` is set only on success."""
+
+    status: ChainStatus
+    event: str
+    phase: Phase
+    direction: Direction
+    final_payload: Any
+    results: list[InterceptorResult]
+    failures: list[InvocationFailure]
+    validation_summary: ValidationSummary
+    aborted_at: AbortedAt | None
+    total_duration_ms: float
+    plan: Plan = field(repr=False)
+
+    @property
+    def allowed(self) -> bool:
+        return self.status == "success"
+
+    def to_wire(self) -> dict[str, Any]:
+        """The camelCase `ChainExecutionResult` body (for logs and `interceptor/executeChain`)."""
+        return ChainExecutionResult(
+            status=self.status,
+            event=self.event,
+            phase=self.phase,
+            results=tuple(result.to_wire() for result in self.results),
+            final_payload=self.final_payload,
+            validation_summary=self.validation_summary,
+            total_duration_ms=self.total_duration_ms,
+            aborted_at=self.aborted_at,
+            failures=tuple(self.failures),
+        ).to_wire()
+
+
+async def execute_plan(
+    plan: Plan,
+    payload: Any,
+    sources: Mapping[str, Source],
+    *,
+    config: Mapping[str, Mapping[str, Any]] | None = None,
+    context: InvocationContext | None = None,
+    timeout_ms: float | None = None,
+    severity_rule: SeverityRule = "g5",
+    deadline_always_blocks: bool = False,
+) -> ChainResult:
+    """Execute `plan` on `payload`. `timeout_ms` is the whole-chain deadline (R60)."""
+    started = time.perf_counter()
+    deadline = anyio.current_time() + timeout_ms / 1000 if timeout_ms is not None else None
+    run = ChainRun(plan, payload, severity_rule=severity_rule, deadline_always_blocks=deadline_always_blocks)
+    invoker = _Invoker(plan, sources, config or {}, context, deadline)
+    while (batch := run.next_batch()) is not None:
+        snapshot = run.snapshot(batch)
+        if len(batch.steps) == 1:
+            outcomes = [await invoker.invoke(batch.steps[0], snapshot)]
+        else:
+            outcomes = await invoker.invoke_all(batch.steps, snapshot)
+        run.record(batch, outcomes)
+    outcome = run.result()
+    return ChainResult(
+        status=outcome.status,
+        event=plan.event,
+        phase=plan.phase,
+        direction=plan.direction,
+        final_payload=outcome.final_payload,
+        results=outcome.results,
+        failures=outcome.failures,
+        validation_summary=outcome.validation_summary,
+        aborted_at=outcome.aborted_at,
+        total_duration_ms=(time.perf_counter() - started) * 1000,
+        plan=plan,
+    )
+
+
+@dataclass(slots=True)
+class _Invoker:
+    plan: Plan
+    sources: Mapping[str, Source]
+    config: Mapping[str, Mapping[str, Any]]
+    context: InvocationContext | None
+    deadline: float | None
+
+    async def invoke_all(self, steps: tuple[Step, ...], snapshot: Any) -> list[Outcome]:
+        """Invoke every step concurrently; outcomes come back in step order, whatever finished first (R43)."""
+        outcomes: list[Outcome] = [Outcome()] * len(steps)
+
+        async def run_one(index: int, step: Step) -> None:
+            outcomes[index] = await self.invoke(step, snapshot)
+
+        async with anyio.create_task_group() as tg:
+            for index, step in enumerate(steps):
+                tg.start_soon(run_one, index, step)
+        return outcomes
+
+    async def invoke(self, step: Step, payload: Any) -> Outcome:
+        own = step.policy.timeout_ms / 1000 if step.policy.timeout_ms is not None else None
+        remaining = self.deadline - anyio.current_time() if self.deadline is not None else None
+        if remaining is not None and remaining <= 0:
+            return Outcome(code=TIMEOUT_G4, reason="chain deadline exceeded", deadline=True)
+        chain_bound = remaining is not None and (own is None or remaining <= own)
+        limit = remaining if chain_bound else own
+        source = self.sources.get(step.source)
+        if source is None:
+            return Outcome(code=-32603, reason=f"host {step.source!r} is not connected")
+        call = Call(
+            name=step.name,
+            type=step.type,
+            event=self.plan.event,
+            phase=self.plan.phase,
+            payload=payload,
+            config=self.config.get(step.name),
+            timeout_ms=math.ceil(limit * 1000) if limit is not None else None,
+            context=self.context,
+        )
+        with anyio.move_on_after(limit) as scope:
+            try:
+                result = await source.invoke(call)
+            except InterceptorsError as exc:
+                if scope.cancel_called:  # our deadline fired and the source turned it into an error
+                    return Outcome(code=TIMEOUT_G4, reason="timeout", timeout=True, deadline=chain_bound)
+                timed_out = is_timeout_error(exc.code, exc.data)
+                reason = str(exc.data.get("reason") or exc.message)
+                return Outcome(code=exc.code, reason=reason, timeout=timed_out, deadline=timed_out and chain_bound)
+            except Exception as exc:  # a crashing source is an invocation failure, never a verdict
+                if scope.cancel_called:
+                    return Outcome(code=TIMEOUT_G4, reason="timeout", timeout=True, deadline=chain_bound)
+                return Outcome(code=-32603, reason=f"{type(exc).__name__}: {exc}")
+        if scope.cancelled_caught:
+            return Outcome(code=TIMEOUT_G4, reason="timeout", timeout=True, deadline=chain_bound)
+        return Outcome(result=result)

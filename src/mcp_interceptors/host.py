@@ -1,0 +1,428 @@
+"""`InterceptorHost`: author interceptors with decorators and serve them as an mcp `Extension`.
+
+One core (`InterceptorHost.invoke`) follows the host processing order of spec §2.2; the wire
+handlers for `interceptors/list` / `interceptor/invoke` and in-process chains (`Chain.add_local`)
+both go through it, so local and remote semantics are identical.
+"""
+
+from __future__ import annotations
+
+import copy
+import inspect
+import logging
+import time
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any, Literal, TypeVar
+
+import anyio
+import anyio.to_thread
+import orjson
+from jsonschema import Draft202012Validator
+from jsonschema.exceptions import best_match
+from mcp import MCPError
+from mcp.server import MCPServer, ServerRequestContext
+from mcp.server.context import CallNext, HandlerResult
+from mcp.server.extension import Extension, MethodBinding
+from pydantic import ValidationError
+
+from mcp_interceptors.executor import Call
+from mcp_interceptors.protocol.descriptors import (
+    Compat,
+    HookEntry,
+    InterceptorDescriptor,
+    InterceptorType,
+    Mode,
+    PriorityHint,
+    supported_events,
+)
+from mcp_interceptors.protocol.errors import (
+    HookMismatchError,
+    InterceptorExecutionError,
+    InterceptorNotFoundError,
+    InterceptorsError,
+    InterceptorTimeoutError,
+    InvalidParamsError,
+    TimeoutCodeStyle,
+)
+from mcp_interceptors.protocol.events import EXTENSION_ID, PHASES, Phase, is_pattern
+from mcp_interceptors.protocol.invoke import INVOKE_METHOD, LIST_METHOD, InvocationContext, InvokeParams, RawParams
+from mcp_interceptors.protocol.results import (
+    InterceptorResult,
+    MutationResult,
+    SinkResult,
+    ValidationMessage,
+    ValidationResult,
+)
+
+logger = logging.getLogger(__name__)
+
+PhaseSpec = Literal["request", "response", "both"]
+Handler = Callable[["Invocation"], Any]
+F = TypeVar("F", bound=Handler)
+
+
+@dataclass(frozen=True, slots=True)
+class Invocation:
+    """What a handler receives. `payload` is the handler's own copy; `config` is `{}` when omitted."""
+
+    name: str
+    event: str
+    phase: Phase
+    payload: Any
+    config: Mapping[str, Any]
+    context: InvocationContext | None
+
+    @property
+    def session_id(self) -> str | None:
+        return self.context.session_id if self.context is not None else None
+
+
+@dataclass(frozen=True, slots=True)
+class _Registered:
+    descriptor: InterceptorDescriptor
+    handler: Handler
+    is_async: bool
+    config_validator: Draft202012Validator | None
+
+
+def hooks_for(events: Iterable[str], phase: PhaseSpec) -> tuple[HookEntry, ...]:
+    """Expand `phase="both"` sugar into one hook entry per phase (never sent as `both`, R14)."""
+    event_list = tuple(events)
+    phases: Sequence[Phase] = PHASES if phase == "both" else (phase,)
+    return tuple(HookEntry(events=event_list, phase=p) for p in phases)
+
+
+class InterceptorHost(Extension):
+    """A set of interceptors, servable on any mcp server and runnable in-process.
+
+    `copy_payloads=False` skips the per-invocation deep copy for handlers known not to mutate
+    their input (the built-in guards). `timeout_code` picks G4's `-32000` or G5's `-32603`.
+    `strict_list_filter` rejects wildcard `interceptors/list` filters with `-32602` (R10).
+    """
+
+    identifier = EXTENSION_ID
+
+    def __init__(
+        self,
+        name: str = "interceptors",
+        *,
+        copy_payloads: bool = True,
+        timeout_code: TimeoutCodeStyle = "g4",
+        strict_list_filter: bool = False,
+    ) -> None:
+        self.name = name
+        self.copy_payloads = copy_payloads
+        self.timeout_code: TimeoutCodeStyle = timeout_code
+        self.strict_list_filter = strict_list_filter
+        self._registry: dict[str, _Registered] = {}
+        self._wire_list: list[dict[str, Any]] | None = None
+
+    # ------------------------------------------------------------------ authoring
+
+    def add(self, descriptor: InterceptorDescriptor, handler: Handler) -> None:
+        """Register a handler under a full descriptor. Names are unique per host (R11)."""
+        if descriptor.name in self._registry:
+            raise ValueError(f"interceptor {descriptor.name!r} is already registered on host {self.name!r}")
+        schema = descriptor.config_schema
+        if schema is not None:
+            Draft202012Validator.check_schema(schema)
+        self._registry[descriptor.name] = _Registered(
+            descriptor=descriptor,
+            handler=handler,
+            is_async=_is_async(handler),
+            config_validator=Draft202012Validator(schema) if schema is not None else None,
+        )
+        self._wire_list = None
+
+    def validator(self, name: str, **options: Any) -> Callable[[F], F]:
+        """Register a validator. Returns may be a `ValidationResult`, a bool, or `(bool, messages)`."""
+        return self._decorator(name, "validation", options)
+
+    def mutator(self, name: str, **options: Any) -> Callable[[F], F]:
+        """Register a mutator. Returns may be a `MutationResult`, the new payload, or None (unchanged)."""
+        return self._decorator(name, "mutation", options)
+
+    def sink(self, name: str, **options: Any) -> Callable[[F], F]:
+        """Register an opt-in sink (PR #28): never blocks, never changes the payload."""
+        return self._decorator(name, "sink", options)
+
+    def _decorator(self, name: str, type_: InterceptorType, options: Mapping[str, Any]) -> Callable[[F], F]:
+        descriptor = build_descriptor(name, type_, **options)
+
+        def register(fn: F) -> F:
+            self.add(descriptor, fn)
+            return fn
+
+        return register
+
+    # ------------------------------------------------------------------ discovery
+
+    @property
+    def descriptors(self) -> list[InterceptorDescriptor]:
+        """Every registered descriptor, in registration order (R7)."""
+        return [registered.descriptor for registered in self._registry.values()]
+
+    def list(self, event: str | None = None) -> list[InterceptorDescriptor]:
+        """`interceptors/list` semantics: the event filter matches literal and `*` hooks in any phase (R8/R9)."""
+        if event is None:
+            return self.descriptors
+        if self.strict_list_filter and is_pattern(event):
+            raise InvalidParamsError(
+                f"interceptors/list filter must be one concrete event name, got pattern {event!r}",
+                data={"field": "event", "event": event},
+            )
+        return [d for d in self.descriptors if d.matches_event(event)]
+
+    def settings(self) -> dict[str, Any]:
+        """Advertised at `capabilities.extensions[EXTENSION_ID]` (and `experimental` for legacy clients)."""
+        return {"supportedEvents": supported_events(self.descriptors)}
+
+    # ------------------------------------------------------------------ invocation core (§2.2)
+
+    async def invoke(self, call: Call) -> InterceptorResult:
+        """Run one interceptor (the `Source` protocol used by `Chain.add_local`, and the wire handler)."""
+        payload = fast_copy(call.payload) if self.copy_payloads else call.payload
+        return await self._run(call, payload)
+
+    async def invoke_params(self, params: InvokeParams) -> InterceptorResult:
+        """Run one interceptor for parsed `interceptor/invoke` params."""
+        registered = self._lookup(params.name)
+        call = Call(
+            name=params.name,
+            type=registered.descriptor.type,
+            event=params.event,
+            phase=params.phase,
+            payload=params.payload,
+            config=params.config,
+            timeout_ms=params.timeout_ms,
+            context=params.context,
+        )
+        return await self.invoke(call)
+
+    def _lookup(self, name: str) -> _Registered:
+        registered = self._registry.get(name)
+        if registered is None:
+            raise InterceptorNotFoundError(name)  # R21
+        return registered
+
+    async def _run(self, call: Call, payload: Any) -> InterceptorResult:
+        registered = self._lookup(call.name)
+        descriptor = registered.descriptor
+        if not descriptor.covers(call.event, call.phase):
+            advertised = [entry.to_wire() for entry in descriptor.hooks]
+            raise HookMismatchError(call.name, call.event, call.phase, advertised)  # R22
+        config = dict(call.config) if call.config is not None else {}
+        if call.config is not None and registered.config_validator is not None:
+            _check_config(call.name, registered.config_validator, config)  # R23
+        invocation = Invocation(call.name, call.event, call.phase, payload, config, call.context)
+        started = time.perf_counter()
+        outcome = await self._call_handler(registered, invocation, call.timeout_ms)
+        duration_ms = (time.perf_counter() - started) * 1000
+        result = _normalise(descriptor, outcome, call.payload)
+        return result.model_copy(update={"interceptor": call.name, "phase": call.phase, "duration_ms": duration_ms})
+
+    async def _call_handler(self, registered: _Registered, invocation: Invocation, timeout_ms: float | None) -> Any:
+        name = invocation.name
+        limit = timeout_ms / 1000 if timeout_ms is not None else None
+        with anyio.move_on_after(limit) as scope:
+            try:
+                if registered.is_async:
+                    return await registered.handler(invocation)
+                return await anyio.to_thread.run_sync(registered.handler, invocation, abandon_on_cancel=True)
+            except InterceptorsError:
+                raise
+            except Exception as exc:
+                if scope.cancel_called:
+                    raise InterceptorTimeoutError(
+                        name, timeout_ms or 0, invocation.phase, style=self.timeout_code
+                    ) from None
+                logger.warning("interceptor %r raised", name, exc_info=True)
+                raise InterceptorExecutionError(name, f"{type(exc).__name__}: {exc}") from None  # R24/R25
+        # Only our own deadline lands here: a TimeoutError raised by the handler is a crash (R28).
+        assert scope.cancelled_caught
+        raise InterceptorTimeoutError(name, timeout_ms or 0, invocation.phase, style=self.timeout_code)  # R26/R27
+
+    # ------------------------------------------------------------------ mcp wiring
+
+    def methods(self) -> Sequence[MethodBinding]:
+        return [
+            MethodBinding(method=LIST_METHOD, params_type=RawParams, handler=self._serve_list),
+            MethodBinding(method=INVOKE_METHOD, params_type=RawParams, handler=self._serve_invoke),
+        ]
+
+    async def _serve_list(self, ctx: ServerRequestContext[Any, Any], params: RawParams) -> dict[str, Any]:
+        raw = ctx.params or {}
+        event = raw.get("event")
+        if event is not None and not isinstance(event, str):
+            raise MCPError(-32602, "interceptors/list: `event` must be a string", data={"field": "event"})
+        try:
+            if event is None:
+                if self._wire_list is None:
+                    self._wire_list = [d.to_wire() for d in self.descriptors]
+                return {"interceptors": self._wire_list}
+            return {"interceptors": [d.to_wire() for d in self.list(event)]}
+        except InterceptorsError as exc:
+            raise MCPError(exc.code, exc.message, exc.data) from None
+
+    async def _serve_invoke(self, ctx: ServerRequestContext[Any, Any], params: RawParams) -> dict[str, Any]:
+        try:
+            parsed = parse_invoke_params(ctx.params)
+            result = await self.invoke_params(parsed)
+        except InterceptorsError as exc:
+            raise MCPError(exc.code, exc.message, exc.data) from None
+        return result.to_wire()
+
+    async def capability_middleware(self, ctx: ServerRequestContext[Any, Any], call_next: CallNext) -> HandlerResult:
+        """Server middleware that repeats the capability under `experimental` in `initialize` results.
+
+        Handshake-era (`<= 2025-11-25`) results have no `extensions` member, so without this a
+        legacy client never sees the advertisement (spec §4 era gap).
+        """
+        result = await call_next(ctx)
+        if ctx.method == "initialize" and isinstance(result, dict):
+            capabilities = result.setdefault("capabilities", {})
+            experimental = capabilities.get("experimental") or {}
+            capabilities["experimental"] = {**experimental, EXTENSION_ID: self.settings()}
+        return result
+
+    def create_server(self, name: str | None = None, **kwargs: Any) -> MCPServer[Any]:
+        """An `MCPServer` hosting only these interceptors, advertised in both protocol eras."""
+        middleware = [*kwargs.pop("middleware", ()), self.capability_middleware]
+        return MCPServer(name or self.name, extensions=[self], middleware=middleware, **kwargs)
+
+
+def parse_invoke_params(raw: Mapping[str, Any] | None) -> InvokeParams:
+    """Validate `interceptor/invoke` params; a bad field gets `-32602` naming it (and the interceptor)."""
+    body = {k: v for k, v in (raw or {}).items() if k != "_meta"}
+    try:
+        return InvokeParams.model_validate(body)
+    except ValidationError as exc:
+        error = exc.errors(include_url=False)[0]
+        field = ".".join(str(part) for part in error["loc"]) or "params"
+        name = body.get("name") if isinstance(body.get("name"), str) else None
+        data: dict[str, Any] = {"field": field, "reason": error["msg"]}
+        if name:
+            data["interceptor"] = name
+        raise InvalidParamsError(f"Invalid interceptor/invoke params: {field}: {error['msg']}", data=data) from None
+
+
+def _check_config(name: str, validator: Draft202012Validator, config: Mapping[str, Any]) -> None:
+    error = best_match(validator.iter_errors(config))
+    if error is None:
+        return
+    path = "config" + "".join(f"[{p!r}]" if isinstance(p, int) else f".{p}" for p in error.absolute_path)
+    raise InvalidParamsError(
+        f"config for {name!r} violates its configSchema at {path}: {error.message}",
+        data={"name": name, "interceptor": name, "field": path, "reason": error.message},
+    )
+
+
+def _normalise(descriptor: InterceptorDescriptor, value: Any, original_payload: Any) -> InterceptorResult:
+    """Turn a handler's short return into the result of its declared type, or fail with -32603."""
+    name = descriptor.name
+    if descriptor.type == "validation":
+        return _as_validation(name, value)
+    if descriptor.type == "mutation":
+        return _as_mutation(name, value, original_payload)
+    if value is None or isinstance(value, bool):
+        return SinkResult(recorded=value is not False)
+    if isinstance(value, SinkResult):
+        return value
+    raise InterceptorExecutionError(name, f"sink returned {type(value).__name__}, expected SinkResult, bool or None")
+
+
+def _as_validation(name: str, value: Any) -> ValidationResult:
+    if isinstance(value, ValidationResult):
+        return value
+    if isinstance(value, bool):
+        return ValidationResult(valid=value, severity=None if value else "error")
+    if isinstance(value, tuple) and len(value) == 2 and isinstance(value[0], bool):
+        valid, messages = value
+        severity = "info" if valid else "error"
+        items = [messages] if isinstance(messages, str | ValidationMessage) else list(messages or [])
+        parsed = tuple(
+            ValidationMessage(message=m, severity=severity)
+            if isinstance(m, str)
+            else ValidationMessage.model_validate(m)
+            for m in items
+        )
+        return ValidationResult(valid=valid, severity=None if valid else "error", messages=parsed or None)
+    if isinstance(value, Mapping) and "valid" in value:
+        try:
+            return ValidationResult.model_validate(value)
+        except ValidationError as exc:
+            raise InterceptorExecutionError(
+                name, f"validator returned an invalid result: {exc.errors()[0]['msg']}"
+            ) from None
+    raise InterceptorExecutionError(
+        name, f"validator returned {type(value).__name__}, expected ValidationResult, bool or (bool, messages)"
+    )
+
+
+def _as_mutation(name: str, value: Any, original_payload: Any) -> MutationResult:
+    if isinstance(value, MutationResult):
+        if not value.modified and value.payload != original_payload:
+            raise InterceptorExecutionError(name, "mutator returned modified=false with a changed payload")
+        return value
+    if isinstance(value, ValidationResult | SinkResult):
+        raise InterceptorExecutionError(name, f"mutator returned a {value.type} result, expected a mutation result")
+    if value is None:
+        return MutationResult(modified=False, payload=original_payload)
+    return MutationResult(modified=value != original_payload, payload=value)
+
+
+def build_descriptor(
+    name: str,
+    type_: InterceptorType,
+    *,
+    events: Iterable[str] | None = None,
+    phase: PhaseSpec = "request",
+    hooks: Iterable[HookEntry | Mapping[str, Any]] | None = None,
+    mode: Mode = "active",
+    fail_open: bool = False,
+    priority: PriorityHint | Mapping[str, int] | None = None,
+    description: str | None = None,
+    version: str | None = None,
+    config_schema: Mapping[str, Any] | None = None,
+    compat: Compat | Mapping[str, Any] | None = None,
+) -> InterceptorDescriptor:
+    """Build and validate a descriptor from decorator options; errors name the option to fix."""
+    if (events is None) == (hooks is None):
+        raise ValueError(f"interceptor {name!r}: pass exactly one of events=[...] or hooks=[...]")
+    if isinstance(events, str):
+        raise ValueError(f"interceptor {name!r}: events must be a list of event names, not a string")
+    if phase not in ("request", "response", "both"):
+        raise ValueError(f"interceptor {name!r}: phase must be 'request', 'response' or 'both', got {phase!r}")
+    raw_hooks: list[Any] = (
+        [entry.to_wire() for entry in hooks_for(events, phase)]
+        if events is not None
+        else [entry.to_wire() if isinstance(entry, HookEntry) else dict(entry) for entry in hooks or ()]
+    )
+    body: dict[str, Any] = {"name": name, "type": type_, "hooks": raw_hooks, "mode": mode, "failOpen": fail_open}
+    if priority is not None:
+        body["priorityHint"] = priority.to_wire() if hasattr(priority, "to_wire") else priority
+    for key, value in (("description", description), ("version", version), ("configSchema", config_schema)):
+        if value is not None:
+            body[key] = dict(value) if isinstance(value, Mapping) else value
+    if compat is not None:
+        body["compat"] = compat.to_wire() if isinstance(compat, Compat) else dict(compat)
+    try:
+        return InterceptorDescriptor.model_validate(body)
+    except ValidationError as exc:
+        error = exc.errors(include_url=False)[0]
+        field = ".".join(str(part) for part in error["loc"])
+        raise ValueError(f"interceptor {name!r}: invalid {field}: {error['msg']}") from None
+
+
+def fast_copy(payload: Any) -> Any:
+    """Deep-copy a JSON payload; orjson's round trip is several times faster than `copy.deepcopy`."""
+    try:
+        return orjson.loads(orjson.dumps(payload))
+    except (TypeError, orjson.JSONEncodeError):
+        return copy.deepcopy(payload)
+
+
+def _is_async(handler: Handler) -> bool:
+    # async callable objects count too
+    return inspect.iscoroutinefunction(handler) or inspect.iscoroutinefunction(type(handler).__call__)

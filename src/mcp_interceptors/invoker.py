@@ -1,0 +1,431 @@
+"""The invoker side: list and invoke over an `mcp.Client`, and `Chain`, which plans and runs chains.
+
+`Chain` collects entries from remote hosts (`add_server`) and in-process sources (`add_local`),
+caches plans (pure `planning`), and runs them with the `executor`. `chain_error` turns a blocked
+result into the requester-facing JSON-RPC error (spec §3, R70).
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any, Literal, Protocol
+
+from mcp import Client, MCPError
+from pydantic import TypeAdapter
+
+from mcp_interceptors.executor import Call, ChainResult, Source, execute_plan
+from mcp_interceptors.planning import (
+    Entry,
+    Overrides,
+    Plan,
+    SeverityRule,
+    check_overrides,
+    direction_for,
+    plan_for,
+)
+from mcp_interceptors.protocol.descriptors import (
+    DescriptorWarning,
+    HookEntry,
+    InterceptorDescriptor,
+    InterceptorType,
+    parse_descriptors,
+)
+from mcp_interceptors.protocol.errors import (
+    INTERNAL_ERROR,
+    INVALID_PARAMS,
+    DiscoveryError,
+    InterceptorsError,
+    MalformedResultError,
+)
+from mcp_interceptors.protocol.events import Direction, Phase, Role
+from mcp_interceptors.protocol.invoke import InvocationContext, InvokeRequest, ListRequest, RawParams
+from mcp_interceptors.protocol.results import InterceptorResult, parse_result
+
+logger = logging.getLogger(__name__)
+
+# `send_request` accepts a TypeAdapter at run time; typed as Any because its type var is bound to models.
+_RAW_RESULT: Any = TypeAdapter(dict[str, Any])
+
+
+# --------------------------------------------------------------------------- single calls
+
+
+@dataclass(frozen=True, slots=True)
+class Discovery:
+    descriptors: list[InterceptorDescriptor]
+    warnings: list[DescriptorWarning]
+
+
+async def discover(client: Client, event: str | None = None) -> Discovery:
+    """`interceptors/list` with the skipped entries reported instead of logged."""
+    params = RawParams.model_validate({"event": event} if event is not None else {})
+    raw = await client.session.send_request(ListRequest(params=params), _RAW_RESULT)
+    descriptors, warnings = parse_descriptors(raw.get("interceptors"))
+    return Discovery(descriptors, warnings)
+
+
+async def list_interceptors(client: Client, event: str | None = None) -> list[InterceptorDescriptor]:
+    """The host's descriptors (optionally filtered by event); malformed entries are skipped with a warning."""
+    found = await discover(client, event)
+    for warning in found.warnings:
+        logger.warning("skipped interceptor descriptor #%d (%s): %s", warning.index, warning.name, warning.reason)
+    return found.descriptors
+
+
+async def invoke_interceptor(
+    client: Client,
+    name: str,
+    event: str,
+    phase: Phase,
+    payload: Any,
+    *,
+    config: Mapping[str, Any] | None = None,
+    timeout_ms: float | None = None,
+    context: InvocationContext | Mapping[str, Any] | None = None,
+    type: InterceptorType | None = None,
+) -> InterceptorResult:
+    """Send one `interceptor/invoke`. Host errors raise `MCPError`; a malformed result raises
+    `MalformedResultError`. `type` is the declared type (inferred from the result when omitted)."""
+    body: dict[str, Any] = {"name": name, "event": event, "phase": phase, "payload": payload}
+    if config is not None:
+        body["config"] = dict(config)
+    if timeout_ms is not None:
+        body["timeoutMs"] = timeout_ms
+    if context is not None:
+        ctx = context if isinstance(context, InvocationContext) else InvocationContext.model_validate(context)
+        body["context"] = ctx.stamped().to_wire()
+    raw = await client.session.send_request(InvokeRequest(params=RawParams.model_validate(body)), _RAW_RESULT)
+    declared = type or _infer_type(raw)
+    if declared is None:
+        raise MalformedResultError(name, "result has no recognisable type")
+    return parse_result(raw, interceptor=name, type=declared, phase=phase)
+
+
+def _infer_type(raw: Mapping[str, Any]) -> str | None:
+    if isinstance(raw.get("type"), str):
+        return str(raw["type"])
+    for key, kind in (("valid", "validation"), ("modified", "mutation"), ("recorded", "sink")):
+        if key in raw:
+            return kind
+    return None
+
+
+class RemoteSource:
+    """A `Source` that routes every invoke to the connection that advertised the descriptor (R65)."""
+
+    def __init__(self, client: Client) -> None:
+        self.client = client
+
+    async def invoke(self, call: Call) -> InterceptorResult:
+        try:
+            return await invoke_interceptor(
+                self.client,
+                call.name,
+                call.event,
+                call.phase,
+                call.payload,
+                config=call.config,
+                timeout_ms=call.timeout_ms,
+                context=call.context,
+                type=call.type,  # type: ignore[arg-type]
+            )
+        except MCPError as exc:
+            data = exc.data if isinstance(exc.data, Mapping) else {}
+            raise InterceptorsError(exc.message, data=data, code=exc.code) from None
+
+
+class _UnavailableSource:
+    """Stands in for a host whose discovery failed: every invoke is an invocation failure (R66)."""
+
+    def __init__(self, reason: str) -> None:
+        self.reason = reason
+
+    async def invoke(self, call: Call) -> InterceptorResult:
+        raise DiscoveryError(f"interceptor host unavailable: {self.reason}", data={"interceptor": call.name})
+
+
+# --------------------------------------------------------------------------- the chain
+
+
+class LocalHost(Protocol):
+    """What `Chain.add_local` needs: descriptors to plan with, and in-process invocation."""
+
+    name: str
+
+    @property
+    def descriptors(self) -> list[InterceptorDescriptor]: ...
+
+    async def invoke(self, call: Call) -> InterceptorResult: ...
+
+
+@dataclass(frozen=True, slots=True)
+class RequiredInterceptor:
+    """An interceptor local policy requires: if its host cannot provide it, the events it guards fail."""
+
+    name: str
+    type: Literal["validation", "mutation"]
+    hooks: tuple[HookEntry, ...]
+    mode: Literal["active", "audit"] = "active"
+    fail_open: bool = False
+
+    def placeholder(self) -> InterceptorDescriptor:
+        return InterceptorDescriptor(
+            name=self.name, type=self.type, hooks=self.hooks, mode=self.mode, fail_open=self.fail_open
+        )
+
+
+OverridesArg = Mapping[str, Overrides | Mapping[str, Any]] | None
+
+
+class Chain:
+    """Plans and runs interceptor chains for one invoker.
+
+    `role` ("client" or "server") lets `execute` derive the direction (§5.1); otherwise pass
+    `direction=` on every call. `protocol_version` is checked against descriptors' `compat`.
+    """
+
+    def __init__(
+        self,
+        role: Role | None = None,
+        *,
+        protocol_version: str | None = None,
+        enforce_compat: bool = True,
+        severity_rule: SeverityRule = "g5",
+        deadline_always_blocks: bool = False,
+        sinks: bool = False,
+        timeout_ms: float | None = None,
+    ) -> None:
+        self.role: Role | None = role
+        self.protocol_version = protocol_version
+        self.enforce_compat = enforce_compat
+        self.severity_rule: SeverityRule = severity_rule
+        self.deadline_always_blocks = deadline_always_blocks
+        self.sinks_enabled = sinks
+        self.timeout_ms = timeout_ms
+        self._entries: list[Entry] = []
+        self._sources: dict[str, Source] = {}
+        self._order = 0
+        self._plans: dict[tuple[Any, ...], Plan] = {}
+
+    # ---- building
+
+    @property
+    def entries(self) -> list[Entry]:
+        return list(self._entries)
+
+    @property
+    def sources(self) -> Mapping[str, Source]:
+        return self._sources
+
+    def add_source(
+        self,
+        source: Source,
+        descriptors: Iterable[InterceptorDescriptor],
+        *,
+        name: str,
+        overrides: OverridesArg = None,
+        order: int | None = None,
+    ) -> list[Entry]:
+        """Register a source with the descriptors it serves; widening overrides raise here (R62)."""
+        if name in self._sources:
+            raise ValueError(f"a host named {name!r} is already in this chain")
+        descriptors = list(descriptors)
+        resolved = _resolve_overrides(overrides, {d.name for d in descriptors}, name)
+        if order is None:
+            order = self._next_order()
+        added = []
+        for descriptor in descriptors:
+            override = resolved.get(descriptor.name)
+            check_overrides(descriptor, override)
+            added.append(Entry(descriptor=descriptor, source=name, host_order=order, overrides=override))
+        self._sources[name] = source
+        self._entries.extend(added)
+        self._plans.clear()
+        return added
+
+    def add_local(self, host: LocalHost, *, name: str | None = None, overrides: OverridesArg = None) -> list[Entry]:
+        """Run a host's interceptors in-process, with the same semantics as over a transport."""
+        return self.add_source(host, host.descriptors, name=name or host.name, overrides=overrides)
+
+    async def add_server(
+        self,
+        client: Client,
+        *,
+        name: str | None = None,
+        overrides: OverridesArg = None,
+        required: Iterable[RequiredInterceptor] = (),
+    ) -> list[Entry]:
+        """Discover a remote host's interceptors with `interceptors/list` and route invokes to it.
+
+        If discovery fails, `DiscoveryError` is raised unless `required` interceptors are pinned:
+        those are then planned as always-failing, so the events they guard fail closed (R66). A
+        pinned interceptor missing from a successful listing is planned the same way.
+        """
+        order = self._next_order()  # host order is fixed at call time, never by discovery timing (R36)
+        host_name = name or f"server-{order}"
+        pinned = {r.name: r for r in required}
+        try:
+            found = await list_interceptors(client)
+        except (MCPError, OSError, InterceptorsError) as exc:
+            if not pinned:
+                raise DiscoveryError(f"interceptors/list failed on {host_name!r}: {exc}") from exc
+            logger.error("discovery failed on %r, pinned interceptors will fail closed: %s", host_name, exc)
+            unavailable = _UnavailableSource(str(exc))
+            return self.add_source(
+                unavailable,
+                [r.placeholder() for r in pinned.values()],
+                name=host_name,
+                overrides=overrides,
+                order=order,
+            )
+        listed = {d.name for d in found}
+        missing = [r for r in pinned.values() if r.name not in listed]
+        added = self.add_source(RemoteSource(client), found, name=host_name, overrides=overrides, order=order)
+        if missing:
+            reason = f"pinned interceptor(s) {sorted(r.name for r in missing)} not advertised by {host_name!r}"
+            logger.error(reason)
+            added += self.add_source(
+                _UnavailableSource(reason), [r.placeholder() for r in missing], name=f"{host_name}#missing", order=order
+            )
+        return added
+
+    def _next_order(self) -> int:
+        self._order += 1
+        return self._order
+
+    # ---- running
+
+    def plan(
+        self,
+        event: str,
+        phase: Phase,
+        *,
+        direction: Direction | None = None,
+        interceptors: Iterable[str] | None = None,
+        protocol_version: str | None = None,
+    ) -> Plan:
+        """The (cached) plan for one interception point."""
+        resolved_direction = self._direction(event, phase, direction)
+        names = tuple(sorted(interceptors)) if interceptors is not None else None
+        version = protocol_version or self.protocol_version
+        key = (event, phase, resolved_direction, names, version)
+        plan = self._plans.get(key)
+        if plan is None:
+            plan = plan_for(
+                self._entries,
+                event,
+                phase,
+                resolved_direction,
+                protocol_version=version,
+                names=names,
+                enforce_compat=self.enforce_compat,
+                sinks_enabled=self.sinks_enabled,
+            )
+            self._plans[key] = plan
+        return plan
+
+    async def execute(
+        self,
+        event: str,
+        phase: Phase,
+        payload: Any,
+        *,
+        direction: Direction | None = None,
+        config: Mapping[str, Mapping[str, Any]] | None = None,
+        context: InvocationContext | Mapping[str, Any] | None = None,
+        timeout_ms: float | None = None,
+        interceptors: Iterable[str] | None = None,
+        protocol_version: str | None = None,
+    ) -> ChainResult:
+        """Run the chain for `(event, phase)` on `payload`. `timeout_ms` is the whole-chain deadline."""
+        plan = self.plan(
+            event, phase, direction=direction, interceptors=interceptors, protocol_version=protocol_version
+        )
+        ctx = None
+        if context is not None:
+            ctx = context if isinstance(context, InvocationContext) else InvocationContext.model_validate(context)
+            ctx = ctx.stamped()
+        return await execute_plan(
+            plan,
+            payload,
+            self._sources,
+            config=config,
+            context=ctx,
+            timeout_ms=timeout_ms if timeout_ms is not None else self.timeout_ms,
+            severity_rule=self.severity_rule,
+            deadline_always_blocks=self.deadline_always_blocks,
+        )
+
+    def _direction(self, event: str, phase: Phase, direction: Direction | None) -> Direction:
+        if direction is not None:
+            return direction
+        if self.role is None:
+            raise ValueError(
+                "cannot tell the direction: pass direction='sending' or 'receiving', "
+                "or create the chain with Chain(role='client') or Chain(role='server')"
+            )
+        return direction_for(self.role, event, phase)
+
+
+def _resolve_overrides(overrides: OverridesArg, known: set[str], host: str) -> dict[str, Overrides]:
+    resolved: dict[str, Overrides] = {}
+    for interceptor, value in (overrides or {}).items():
+        if interceptor not in known:
+            raise ValueError(f"override names {interceptor!r}, which host {host!r} does not advertise")
+        resolved[interceptor] = value if isinstance(value, Overrides) else Overrides.from_mapping(value)
+    return resolved
+
+
+# --------------------------------------------------------------------------- requester-facing errors
+
+
+def chain_error(result: ChainResult, *, include_details: bool = False) -> MCPError:
+    """The JSON-RPC error for a blocked chain (R70).
+
+    Validation blocks get `-32602`, mutation and timeout blocks `-32603`. `data` names the
+    interceptor, a generic reason, the event and phase; interceptor messages, suggestions and
+    payloads are included only with `include_details=True`.
+    """
+    if result.allowed:
+        raise ValueError("chain_error() needs a blocked result; this one succeeded")
+    aborted = result.aborted_at
+    interceptor = aborted.interceptor if aborted is not None else ""
+    if result.status == "validation_failed":
+        code, message = INVALID_PARAMS, "Blocked by interceptor validation"
+        failed = aborted is not None and aborted.reason.startswith("validation failed")
+        reason = "validation failed" if failed else "interceptor failed"
+    elif result.status == "timeout":
+        code, message, reason = INTERNAL_ERROR, "Blocked: interceptor chain timed out", "timeout"
+    else:
+        code, message, reason = INTERNAL_ERROR, "Blocked: interceptor mutation failed", "interceptor failed"
+    data: dict[str, Any] = {
+        "interceptor": interceptor,
+        "reason": reason,
+        "event": result.event,
+        "phase": result.phase,
+        "status": result.status,
+    }
+    if include_details:
+        data["abortedAt"] = aborted.to_wire() if aborted is not None else None
+        data["validationErrors"] = [
+            {"interceptor": r.interceptor, "severity": m.severity, "message": m.message}
+            for r in result.results
+            if r.type == "validation" and r.mode != "audit" and not getattr(r, "valid", True)
+            for m in (getattr(r, "messages", None) or ())
+        ]
+    return MCPError(code, message, data)
+
+
+__all__: Sequence[str] = [
+    "Chain",
+    "Discovery",
+    "LocalHost",
+    "RemoteSource",
+    "RequiredInterceptor",
+    "chain_error",
+    "discover",
+    "invoke_interceptor",
+    "list_interceptors",
+]

@@ -1,0 +1,91 @@
+"""`interceptors/list` and `interceptor/invoke` params, and the invocation `context` (spec §2.1-§2.2)."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+from typing import Annotated, Any, Literal
+
+from mcp_types import Request, RequestParams
+from pydantic import ConfigDict, Field
+from pydantic.alias_generators import to_camel
+
+from mcp_interceptors.protocol._base import WireModel
+from mcp_interceptors.protocol.events import Phase
+
+LIST_METHOD = "interceptors/list"
+INVOKE_METHOD = "interceptor/invoke"
+EXECUTE_CHAIN_METHOD = "interceptor/executeChain"
+
+
+class Principal(WireModel):
+    """Who the governed operation acts for; send only the claims an interceptor needs."""
+
+    type: Literal["user", "service", "anonymous"]
+    id: str | None = None
+    claims: dict[str, Any] | None = None
+
+
+class InvocationContext(WireModel):
+    """The optional `context` of an invocation.
+
+    `timestamp` is filled in when absent (senders always include it, hosts tolerate its absence).
+    `server` is our addition: the upstream a gateway attributes the payload to. `interceptorState`
+    is reserved and ignored.
+    """
+
+    model_config = ConfigDict(extra="allow")
+
+    principal: Principal | None = None
+    trace_id: str | None = None
+    span_id: str | None = None
+    timestamp: str | None = None
+    session_id: str | None = None
+    server: str | None = None
+
+    def stamped(self) -> InvocationContext:
+        """This context with `timestamp` set to now if it was missing."""
+        if self.timestamp is not None:
+            return self
+        return self.model_copy(update={"timestamp": now_iso()})
+
+
+def now_iso() -> str:
+    return datetime.now(UTC).isoformat(timespec="milliseconds").replace("+00:00", "Z")
+
+
+class InvokeParams(WireModel):
+    """`interceptor/invoke` params. Mode and failOpen are invoker policy and never sent."""
+
+    name: Annotated[str, Field(min_length=1)]
+    event: Annotated[str, Field(min_length=1)]
+    phase: Phase
+    payload: Any
+    config: dict[str, Any] | None = None
+    timeout_ms: Annotated[float, Field(gt=0)] | None = None
+    context: InvocationContext | None = None
+
+
+class ListParams(WireModel):
+    event: str | None = None
+
+
+class RawParams(RequestParams):
+    """Params model for binding our methods on an mcp server: accepts anything so that we, not the
+    SDK's generic validator, produce the precise `-32602` error naming the bad field."""
+
+    model_config = ConfigDict(extra="allow", alias_generator=to_camel, populate_by_name=True)
+
+
+class ListRequest(Request[RawParams, Literal["interceptors/list"]]):
+    method: Literal["interceptors/list"] = "interceptors/list"
+    params: RawParams
+
+
+class InvokeRequest(Request[RawParams, Literal["interceptor/invoke"]]):
+    method: Literal["interceptor/invoke"] = "interceptor/invoke"
+    params: RawParams
+
+
+class ExecuteChainRequest(Request[RawParams, Literal["interceptor/executeChain"]]):
+    method: Literal["interceptor/executeChain"] = "interceptor/executeChain"
+    params: RawParams

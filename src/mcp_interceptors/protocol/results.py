@@ -1,0 +1,121 @@
+"""Flat invoke result bodies (spec §2.3, §5.12): validation, mutation and the opt-in sink result.
+
+Handlers build results without the echo fields; the host stamps `interceptor`, `type`, `phase` and
+`durationMs`. `parse_result` reads a remote result leniently (missing echoes filled in) but
+treats a present, mismatching echo as malformed (§5.9).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Annotated, Any, Literal
+
+from pydantic import Strict, ValidationError
+
+from mcp_interceptors.protocol._base import WireModel
+from mcp_interceptors.protocol.errors import MalformedResultError
+from mcp_interceptors.protocol.events import Phase
+
+Severity = Literal["info", "warn", "error"]
+KNOWN_SEVERITIES: frozenset[str] = frozenset({"info", "warn", "error"})
+
+
+class ValidationMessage(WireModel):
+    message: str
+    severity: str = "error"
+    path: str | None = None
+
+    def to_wire(self) -> dict[str, Any]:
+        return self.model_dump(mode="json", by_alias=True, exclude_none=True)
+
+
+class Suggestion(WireModel):
+    """Advisory only: never applied by an invoker."""
+
+    path: str
+    value: Any = None
+
+
+class Signature(WireModel):
+    """Reserved in G4 for proof of validation; our audit feature fills and checks it when configured."""
+
+    algorithm: str
+    public_key: str
+    value: str
+
+
+class _ResultBase(WireModel):
+    interceptor: str | None = None
+    phase: Phase | None = None
+    duration_ms: float | None = None
+    info: dict[str, Any] | None = None
+    #: SDK aggregate marker for results of audit-mode interceptors; never sent by a host.
+    mode: Literal["audit"] | None = None
+
+    def to_wire(self) -> dict[str, Any]:
+        """The flat JSON body; echo fields and `type` are always present once stamped."""
+        return self.model_dump(mode="json", by_alias=True, exclude_none=True)
+
+
+class ValidationResult(_ResultBase):
+    type: Literal["validation"] = "validation"
+    valid: Annotated[bool, Strict()]
+    #: Open string: an unrecognised severity on `valid: false` blocks (R47).
+    severity: str | None = None
+    messages: tuple[ValidationMessage, ...] | None = None
+    suggestions: tuple[Suggestion, ...] | None = None
+    signature: Signature | None = None
+
+
+class MutationResult(_ResultBase):
+    type: Literal["mutation"] = "mutation"
+    modified: Annotated[bool, Strict()]
+    payload: Any
+
+
+class SinkResult(_ResultBase):
+    type: Literal["sink"] = "sink"
+    recorded: Annotated[bool, Strict()] = True
+    metrics: dict[str, float] | None = None
+
+
+InterceptorResult = ValidationResult | MutationResult | SinkResult
+RESULT_MODELS: dict[str, type[ValidationResult] | type[MutationResult] | type[SinkResult]] = {
+    "validation": ValidationResult,
+    "mutation": MutationResult,
+    "sink": SinkResult,
+}
+
+
+def parse_result(raw: Any, *, interceptor: str, type: str, phase: Phase) -> InterceptorResult:
+    """Parse a remote invoke result for a call to `interceptor` declared as `type`.
+
+    Raises `MalformedResultError` on a non-object body, a mismatching echo field, or a body
+    that does not fit the declared type's model (R58).
+    """
+    if not isinstance(raw, Mapping):
+        raise MalformedResultError(interceptor, "result is not a JSON object")
+    body = dict(raw)
+    expected = {"interceptor": interceptor, "type": type, "phase": phase}
+    for key, value in expected.items():
+        present = body.setdefault(key, value)
+        if present != value:
+            raise MalformedResultError(interceptor, f"result echoes {key}={present!r}, expected {value!r}")
+    model = RESULT_MODELS.get(type)
+    if model is None:
+        raise MalformedResultError(interceptor, f"unknown interceptor type {type!r}")
+    try:
+        return model.model_validate(body)
+    except ValidationError as exc:
+        error = exc.errors(include_url=False)[0]
+        location = ".".join(str(part) for part in error["loc"]) or "<root>"
+        raise MalformedResultError(interceptor, f"invalid {type} result at {location}: {error['msg']}") from None
+
+
+def message_severities(result: ValidationResult) -> list[str]:
+    """Severities counted for the validation summary (§5.10)."""
+    if result.messages:
+        return [message.severity for message in result.messages]
+    if result.severity is not None:
+        return [result.severity]
+    return ["error"] if not result.valid else []

@@ -1,0 +1,223 @@
+"""The functions behind `audit tail/show/verify/export/keys`: open a store, print, return an exit code.
+
+`cli.py` parses arguments and calls these; nothing here parses argv. Exit codes: 0 fine, 1 the audit
+trail failed verification, 2 the store, record or key could not be read.
+"""
+
+from __future__ import annotations
+
+import sys
+import time
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import Any, Final, TextIO
+
+import orjson
+
+from mcp_interceptors.audit.records import AuditError
+from mcp_interceptors.audit.signing import (
+    DEFAULT_KEY_PATH,
+    PublicKey,
+    load_key,
+    read_public_keys,
+    rotate_key,
+)
+from mcp_interceptors.audit.store import RecordSource, Store, open_source, open_store
+from mcp_interceptors.audit.verify import verify_source
+
+EXIT_OK: Final = 0
+EXIT_FAILED: Final = 1
+EXIT_ERROR: Final = 2
+
+Target = str | Path
+
+
+def tail(
+    target: Target,
+    out: TextIO,
+    *,
+    limit: int = 20,
+    follow: bool = False,
+    as_json: bool = False,
+    poll_interval: float = 1.0,
+    should_stop: Callable[[], bool] = lambda: False,
+    err: TextIO = sys.stderr,
+) -> int:
+    """Print the last `limit` records; with `follow`, keep printing new ones until `should_stop()`."""
+    try:
+        store = open_store(target, create=False)
+    except AuditError as exc:
+        return _fail(err, exc)
+    try:
+        last_pos = 0
+        for pos, raw in store.tail(limit):
+            _print_record(out, raw, as_json)
+            last_pos = pos
+        while follow and not should_stop():
+            for pos, raw in store.iter_records(after_pos=last_pos):
+                _print_record(out, raw, as_json)
+                last_pos = pos
+            out.flush()
+            # Polling is the interface here: readers must not hold locks the writer needs.
+            time.sleep(poll_interval)
+    finally:
+        store.close()
+    return EXIT_OK
+
+
+def show(target: Target, record_id: str, out: TextIO, *, err: TextIO = sys.stderr) -> int:
+    """Print one record, and its compound receipt when the record closed a call."""
+    try:
+        store = open_store(target, create=False)
+    except AuditError as exc:
+        return _fail(err, exc)
+    try:
+        raw = store.get_record(record_id)
+        if raw is None:
+            return _fail(err, f"no audit record with id {record_id}")
+        document: dict[str, Any] = {"record": orjson.loads(raw)}
+        receipt = store.get_receipt(record_id)
+        if receipt is not None:
+            document["receipt"] = orjson.loads(receipt)
+        out.write(orjson.dumps(document, option=orjson.OPT_INDENT_2).decode() + "\n")
+    finally:
+        store.close()
+    return EXIT_OK
+
+
+def verify(
+    target: Target,
+    out: TextIO,
+    *,
+    trusted_keys: Sequence[Path] = (),
+    key_path: Path | None = DEFAULT_KEY_PATH,
+    max_findings: int = 20,
+    err: TextIO = sys.stderr,
+) -> int:
+    """Check every hash link, signature and receipt; name the first bad record and why (exit 1)."""
+    try:
+        trusted = _trust_anchors(trusted_keys, key_path)
+        source: RecordSource = open_source(target)
+    except (AuditError, OSError) as exc:
+        return _fail(err, exc)
+    try:
+        report = verify_source(source, trusted)
+    finally:
+        source.close()
+    for note in report.notes:
+        out.write(f"note: {note}\n")
+    counts = f"{report.records} records in {report.segments} segments, {report.receipts} receipts"
+    first = report.first
+    if first is None:
+        out.write(f"OK: {counts}\n")
+        return EXIT_OK
+    out.write(f"FAILED: {counts}\nfirst bad record: {first.record_id}: {first.problem.value}: {first.detail}\n")
+    for finding in report.findings[1:max_findings]:
+        out.write(f"  also: {finding}\n")
+    if len(report.findings) > max_findings:
+        out.write(f"  … and {len(report.findings) - max_findings} more\n")
+    return EXIT_FAILED
+
+
+def export_jsonl(target: Target, out: TextIO, *, err: TextIO = sys.stderr) -> int:
+    """Write every record (storage order) and then every receipt, one JSON object per line."""
+    try:
+        source = open_source(target)
+    except AuditError as exc:
+        return _fail(err, exc)
+    try:
+        for _, raw in source.iter_records():
+            out.write(raw.decode() + "\n")
+        for raw in source.iter_receipts():
+            out.write(raw.decode() + "\n")
+    finally:
+        source.close()
+    return EXIT_OK
+
+
+def keys(
+    target: Target | None,
+    out: TextIO,
+    *,
+    key_path: Path = DEFAULT_KEY_PATH,
+    rotate: bool = False,
+    export: bool = False,
+    err: TextIO = sys.stderr,
+) -> int:
+    """Show the local key (and rotate it), export trust anchors as JSON lines, or list the store's keys."""
+    try:
+        key = rotate_key(key_path) if rotate else load_key(key_path)
+    except AuditError as exc:
+        return _fail(err, exc)
+    if export:
+        for anchor in key.trusted().values():
+            out.write(orjson.dumps({"key_id": anchor.key_id, "public_key": anchor.public_key}).decode() + "\n")
+        return EXIT_OK
+    out.write(f"key file: {key_path.expanduser()}\n")
+    out.write(f"current key: {key.key_id} {key.public.public_key} (created {key.created_at})\n")
+    if key.endorsement is not None:
+        out.write(f"endorsed by: {key.endorsement.get('key_id')} at {key.endorsement.get('rotated_at')}\n")
+    for retired in key.retired:
+        out.write(f"retired key: {retired.key_id} {retired.public_key}\n")
+    if target is None:
+        return EXIT_OK
+    try:
+        store: Store = open_store(target, create=False)
+    except AuditError as exc:
+        return _fail(err, exc)
+    try:
+        seen = _store_keys(store)
+    finally:
+        store.close()
+    trusted = key.trusted()
+    for key_id, (public_key, segments) in seen.items():
+        status = "trusted" if trusted.get(key_id) == public_key else "not in the local key file"
+        out.write(f"store key: {key_id} {public_key.public_key} segments={segments} ({status})\n")
+    return EXIT_OK
+
+
+def _store_keys(source: RecordSource) -> dict[str, tuple[PublicKey, int]]:
+    seen: dict[str, tuple[PublicKey, int]] = {}
+    for _, raw in source.iter_records():
+        record = orjson.loads(raw)
+        if record.get("kind") != "segment":
+            continue
+        public = PublicKey.from_b64(str(record["body"]["public_key"]))
+        _, count = seen.get(public.key_id, (public, 0))
+        seen[public.key_id] = (public, count + 1)
+    return seen
+
+
+def _trust_anchors(trusted_keys: Sequence[Path], key_path: Path | None) -> dict[str, PublicKey] | None:
+    if trusted_keys:
+        anchors: dict[str, PublicKey] = {}
+        for path in trusted_keys:
+            anchors.update(read_public_keys(path))
+        return anchors
+    if key_path is not None and key_path.expanduser().exists():
+        return load_key(key_path).trusted()
+    return None
+
+
+def _print_record(out: TextIO, raw: bytes, as_json: bool) -> None:
+    if as_json:
+        out.write(raw.decode() + "\n")
+        return
+    record = orjson.loads(raw)
+    body = record.get("body") or {}
+    if record.get("kind") == "segment":
+        line = f"segment start  key={record.get('key_id')} prev={body.get('prev_record') or 'genesis'}"
+    else:
+        line = (
+            f"{body.get('event')} {body.get('phase')} {body.get('direction')}  "
+            f"{body.get('decision')}/{body.get('status')}  server={body.get('server')} "
+            f"session={body.get('session_id')} call={body.get('call_id')}"
+        )
+        if body.get("drift"):
+            line += "  DRIFT"
+    out.write(f"{body.get('time')}  {record.get('id')}  {line}\n")
+
+
+def _fail(err: TextIO, problem: object) -> int:
+    err.write(f"error: {problem}\n")
+    return EXIT_ERROR

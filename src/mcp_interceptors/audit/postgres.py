@@ -1,0 +1,192 @@
+"""The shared audit store: PostgreSQL through SQLAlchemy Core and psycopg 3, for several gateway replicas.
+
+Same tables as SQLite. Each replica's writer owns its own chain segment, so concurrent writers never
+contend on a chain head; `pos` (an identity column) gives the storage order verify walks.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Collection, Iterator, Sequence
+from typing import Any, Final
+
+from sqlalchemy import (
+    BigInteger,
+    Column,
+    Index,
+    Integer,
+    MetaData,
+    Table,
+    Text,
+    UniqueConstraint,
+    create_engine,
+    insert,
+    select,
+    text,
+)
+from sqlalchemy.engine import Engine
+from sqlalchemy.engine.url import make_url
+from sqlalchemy.exc import SQLAlchemyError
+
+from mcp_interceptors.audit.records import CallEnd
+from mcp_interceptors.audit.store import (
+    RECEIPTS_TABLE,
+    RECORDS_TABLE,
+    ReceiptRow,
+    RecordRow,
+    SegmentTail,
+    StoreError,
+)
+
+_SCHEMA_LOCK: Final = 0x6D637069  # "mcpi": serialises CREATE TABLE across replicas starting together
+_FETCH_SIZE: Final = 1000
+
+_metadata = MetaData()
+_pos = BigInteger().with_variant(Integer(), "sqlite")
+records_table = Table(
+    RECORDS_TABLE,
+    _metadata,
+    Column("pos", _pos, primary_key=True, autoincrement=True),
+    Column("id", Text, nullable=False, unique=True),
+    Column("segment_id", Text, nullable=False),
+    Column("seq", BigInteger, nullable=False),
+    Column("kind", Text, nullable=False),
+    Column("time", Text, nullable=False),
+    Column("key_id", Text, nullable=False),
+    Column("call_id", Text),
+    Column("phase", Text),
+    Column("hash", Text, nullable=False),
+    Column("record", Text, nullable=False),
+    UniqueConstraint("segment_id", "seq"),
+    Index(f"{RECORDS_TABLE}_call", "call_id"),
+    Index(f"{RECORDS_TABLE}_segments", "kind", "key_id"),
+)
+receipts_table = Table(
+    RECEIPTS_TABLE,
+    _metadata,
+    Column("pos", _pos, primary_key=True, autoincrement=True),
+    Column("id", Text, nullable=False, unique=True),
+    Column("call_id", Text, nullable=False),
+    Column("key_id", Text, nullable=False),
+    Column("hash", Text, nullable=False),
+    Column("receipt", Text, nullable=False),
+)
+
+
+def engine_url_for(url: str) -> str:
+    """Use psycopg 3 unless the URL names a driver: `postgresql://` → `postgresql+psycopg://`."""
+    parsed = make_url(url.replace("postgres://", "postgresql://", 1) if url.startswith("postgres://") else url)
+    if parsed.drivername == "postgresql":
+        parsed = parsed.set(drivername="postgresql+psycopg")
+    return parsed.render_as_string(hide_password=False)
+
+
+class PostgresStore:
+    """`Store` over SQLAlchemy Core. Written for PostgreSQL; any SQLAlchemy URL works for comparison."""
+
+    def __init__(self, url: str, *, create: bool = True) -> None:
+        self._engine: Engine = create_engine(engine_url_for(url), pool_size=2, max_overflow=2, pool_pre_ping=True)
+        self._is_postgres = self._engine.dialect.name == "postgresql"
+        try:
+            with self._engine.begin() as conn:
+                if create:
+                    if self._is_postgres:
+                        conn.execute(text("SELECT pg_advisory_xact_lock(:key)"), {"key": _SCHEMA_LOCK})
+                    _metadata.create_all(conn)
+                elif not self._engine.dialect.has_table(conn, RECORDS_TABLE):
+                    raise StoreError(f"no audit tables at {make_url(url).render_as_string()}")
+        except SQLAlchemyError as exc:
+            raise StoreError(f"cannot open the audit database: {exc}") from exc
+
+    def append(self, records: Sequence[RecordRow], receipts: Sequence[ReceiptRow]) -> None:
+        with self._engine.begin() as conn:
+            if self._is_postgres:
+                # Whatever the server default, an acknowledged batch must be on disk.
+                conn.execute(text("SET LOCAL synchronous_commit = on"))
+            conn.execute(insert(records_table), [_record_values(row) for row in records])
+            if receipts:
+                conn.execute(insert(receipts_table), [_receipt_values(row) for row in receipts])
+
+    def lineage_tail(self, key_ids: Collection[str]) -> SegmentTail | None:
+        if not key_ids:
+            return None
+        r = records_table.c
+        with self._engine.connect() as conn:
+            head = conn.execute(
+                select(r.segment_id, r.key_id)
+                .where(r.kind == "segment", r.key_id.in_(list(key_ids)))
+                .order_by(r.pos.desc())
+                .limit(1)
+            ).first()
+            if head is None:
+                return None
+            last = conn.execute(
+                select(r.id, r.seq, r.hash).where(r.segment_id == head.segment_id).order_by(r.seq.desc()).limit(1)
+            ).one()
+        return SegmentTail(head.segment_id, head.key_id, last.id, last.seq, last.hash)
+
+    def find_request(self, call_id: str) -> CallEnd | None:
+        r = records_table.c
+        query = (
+            select(r.id, r.hash, r.time)
+            .where(r.call_id == call_id, r.phase == "request")
+            .order_by(r.pos.desc())
+            .limit(1)
+        )
+        with self._engine.connect() as conn:
+            row = conn.execute(query).first()
+        return None if row is None else CallEnd(id=row.id, hash=row.hash, time=row.time)
+
+    def get_record(self, record_id: str) -> bytes | None:
+        return self._scalar(select(records_table.c.record).where(records_table.c.id == record_id))
+
+    def get_receipt(self, record_id: str) -> bytes | None:
+        return self._scalar(select(receipts_table.c.receipt).where(receipts_table.c.id == record_id))
+
+    def tail(self, limit: int) -> list[tuple[int, bytes]]:
+        r = records_table.c
+        with self._engine.connect() as conn:
+            rows = conn.execute(select(r.pos, r.record).order_by(r.pos.desc()).limit(limit)).all()
+        return [(int(row.pos), str(row.record).encode()) for row in reversed(rows)]
+
+    def iter_records(self, after_pos: int = 0) -> Iterator[tuple[int, bytes]]:
+        r = records_table.c
+        query = select(r.pos, r.record).where(r.pos > after_pos).order_by(r.pos)
+        for row in self._stream(query):
+            yield int(row.pos), str(row.record).encode()
+
+    def iter_receipts(self) -> Iterator[bytes]:
+        query = select(receipts_table.c.receipt).order_by(receipts_table.c.pos)
+        for row in self._stream(query):
+            yield str(row.receipt).encode()
+
+    def close(self) -> None:
+        self._engine.dispose()
+
+    def _scalar(self, query: Any) -> bytes | None:
+        with self._engine.connect() as conn:
+            value = conn.execute(query).scalar_one_or_none()
+        return None if value is None else str(value).encode()
+
+    def _stream(self, query: Any) -> Iterator[Any]:
+        with self._engine.connect() as conn:
+            result = conn.execution_options(yield_per=_FETCH_SIZE).execute(query)
+            yield from result
+
+
+def _record_values(row: RecordRow) -> dict[str, Any]:
+    return {
+        "id": row.id,
+        "segment_id": row.segment_id,
+        "seq": row.seq,
+        "kind": row.kind,
+        "time": row.time,
+        "key_id": row.key_id,
+        "call_id": row.call_id,
+        "phase": row.phase,
+        "hash": row.hash,
+        "record": row.json.decode(),
+    }
+
+
+def _receipt_values(row: ReceiptRow) -> dict[str, Any]:
+    return {"id": row.id, "call_id": row.call_id, "key_id": row.key_id, "hash": row.hash, "receipt": row.json.decode()}

@@ -1,0 +1,380 @@
+"""Pure audit records: a neutral decision input, RFC 8785 canonical JSON, hashes, JSON diffs and receipts.
+
+No IO, no clock, no keys: the writer above supplies time, segment and a signing function; verify reuses the
+same hashing. Canonical bytes come from orjson with RFC 8785's ordering and number rules (see
+`canonical_json`), cross-checked against the `rfc8785` package by the tests.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, replace
+from datetime import UTC, datetime
+from typing import Any, Final, Literal, get_args
+
+import orjson
+import rfc8785
+
+from mcp_interceptors.audit._diff import json_diff
+from mcp_interceptors.protocol.errors import InterceptorsError
+
+FORMAT_VERSION: Final = 1
+GENESIS_HASH: Final = "0" * 64
+
+Phase = Literal["request", "response"]
+Direction = Literal["sending", "receiving"]
+Decision = Literal["allow", "deny", "error"]
+Status = Literal["success", "validation_failed", "mutation_failed", "timeout", "upstream_error"]
+RecordKind = Literal["segment", "decision"]
+
+# Per-interceptor keys kept in a record; whole payloads never are (mutators keep a diff instead).
+_ENTRY_KEYS: Final = (
+    "name",
+    "type",
+    "mode",
+    "fail_open",
+    "valid",
+    "severity",
+    "messages",
+    "modified",
+    "duration_ms",
+    "error",
+)
+_MAX_SAFE_INT: Final = 2**53 - 1
+_UNSIGNED_FIELDS: Final = frozenset({"hash", "signature"})
+
+
+class AuditError(InterceptorsError):
+    """Root of the audit package's errors."""
+
+
+class CanonicalizationError(AuditError, ValueError):
+    """A value has no RFC 8785 form (NaN, infinity, a non-JSON type or a non-string key)."""
+
+
+@dataclass(frozen=True)
+class DecisionInput:
+    """What one interceptor chain decided, in plain values; the gateway fills it from its chain result.
+
+    `intent_payload` is the payload the chain approved, `executed_payload` the one actually dispatched;
+    either may be None (a denial dispatches nothing). `interceptors` holds one mapping per interceptor:
+    name, type, mode, valid, severity, messages, modified, duration_ms, error, and for mutators either
+    `payload_before` + `payload_after` or a ready `diff` (RFC 6902 operations).
+    """
+
+    timestamp: datetime
+    event: str
+    phase: Phase
+    direction: Direction
+    decision: Decision
+    status: Status
+    session_id: str | None = None
+    principal: Mapping[str, Any] | None = None
+    server: str | None = None
+    call_id: str | None = None
+    interceptors: Sequence[Mapping[str, Any]] = ()
+    intent_payload: Any = None
+    executed_payload: Any = None
+    error: Mapping[str, Any] | None = None
+
+    def __post_init__(self) -> None:
+        if self.timestamp.tzinfo is None:
+            raise ValueError("DecisionInput.timestamp must be timezone-aware (use datetime.now(UTC))")
+        for name, allowed in (
+            ("phase", Phase),
+            ("direction", Direction),
+            ("decision", Decision),
+            ("status", Status),
+        ):
+            value = getattr(self, name)
+            if value not in get_args(allowed):
+                raise ValueError(f"DecisionInput.{name}={value!r}; expected one of {get_args(allowed)}")
+
+
+@dataclass(frozen=True)
+class CallEnd:
+    """One side of a compound receipt: the record id, its hash and its time."""
+
+    id: str
+    hash: str
+    time: str
+
+    def to_dict(self) -> dict[str, str]:
+        return {"id": self.id, "hash": self.hash, "time": self.time}
+
+
+@dataclass(frozen=True)
+class PreparedEntry:
+    """A decision body already in canonical bytes (a snapshot: later mutation of inputs can't change it)."""
+
+    body: bytes
+    time: str
+    phase: Phase
+    call_id: str | None
+    opens_call: bool
+    closes_call: bool
+
+
+@dataclass(frozen=True)
+class SealedRecord:
+    """A linked and signed record: its id, hash, signature and the exact JSON to store."""
+
+    id: str
+    hash: str
+    signature: str
+    json: bytes
+
+
+# -- canonical JSON -------------------------------------------------------------------------------------
+
+
+def canonical_json(value: Any) -> bytes:
+    """RFC 8785 bytes for a JSON value; tuples count as arrays, integers beyond 2**53 as IEEE doubles."""
+    try:
+        return orjson.dumps(_prepare(value), option=orjson.OPT_SORT_KEYS)
+    except _AstralKeyError:
+        # orjson sorts keys by code point; RFC 8785 sorts by UTF-16 unit. They differ only past U+FFFF.
+        return _canonical_slow(value)
+    except orjson.JSONEncodeError as exc:
+        raise CanonicalizationError(str(exc)) from exc
+
+
+class _AstralKeyError(Exception):
+    pass
+
+
+def _prepare(value: Any) -> Any:
+    """Return `value` unchanged when orjson already emits RFC 8785 bytes for it, else a patched copy."""
+    kind = type(value)
+    if kind is str or kind is bool or value is None:
+        return value
+    if kind is int:
+        return value if -_MAX_SAFE_INT <= value <= _MAX_SAFE_INT else _number_fragment(float(value))
+    if kind is float:
+        return _number_fragment(value)
+    if kind is dict:
+        patched: dict[str, Any] | None = None
+        for key, item in value.items():
+            if type(key) is not str:
+                raise CanonicalizationError(f"object key {key!r} is not a string")
+            if not key.isascii() and max(key) > "\uffff":
+                raise _AstralKeyError
+            new = _prepare(item)
+            if new is not item:
+                patched = patched if patched is not None else dict(value)
+                patched[key] = new
+        return value if patched is None else patched
+    if kind is list or kind is tuple:
+        items: list[Any] | None = None
+        for index, item in enumerate(value):
+            new = _prepare(item)
+            if new is not item:
+                items = items if items is not None else list(value)
+                items[index] = new
+        return value if items is None else items
+    raise CanonicalizationError(f"{kind.__name__} is not a JSON value")
+
+
+def _number_fragment(number: float) -> orjson.Fragment:
+    try:
+        return orjson.Fragment(rfc8785.dumps(number))
+    except rfc8785.CanonicalizationError as exc:
+        raise CanonicalizationError(str(exc)) from exc
+
+
+def _coerce_big_ints(value: Any) -> Any:
+    if type(value) is int and not -_MAX_SAFE_INT <= value <= _MAX_SAFE_INT:
+        return float(value)
+    if isinstance(value, dict):
+        return {key: _coerce_big_ints(item) for key, item in value.items()}
+    if isinstance(value, list | tuple):
+        return [_coerce_big_ints(item) for item in value]
+    return value
+
+
+def _canonical_slow(value: Any) -> bytes:
+    try:
+        return rfc8785.dumps(_coerce_big_ints(value))
+    except rfc8785.CanonicalizationError as exc:
+        raise CanonicalizationError(str(exc)) from exc
+
+
+def sha256_hex(data: bytes) -> str:
+    return hashlib.sha256(data).hexdigest()
+
+
+def payload_hash(payload: Any) -> str | None:
+    """SHA-256 of the canonical payload, or None when there is no payload."""
+    return None if payload is None else sha256_hex(canonical_json(payload))
+
+
+def format_time(moment: datetime) -> str:
+    """RFC 3339 UTC with microseconds, e.g. `2026-09-01T10:00:00.000000Z`."""
+    return moment.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+
+
+# -- decision bodies ------------------------------------------------------------------------------------
+
+
+def entry_for(interceptor: Mapping[str, Any]) -> dict[str, Any]:
+    """One interceptor's result as stored: the whitelisted keys, and a diff instead of payloads."""
+    entry = {key: interceptor[key] for key in _ENTRY_KEYS if key in interceptor}
+    if "diff" in interceptor:
+        entry["diff"] = list(interceptor["diff"])
+    elif "payload_before" in interceptor and "payload_after" in interceptor:
+        entry["diff"] = json_diff(interceptor["payload_before"], interceptor["payload_after"])
+    return entry
+
+
+def drift_for(intent_hash: str | None, executed_hash: str | None) -> bool | None:
+    """True when the dispatched payload differs from the approved one; None when either is unknown."""
+    if intent_hash is None or executed_hash is None:
+        return None
+    return intent_hash != executed_hash
+
+
+def body_for(decision: DecisionInput) -> dict[str, Any]:
+    """The decision part of a record (everything the chain envelope does not add)."""
+    intent_hash = payload_hash(decision.intent_payload)
+    if decision.executed_payload is decision.intent_payload:
+        executed_hash = intent_hash
+    else:
+        executed_hash = payload_hash(decision.executed_payload)
+    return {
+        "time": format_time(decision.timestamp),
+        "session_id": decision.session_id,
+        "principal": None if decision.principal is None else dict(decision.principal),
+        "server": decision.server,
+        "event": decision.event,
+        "phase": decision.phase,
+        "direction": decision.direction,
+        "decision": decision.decision,
+        "status": decision.status,
+        "call_id": decision.call_id,
+        "interceptors": [entry_for(item) for item in decision.interceptors],
+        "intent_hash": intent_hash,
+        "executed_hash": executed_hash,
+        "drift": drift_for(intent_hash, executed_hash),
+        "error": None if decision.error is None else dict(decision.error),
+    }
+
+
+def prepare_entry(decision: DecisionInput) -> PreparedEntry:
+    """Canonicalise a decision body now, on the caller's side, so the writer only links and signs."""
+    body = body_for(decision)
+    is_request = decision.phase == "request"
+    has_call = decision.call_id is not None
+    return PreparedEntry(
+        body=canonical_json(body),
+        time=body["time"],
+        phase=decision.phase,
+        call_id=decision.call_id,
+        # A call ends with its response record, or at its request when the request was not allowed.
+        closes_call=has_call and (not is_request or decision.decision != "allow"),
+        opens_call=has_call and is_request and decision.decision == "allow",
+    )
+
+
+def segment_body_for(
+    *,
+    time: str,
+    public_key: str,
+    prev_record: str | None,
+    endorsement: Mapping[str, Any] | None,
+    writer: Mapping[str, Any],
+) -> dict[str, Any]:
+    """The body of a segment's first record: the key it is signed with and the record it continues."""
+    return {
+        "time": time,
+        "public_key": public_key,
+        "prev_record": prev_record,
+        "endorsement": None if endorsement is None else dict(endorsement),
+        "writer": dict(writer),
+    }
+
+
+# -- the chain envelope ---------------------------------------------------------------------------------
+
+
+def record_id_for(segment_id: str, seq: int) -> str:
+    return f"{segment_id}-{seq}"
+
+
+def seal_record(
+    *,
+    kind: RecordKind,
+    segment_id: str,
+    seq: int,
+    prev_hash: str,
+    key_id: str,
+    body: bytes,
+    sign: Callable[[bytes], str],
+) -> SealedRecord:
+    """Link a canonical body into the chain and sign it."""
+    unsigned = {
+        "v": FORMAT_VERSION,
+        "kind": kind,
+        "id": record_id_for(segment_id, seq),
+        "segment_id": segment_id,
+        "seq": seq,
+        "prev_hash": prev_hash,
+        "key_id": key_id,
+        "body": orjson.Fragment(body),
+    }
+    # Every envelope key is ASCII and every value an int or a string, so sorted orjson is RFC 8785 here.
+    digest = hashlib.sha256(orjson.dumps(unsigned, option=orjson.OPT_SORT_KEYS)).digest()
+    signature = sign(digest)
+    stored = orjson.dumps({**unsigned, "hash": digest.hex(), "signature": signature})
+    return SealedRecord(id=str(unsigned["id"]), hash=digest.hex(), signature=signature, json=stored)
+
+
+def hash_of(sealed: Mapping[str, Any]) -> str:
+    """Recompute a sealed record's or receipt's hash from its content (what verify compares)."""
+    unsigned = {key: value for key, value in sealed.items() if key not in _UNSIGNED_FIELDS}
+    return sha256_hex(canonical_json(unsigned))
+
+
+@dataclass(frozen=True)
+class CompoundReceipt:
+    """A signed receipt binding a call's request and response records; either side may be absent."""
+
+    id: str
+    call_id: str
+    key_id: str
+    request: CallEnd | None
+    response: CallEnd | None
+    hash: str
+    signature: str
+
+    def unsigned_dict(self) -> dict[str, Any]:
+        return {
+            "v": FORMAT_VERSION,
+            "kind": "receipt",
+            "id": self.id,
+            "call_id": self.call_id,
+            "key_id": self.key_id,
+            "request": None if self.request is None else self.request.to_dict(),
+            "response": None if self.response is None else self.response.to_dict(),
+        }
+
+    def to_dict(self) -> dict[str, Any]:
+        """The receipt as stored, exported and (later) handed to clients."""
+        return {**self.unsigned_dict(), "hash": self.hash, "signature": self.signature}
+
+
+def seal_receipt(
+    *,
+    call_id: str,
+    request: CallEnd | None,
+    response: CallEnd | None,
+    closing_id: str,
+    key_id: str,
+    sign: Callable[[bytes], str],
+) -> CompoundReceipt:
+    """Sign a compound receipt; its id is the id of the record that closed the call."""
+    draft = CompoundReceipt(
+        id=closing_id, call_id=call_id, key_id=key_id, request=request, response=response, hash="", signature=""
+    )
+    digest = hashlib.sha256(canonical_json(draft.unsigned_dict())).digest()
+    return replace(draft, hash=digest.hex(), signature=sign(digest))

@@ -1,0 +1,176 @@
+"""The default audit store: one SQLite file in WAL mode, written through `sqlite3` directly.
+
+One transaction per batch (`BEGIN IMMEDIATE` … `COMMIT`); with `synchronous=FULL` the commit fsyncs the
+WAL, so an acknowledged batch survives a process kill and a power loss. Readers (the commands) use their
+own connections and never block the writer.
+"""
+
+from __future__ import annotations
+
+import sqlite3
+import threading
+from collections.abc import Collection, Iterator, Sequence
+from pathlib import Path
+from typing import Any, Literal
+
+from mcp_interceptors.audit.records import CallEnd
+from mcp_interceptors.audit.store import (
+    RECEIPTS_TABLE,
+    RECORDS_TABLE,
+    ReceiptRow,
+    RecordRow,
+    SegmentTail,
+    StoreError,
+)
+
+Synchronous = Literal["FULL", "NORMAL"]
+
+_SCHEMA = f"""
+CREATE TABLE IF NOT EXISTS {RECORDS_TABLE} (
+    pos INTEGER PRIMARY KEY,
+    id TEXT NOT NULL UNIQUE,
+    segment_id TEXT NOT NULL,
+    seq INTEGER NOT NULL,
+    kind TEXT NOT NULL,
+    time TEXT NOT NULL,
+    key_id TEXT NOT NULL,
+    call_id TEXT,
+    phase TEXT,
+    hash TEXT NOT NULL,
+    record TEXT NOT NULL,
+    UNIQUE (segment_id, seq)
+);
+CREATE INDEX IF NOT EXISTS {RECORDS_TABLE}_call ON {RECORDS_TABLE} (call_id) WHERE call_id IS NOT NULL;
+CREATE INDEX IF NOT EXISTS {RECORDS_TABLE}_segments ON {RECORDS_TABLE} (kind, key_id) WHERE kind = 'segment';
+CREATE TABLE IF NOT EXISTS {RECEIPTS_TABLE} (
+    pos INTEGER PRIMARY KEY,
+    id TEXT NOT NULL UNIQUE,
+    call_id TEXT NOT NULL,
+    key_id TEXT NOT NULL,
+    hash TEXT NOT NULL,
+    receipt TEXT NOT NULL
+);
+"""
+_INSERT_RECORD = (
+    f"INSERT INTO {RECORDS_TABLE} (id, segment_id, seq, kind, time, key_id, call_id, phase, hash, record)"
+    " VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)"
+)
+_INSERT_RECEIPT = f"INSERT INTO {RECEIPTS_TABLE} (id, call_id, key_id, hash, receipt) VALUES (?, ?, ?, ?, ?)"
+_FETCH_SIZE = 1000
+
+
+class SqliteStore:
+    """`Store` over one SQLite file. Safe to share across threads; calls are serialised by a lock."""
+
+    def __init__(self, path: Path, *, create: bool = True, synchronous: Synchronous = "FULL") -> None:
+        if not create and not path.exists():
+            raise StoreError(f"audit database {path} does not exist")
+        if create:
+            path.parent.mkdir(parents=True, exist_ok=True)
+        self.path = path
+        self._lock = threading.Lock()
+        self._conn = sqlite3.connect(path, isolation_level=None, check_same_thread=False, timeout=30.0)
+        self._conn.execute("PRAGMA busy_timeout = 30000")
+        self._conn.execute(f"PRAGMA synchronous = {synchronous}")
+        if create:
+            # WAL is a property of the file: set once, readers that open it later inherit it.
+            self._conn.execute("PRAGMA journal_mode = WAL")
+            self._conn.executescript(_SCHEMA)
+
+    def append(self, records: Sequence[RecordRow], receipts: Sequence[ReceiptRow]) -> None:
+        with self._lock:
+            self._conn.execute("BEGIN IMMEDIATE")
+            try:
+                self._conn.executemany(
+                    _INSERT_RECORD,
+                    [
+                        (
+                            r.id,
+                            r.segment_id,
+                            r.seq,
+                            r.kind,
+                            r.time,
+                            r.key_id,
+                            r.call_id,
+                            r.phase,
+                            r.hash,
+                            r.json.decode(),
+                        )
+                        for r in records
+                    ],
+                )
+                self._conn.executemany(
+                    _INSERT_RECEIPT, [(r.id, r.call_id, r.key_id, r.hash, r.json.decode()) for r in receipts]
+                )
+            except BaseException:
+                self._conn.execute("ROLLBACK")
+                raise
+            self._conn.execute("COMMIT")
+
+    def lineage_tail(self, key_ids: Collection[str]) -> SegmentTail | None:
+        if not key_ids:
+            return None
+        marks = ", ".join("?" for _ in key_ids)
+        with self._lock:
+            head = self._conn.execute(
+                f"SELECT segment_id, key_id FROM {RECORDS_TABLE}"
+                f" WHERE kind = 'segment' AND key_id IN ({marks}) ORDER BY pos DESC LIMIT 1",
+                list(key_ids),
+            ).fetchone()
+            if head is None:
+                return None
+            last = self._conn.execute(
+                f"SELECT id, seq, hash FROM {RECORDS_TABLE} WHERE segment_id = ? ORDER BY seq DESC LIMIT 1",
+                (head[0],),
+            ).fetchone()
+        return SegmentTail(segment_id=head[0], key_id=head[1], record_id=last[0], seq=last[1], hash=last[2])
+
+    def find_request(self, call_id: str) -> CallEnd | None:
+        with self._lock:
+            row = self._conn.execute(
+                f"SELECT id, hash, time FROM {RECORDS_TABLE}"
+                " WHERE call_id = ? AND phase = 'request' ORDER BY pos DESC LIMIT 1",
+                (call_id,),
+            ).fetchone()
+        return None if row is None else CallEnd(id=row[0], hash=row[1], time=row[2])
+
+    def get_record(self, record_id: str) -> bytes | None:
+        return self._one(f"SELECT record FROM {RECORDS_TABLE} WHERE id = ?", record_id)
+
+    def get_receipt(self, record_id: str) -> bytes | None:
+        return self._one(f"SELECT receipt FROM {RECEIPTS_TABLE} WHERE id = ?", record_id)
+
+    def tail(self, limit: int) -> list[tuple[int, bytes]]:
+        with self._lock:
+            rows = self._conn.execute(
+                f"SELECT pos, record FROM {RECORDS_TABLE} ORDER BY pos DESC LIMIT ?", (limit,)
+            ).fetchall()
+        return [(pos, text.encode()) for pos, text in reversed(rows)]
+
+    def iter_records(self, after_pos: int = 0) -> Iterator[tuple[int, bytes]]:
+        query = f"SELECT pos, record FROM {RECORDS_TABLE} WHERE pos > ? ORDER BY pos"
+        for pos, text in self._stream(query, (after_pos,)):
+            yield pos, text.encode()
+
+    def iter_receipts(self) -> Iterator[bytes]:
+        for (text,) in self._stream(f"SELECT receipt FROM {RECEIPTS_TABLE} ORDER BY pos", ()):
+            yield text.encode()
+
+    def close(self) -> None:
+        with self._lock:
+            self._conn.close()
+
+    def _one(self, query: str, key: str) -> bytes | None:
+        with self._lock:
+            row = self._conn.execute(query, (key,)).fetchone()
+        return None if row is None else str(row[0]).encode()
+
+    def _stream(self, query: str, params: tuple[object, ...]) -> Iterator[Any]:
+        # A separate read connection, so a long export never holds the writer's lock.
+        conn = sqlite3.connect(self.path, isolation_level=None, timeout=30.0)
+        try:
+            cursor = conn.execute(query, params)
+            while rows := cursor.fetchmany(_FETCH_SIZE):
+                yield from rows
+        finally:
+            conn.close()

@@ -1,0 +1,157 @@
+"""The storage seam: what the writer and the commands need from an audit store, and `open_store`.
+
+`sqlite.py` and `postgres.py` implement `Store`; `JsonlSource` reads an export for offline checks. Stores
+are synchronous: the writer calls them from a worker thread, the commands call them directly.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Collection, Iterator, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Protocol, runtime_checkable
+
+import orjson
+
+from mcp_interceptors.audit.records import AuditError, CallEnd
+
+RECORDS_TABLE = "audit_records"
+RECEIPTS_TABLE = "audit_receipts"
+
+
+class StoreError(AuditError):
+    """The store is missing, unreadable, or refused a write."""
+
+
+@dataclass(frozen=True)
+class RecordRow:
+    """One record as the store keeps it: the exact JSON plus the columns it is looked up by."""
+
+    id: str
+    segment_id: str
+    seq: int
+    kind: str
+    time: str
+    key_id: str
+    call_id: str | None
+    phase: str | None
+    hash: str
+    json: bytes
+
+
+@dataclass(frozen=True)
+class ReceiptRow:
+    id: str
+    call_id: str
+    key_id: str
+    hash: str
+    json: bytes
+
+
+@dataclass(frozen=True)
+class SegmentTail:
+    """The last record of a segment, which a new segment of the same key lineage links to."""
+
+    segment_id: str
+    key_id: str
+    record_id: str
+    seq: int
+    hash: str
+
+
+@runtime_checkable
+class RecordSource(Protocol):
+    """Read access, enough for verify and export: records in storage order, then receipts."""
+
+    def iter_records(self, after_pos: int = 0) -> Iterator[tuple[int, bytes]]:
+        """(pos, record JSON) in storage (commit) order, starting after `after_pos`."""
+        ...
+
+    def iter_receipts(self) -> Iterator[bytes]: ...
+
+    def close(self) -> None: ...
+
+
+@runtime_checkable
+class Store(RecordSource, Protocol):
+    """A durable audit store. `append` returns only once the batch is committed and synced."""
+
+    def append(self, records: Sequence[RecordRow], receipts: Sequence[ReceiptRow]) -> None: ...
+
+    def lineage_tail(self, key_ids: Collection[str]) -> SegmentTail | None:
+        """The last record of the most recently started segment signed by one of `key_ids`."""
+        ...
+
+    def find_request(self, call_id: str) -> CallEnd | None:
+        """The latest request-phase record of `call_id`, for a compound receipt."""
+        ...
+
+    def get_record(self, record_id: str) -> bytes | None: ...
+
+    def get_receipt(self, record_id: str) -> bytes | None: ...
+
+    def tail(self, limit: int) -> list[tuple[int, bytes]]:
+        """The last `limit` records in storage order."""
+        ...
+
+
+class JsonlSource:
+    """A read-only source over `audit export --jsonl` output (records first, then receipts)."""
+
+    def __init__(self, path: Path) -> None:
+        if not path.exists():
+            raise StoreError(f"audit export {path} does not exist")
+        self._path = path
+
+    def _lines(self) -> Iterator[bytes]:
+        with self._path.open("rb") as handle:
+            for line in handle:
+                if line.strip():
+                    yield line.rstrip(b"\r\n")
+
+    def iter_records(self, after_pos: int = 0) -> Iterator[tuple[int, bytes]]:
+        pos = 0
+        for line in self._lines():
+            if _kind_of(line) == "receipt":
+                continue
+            pos += 1
+            if pos > after_pos:
+                yield pos, line
+
+    def iter_receipts(self) -> Iterator[bytes]:
+        return (line for line in self._lines() if _kind_of(line) == "receipt")
+
+    def close(self) -> None:
+        pass
+
+
+def _kind_of(line: bytes) -> object:
+    try:
+        data = orjson.loads(line)
+    except orjson.JSONDecodeError:
+        return None
+    return data.get("kind") if isinstance(data, dict) else None
+
+
+def is_postgres_url(target: str | Path) -> bool:
+    return isinstance(target, str) and target.startswith(("postgresql:", "postgresql+", "postgres:"))
+
+
+def open_store(target: str | Path, *, create: bool = True) -> Store:
+    """A `postgresql://` URL opens PostgreSQL; a path or `sqlite:///path` opens SQLite."""
+    if is_postgres_url(target):
+        from mcp_interceptors.audit.postgres import PostgresStore
+
+        return PostgresStore(str(target), create=create)
+    from mcp_interceptors.audit.sqlite import SqliteStore
+
+    text = str(target)
+    path = Path(text.removeprefix("sqlite:///")) if text.startswith("sqlite:///") else Path(text)
+    return SqliteStore(path.expanduser(), create=create)
+
+
+def open_source(target: str | Path) -> RecordSource:
+    """Like `open_store` without creating anything; a `.jsonl` path reads an export."""
+    if not is_postgres_url(target) and str(target).endswith(".jsonl"):
+        return JsonlSource(Path(target).expanduser())
+    return open_store(target, create=False)

@@ -1,0 +1,325 @@
+"""Verification: walk every record and receipt, check hashes, signatures, sequence and links, and name
+the first bad record with why (edited, deleted, reordered, forged, broken link).
+
+Works on any `RecordSource` (a live store or a JSONL export); needs the trusted public keys, nothing else.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+from enum import StrEnum
+from typing import Any
+
+import orjson
+
+from mcp_interceptors.audit.records import FORMAT_VERSION, GENESIS_HASH, hash_of, record_id_for
+from mcp_interceptors.audit.signing import PublicKey, is_endorsed_by
+from mcp_interceptors.audit.store import RecordSource
+
+
+class Problem(StrEnum):
+    EDITED = "edited"  # content no longer matches its hash
+    DELETED = "deleted"  # a sequence number, a linked record or a receipt is missing
+    REORDERED = "reordered"  # a record is stored out of sequence, or appears twice
+    FORGED = "forged"  # bad signature, unknown key, or a key change nobody endorsed
+    BROKEN_LINK = "broken_link"  # validly signed but prev_hash does not match what it follows
+
+
+@dataclass(frozen=True)
+class Finding:
+    record_id: str
+    problem: Problem
+    detail: str
+    position: int
+
+    def __str__(self) -> str:
+        return f"{self.record_id}: {self.problem.value}: {self.detail}"
+
+
+@dataclass(frozen=True)
+class VerifyReport:
+    records: int
+    segments: int
+    receipts: int
+    findings: tuple[Finding, ...]
+    notes: tuple[str, ...] = ()
+
+    @property
+    def ok(self) -> bool:
+        return not self.findings
+
+    @property
+    def first(self) -> Finding | None:
+        return self.findings[0] if self.findings else None
+
+
+@dataclass
+class _Gap:
+    """Sequence numbers skipped before a record: deleted, unless they turn up later (reordered)."""
+
+    position: int
+    record_id: str
+    missing: set[int]
+    reordered: bool = False
+
+
+@dataclass
+class _Segment:
+    segment_id: str
+    key: PublicKey | None = None
+    header: dict[str, Any] | None = None
+    header_position: int = 0
+    expected_seq: int = 0
+    last_hash: str | None = None
+    gaps: list[_Gap] = field(default_factory=list)
+
+
+class _Walk:
+    """One pass over the records in storage order; link and trust checks run when the pass ends."""
+
+    def __init__(self, trusted: Mapping[str, PublicKey] | None) -> None:
+        self.trusted = trusted
+        self.segments: dict[str, _Segment] = {}
+        self.hashes: dict[str, str] = {}
+        self.findings: list[tuple[int, Finding | _Gap]] = []
+        self.flagged: set[int] = set()
+        self.closing: dict[str, tuple[int, str]] = {}
+        self.count = 0
+        self._trust_memo: dict[str, bool] = {}
+        self._keys: dict[str, PublicKey] | None = None
+
+    def flag(self, position: int, record_id: str, problem: Problem, detail: str) -> None:
+        if position not in self.flagged:
+            self.flagged.add(position)
+            self.findings.append((position, Finding(record_id, problem, detail, position)))
+
+    def record(self, position: int, raw: bytes) -> None:
+        self.count += 1
+        try:
+            record = orjson.loads(raw)
+            record_id, segment_id, seq = str(record["id"]), str(record["segment_id"]), int(record["seq"])
+            claimed = str(record["hash"])
+        except (orjson.JSONDecodeError, KeyError, TypeError, ValueError):
+            self.flag(position, f"#{position}", Problem.EDITED, "not a well-formed audit record")
+            return
+        if record.get("v") != FORMAT_VERSION or record_id != record_id_for(segment_id, seq):
+            self.flag(position, record_id, Problem.EDITED, "envelope fields are inconsistent")
+        elif hash_of(record) != claimed:
+            self.flag(position, record_id, Problem.EDITED, "content does not match its hash")
+        self.hashes.setdefault(record_id, claimed)
+        segment = self.segments.setdefault(segment_id, _Segment(segment_id))
+        if seq == 0 and record.get("kind") == "segment":
+            self._header(position, record, segment)
+        self._sequence(position, record, segment, seq)
+        self._signature(position, record, segment)
+        self._note_call(position, record)
+
+    def _header(self, position: int, record: dict[str, Any], segment: _Segment) -> None:
+        body = record.get("body") or {}
+        try:
+            key = PublicKey.from_b64(str(body["public_key"]))
+        except (KeyError, ValueError):
+            self.flag(position, record["id"], Problem.EDITED, "segment header has no valid public key")
+            return
+        if key.key_id != record.get("key_id"):
+            self.flag(position, record["id"], Problem.FORGED, "header key id does not match its public key")
+            return
+        segment.key, segment.header, segment.header_position = key, record, position
+
+    def _sequence(self, position: int, record: dict[str, Any], segment: _Segment, seq: int) -> None:
+        record_id, prev_hash = record["id"], record.get("prev_hash")
+        if seq == segment.expected_seq:
+            if seq > 0 and prev_hash != segment.last_hash:
+                detail = f"prev_hash does not match record {record_id_for(segment.segment_id, seq - 1)}"
+                self.flag(position, record_id, Problem.BROKEN_LINK, detail)
+        elif seq > segment.expected_seq:
+            gap = _Gap(position, record_id, set(range(segment.expected_seq, seq)))
+            segment.gaps.append(gap)
+            self.flagged.add(position)
+            self.findings.append((position, gap))
+        else:
+            for gap in segment.gaps:
+                if seq in gap.missing:
+                    gap.missing.discard(seq)
+                    gap.reordered = True
+                    return
+            self.flag(position, record_id, Problem.REORDERED, f"seq {seq} appears twice in its segment")
+            return
+        segment.expected_seq, segment.last_hash = seq + 1, str(record["hash"])
+
+    def _signature(self, position: int, record: dict[str, Any], segment: _Segment) -> None:
+        key_id = record.get("key_id")
+        key = segment.key
+        if key is None:
+            key = (self.trusted or {}).get(str(key_id))
+        if key is None:
+            self.flag(position, record["id"], Problem.FORGED, f"signed by unknown key id {key_id}")
+        elif key.key_id != key_id:
+            self.flag(position, record["id"], Problem.FORGED, f"key id {key_id} is not its segment's key {key.key_id}")
+        elif not _signature_ok(key, record):
+            self.flag(position, record["id"], Problem.FORGED, "signature does not verify")
+
+    def _note_call(self, position: int, record: dict[str, Any]) -> None:
+        body = record.get("body")
+        if record.get("kind") != "decision" or not isinstance(body, dict) or body.get("call_id") is None:
+            return
+        if body.get("phase") == "response" or body.get("decision") != "allow":
+            self.closing[record["id"]] = (position, str(body["call_id"]))
+
+    # -- after the pass -------------------------------------------------------------------------------
+
+    def finish_segments(self) -> None:
+        for segment in self.segments.values():
+            if segment.header is None:
+                continue
+            self._link(segment)
+            self._endorsement(segment)
+            if segment.key is not None and not self._is_trusted(segment, set()):
+                header = segment.header
+                self.flag(
+                    segment.header_position,
+                    header["id"],
+                    Problem.FORGED,
+                    f"key {segment.key.key_id} is neither trusted nor endorsed by the key it rotates from",
+                )
+
+    def _link(self, segment: _Segment) -> None:
+        header = segment.header
+        assert header is not None
+        prev_record = (header.get("body") or {}).get("prev_record")
+        position, record_id = segment.header_position, header["id"]
+        if prev_record is None:
+            if header.get("prev_hash") != GENESIS_HASH:
+                self.flag(position, record_id, Problem.BROKEN_LINK, "first segment does not start at genesis")
+        elif prev_record not in self.hashes:
+            self.flag(position, record_id, Problem.DELETED, f"links to record {prev_record}, which is missing")
+        elif self.hashes[prev_record] != header.get("prev_hash"):
+            self.flag(position, record_id, Problem.BROKEN_LINK, f"prev_hash does not match record {prev_record}")
+
+    def _endorsement(self, segment: _Segment) -> None:
+        header = segment.header
+        assert header is not None
+        endorsement = (header.get("body") or {}).get("endorsement")
+        previous = self._predecessor(segment)
+        if endorsement is None or segment.key is None or previous is None or previous.key is None:
+            return
+        if not isinstance(endorsement, dict) or not is_endorsed_by(endorsement, segment.key, previous.key):
+            detail = f"rotation endorsement by key {previous.key.key_id} does not verify"
+            self.flag(segment.header_position, header["id"], Problem.FORGED, detail)
+
+    def _predecessor(self, segment: _Segment) -> _Segment | None:
+        prev_record = ((segment.header or {}).get("body") or {}).get("prev_record")
+        if not isinstance(prev_record, str):
+            return None
+        return self.segments.get(prev_record.rsplit("-", 1)[0])
+
+    def _is_trusted(self, segment: _Segment, visiting: set[str]) -> bool:
+        key = segment.key
+        if key is None or segment.segment_id in visiting:
+            return False
+        if segment.segment_id in self._trust_memo:
+            return self._trust_memo[segment.segment_id]
+        visiting.add(segment.segment_id)
+        previous = self._predecessor(segment)
+        endorsement = ((segment.header or {}).get("body") or {}).get("endorsement")
+        if self.trusted is not None and key.key_id in self.trusted:
+            trusted = self.trusted[key.key_id] == key
+        elif previous is None or previous.key is None:
+            trusted = self.trusted is None and previous is None  # trust on first use, genesis only
+        elif previous.key == key:
+            trusted = self._is_trusted(previous, visiting)
+        else:
+            trusted = (
+                isinstance(endorsement, dict)
+                and is_endorsed_by(endorsement, key, previous.key)
+                and self._is_trusted(previous, visiting)
+            )
+        self._trust_memo[segment.segment_id] = trusted
+        return trusted
+
+    def receipt(self, position: int, raw: bytes, seen: set[str]) -> None:
+        try:
+            receipt = orjson.loads(raw)
+            receipt_id, claimed = str(receipt["id"]), str(receipt["hash"])
+        except (orjson.JSONDecodeError, KeyError, TypeError):
+            self.flag(position, f"receipt#{position}", Problem.EDITED, "not a well-formed receipt")
+            return
+        name = f"receipt:{receipt_id}"
+        seen.add(receipt_id)
+        if hash_of(receipt) != claimed:
+            self.flag(position, name, Problem.EDITED, "content does not match its hash")
+            return
+        key = self.known_keys().get(str(receipt.get("key_id")))
+        if key is None:
+            self.flag(position, name, Problem.FORGED, f"signed by unknown key id {receipt.get('key_id')}")
+            return
+        if not _signature_ok(key, receipt):
+            self.flag(position, name, Problem.FORGED, "signature does not verify")
+            return
+        for side in ("request", "response"):
+            end = receipt.get(side)
+            if not isinstance(end, dict):
+                continue
+            stored = self.hashes.get(str(end.get("id")))
+            if stored is None:
+                self.flag(position, name, Problem.DELETED, f"its {side} record {end.get('id')} is missing")
+            elif stored != end.get("hash"):
+                self.flag(position, name, Problem.EDITED, f"its {side} record {end.get('id')} has another hash")
+
+    def known_keys(self) -> dict[str, PublicKey]:
+        if self._keys is None:
+            self._keys = dict(self.trusted or {})
+            self._keys.update({s.key.key_id: s.key for s in self.segments.values() if s.key is not None})
+        return self._keys
+
+    def missing_receipts(self, seen: set[str]) -> None:
+        for record_id, (position, call_id) in self.closing.items():
+            if record_id not in seen:
+                self.flag(position, record_id, Problem.DELETED, f"the compound receipt of call {call_id} is missing")
+
+    def result(self) -> tuple[Finding, ...]:
+        resolved: list[Finding] = []
+        for position, item in sorted(self.findings, key=lambda pair: pair[0]):
+            if isinstance(item, Finding):
+                resolved.append(item)
+            elif item.missing or not item.reordered:
+                seqs = ", ".join(str(seq) for seq in sorted(item.missing))
+                resolved.append(Finding(item.record_id, Problem.DELETED, f"seq {seqs} missing before it", position))
+            else:
+                detail = "stored before records that precede it in its segment"
+                resolved.append(Finding(item.record_id, Problem.REORDERED, detail, position))
+        return tuple(resolved)
+
+
+def _signature_ok(key: PublicKey, sealed: Mapping[str, Any]) -> bool:
+    try:
+        digest = bytes.fromhex(str(sealed["hash"]))
+    except (KeyError, ValueError):
+        return False
+    return key.verify(str(sealed.get("signature", "")), digest)
+
+
+def verify_records(
+    records: Iterable[tuple[int, bytes]],
+    receipts: Iterable[bytes],
+    trusted: Mapping[str, PublicKey] | None = None,
+) -> VerifyReport:
+    """Check records (in storage order) and receipts. `trusted=None` trusts genesis keys on first use."""
+    walk = _Walk(trusted)
+    position = 0
+    for position, (_, raw) in enumerate(records):
+        walk.record(position, raw)
+    walk.finish_segments()
+    seen: set[str] = set()
+    receipt_count = 0
+    for offset, raw in enumerate(receipts):
+        walk.receipt(position + 1 + offset, raw, seen)
+        receipt_count += 1
+    walk.missing_receipts(seen)
+    notes = () if trusted is not None else ("no trusted keys given: genesis segment keys were trusted on first use",)
+    return VerifyReport(walk.count, len(walk.segments), receipt_count, walk.result(), notes)
+
+
+def verify_source(source: RecordSource, trusted: Mapping[str, PublicKey] | None = None) -> VerifyReport:
+    return verify_records(source.iter_records(), source.iter_receipts(), trusted)

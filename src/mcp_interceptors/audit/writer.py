@@ -1,0 +1,327 @@
+"""The single audit writer task: links, signs and group-commits records; `append` returns once durable.
+
+Callers canonicalise their decision on their own task, queue it, and wait. The writer takes everything
+queued while the previous commit was in flight as the next batch: one transaction and one fsync per batch.
+It owns one chain segment, opened (and made durable) before `task_status.started()`.
+"""
+
+from __future__ import annotations
+
+import os
+import socket
+import uuid
+from collections import OrderedDict
+from collections.abc import AsyncIterator, Mapping, Sequence
+from contextlib import asynccontextmanager
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from typing import Any
+
+import anyio
+import anyio.abc
+import orjson
+
+from mcp_interceptors.audit.records import (
+    GENESIS_HASH,
+    AuditError,
+    CallEnd,
+    CompoundReceipt,
+    DecisionInput,
+    PreparedEntry,
+    canonical_json,
+    format_time,
+    prepare_entry,
+    seal_receipt,
+    seal_record,
+    segment_body_for,
+)
+from mcp_interceptors.audit.signing import SigningKey
+from mcp_interceptors.audit.store import ReceiptRow, RecordRow, Store
+
+
+class AuditWriteError(AuditError):
+    """The record was not made durable: the writer is not running or the store refused the batch."""
+
+
+@dataclass(frozen=True)
+class AuditReceipt:
+    """Proof that a record is durable: its id, hash, signature and key id, plus a compound receipt
+    when the record closed a call (a response, or a request that was not allowed)."""
+
+    id: str
+    hash: str
+    signature: str
+    key_id: str
+    compound: CompoundReceipt | None = None
+
+
+@dataclass
+class WriterStats:
+    """Counters to assert on: records acknowledged, transactions committed, and batch sizes."""
+
+    records: int = 0
+    batches: int = 0
+    largest_batch: int = 0
+    failed_batches: int = 0
+
+    @property
+    def mean_batch(self) -> float:
+        return self.records / self.batches if self.batches else 0.0
+
+
+@dataclass(eq=False)
+class _Pending:
+    entry: PreparedEntry
+    done: anyio.Event = field(default_factory=anyio.Event)
+    receipt: AuditReceipt | None = None
+    error: Exception | None = None
+
+
+class AuditWriter:
+    """Start with `await task_group.start(writer.run)`; then `await writer.append(decision)` from any task."""
+
+    def __init__(
+        self,
+        store: Store,
+        key: SigningKey,
+        *,
+        max_batch: int = 512,
+        queue_size: int = 8192,
+        flush_timeout: float = 5.0,
+        open_calls_limit: int = 100_000,
+    ) -> None:
+        self.store = store
+        self.key = key
+        self.segment_id = uuid.uuid4().hex
+        self.stats = WriterStats()
+        self._max_batch = max_batch
+        self._flush_timeout = flush_timeout
+        self._open_calls_limit = open_calls_limit
+        self._send, self._receive = anyio.create_memory_object_stream[_Pending](max_buffer_size=queue_size)
+        self._seq = -1
+        self._prev_hash = GENESIS_HASH
+        self._open_calls: OrderedDict[str, CallEnd] = OrderedDict()
+        self._started = False
+        self._stopped = anyio.Event()
+
+    async def append(self, decision: DecisionInput) -> AuditReceipt:
+        """Record one chain decision; returns once it is committed and synced (raises `AuditWriteError`
+        if it is not). Cancelling the caller does not withdraw a record already queued."""
+        if not self._started:
+            raise AuditWriteError("the audit writer is not running; start it with `await tg.start(writer.run)`")
+        pending = _Pending(prepare_entry(decision))
+        try:
+            await self._send.send(pending)
+        except (anyio.ClosedResourceError, anyio.BrokenResourceError) as exc:
+            raise AuditWriteError("the audit writer has stopped; the record was not written") from exc
+        await pending.done.wait()
+        if pending.error is not None:
+            raise AuditWriteError(f"audit record not written: {pending.error}") from pending.error
+        assert pending.receipt is not None  # set together with `done`
+        return pending.receipt
+
+    async def run(self, *, task_status: anyio.abc.TaskStatus[str] = anyio.TASK_STATUS_IGNORED) -> None:
+        """Open this writer's segment, then commit batches until `aclose()` or cancellation."""
+        try:
+            await anyio.to_thread.run_sync(self._open_segment)
+            self._started = True
+            task_status.started(self.segment_id)
+            while batch := await self._next_batch():
+                await self._commit(batch)
+        finally:
+            # Flush what callers already queued: shielded from our cancellation, bounded by our deadline.
+            with anyio.CancelScope(shield=True), anyio.move_on_after(self._flush_timeout):
+                while batch := self._queued_batch():
+                    await self._commit(batch)
+            self._send.close()
+            for pending in self._queued_all():
+                pending.error = AuditWriteError("the audit writer stopped before this record was flushed")
+                pending.done.set()
+            self._receive.close()
+            self._stopped.set()
+
+    async def aclose(self) -> None:
+        """Stop accepting records, flush the queue and wait for `run` to return."""
+        self._send.close()
+        if self._started:
+            await self._stopped.wait()
+
+    # -- the loop -----------------------------------------------------------------------------------
+
+    async def _next_batch(self) -> list[_Pending]:
+        try:
+            first = await self._receive.receive()
+        except anyio.EndOfStream:
+            return []
+        return [first, *self._queued_batch(self._max_batch - 1)]
+
+    def _queued_batch(self, limit: int | None = None) -> list[_Pending]:
+        batch: list[_Pending] = []
+        limit = self._max_batch if limit is None else limit
+        while len(batch) < limit:
+            try:
+                batch.append(self._receive.receive_nowait())
+            except (anyio.WouldBlock, anyio.EndOfStream, anyio.ClosedResourceError):
+                break
+        return batch
+
+    def _queued_all(self) -> list[_Pending]:
+        leftovers: list[_Pending] = []
+        while batch := self._queued_batch():
+            leftovers.extend(batch)
+        return leftovers
+
+    async def _commit(self, batch: list[_Pending]) -> None:
+        # Shielded: once a batch is in the thread it commits, and its callers must hear about it.
+        with anyio.CancelScope(shield=True):
+            try:
+                receipts = await anyio.to_thread.run_sync(self._write_batch, [p.entry for p in batch])
+            except Exception as exc:
+                self.stats.failed_batches += 1
+                for pending in batch:
+                    pending.error = exc
+                    pending.done.set()
+                return
+        self.stats.batches += 1
+        self.stats.records += len(batch)
+        self.stats.largest_batch = max(self.stats.largest_batch, len(batch))
+        for pending, receipt in zip(batch, receipts, strict=True):
+            pending.receipt = receipt
+            pending.done.set()
+
+    # -- in the worker thread -------------------------------------------------------------------------
+
+    def _open_segment(self) -> None:
+        tail = self.store.lineage_tail(self.key.trusted().keys())
+        endorsement = self.key.endorsement
+        # The endorsement travels in the first segment after a rotation: the one continuing the old key.
+        if tail is None or tail.key_id == self.key.key_id or (endorsement or {}).get("key_id") != tail.key_id:
+            endorsement = None
+        body = segment_body_for(
+            time=format_time(datetime.now(UTC)),
+            public_key=self.key.public.public_key,
+            prev_record=None if tail is None else tail.record_id,
+            endorsement=endorsement,
+            writer={"host": socket.gethostname(), "pid": os.getpid()},
+        )
+        prev_hash = GENESIS_HASH if tail is None else tail.hash
+        sealed = seal_record(
+            kind="segment",
+            segment_id=self.segment_id,
+            seq=0,
+            prev_hash=prev_hash,
+            key_id=self.key.key_id,
+            body=canonical_json(body),
+            sign=self.key.sign,
+        )
+        row = RecordRow(
+            id=sealed.id,
+            segment_id=self.segment_id,
+            seq=0,
+            kind="segment",
+            time=body["time"],
+            key_id=self.key.key_id,
+            call_id=None,
+            phase=None,
+            hash=sealed.hash,
+            json=sealed.json,
+        )
+        self.store.append([row], [])
+        self._seq, self._prev_hash = 0, sealed.hash
+
+    def _write_batch(self, entries: Sequence[PreparedEntry]) -> list[AuditReceipt]:
+        seq, prev_hash = self._seq, self._prev_hash
+        key_id = self.key.key_id
+        rows: list[RecordRow] = []
+        receipt_rows: list[ReceiptRow] = []
+        results: list[AuditReceipt] = []
+        opened: dict[str, CallEnd] = {}
+        closed: list[str] = []
+        for entry in entries:
+            seq += 1
+            sealed = seal_record(
+                kind="decision",
+                segment_id=self.segment_id,
+                seq=seq,
+                prev_hash=prev_hash,
+                key_id=key_id,
+                body=entry.body,
+                sign=self.key.sign,
+            )
+            prev_hash = sealed.hash
+            rows.append(
+                RecordRow(
+                    id=sealed.id,
+                    segment_id=self.segment_id,
+                    seq=seq,
+                    kind="decision",
+                    time=entry.time,
+                    key_id=key_id,
+                    call_id=entry.call_id,
+                    phase=entry.phase,
+                    hash=sealed.hash,
+                    json=sealed.json,
+                )
+            )
+            end = CallEnd(id=sealed.id, hash=sealed.hash, time=entry.time)
+            compound = None
+            if entry.call_id is not None and entry.opens_call:
+                opened[entry.call_id] = end
+            elif entry.call_id is not None and entry.closes_call:
+                compound = self._compound_for(entry, end, opened)
+                closed.append(entry.call_id)
+                receipt_rows.append(
+                    ReceiptRow(
+                        id=compound.id,
+                        call_id=compound.call_id,
+                        key_id=key_id,
+                        hash=compound.hash,
+                        json=orjson.dumps(compound.to_dict()),
+                    )
+                )
+            results.append(AuditReceipt(sealed.id, sealed.hash, sealed.signature, key_id, compound))
+        self.store.append(rows, receipt_rows)
+        # Only a committed batch moves the chain head; a failed one is retried from the same place.
+        self._seq, self._prev_hash = seq, prev_hash
+        self._remember_calls(opened, closed)
+        return results
+
+    def _compound_for(self, entry: PreparedEntry, end: CallEnd, opened: Mapping[str, CallEnd]) -> CompoundReceipt:
+        call_id = entry.call_id
+        assert call_id is not None
+        request: CallEnd | None = end
+        response: CallEnd | None = None
+        if entry.phase == "response":
+            request = opened.get(call_id) or self._open_calls.get(call_id) or self.store.find_request(call_id)
+            response = end
+        return seal_receipt(
+            call_id=call_id,
+            request=request,
+            response=response,
+            closing_id=end.id,
+            key_id=self.key.key_id,
+            sign=self.key.sign,
+        )
+
+    def _remember_calls(self, opened: Mapping[str, CallEnd], closed: Sequence[str]) -> None:
+        for call_id in closed:
+            self._open_calls.pop(call_id, None)
+        for call_id, end in opened.items():
+            if call_id not in closed:
+                self._open_calls[call_id] = end
+        # Calls whose response never comes must not grow memory forever; the store still has them.
+        while len(self._open_calls) > self._open_calls_limit:
+            self._open_calls.popitem(last=False)
+
+
+@asynccontextmanager
+async def open_audit_writer(store: Store, key: SigningKey, **options: Any) -> AsyncIterator[AuditWriter]:
+    """Run an `AuditWriter` for the duration of the block; leaving it flushes and stops the writer."""
+    writer = AuditWriter(store, key, **options)
+    async with anyio.create_task_group() as tg:
+        await tg.start(writer.run)
+        try:
+            yield writer
+        finally:
+            with anyio.CancelScope(shield=True):
+                await writer.aclose()

@@ -1,0 +1,300 @@
+"""Verification names the first bad record and why: edited, deleted, reordered, forged, broken link."""
+
+from __future__ import annotations
+
+import sqlite3
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import orjson
+import pytest
+
+from mcp_interceptors.audit import (
+    DecisionInput,
+    JsonlSource,
+    Problem,
+    PublicKey,
+    SigningKey,
+    SqliteStore,
+    VerifyReport,
+    load_or_create_key,
+    open_audit_writer,
+    rotate_key,
+    verify_source,
+)
+from mcp_interceptors.audit.records import hash_of
+from mcp_interceptors.audit.signing import endorse, generate_key
+
+pytestmark = pytest.mark.anyio
+
+Make = Callable[..., DecisionInput]
+
+
+class Tamper:
+    """Direct SQL on the audit database, as someone with write access to the file would do."""
+
+    def __init__(self, path: Path) -> None:
+        self.conn = sqlite3.connect(path, isolation_level=None)
+
+    def rows(self, table: str = "audit_records") -> list[tuple[int, str, dict[str, Any]]]:
+        column = "record" if table == "audit_records" else "receipt"
+        return [
+            (pos, record_id, orjson.loads(text))
+            for pos, record_id, text in self.conn.execute(f"SELECT pos, id, {column} FROM {table} ORDER BY pos")
+        ]
+
+    def record(self, record_id: str) -> dict[str, Any]:
+        (text,) = self.conn.execute("SELECT record FROM audit_records WHERE id = ?", (record_id,)).fetchone()
+        loaded: dict[str, Any] = orjson.loads(text)
+        return loaded
+
+    def put(self, record_id: str, record: dict[str, Any], table: str = "audit_records") -> None:
+        column = "record" if table == "audit_records" else "receipt"
+        self.conn.execute(
+            f"UPDATE {table} SET {column} = ?, hash = ? WHERE id = ?",
+            (orjson.dumps(record).decode(), record["hash"], record_id),
+        )
+
+    def delete(self, record_id: str, table: str = "audit_records") -> None:
+        self.conn.execute(f"DELETE FROM {table} WHERE id = ?", (record_id,))
+
+
+def reseal(record: dict[str, Any], key: SigningKey) -> dict[str, Any]:
+    """Recompute the hash of an edited record and sign it, as a forger holding `key` would."""
+    digest = bytes.fromhex(hash_of(record))
+    return {**record, "hash": digest.hex(), "signature": key.sign(digest)}
+
+
+@pytest.fixture
+async def trail(sqlite_store: SqliteStore, key: SigningKey, make_decision: Make) -> dict[int, str]:
+    """Ten decision records in one segment: five calls, each a request then a response. Returns seq → id."""
+    ids = {}
+    async with open_audit_writer(sqlite_store, key) as writer:
+        for call in range(5):
+            request = await writer.append(make_decision(call_id=f"c{call}"))
+            response = await writer.append(make_decision(phase="response", direction="receiving", call_id=f"c{call}"))
+            ids[2 * call + 1], ids[2 * call + 2] = request.id, response.id
+    ids[0] = f"{writer.segment_id}-0"
+    return ids
+
+
+def _check(store: SqliteStore, trusted: dict[str, PublicKey] | None) -> VerifyReport:
+    return verify_source(store, trusted)
+
+
+async def test_untouched_trail_verifies(sqlite_store: SqliteStore, key: SigningKey, trail: dict[int, str]) -> None:
+    report = _check(sqlite_store, key.trusted())
+    assert report.ok
+    assert (report.records, report.segments, report.receipts) == (11, 1, 5)
+    assert report.notes == ()
+
+
+async def test_without_trust_anchors_genesis_keys_are_trusted_on_first_use(
+    sqlite_store: SqliteStore, trail: dict[int, str]
+) -> None:
+    report = _check(sqlite_store, None)
+    assert report.ok
+    assert "trusted on first use" in report.notes[0]
+
+
+async def test_edited_field_is_named(sqlite_store: SqliteStore, key: SigningKey, trail: dict[int, str]) -> None:
+    tamper = Tamper(sqlite_store.path)
+    record = tamper.record(trail[4])
+    record["body"]["decision"] = "deny"
+    tamper.put(trail[4], record)
+    first = _check(sqlite_store, key.trusted()).first
+    assert first is not None
+    assert (first.record_id, first.problem) == (trail[4], Problem.EDITED)
+    assert first.detail == "content does not match its hash"
+
+
+async def test_edited_and_rehashed_record_is_forged(
+    sqlite_store: SqliteStore, key: SigningKey, trail: dict[int, str]
+) -> None:
+    tamper = Tamper(sqlite_store.path)
+    record = tamper.record(trail[4])
+    record["body"]["status"] = "success"
+    record["body"]["server"] = "elsewhere"
+    record["hash"] = hash_of(record)  # a consistent hash, but the old signature
+    tamper.put(trail[4], record)
+    report = _check(sqlite_store, key.trusted())
+    assert report.first is not None
+    assert (report.first.record_id, report.first.problem) == (trail[4], Problem.FORGED)
+    assert report.first.detail == "signature does not verify"
+    # The next record still points at the original hash.
+    assert (report.findings[1].record_id, report.findings[1].problem) == (trail[5], Problem.BROKEN_LINK)
+
+
+async def test_deleted_record_is_named_at_the_gap(
+    sqlite_store: SqliteStore, key: SigningKey, trail: dict[int, str]
+) -> None:
+    Tamper(sqlite_store.path).delete(trail[4])
+    report = _check(sqlite_store, key.trusted())
+    assert report.first is not None
+    assert (report.first.record_id, report.first.problem) == (trail[5], Problem.DELETED)
+    assert report.first.detail == "seq 4 missing before it"
+    # The receipt of call c1 referred to the deleted response record.
+    assert any(f.record_id == f"receipt:{trail[4]}" and f.problem is Problem.DELETED for f in report.findings)
+
+
+async def test_swapped_records_are_reordered(sqlite_store: SqliteStore, key: SigningKey, trail: dict[int, str]) -> None:
+    tamper = Tamper(sqlite_store.path)
+    fourth, fifth = tamper.record(trail[4]), tamper.record(trail[5])
+    tamper.put(trail[4], fifth)  # the row at position 4 now holds record 5, and vice versa
+    tamper.put(trail[5], fourth)
+    report = _check(sqlite_store, key.trusted())
+    assert report.first is not None
+    assert (report.first.record_id, report.first.problem) == (trail[5], Problem.REORDERED)
+    assert len(report.findings) == 1
+
+
+async def test_record_resigned_with_another_key_is_forged(
+    sqlite_store: SqliteStore, key: SigningKey, trail: dict[int, str], tmp_path: Path
+) -> None:
+    attacker = load_or_create_key(tmp_path / "attacker-key")
+    tamper = Tamper(sqlite_store.path)
+    record = tamper.record(trail[6])
+    record["body"]["decision"] = "allow"
+    record["body"]["principal"] = {"type": "user", "id": "admin"}
+    tamper.put(trail[6], reseal(record, attacker))
+    first = _check(sqlite_store, key.trusted()).first
+    assert first is not None
+    assert (first.record_id, first.problem, first.detail) == (trail[6], Problem.FORGED, "signature does not verify")
+
+
+async def test_record_claiming_the_forgers_key_id_is_forged(
+    sqlite_store: SqliteStore, key: SigningKey, trail: dict[int, str], tmp_path: Path
+) -> None:
+    attacker = load_or_create_key(tmp_path / "attacker-key")
+    tamper = Tamper(sqlite_store.path)
+    record = tamper.record(trail[6])
+    record["key_id"] = attacker.key_id
+    tamper.put(trail[6], reseal(record, attacker))
+    first = _check(sqlite_store, key.trusted()).first
+    assert first is not None
+    assert (first.record_id, first.problem) == (trail[6], Problem.FORGED)
+    assert first.detail == f"key id {attacker.key_id} is not its segment's key {key.key_id}"
+
+
+async def test_segment_signed_by_an_unknown_key_is_forged(
+    sqlite_store: SqliteStore, key: SigningKey, trail: dict[int, str], tmp_path: Path, make_decision: Make
+) -> None:
+    attacker = load_or_create_key(tmp_path / "attacker-key")
+    async with open_audit_writer(sqlite_store, attacker) as writer:
+        await writer.append(make_decision())
+    report = _check(sqlite_store, key.trusted())
+    assert report.first is not None
+    assert (report.first.record_id, report.first.problem) == (f"{writer.segment_id}-0", Problem.FORGED)
+    assert "neither trusted nor endorsed" in report.first.detail
+
+
+async def test_deleted_and_edited_receipts(sqlite_store: SqliteStore, key: SigningKey, trail: dict[int, str]) -> None:
+    tamper = Tamper(sqlite_store.path)
+    tamper.delete(trail[2], table="audit_receipts")
+    receipt = next(doc for _, rid, doc in tamper.rows("audit_receipts") if rid == trail[4])
+    receipt["response"]["time"] = "2020-01-01T00:00:00.000000Z"
+    tamper.put(trail[4], receipt, table="audit_receipts")
+    report = _check(sqlite_store, key.trusted())
+    found = [(f.record_id, f.problem) for f in report.findings]
+    assert found == [(trail[2], Problem.DELETED), (f"receipt:{trail[4]}", Problem.EDITED)]
+    assert report.findings[0].detail == "the compound receipt of call c0 is missing"
+
+
+async def test_jsonl_export_verifies_offline_and_catches_reordered_lines(
+    sqlite_store: SqliteStore, key: SigningKey, trail: dict[int, str], tmp_path: Path
+) -> None:
+    lines = [raw for _, raw in sqlite_store.iter_records()] + list(sqlite_store.iter_receipts())
+    export = tmp_path / "audit.jsonl"
+    export.write_bytes(b"\n".join(lines) + b"\n")
+    trusted = {key.key_id: key.public}  # a third party needs only the public key
+    assert verify_source(JsonlSource(export), trusted).ok
+    lines[7], lines[8] = lines[8], lines[7]
+    export.write_bytes(b"\n".join(lines) + b"\n")
+    first = verify_source(JsonlSource(export), trusted).first
+    assert first is not None
+    assert (first.record_id, first.problem) == (trail[8], Problem.REORDERED)
+
+
+# -- rotation -----------------------------------------------------------------------------------------
+
+
+async def _rotated_trail(store: SqliteStore, key_path: Path, make_decision: Make) -> tuple[SigningKey, SigningKey]:
+    old = load_or_create_key(key_path)
+    async with open_audit_writer(store, old) as writer:
+        for _ in range(3):
+            await writer.append(make_decision())
+    new = rotate_key(key_path)
+    async with open_audit_writer(store, new) as writer:
+        for _ in range(3):
+            await writer.append(make_decision())
+    return old, new
+
+
+def _headers(store: SqliteStore) -> list[dict[str, Any]]:
+    return [r for _, raw in store.iter_records() if (r := orjson.loads(raw))["kind"] == "segment"]
+
+
+async def test_rotation_links_the_new_segment_to_the_old_one(
+    sqlite_store: SqliteStore, tmp_path: Path, make_decision: Make
+) -> None:
+    old, new = await _rotated_trail(sqlite_store, tmp_path / "audit-key", make_decision)
+    first_header, second_header = _headers(sqlite_store)
+    assert second_header["key_id"] == new.key_id
+    assert second_header["body"]["prev_record"] == f"{first_header['segment_id']}-3"
+    assert second_header["body"]["endorsement"]["key_id"] == old.key_id
+    assert _check(sqlite_store, new.trusted()).ok
+    # Trusting only the old key is enough: the new one is endorsed by it in the chain.
+    assert _check(sqlite_store, {old.key_id: old.public}).ok
+    # A restart with the same key continues the lineage without a new endorsement.
+    async with open_audit_writer(sqlite_store, new) as writer:
+        await writer.append(make_decision())
+    third_header = _headers(sqlite_store)[2]
+    assert third_header["body"]["endorsement"] is None
+    assert third_header["body"]["prev_record"] == f"{second_header['segment_id']}-3"
+    assert _check(sqlite_store, {old.key_id: old.public}).ok
+
+
+async def test_rotation_link_to_a_deleted_record_fails(
+    sqlite_store: SqliteStore, tmp_path: Path, make_decision: Make
+) -> None:
+    _, new = await _rotated_trail(sqlite_store, tmp_path / "audit-key", make_decision)
+    first_header, second_header = _headers(sqlite_store)
+    Tamper(sqlite_store.path).delete(f"{first_header['segment_id']}-3")  # the old segment's tail
+    first = _check(sqlite_store, new.trusted()).first
+    assert first is not None
+    assert (first.record_id, first.problem) == (second_header["id"], Problem.DELETED)
+    assert first.detail == f"links to record {first_header['segment_id']}-3, which is missing"
+
+
+async def test_rotation_link_with_a_wrong_hash_fails(
+    sqlite_store: SqliteStore, tmp_path: Path, make_decision: Make
+) -> None:
+    _, new = await _rotated_trail(sqlite_store, tmp_path / "audit-key", make_decision)
+    header = _headers(sqlite_store)[1]
+    header["prev_hash"] = "f" * 64
+    Tamper(sqlite_store.path).put(header["id"], reseal(header, new))  # validly signed by the new key
+    first = _check(sqlite_store, new.trusted()).first
+    assert first is not None
+    assert (first.record_id, first.problem) == (header["id"], Problem.BROKEN_LINK)
+
+
+async def test_rotation_endorsement_not_signed_by_the_old_key_fails(
+    sqlite_store: SqliteStore, tmp_path: Path, make_decision: Make
+) -> None:
+    old = load_or_create_key(tmp_path / "audit-key")
+    async with open_audit_writer(sqlite_store, old) as writer:
+        await writer.append(make_decision())
+    impostor, fresh = generate_key(), generate_key()
+    endorsement = {**endorse(impostor, fresh.public, "2026-09-01T00:00:00.000000Z"), "key_id": old.key_id}
+    endorsement["public_key"] = old.public.public_key
+    claimed = SigningKey(
+        private_key=fresh.private_key, created_at=fresh.created_at, endorsement=endorsement, retired=(old.public,)
+    )
+    async with open_audit_writer(sqlite_store, claimed) as writer:
+        await writer.append(make_decision())
+    header = _headers(sqlite_store)[1]
+    first = _check(sqlite_store, {old.key_id: old.public}).first
+    assert first is not None
+    assert (first.record_id, first.problem) == (header["id"], Problem.FORGED)
+    assert first.detail == f"rotation endorsement by key {old.key_id} does not verify"

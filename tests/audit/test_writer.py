@@ -1,0 +1,268 @@
+"""The writer over SQLite: the records it writes, group commit, compound receipts, shutdown and failures."""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import Any
+
+import anyio
+import orjson
+import pytest
+
+from mcp_interceptors.audit import (
+    AuditWriteError,
+    AuditWriter,
+    DecisionInput,
+    SigningKey,
+    SqliteStore,
+    open_audit_writer,
+    payload_hash,
+    verify_source,
+)
+from mcp_interceptors.audit.store import ReceiptRow, RecordRow
+
+pytestmark = pytest.mark.anyio
+
+Make = Callable[..., DecisionInput]
+
+
+def _body(store: SqliteStore, record_id: str) -> dict[str, Any]:
+    raw = store.get_record(record_id)
+    assert raw is not None
+    body: dict[str, Any] = orjson.loads(raw)["body"]
+    return body
+
+
+async def test_allow_record(sqlite_store: SqliteStore, key: SigningKey, make_decision: Make) -> None:
+    decision = make_decision()
+    async with open_audit_writer(sqlite_store, key) as writer:
+        receipt = await writer.append(decision)
+    assert receipt.key_id == key.key_id
+    assert receipt.id == f"{writer.segment_id}-1"
+    assert receipt.compound is None
+    body = _body(sqlite_store, receipt.id)
+    assert body["decision"] == "allow"
+    assert body["status"] == "success"
+    assert body["principal"] == {"type": "user", "id": "u-7"}
+    assert body["intent_hash"] == body["executed_hash"] == payload_hash(decision.intent_payload)
+    assert body["drift"] is False
+    assert verify_source(sqlite_store, key.trusted()).ok
+
+
+async def test_deny_record_gets_a_receipt(sqlite_store: SqliteStore, key: SigningKey, make_decision: Make) -> None:
+    blocked = {
+        "name": "injection-check",
+        "type": "validation",
+        "mode": "active",
+        "valid": False,
+        "severity": "error",
+        "messages": [{"path": "/params/arguments/text", "message": "injection", "severity": "error"}],
+        "duration_ms": 2.5,
+    }
+    decision = make_decision(
+        decision="deny",
+        status="validation_failed",
+        call_id="call-1",
+        interceptors=[blocked],
+        intent_payload=None,
+        executed_payload=None,
+        error={"code": -32001, "message": "blocked by injection-check"},
+    )
+    async with open_audit_writer(sqlite_store, key) as writer:
+        receipt = await writer.append(decision)
+    body = _body(sqlite_store, receipt.id)
+    assert body["interceptors"] == [blocked]
+    assert (body["intent_hash"], body["executed_hash"], body["drift"]) == (None, None, None)
+    assert body["error"] == {"code": -32001, "message": "blocked by injection-check"}
+    assert receipt.compound is not None
+    assert receipt.compound.request is not None and receipt.compound.request.id == receipt.id
+    assert receipt.compound.response is None
+    stored = sqlite_store.get_receipt(receipt.id)
+    assert stored is not None and orjson.loads(stored) == receipt.compound.to_dict()
+
+
+@pytest.mark.parametrize("mode", ["active", "audit"])
+async def test_mutation_and_audit_shadow_records_store_diffs(
+    sqlite_store: SqliteStore, key: SigningKey, make_decision: Make, mode: str
+) -> None:
+    before = {"method": "tools/call", "params": {"arguments": {"text": "key=AKIA0000EXAMPLE"}}}
+    after = {"method": "tools/call", "params": {"arguments": {"text": "key=[SECRET]"}}}
+    scrubber = {
+        "name": "secret-scrubber",
+        "type": "mutation",
+        "mode": mode,
+        "modified": True,
+        "duration_ms": 3.1,
+        "payload_before": before,
+        "payload_after": after,
+    }
+    # An audit-mode (shadow) mutation is recorded but not applied: the approved payload stays `before`.
+    approved = after if mode == "active" else before
+    async with open_audit_writer(sqlite_store, key) as writer:
+        receipt = await writer.append(
+            make_decision(interceptors=[scrubber], intent_payload=approved, executed_payload=approved)
+        )
+    body = _body(sqlite_store, receipt.id)
+    (entry,) = body["interceptors"]
+    assert entry["mode"] == mode
+    assert entry["diff"] == [{"op": "replace", "path": "/params/arguments/text", "value": "key=[SECRET]"}]
+    assert "payload_before" not in entry and "payload_after" not in entry
+    assert body["intent_hash"] == payload_hash(approved)
+    stored = sqlite_store.get_record(receipt.id)
+    assert stored is not None
+    assert (b"AKIA0000EXAMPLE" in stored) is False
+
+
+async def test_upstream_error_response_closes_the_call(
+    sqlite_store: SqliteStore, key: SigningKey, make_decision: Make
+) -> None:
+    async with open_audit_writer(sqlite_store, key) as writer:
+        request = await writer.append(make_decision(call_id="call-9"))
+        response = await writer.append(
+            make_decision(
+                phase="response",
+                direction="receiving",
+                decision="error",
+                status="upstream_error",
+                call_id="call-9",
+                intent_payload=None,
+                executed_payload=None,
+                error={"code": -32603, "message": "upstream closed the connection"},
+            )
+        )
+    assert request.compound is None
+    compound = response.compound
+    assert compound is not None
+    assert compound.request is not None and compound.request.id == request.id
+    assert compound.request.hash == request.hash
+    assert compound.response is not None and compound.response.hash == response.hash
+    assert compound.request.time == "2026-09-01T10:00:00.000000Z"
+    assert _body(sqlite_store, response.id)["status"] == "upstream_error"
+    assert verify_source(sqlite_store, key.trusted()).ok
+
+
+async def test_response_finds_its_request_in_the_store_after_a_restart(
+    sqlite_store: SqliteStore, key: SigningKey, make_decision: Make
+) -> None:
+    async with open_audit_writer(sqlite_store, key) as first:
+        request = await first.append(make_decision(call_id="call-r"))
+    async with open_audit_writer(sqlite_store, key) as second:
+        response = await second.append(make_decision(phase="response", direction="receiving", call_id="call-r"))
+    assert response.compound is not None and response.compound.request is not None
+    assert response.compound.request.hash == request.hash
+    assert verify_source(sqlite_store, key.trusted()).ok
+
+
+async def test_group_commit_uses_fewer_transactions_than_appends(
+    sqlite_store: SqliteStore, key: SigningKey, make_decision: Make
+) -> None:
+    appends = 400
+    async with open_audit_writer(sqlite_store, key) as writer:
+        receipts: list[str] = []
+
+        async def one(index: int) -> None:
+            receipts.append((await writer.append(make_decision(call_id=f"c{index}"))).id)
+
+        with anyio.fail_after(30):
+            async with anyio.create_task_group() as tg:
+                for index in range(appends):
+                    tg.start_soon(one, index)
+    assert len(set(receipts)) == appends
+    assert writer.stats.records == appends
+    assert writer.stats.batches < appends
+    assert writer.stats.largest_batch > 1
+    report = verify_source(sqlite_store, key.trusted())
+    assert report.ok and report.records == appends + 1
+
+
+async def test_run_signals_started_with_a_durable_segment_header(sqlite_store: SqliteStore, key: SigningKey) -> None:
+    writer = AuditWriter(sqlite_store, key)
+    async with anyio.create_task_group() as tg:
+        segment_id = await tg.start(writer.run)
+        assert segment_id == writer.segment_id
+        header = sqlite_store.get_record(f"{segment_id}-0")
+        assert header is not None and orjson.loads(header)["kind"] == "segment"
+        await writer.aclose()
+
+
+async def test_append_before_start_and_after_close_raise(
+    sqlite_store: SqliteStore, key: SigningKey, make_decision: Make
+) -> None:
+    writer = AuditWriter(sqlite_store, key)
+    with pytest.raises(AuditWriteError, match="not running"):
+        await writer.append(make_decision())
+    async with anyio.create_task_group() as tg:
+        await tg.start(writer.run)
+        await writer.aclose()
+    with pytest.raises(AuditWriteError, match="stopped"):
+        await writer.append(make_decision())
+
+
+class _GatedStore(SqliteStore):
+    """Holds decision batches until the test opens the gate, so records pile up in the queue."""
+
+    gate: threading.Event | None = None
+
+    def append(self, records: Sequence[RecordRow], receipts: Sequence[ReceiptRow]) -> None:
+        if self.gate is not None and records[0].seq > 0:
+            self.gate.wait(timeout=30)
+        super().append(records, receipts)
+
+
+async def test_cancelling_the_writer_flushes_what_was_queued(
+    tmp_path: Path, key: SigningKey, make_decision: Make
+) -> None:
+    store = _GatedStore(tmp_path / "audit.db")
+    store.gate = threading.Event()
+    writer = AuditWriter(store, key)
+    acknowledged: list[str] = []
+
+    async def appender(index: int) -> None:
+        acknowledged.append((await writer.append(make_decision(call_id=f"c{index}"))).id)
+
+    with anyio.fail_after(30):
+        async with anyio.create_task_group() as callers, anyio.create_task_group() as writer_group:
+            await writer_group.start(writer.run)
+            callers.start_soon(appender, 0)
+            await anyio.wait_all_tasks_blocked()  # the writer holds record 0 at the gate
+            for index in range(1, 50):
+                callers.start_soon(appender, index)
+            await anyio.wait_all_tasks_blocked()  # records 1..49 are queued behind it
+            assert writer.stats.batches == 0
+            writer_group.cancel_scope.cancel()  # shutdown while records are queued
+            store.gate.set()
+    assert len(acknowledged) == 50
+    assert (writer.stats.batches, writer.stats.largest_batch) == (2, 49)
+    stored = {orjson.loads(raw)["id"] for _, raw in store.iter_records()}
+    assert set(acknowledged) <= stored
+    assert verify_source(store, key.trusted()).ok
+    store.close()
+
+
+class _FailingStore(SqliteStore):
+    """Refuses the next `failures` batches, as a full disk or a lost database connection would."""
+
+    failures = 0
+
+    def append(self, records: Sequence[RecordRow], receipts: Sequence[ReceiptRow]) -> None:
+        if self.failures and records[0].seq > 0:
+            self.failures -= 1
+            raise OSError("disk full")
+        super().append(records, receipts)
+
+
+async def test_a_refused_batch_raises_and_the_chain_continues(
+    tmp_path: Path, key: SigningKey, make_decision: Make
+) -> None:
+    store = _FailingStore(tmp_path / "audit.db")
+    async with open_audit_writer(store, key) as writer:
+        store.failures = 1
+        with pytest.raises(AuditWriteError, match="disk full"):
+            await writer.append(make_decision())
+        receipt = await writer.append(make_decision())
+    assert receipt.id.endswith("-1")  # the refused record did not consume a sequence number
+    assert writer.stats.failed_batches == 1
+    assert verify_source(store, key.trusted()).ok
+    store.close()

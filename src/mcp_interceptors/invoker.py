@@ -136,7 +136,7 @@ class RemoteSource:
             raise InterceptorsError(exc.message, data=data, code=exc.code) from None
 
 
-class _UnavailableSource:
+class UnavailableSource:
     """Stands in for a host whose discovery failed: every invoke is an invocation failure (R66)."""
 
     def __init__(self, reason: str) -> None:
@@ -256,8 +256,12 @@ class Chain:
         name: str | None = None,
         overrides: OverridesArg = None,
         required: Iterable[RequiredInterceptor] = (),
+        strict_overrides: bool = True,
     ) -> list[Entry]:
         """Discover a remote host's interceptors with `interceptors/list` and route invokes to it.
+
+        With `strict_overrides=False`, overrides naming interceptors this host does not advertise
+        are ignored (a caller spreading one override map over several hosts checks them itself).
 
         If discovery fails, `DiscoveryError` is raised unless `required` interceptors are pinned:
         those are then planned as always-failing, so the events they guard fail closed (R66). A
@@ -272,7 +276,9 @@ class Chain:
             if not pinned:
                 raise DiscoveryError(f"interceptors/list failed on {host_name!r}: {exc}") from exc
             logger.error("discovery failed on %r, pinned interceptors will fail closed: %s", host_name, exc)
-            unavailable = _UnavailableSource(str(exc))
+            unavailable = UnavailableSource(str(exc))
+            if not strict_overrides and overrides:
+                overrides = {key: value for key, value in overrides.items() if key in pinned}
             return self.add_source(
                 unavailable,
                 [r.placeholder() for r in pinned.values()],
@@ -282,12 +288,20 @@ class Chain:
             )
         listed = {d.name for d in found}
         missing = [r for r in pinned.values() if r.name not in listed]
-        added = self.add_source(RemoteSource(client), found, name=host_name, overrides=overrides, order=order)
+        given = dict(overrides or {})
+        if not strict_overrides:
+            given = {key: value for key, value in given.items() if key in listed or key in pinned}
+        remote_overrides = {key: value for key, value in given.items() if key not in {r.name for r in missing}}
+        added = self.add_source(RemoteSource(client), found, name=host_name, overrides=remote_overrides, order=order)
         if missing:
             reason = f"pinned interceptor(s) {sorted(r.name for r in missing)} not advertised by {host_name!r}"
             logger.error(reason)
             added += self.add_source(
-                _UnavailableSource(reason), [r.placeholder() for r in missing], name=f"{host_name}#missing", order=order
+                UnavailableSource(reason),
+                [r.placeholder() for r in missing],
+                name=f"{host_name}#missing",
+                overrides={r.name: given[r.name] for r in missing if r.name in given},
+                order=order,
             )
         return added
 

@@ -1,0 +1,140 @@
+"""`gateway` and `config-schema`: run, check or describe the gateway."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import sys
+from contextlib import AsyncExitStack
+from typing import Any
+
+import anyio
+
+from mcp_interceptors.cli._common import CommandError, print_json
+from mcp_interceptors.gateway.check import render_check, resolved_plan
+from mcp_interceptors.gateway.config import ConfigError, GatewayConfig, config_json_schema, load_config, parse_config
+from mcp_interceptors.gateway.routing import RoutingError
+from mcp_interceptors.gateway.serve import BindRefusedError, serve_http, serve_stdio
+from mcp_interceptors.gateway.server import Gateway
+from mcp_interceptors.gateway.sources import chain_for, populate_chain
+from mcp_interceptors.gateway.upstream import UpstreamUnavailableError
+
+
+def register(subcommands: Any) -> None:
+    gateway = subcommands.add_parser(
+        "gateway",
+        help="run the interceptor gateway in front of MCP servers",
+        description=(
+            "Run the gateway from a config file, or front one stdio server given after -- with built-in guards. "
+            "Serves stdio by default, or Streamable HTTP (and legacy SSE) with --http HOST:PORT."
+        ),
+    )
+    gateway.add_argument("--config", "-c", metavar="FILE", help="gateway.yaml")
+    gateway.add_argument("--check", metavar="FILE", help="validate FILE and print the resolved plan, then exit")
+    gateway.add_argument("--guard", action="append", default=[], metavar="NAME", help="built-in guard (repeatable)")
+    gateway.add_argument("--http", metavar="HOST:PORT", help="serve Streamable HTTP instead of stdio")
+    gateway.add_argument(
+        "--insecure-no-auth", action="store_true", help="allow a non-loopback HTTP bind without authentication"
+    )
+    gateway.add_argument("--json", action="store_true", help="with --check: print the plan as JSON")
+    gateway.add_argument("--log-level", default="WARNING", help="logging level for stderr")
+    gateway.set_defaults(handler=run_gateway)
+
+    schema = subcommands.add_parser("config-schema", help="print the JSON Schema of gateway.yaml")
+    schema.set_defaults(handler=run_config_schema)
+
+
+def run_config_schema(args: argparse.Namespace) -> int:
+    print_json(config_json_schema())
+    return 0
+
+
+def shortcut_config(guards: list[str], command: list[str]) -> GatewayConfig:
+    """The config `gateway --guard NAME -- cmd ...` stands for."""
+    return parse_config(
+        {
+            "upstreams": {"upstream": {"command": command[0], "args": command[1:]}},
+            "interceptors": {"guards": [{"name": guard} for guard in guards]},
+        },
+        file="<command line>",
+    )
+
+
+def _config(args: argparse.Namespace) -> tuple[GatewayConfig, str]:
+    file = args.check or args.config
+    if file and args.stdio_command:
+        raise CommandError("give either --config FILE or an upstream command after --, not both", 2)
+    if file:
+        return load_config(file), file
+    if args.stdio_command:
+        return shortcut_config(args.guard, args.stdio_command), "<command line>"
+    raise CommandError("nothing to front: give --config FILE, or an upstream command after --", 2)
+
+
+def run_gateway(args: argparse.Namespace) -> int:
+    logging.basicConfig(level=args.log_level.upper(), stream=sys.stderr, format="%(levelname)s %(name)s: %(message)s")
+    try:
+        config, file = _config(args)
+        if args.guard and args.config:
+            raise CommandError("--guard is for the no-config shortcut; list guards in the config file instead", 2)
+        if args.check:
+            return anyio.run(_check, config, file, args.json)
+        http = _parse_http(args.http) if args.http else None
+        anyio.run(_serve, config, file, http, args.insecure_no_auth)
+        return 0
+    except (ConfigError, RoutingError, BindRefusedError) as exc:
+        raise CommandError(str(exc)) from None
+    except UpstreamUnavailableError as exc:
+        raise CommandError(exc.message) from None
+    except BaseExceptionGroup as group:
+        raise CommandError(_first_message(group)) from None
+
+
+def _first_message(group: BaseException) -> str:
+    while isinstance(group, BaseExceptionGroup) and group.exceptions:
+        group = group.exceptions[0]
+    if isinstance(group, UpstreamUnavailableError):
+        return group.message
+    return f"{type(group).__name__}: {group}"
+
+
+def _parse_http(value: str) -> tuple[str, int]:
+    host, sep, port = value.rpartition(":")
+    if not sep or not port.isdigit():
+        raise CommandError(f"--http {value!r} must look like HOST:PORT, e.g. 127.0.0.1:8080", 2)
+    return host.strip("[]") or "127.0.0.1", int(port)
+
+
+async def _check(config: GatewayConfig, file: str, as_json: bool) -> int:
+    async with AsyncExitStack() as stack:
+        chain = chain_for(config)
+        await populate_chain(chain, config, stack, file=file)
+        if as_json:
+            print(json.dumps({"file": file, "plan": resolved_plan(chain)}, indent=2))
+        else:
+            print(render_check(config, chain, file))
+    return 0
+
+
+async def _serve(config: GatewayConfig, file: str, http: tuple[str, int] | None, insecure_no_auth: bool) -> None:
+    async with AsyncExitStack() as stack:
+        chain = chain_for(config)
+        await populate_chain(chain, config, stack, file=file)
+        gateway = Gateway(config, chain)
+        async with anyio.create_task_group() as tg:
+            await gateway.start(tg)
+            if http is None:
+                await serve_stdio(gateway)
+            else:
+                host, port = http
+                await serve_http(
+                    gateway,
+                    host,
+                    port,
+                    insecure_no_auth=insecure_no_auth,
+                    on_ready=lambda: print(
+                        f"gateway listening on http://{host}:{port}{config.http.path}", file=sys.stderr
+                    ),
+                )
+            tg.cancel_scope.cancel()

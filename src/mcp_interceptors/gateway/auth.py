@@ -1,0 +1,119 @@
+"""Downstream bearer auth for HTTP: static tokens or JWTs, through mcp's `TokenVerifier` seam.
+
+mcp's auth middleware answers a missing or bad token with 401 and `WWW-Authenticate`, and serves
+the protected-resource metadata; we only decide whether a token is good and who it belongs to.
+"""
+
+from __future__ import annotations
+
+import hmac
+import json
+from pathlib import Path
+from typing import Any
+
+import jwt
+from mcp.server.auth.provider import AccessToken, TokenVerifier
+from mcp.server.auth.settings import AuthSettings
+
+from mcp_interceptors.gateway.config import AuthConfig, ConfigError, GatewayConfig
+
+#: Claims passed on to interceptors as `principal.claims` (send only what policy needs).
+_FORWARDED_CLAIMS = frozenset({"iss", "aud", "sub", "azp", "client_id", "groups", "roles"})
+
+
+class StaticTokenVerifier:
+    """Accepts any of a fixed set of tokens (compared in constant time)."""
+
+    def __init__(self, tokens: list[str], scopes: list[str]) -> None:
+        self._tokens = [token.encode() for token in tokens]
+        self._scopes = scopes
+
+    async def verify_token(self, token: str) -> AccessToken | None:
+        candidate = token.encode()
+        for index, known in enumerate(self._tokens):
+            if hmac.compare_digest(candidate, known):
+                return AccessToken(token=token, client_id=f"static-token-{index + 1}", scopes=list(self._scopes))
+        return None
+
+
+class JwtVerifier:
+    """Verifies JWTs against a PEM public key or a JWKS file, with issuer/audience checks."""
+
+    def __init__(self, config: AuthConfig, file: str = "<config>") -> None:
+        jwt_config = config.jwt
+        assert jwt_config is not None
+        self._issuer = jwt_config.issuer
+        self._audience = jwt_config.audience
+        self._algorithms = list(jwt_config.algorithms)
+        self._keys: dict[str | None, Any] = {}
+        try:
+            if jwt_config.public_key_file is not None:
+                pem = Path(jwt_config.public_key_file).read_text(encoding="utf-8")
+                self._keys[None] = jwt.PyJWK.from_json(json.dumps(_pem_to_jwk(pem))).key if pem.startswith("{") else pem
+            else:
+                assert jwt_config.jwks_file is not None
+                jwks = jwt.PyJWKSet.from_json(Path(jwt_config.jwks_file).read_text(encoding="utf-8"))
+                for key in jwks.keys:
+                    self._keys[key.key_id] = key.key
+        except (OSError, ValueError, jwt.PyJWTError) as exc:
+            raise ConfigError(
+                file, "auth.jwt", f"cannot load the verification key: {exc}", "check the key file"
+            ) from None
+
+    async def verify_token(self, token: str) -> AccessToken | None:
+        try:
+            header = jwt.get_unverified_header(token)
+            key = self._keys.get(header.get("kid")) or self._keys.get(None)
+            if key is None and len(self._keys) == 1:
+                key = next(iter(self._keys.values()))
+            if key is None:
+                return None
+            claims = jwt.decode(
+                token,
+                key=key,
+                algorithms=self._algorithms,
+                audience=self._audience,
+                issuer=self._issuer,
+                options={"require": ["exp"], "verify_aud": self._audience is not None},
+            )
+        except jwt.PyJWTError:
+            return None
+        scope = claims.get("scope") or claims.get("scp") or ""
+        scopes = scope.split() if isinstance(scope, str) else [str(s) for s in scope]
+        subject = claims.get("sub")
+        return AccessToken(
+            token=token,
+            client_id=str(claims.get("client_id") or claims.get("azp") or subject or "jwt"),
+            scopes=scopes,
+            expires_at=int(claims["exp"]) if "exp" in claims else None,
+            subject=str(subject) if subject is not None else None,
+            claims={
+                k: v for k, v in claims.items() if k in ("iss", "aud", "sub", "azp", "client_id", "groups", "roles")
+            },
+        )
+
+
+def _pem_to_jwk(text: str) -> dict[str, Any]:
+    loaded: dict[str, Any] = json.loads(text)
+    return loaded
+
+
+def build_auth(config: GatewayConfig, host: str, port: int) -> tuple[AuthSettings | None, TokenVerifier | None]:
+    """mcp auth settings and verifier for the configured downstream auth, or (None, None)."""
+    auth = config.auth
+    if not auth.enabled:
+        return None, None
+    resource = auth.resource_server_url or f"http://{host}:{port}{config.http.path}"
+    verifier: TokenVerifier
+    if auth.jwt is not None:
+        verifier = JwtVerifier(auth)
+        issuer = auth.jwt.issuer or resource
+    else:
+        verifier = StaticTokenVerifier(auth.tokens, auth.required_scopes)
+        issuer = resource
+    settings = AuthSettings(
+        issuer_url=issuer,
+        resource_server_url=resource,
+        required_scopes=auth.required_scopes or None,
+    )
+    return settings, verifier

@@ -1,0 +1,74 @@
+"""Render the resolved plan for `gateway --check`: per event and phase, who runs, in what order, how."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from mcp_interceptors.gateway.config import GatewayConfig
+from mcp_interceptors.gateway.legs import GOVERNED_EVENTS
+from mcp_interceptors.invoker import Chain
+from mcp_interceptors.planning import direction_for
+from mcp_interceptors.protocol.events import PHASES
+
+EVENT_ORDER = [
+    "tools/list",
+    "tools/call",
+    "prompts/list",
+    "prompts/get",
+    "resources/list",
+    "resources/templates/list",
+    "resources/read",
+    "resources/subscribe",
+    "sampling/createMessage",
+    "elicitation/create",
+    "roots/list",
+]
+
+
+def resolved_plan(chain: Chain) -> list[dict[str, Any]]:
+    """One row per (event, phase): the direction and the steps in invocation order."""
+    assert set(EVENT_ORDER) == set(GOVERNED_EVENTS)
+    rows = []
+    for event in EVENT_ORDER:
+        for phase in PHASES:
+            direction = direction_for("server", event, phase)
+            plan = chain.plan(event, phase, direction=direction)
+            rows.append(
+                {
+                    "event": event,
+                    "phase": phase,
+                    "direction": direction,
+                    "steps": plan.describe(),
+                    "skipped": [{"interceptor": s.name, "reason": s.reason} for s in plan.skipped],
+                }
+            )
+    return rows
+
+
+def render_check(config: GatewayConfig, chain: Chain, file: str) -> str:
+    lines = [f"{file}: configuration is valid", "", "upstreams:"]
+    for name, upstream in config.upstreams.items():
+        where = " ".join([upstream.command or "", *upstream.args]) if upstream.command else upstream.url
+        prefix = config.prefix_for(name)
+        lines.append(f"  {name}: {upstream.kind} {where}  (tools/prompts as {prefix + '__' if prefix else ''}<name>)")
+    lines.append("")
+    lines.append(
+        f"chain deadline: {config.chain.deadline_ms} ms" if config.chain.deadline_ms else "chain deadline: none"
+    )
+    lines.append("plan (mutators by priority; validators run in parallel):")
+    for row in resolved_plan(chain):
+        header = f"  {row['event']} {row['phase']} ({row['direction']})"
+        if not row["steps"]:
+            lines.append(f"{header}: no interceptors")
+            continue
+        lines.append(f"{header}:")
+        for index, step in enumerate(row["steps"], start=1):
+            priority = f" priority={step['priority']}" if step["type"] == "mutation" else ""
+            timeout = f" timeout={step['timeoutMs']}ms" if step["timeoutMs"] is not None else ""
+            lines.append(
+                f"    {index}. {step['interceptor']} [{step['type']}] from {step['source']}: mode={step['mode']} "
+                f"failOpen={str(step['failOpen']).lower()}{priority}{timeout}"
+            )
+        for skipped in row["skipped"]:
+            lines.append(f"    - skipped {skipped['interceptor']}: {skipped['reason']}")
+    return "\n".join(lines)

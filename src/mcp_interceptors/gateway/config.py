@@ -1,0 +1,282 @@
+"""The gateway's YAML configuration: pydantic models, `${ENV}` substitution, and precise errors.
+
+Our own config forbids unknown keys, so a typo fails closed; every error names the file, the
+field path and the fix. `config_json_schema()` backs `mcp-interceptors config-schema`.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Annotated, Any, Literal
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+
+from mcp_interceptors.planning import Overrides
+from mcp_interceptors.protocol.errors import InterceptorsError
+from mcp_interceptors.protocol.events import Phase
+
+_ENV = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)(?::-([^}]*))?\}")
+_NAME = r"^[A-Za-z0-9][A-Za-z0-9_.-]*$"
+
+
+class ConfigError(InterceptorsError, ValueError):
+    """A configuration problem: `file`, `path` (dotted field path) and the fix are in the message."""
+
+    def __init__(self, file: str, path: str, problem: str, fix: str) -> None:
+        super().__init__(f"{file}: {path or '<root>'}: {problem} (fix: {fix})", data={"file": file, "path": path})
+        self.file, self.path, self.problem, self.fix = file, path, problem, fix
+
+
+class _Model(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class TransportConfig(_Model):
+    """Where a server runs: a stdio `command` (with args, env, cwd), or an HTTP `url`."""
+
+    command: str | None = Field(None, description="Executable for a stdio server.")
+    args: list[str] = Field(default_factory=list)
+    env: dict[str, str] = Field(default_factory=dict, description="Extra environment for the stdio server.")
+    cwd: str | None = None
+    url: str | None = Field(None, description="Streamable HTTP (or legacy SSE) endpoint.")
+    transport: Literal["streamable-http", "sse"] = "streamable-http"
+    headers: dict[str, str] = Field(default_factory=dict)
+    bearer_token: str | None = Field(None, description="Sent as `Authorization: Bearer ...`.")
+    timeout_ms: Annotated[float, Field(gt=0)] = Field(60000, description="Per-request timeout towards it.")
+
+    @model_validator(mode="after")
+    def _one_transport(self) -> TransportConfig:
+        if (self.command is None) == (self.url is None):
+            raise ValueError("give exactly one of `command` (stdio) or `url` (HTTP)")
+        if self.url is not None and not self.url.startswith(("http://", "https://")):
+            raise ValueError(f"`url` must be an http(s) URL, got {self.url!r}")
+        return self
+
+    @property
+    def kind(self) -> Literal["stdio", "streamable-http", "sse"]:
+        return "stdio" if self.command is not None else self.transport
+
+
+class UpstreamConfig(TransportConfig):
+    """An MCP server the gateway fronts. Tools and prompts appear as `<prefix>__<name>`."""
+
+    prefix: str | None = Field(
+        None, description="Namespace for tools and prompts; defaults to the upstream's name; '' for none."
+    )
+
+
+class RequiredConfig(_Model):
+    """An interceptor local policy requires: if its host is unavailable, the events it guards fail closed."""
+
+    name: str
+    type: Literal["validation", "mutation"]
+    events: list[str]
+    phase: Literal["request", "response", "both"] = "request"
+    mode: Literal["active", "audit"] = "active"
+    fail_open: bool = False
+
+
+class InterceptorServerConfig(TransportConfig):
+    """A remote interceptor host, discovered with `interceptors/list`."""
+
+    name: Annotated[str, Field(pattern=_NAME)]
+    required: list[RequiredConfig] = Field(default_factory=list)
+
+
+class HostConfig(_Model):
+    """An in-process `InterceptorHost`, named as `module:attribute`."""
+
+    module: Annotated[str, Field(pattern=r"^[\w.]+:[\w.]+$")]
+    name: Annotated[str, Field(pattern=_NAME)] | None = None
+
+
+class GuardConfig(_Model):
+    """A built-in guard by name, with its `config` object."""
+
+    name: str
+    config: dict[str, Any] = Field(default_factory=dict)
+
+
+class HookConfig(_Model):
+    events: list[str]
+    phase: Literal["request", "response", "both"]
+
+
+class OverrideConfig(_Model):
+    """Invoker policy for one interceptor; hooks may only narrow what it advertises."""
+
+    mode: Literal["active", "audit"] | None = None
+    fail_open: bool | None = None
+    priority: int | dict[Phase, int] | None = None
+    timeout_ms: Annotated[float, Field(gt=0)] | None = None
+    hooks: list[HookConfig] | None = None
+
+    def to_overrides(self) -> Overrides:
+        raw = {
+            "mode": self.mode,
+            "failOpen": self.fail_open,
+            "priorityHint": self.priority,
+            "timeoutMs": self.timeout_ms,
+            "hooks": [hook.model_dump() for hook in self.hooks] if self.hooks is not None else None,
+        }
+        return Overrides.from_mapping({key: value for key, value in raw.items() if value is not None})
+
+
+class InterceptorsConfig(_Model):
+    guards: list[GuardConfig] = Field(default_factory=list)
+    hosts: list[HostConfig] = Field(default_factory=list)
+    servers: list[InterceptorServerConfig] = Field(default_factory=list)
+    overrides: dict[str, OverrideConfig] = Field(default_factory=dict)
+
+
+class ChainConfig(_Model):
+    deadline_ms: Annotated[float, Field(gt=0)] | None = Field(10000, description="Whole-chain deadline.")
+    severity_rule: Literal["g5", "py"] = "g5"
+    deadline_always_blocks: bool = False
+    enforce_compat: bool = True
+    sinks: bool = False
+    include_error_details: bool = Field(False, description="Copy interceptor messages into client errors.")
+
+
+class JwtConfig(_Model):
+    public_key_file: str | None = None
+    jwks_file: str | None = None
+    issuer: str | None = None
+    audience: str | None = None
+    algorithms: list[str] = Field(default_factory=lambda: ["RS256", "ES256", "EdDSA"])
+
+    @model_validator(mode="after")
+    def _one_key_source(self) -> JwtConfig:
+        if (self.public_key_file is None) == (self.jwks_file is None):
+            raise ValueError("give exactly one of `public_key_file` or `jwks_file`")
+        return self
+
+
+class AuthConfig(_Model):
+    tokens: list[str] = Field(default_factory=list, description="Static bearer tokens (use ${ENV} for secrets).")
+    jwt: JwtConfig | None = None
+    required_scopes: list[str] = Field(default_factory=list)
+    resource_server_url: str | None = None
+
+    @property
+    def enabled(self) -> bool:
+        return bool(self.tokens) or self.jwt is not None
+
+
+class HttpConfig(_Model):
+    path: str = "/mcp"
+    sse: bool = Field(True, description="Also serve the legacy SSE endpoint at /sse.")
+    max_body_bytes: Annotated[int, Field(gt=0)] = 4 * 1024 * 1024
+    allowed_hosts: list[str] = Field(default_factory=list, description="Extra Host values (DNS rebinding).")
+    allowed_origins: list[str] = Field(default_factory=list)
+
+
+class AuditConfig(_Model):
+    enabled: bool = False
+    store: str = Field(".audit/audit.db", description="SQLite path, or a postgresql:// URL.")
+    key_file: str | None = None
+    receipts: bool = Field(False, description="Return record id and signature in result _meta.")
+
+
+class GatewayConfig(_Model):
+    """The whole `gateway.yaml`."""
+
+    name: str = "mcp-interceptors-gateway"
+    upstreams: dict[Annotated[str, Field(pattern=_NAME)], UpstreamConfig] = Field(default_factory=dict)
+    interceptors: InterceptorsConfig = Field(default_factory=InterceptorsConfig)
+    chain: ChainConfig = Field(default_factory=ChainConfig)
+    expose_execute_chain: bool = False
+    advertised_equals_callable: bool = True
+    auth: AuthConfig = Field(default_factory=AuthConfig)
+    http: HttpConfig = Field(default_factory=HttpConfig)
+    audit: AuditConfig = Field(default_factory=AuditConfig)
+
+    @field_validator("upstreams")
+    @classmethod
+    def _some_upstream(cls, value: dict[str, UpstreamConfig]) -> dict[str, UpstreamConfig]:
+        if not value:
+            raise ValueError("at least one upstream server is needed")
+        return value
+
+    def prefix_for(self, upstream: str) -> str:
+        prefix = self.upstreams[upstream].prefix
+        if prefix is None:
+            return upstream if len(self.upstreams) > 1 else ""
+        return prefix
+
+
+# --------------------------------------------------------------------------- loading
+
+
+def substitute_env(value: Any, env: Mapping[str, str], file: str, path: str = "") -> Any:
+    """Replace `${VAR}` and `${VAR:-default}` in every string; a missing VAR is a `ConfigError`."""
+    if isinstance(value, str):
+
+        def replace(match: re.Match[str]) -> str:
+            name, default = match.group(1), match.group(2)
+            if name in env:
+                return env[name]
+            if default is not None:
+                return default
+            fix = f"export {name}=... or write ${{{name}:-default}}"
+            raise ConfigError(file, path, f"environment variable {name} is not set", fix)
+
+        return _ENV.sub(replace, value)
+    if isinstance(value, dict):
+        return {k: substitute_env(v, env, file, f"{path}.{k}" if path else str(k)) for k, v in value.items()}
+    if isinstance(value, list):
+        return [substitute_env(v, env, file, f"{path}[{i}]") for i, v in enumerate(value)]
+    return value
+
+
+def parse_config(raw: Any, *, file: str = "<config>", env: Mapping[str, str] | None = None) -> GatewayConfig:
+    """Validate a loaded YAML document into a `GatewayConfig`, raising `ConfigError` on the first problem."""
+    if not isinstance(raw, dict):
+        raise ConfigError(file, "", "the document must be a mapping", "start with keys like `upstreams:`")
+    data = substitute_env(raw, os.environ if env is None else env, file)
+    try:
+        return GatewayConfig.model_validate(data)
+    except ValidationError as exc:
+        error = exc.errors(include_url=False)[0]
+        path = ".".join(str(part) for part in error["loc"])
+        raise ConfigError(file, path, error["msg"], _fix_for(error)) from None
+
+
+def load_config(path: str | Path, *, env: Mapping[str, str] | None = None) -> GatewayConfig:
+    file = str(path)
+    try:
+        text = Path(path).read_text(encoding="utf-8")
+    except OSError as exc:
+        raise ConfigError(file, "", f"cannot read the file ({exc.strerror})", "check the path") from None
+    try:
+        raw = yaml.safe_load(text)
+    except yaml.YAMLError as exc:
+        mark = getattr(exc, "problem_mark", None)
+        where = f"line {mark.line + 1} column {mark.column + 1}" if mark is not None else "unknown position"
+        raise ConfigError(file, "", f"invalid YAML at {where}", "fix the YAML syntax") from None
+    return parse_config(raw if raw is not None else {}, file=file, env=env)
+
+
+def _fix_for(error: Mapping[str, Any]) -> str:
+    kind = error.get("type", "")
+    if kind == "extra_forbidden":
+        return "remove the key or check its spelling against `mcp-interceptors config-schema`"
+    if kind == "missing":
+        return "add the key"
+    if kind in ("literal_error", "enum"):
+        return "use one of the allowed values"
+    if kind == "string_pattern_mismatch":
+        return "use letters, digits, '.', '_' or '-'"
+    return "see `mcp-interceptors config-schema`"
+
+
+def config_json_schema() -> dict[str, Any]:
+    """The JSON Schema of `gateway.yaml`."""
+    schema = GatewayConfig.model_json_schema()
+    schema["$schema"] = "https://json-schema.org/draft/2020-12/schema"
+    schema["title"] = "mcp-interceptors gateway configuration"
+    return schema

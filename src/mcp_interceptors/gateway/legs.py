@@ -1,0 +1,80 @@
+"""Run the gateway's chain on one leg of a message and turn a block into the client's JSON-RPC error.
+
+The gateway is the server its clients talk to, so it governs with the server's directions (§5.1):
+it receives what a client sends (requests of server features, answers to sampling/elicitation/
+roots) and sends what it forwards to the client (results, server-initiated requests).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from mcp import MCPError
+
+from mcp_interceptors.executor import ChainResult
+from mcp_interceptors.invoker import Chain, chain_error
+from mcp_interceptors.planning import direction_for
+from mcp_interceptors.protocol.events import CLIENT_INITIATED_EVENTS, SERVER_INITIATED_EVENTS, Phase
+from mcp_interceptors.protocol.invoke import InvocationContext
+
+#: The lifecycle events the gateway governs (spec §1.2 table, minus `llm/completion`).
+GOVERNED_EVENTS = CLIENT_INITIATED_EVENTS | SERVER_INITIATED_EVENTS
+#: Receives a finished chain, for the audit trail; its exceptions never affect the decision.
+ChainObserver = Callable[[ChainResult, InvocationContext, Any], Awaitable[None]]
+
+
+@dataclass
+class Governor:
+    """Applies the configured chain to gateway legs."""
+
+    chain: Chain
+    deadline_ms: float | None = None
+    include_details: bool = False
+    observer: ChainObserver | None = None
+
+    def is_governed(self, event: str, phase: Phase) -> bool:
+        """Whether any interceptor would run: lets the hot path skip building payloads."""
+        if event not in GOVERNED_EVENTS:
+            return False
+        return bool(self.chain.plan(event, phase, direction=direction_for("server", event, phase)).steps)
+
+    async def govern_request(
+        self, event: str, params: Mapping[str, Any] | None, context: InvocationContext
+    ) -> dict[str, Any] | None:
+        """Run the request chain on `{method, params}`; returns the governed params (`_meta` kept aside)."""
+        if not self.is_governed(event, "request"):
+            return dict(params) if params is not None else None
+        body = dict(params) if params is not None else {}
+        meta = body.pop("_meta", None)
+        governed = await self._run(event, "request", {"method": event, "params": body}, context)
+        out = governed.get("params") if isinstance(governed, Mapping) else None
+        result = dict(out) if isinstance(out, Mapping) else {}
+        if meta is not None:
+            result["_meta"] = meta
+        return result
+
+    async def govern_response(self, event: str, result: dict[str, Any], context: InvocationContext) -> dict[str, Any]:
+        """Run the response chain on a success result (errors are never intercepted)."""
+        if not self.is_governed(event, "response"):
+            return result
+        governed = await self._run(event, "response", result, context)
+        if not isinstance(governed, Mapping):
+            raise MCPError(-32603, "Interceptor chain produced a non-object result", {"event": event})
+        return dict(governed)
+
+    async def _run(self, event: str, phase: Phase, payload: Any, context: InvocationContext) -> Any:
+        result = await self.chain.execute(
+            event,
+            phase,
+            payload,
+            direction=direction_for("server", event, phase),
+            context=context,
+            timeout_ms=self.deadline_ms,
+        )
+        if self.observer is not None:
+            await self.observer(result, context, payload)
+        if not result.allowed:
+            raise chain_error(result, include_details=self.include_details)
+        return result.final_payload

@@ -1,0 +1,104 @@
+"""Serve a `Gateway` on stdio or Streamable HTTP (plus the legacy SSE endpoint), with auth.
+
+HTTP binds loopback by default with DNS-rebinding protection; a non-loopback bind needs auth
+unless `insecure_no_auth` is set. Shutdown is clean: uvicorn drains, then upstreams close.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable
+from typing import Any
+
+import anyio
+import uvicorn
+from mcp.server.stdio import stdio_server
+from mcp.server.transport_security import TransportSecuritySettings
+
+from mcp_interceptors.gateway.auth import build_auth
+from mcp_interceptors.gateway.config import GatewayConfig
+from mcp_interceptors.gateway.server import Gateway
+
+logger = logging.getLogger(__name__)
+LOOPBACK = ("127.0.0.1", "localhost", "::1")
+
+
+class BindRefusedError(ValueError):
+    """A non-loopback bind without authentication."""
+
+
+async def serve_stdio(gateway: Gateway) -> None:
+    server = gateway.server
+    async with stdio_server() as (read, write):
+        await server.run(read, write, server.create_initialization_options())
+
+
+def http_app(gateway: Gateway, host: str, port: int, *, insecure_no_auth: bool = False) -> Any:
+    """The Starlette app serving `http.path` (Streamable HTTP) and, optionally, `/sse` + `/messages/`."""
+    config: GatewayConfig = gateway.config
+    if host not in LOOPBACK and not config.auth.enabled and not insecure_no_auth:
+        raise BindRefusedError(
+            f"refusing to serve {host}:{port} without authentication; configure `auth` "
+            "(tokens or jwt) or pass --insecure-no-auth"
+        )
+    allowed_hosts = [f"{h}:*" for h in ("127.0.0.1", "localhost", "[::1]")] + list(config.http.allowed_hosts)
+    if host not in LOOPBACK:
+        allowed_hosts.append(f"{host}:{port}")
+    allowed_origins = [f"http://{h}:*" for h in ("127.0.0.1", "localhost", "[::1]")] + list(config.http.allowed_origins)
+    security = TransportSecuritySettings(
+        enable_dns_rebinding_protection=True, allowed_hosts=allowed_hosts, allowed_origins=allowed_origins
+    )
+    auth_settings, verifier = build_auth(config, host, port)
+    routes = sse_routes(gateway, security, config.http.max_body_bytes) if config.http.sse else []
+    return gateway.server.streamable_http_app(
+        streamable_http_path=config.http.path,
+        max_request_body_size=config.http.max_body_bytes,
+        transport_security=security,
+        host=host,
+        auth=auth_settings,
+        token_verifier=verifier,
+        custom_starlette_routes=routes,
+    )
+
+
+def sse_routes(gateway: Gateway, security: TransportSecuritySettings, max_body: int) -> list[Any]:
+    """The handshake-era SSE endpoint: GET /sse opens the stream, POST /messages/ carries requests."""
+    from mcp.server.sse import SseServerTransport
+    from starlette.routing import Mount, Route
+
+    transport = SseServerTransport("/messages/", security_settings=security, max_request_body_size=max_body)
+    server = gateway.server
+
+    class SseEndpoint:
+        """An ASGI endpoint: the SSE transport needs the raw `send` callable."""
+
+        async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
+            async with transport.connect_sse(scope, receive, send) as (read, write):
+                await server.run(read, write, server.create_initialization_options())
+
+    return [
+        Route("/sse", endpoint=SseEndpoint(), methods=["GET"]),
+        Mount("/messages/", app=transport.handle_post_message),
+    ]
+
+
+async def serve_http(
+    gateway: Gateway,
+    host: str,
+    port: int,
+    *,
+    insecure_no_auth: bool = False,
+    on_ready: Callable[[], None] | None = None,
+) -> None:
+    app = http_app(gateway, host, port, insecure_no_auth=insecure_no_auth)
+    config = uvicorn.Config(app, host=host, port=port, log_level="warning", lifespan="on")
+    server = uvicorn.Server(config)
+    if on_ready is None:
+        await server.serve()
+        return
+    async with anyio.create_task_group() as tg:
+        tg.start_soon(server.serve)
+        # uvicorn offers no readiness event; this loop only runs at start-up
+        while not server.started:  # noqa: ASYNC110
+            await anyio.sleep(0.02)
+        on_ready()

@@ -1,0 +1,376 @@
+"""The `Gateway`: one mcp `Server` whose middleware forwards every request to upstream sessions.
+
+The downstream side is a bare low-level `Server` (so every serving transport and both eras work);
+its one middleware hands requests to the right `DownstreamSession`. The gateway also answers, as an
+interceptor host, `interceptors/list` (what it enforces), `interceptor/invoke`, and, opt-in,
+`interceptor/executeChain`.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Mapping
+from contextlib import AsyncExitStack
+from functools import partial
+from typing import Any
+
+import anyio
+import anyio.abc
+from mcp import MCPError
+from mcp.server import Server, ServerRequestContext
+from mcp.server.context import CallNext, HandlerResult
+from mcp.server.subscriptions import (
+    InMemorySubscriptionBus,
+    ListenHandler,
+    PromptsListChanged,
+    ResourcesListChanged,
+    ResourceUpdated,
+    ServerEvent,
+    ToolsListChanged,
+)
+from mcp.shared.message import ServerMessageMetadata
+from mcp_types import Notification, Request, Result
+from mcp_types import methods as wire_methods
+from mcp_types.version import MODERN_PROTOCOL_VERSIONS
+from pydantic import ConfigDict, ValidationError
+
+from mcp_interceptors.executor import Call
+from mcp_interceptors.gateway.config import GatewayConfig
+from mcp_interceptors.gateway.legs import ChainObserver, Governor
+from mcp_interceptors.gateway.session import DownstreamSession, Era
+from mcp_interceptors.gateway.upstream import UpstreamConnection
+from mcp_interceptors.host import parse_invoke_params
+from mcp_interceptors.invoker import Chain
+from mcp_interceptors.planning import direction_for
+from mcp_interceptors.protocol.chain import ChainExecutionParams
+from mcp_interceptors.protocol.descriptors import InterceptorDescriptor, supported_events
+from mcp_interceptors.protocol.errors import InterceptorNotFoundError, InterceptorsError
+from mcp_interceptors.protocol.events import EXTENSION_ID
+from mcp_interceptors.protocol.invoke import (
+    EXECUTE_CHAIN_METHOD,
+    INVOKE_METHOD,
+    LIST_METHOD,
+    InvocationContext,
+    Principal,
+    RawParams,
+)
+
+logger = logging.getLogger(__name__)
+
+#: Requests the gateway's own `Server` answers instead of forwarding.
+LOCAL_METHODS = frozenset(
+    {"initialize", "server/discover", "ping", "subscriptions/listen", LIST_METHOD, INVOKE_METHOD, EXECUTE_CHAIN_METHOD}
+)
+_CAPABILITY_KEYS = ("tools", "prompts", "resources", "logging", "completions")
+
+
+class RawRequest(Request[dict[str, Any] | None, str]):
+    method: str
+    params: dict[str, Any] | None = None
+
+
+class RawNotification(Notification[dict[str, Any] | None, str]):
+    method: str
+    params: dict[str, Any] | None = None
+
+
+class RawResult(Result):
+    model_config = ConfigDict(extra="allow")
+
+
+class ServerSessionDownstream:
+    """Reaches the client through mcp's `ServerSession`: on the request's own stream when in flight."""
+
+    def __init__(self, ctx: ServerRequestContext[Any, Any], *, scoped: bool = True) -> None:
+        self.ctx = ctx
+        self.scoped = scoped and ctx.request_id is not None
+
+    async def request(self, method: str, params: dict[str, Any] | None) -> dict[str, Any]:
+        metadata = ServerMessageMetadata(related_request_id=self.ctx.request_id) if self.scoped else None
+        raw = await self.ctx.session.send_request(
+            RawRequest(method=method, params=params),  # type: ignore[arg-type]
+            RawResult,
+            metadata=metadata,
+        )
+        return raw.model_dump(by_alias=True, mode="json", exclude_unset=True)
+
+    async def notify(self, method: str, params: dict[str, Any] | None) -> None:
+        await self.ctx.session.send_notification(RawNotification(method=method, params=params))  # type: ignore[arg-type]
+
+    async def progress(self, progress: float, total: float | None, message: str | None) -> None:
+        await self.ctx.session.report_progress(progress, total, message)
+
+
+class Gateway:
+    """Fronts the configured upstreams and enforces the chain on every governed message."""
+
+    def __init__(self, config: GatewayConfig, chain: Chain, *, observer: ChainObserver | None = None) -> None:
+        self.config = config
+        self.chain = chain
+        self.governor = Governor(
+            chain,
+            deadline_ms=config.chain.deadline_ms,
+            include_details=config.chain.include_error_details,
+            observer=observer,
+        )
+        self.prefixes = {name: config.prefix_for(name) for name in config.upstreams}
+        self.shared: dict[str, UpstreamConnection] = {}
+        self.sessions: dict[str, DownstreamSession] = {}
+        self.bus = InMemorySubscriptionBus()
+        self.server: Server[Any] = Server(config.name, on_subscriptions_listen=ListenHandler(self.bus))
+        self.server.middleware.append(self.middleware)
+        self._register_host_methods()
+        self._tg: anyio.abc.TaskGroup | None = None
+        self.stack = AsyncExitStack()
+
+    # ------------------------------------------------------------------ lifecycle
+
+    async def start(self, tg: anyio.abc.TaskGroup) -> None:
+        """Connect every upstream (failing with a clear error if one cannot start) and check collisions."""
+        self._tg = tg
+        for name, upstream_config in self.config.upstreams.items():
+            conn = UpstreamConnection(
+                name,
+                upstream_config,
+                on_request=self._shared_request_handler(name),
+                on_notify=self._shared_notify_handler(name),
+            )
+            await tg.start(conn.run)
+            self.shared[name] = conn
+        probe = DownstreamSession(self, key="startup", era="2026-07-28")
+        await probe.refresh_catalog()  # raises RoutingError on a collision
+
+    async def open_session_upstreams(self, session: DownstreamSession) -> dict[str, UpstreamConnection]:
+        """Per-session upstream sessions for a handshake-era client, presenting its own initialize params."""
+        assert self._tg is not None, "gateway not started"
+        conns: dict[str, UpstreamConnection] = {}
+        for name, upstream_config in self.config.upstreams.items():
+            conn = UpstreamConnection(
+                name,
+                upstream_config,
+                era="legacy",
+                client_params=session.client_params,
+                on_request=partial(session.from_upstream, name),
+                on_notify=partial(session.upstream_notification, name),
+            )
+            await self._tg.start(conn.run)
+            conns[name] = conn
+        return conns
+
+    def close_session(self, key: str) -> None:
+        session = self.sessions.pop(key, None)
+        if session is None or session.era != "legacy":
+            return
+        for conn in session.upstreams.values():
+            conn.close()
+
+    # ------------------------------------------------------------------ the middleware
+
+    async def middleware(self, ctx: ServerRequestContext[Any, Any], call_next: CallNext) -> HandlerResult:
+        method = ctx.method
+        if ctx.request_id is None:
+            if method not in ("notifications/cancelled", "notifications/initialized"):
+                params = dict(ctx.params) if ctx.params is not None else None
+                await self.session_for(ctx).client_notification(method, params)
+            return await call_next(ctx)
+        if method in LOCAL_METHODS:
+            result: HandlerResult = await call_next(ctx)
+            if method in ("initialize", "server/discover") and isinstance(result, dict):
+                self._advertise(result, legacy=method == "initialize")
+            return result
+        params = dict(ctx.params) if ctx.params is not None else None
+        self._check_surface(method, ctx.protocol_version, params)
+        session = self.session_for(ctx)
+        try:
+            return await session.handle(method, params, ServerSessionDownstream(ctx), ctx.request_id)
+        except InterceptorsError as exc:
+            raise MCPError(exc.code, exc.message, exc.data) from None
+
+    def _check_surface(self, method: str, version: str, params: Mapping[str, Any] | None) -> None:
+        """Answer malformed or era-foreign spec requests as a direct server would."""
+        if method not in wire_methods.SPEC_CLIENT_METHODS:
+            return
+        try:
+            wire_methods.validate_client_request(method, version, params)
+        except KeyError:
+            raise MCPError(-32601, "Method not found", method) from None
+        except ValidationError as exc:
+            error = exc.errors(include_url=False)[0]
+            field = ".".join(str(part) for part in error["loc"][1:]) or "params"
+            raise MCPError(-32602, f"Invalid request parameters: {field}: {error['msg']}", {"field": field}) from None
+        except ValueError:
+            return
+
+    def session_for(self, ctx: ServerRequestContext[Any, Any]) -> DownstreamSession:
+        era: Era = "2026-07-28" if ctx.protocol_version in MODERN_PROTOCOL_VERSIONS else "legacy"
+        principal = _principal()
+        if era == "legacy":
+            request = ctx.request
+            header = request.headers.get("mcp-session-id") if request is not None else None
+            key = header or "default"
+        else:
+            key = "modern:" + (principal.id or "anonymous" if principal is not None else "anonymous")
+        session = self.sessions.get(key)
+        if session is None:
+            client_params = ctx.session.client_params
+            session = DownstreamSession(
+                self,
+                key=key,
+                era=era,
+                principal=principal,
+                client_params=client_params.model_dump(by_alias=True, mode="json", exclude_none=True)
+                if client_params is not None
+                else None,
+            )
+            if era == "legacy" and self._can_share(session):
+                session.upstreams = dict(self.shared)
+            self.sessions[key] = session
+        session.last_used = time.monotonic()
+        return session
+
+    def _can_share(self, session: DownstreamSession) -> bool:
+        """A stdio gateway has one client: it may adopt the startup connections when eras match."""
+        return session.key == "default" and all(conn.era == "legacy" for conn in self.shared.values())
+
+    # ------------------------------------------------------------------ shared connections
+
+    def _shared_request_handler(self, upstream: str) -> Any:
+        async def handle(method: str, params: dict[str, Any] | None) -> dict[str, Any]:
+            session = self.sessions.get("default")
+            if session is None:
+                raise MCPError(-32600, f"no downstream session can answer {method} from {upstream!r}")
+            return await session.from_upstream(upstream, method, params)
+
+        return handle
+
+    def _shared_notify_handler(self, upstream: str) -> Any:
+        async def handle(method: str, params: dict[str, Any] | None) -> None:
+            event = _bus_event(method, params)
+            for session in list(self.sessions.values()):
+                if session.era != "legacy" or session.upstreams.get(upstream) is self.shared.get(upstream):
+                    await session.upstream_notification(upstream, method, params)
+            if event is not None:
+                await self.bus.publish(event)
+
+        return handle
+
+    # ------------------------------------------------------------------ advertisement
+
+    def _advertise(self, result: dict[str, Any], *, legacy: bool) -> None:
+        """Patch the handshake result: merged upstream capabilities plus our extension."""
+        merged: dict[str, Any] = {}
+        for conn in self.shared.values():
+            caps = conn.info.capabilities if conn.info is not None else {}
+            for key in _CAPABILITY_KEYS:
+                if key in caps:
+                    mine = merged.setdefault(key, {})
+                    for flag, value in (caps[key] or {}).items():
+                        mine[flag] = bool(mine.get(flag)) or value
+        settings = {"supportedEvents": supported_events(self.descriptors())}
+        capabilities = {**merged, **{k: v for k, v in (result.get("capabilities") or {}).items() if k not in merged}}
+        for key in _CAPABILITY_KEYS:
+            if key not in merged:
+                capabilities.pop(key, None)
+        if legacy:
+            capabilities["experimental"] = {**(capabilities.get("experimental") or {}), EXTENSION_ID: settings}
+        else:
+            capabilities["extensions"] = {**(capabilities.get("extensions") or {}), EXTENSION_ID: settings}
+        result["capabilities"] = capabilities
+        if len(self.shared) == 1:
+            info = next(iter(self.shared.values())).info
+            if info is not None and info.instructions:
+                result["instructions"] = info.instructions
+
+    # ------------------------------------------------------------------ the gateway as an interceptor host
+
+    def descriptors(self) -> list[InterceptorDescriptor]:
+        seen: set[str] = set()
+        out = []
+        for entry in self.chain.entries:
+            if entry.name not in seen:
+                seen.add(entry.name)
+                out.append(entry.descriptor)
+        return out
+
+    def _register_host_methods(self) -> None:
+        self.server.add_request_handler(LIST_METHOD, RawParams, self._serve_list)
+        self.server.add_request_handler(INVOKE_METHOD, RawParams, self._serve_invoke)
+        if self.config.expose_execute_chain:
+            self.server.add_request_handler(EXECUTE_CHAIN_METHOD, RawParams, self._serve_execute_chain)
+
+    async def _serve_list(self, ctx: ServerRequestContext[Any, Any], params: RawParams) -> dict[str, Any]:
+        event = (ctx.params or {}).get("event")
+        found = self.descriptors()
+        if isinstance(event, str):
+            found = [d for d in found if d.matches_event(event)]
+        return {"interceptors": [d.to_wire() for d in found]}
+
+    async def _serve_invoke(self, ctx: ServerRequestContext[Any, Any], params: RawParams) -> dict[str, Any]:
+        try:
+            parsed = parse_invoke_params(ctx.params)
+            entry = next((e for e in self.chain.entries if e.name == parsed.name), None)
+            if entry is None:
+                raise InterceptorNotFoundError(parsed.name)
+            source = self.chain.sources[entry.source]
+            call = Call(
+                name=parsed.name,
+                type=entry.descriptor.type,
+                event=parsed.event,
+                phase=parsed.phase,
+                payload=parsed.payload,
+                config=parsed.config,
+                timeout_ms=parsed.timeout_ms,
+                context=parsed.context,
+            )
+            result = await source.invoke(call)
+        except InterceptorsError as exc:
+            raise MCPError(exc.code, exc.message, exc.data) from None
+        return result.to_wire()
+
+    async def _serve_execute_chain(self, ctx: ServerRequestContext[Any, Any], params: RawParams) -> dict[str, Any]:
+        body = {k: v for k, v in (ctx.params or {}).items() if k != "_meta"}
+        try:
+            parsed = ChainExecutionParams.model_validate(body)
+        except ValidationError as exc:
+            error = exc.errors(include_url=False)[0]
+            field = ".".join(str(part) for part in error["loc"])
+            message = f"Invalid interceptor/executeChain params: {field}: {error['msg']}"
+            raise MCPError(-32602, message, {"field": field}) from None
+        context = parsed.context or InvocationContext(principal=_principal())
+        result = await self.chain.execute(
+            parsed.event,
+            parsed.phase,
+            parsed.payload,
+            direction=parsed.direction or direction_for("client", parsed.event, parsed.phase),
+            config=parsed.config,
+            context=context,
+            timeout_ms=parsed.timeout_ms,
+            interceptors=parsed.interceptors,
+        )
+        return result.to_wire()
+
+
+def _principal() -> Principal | None:
+    """The authenticated caller on HTTP (from mcp's bearer auth), else None."""
+    from mcp.server.auth.middleware.auth_context import get_access_token
+
+    token = get_access_token()
+    if token is None:
+        return None
+    claims = dict(token.claims or {})
+    if token.scopes:
+        claims.setdefault("scopes", list(token.scopes))
+    return Principal(type="user", id=token.subject or token.client_id, claims=claims or None)
+
+
+def _bus_event(method: str, params: Mapping[str, Any] | None) -> ServerEvent | None:
+    if method == "notifications/tools/list_changed":
+        return ToolsListChanged()
+    if method == "notifications/prompts/list_changed":
+        return PromptsListChanged()
+    if method == "notifications/resources/list_changed":
+        return ResourcesListChanged()
+    if method == "notifications/resources/updated" and isinstance((params or {}).get("uri"), str):
+        return ResourceUpdated(uri=str((params or {})["uri"]))
+    return None

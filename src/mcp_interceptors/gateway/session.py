@@ -1,0 +1,371 @@
+"""One downstream session: its upstream sessions, its era, what it was advertised, and its legs.
+
+Handshake-era clients get their own upstream sessions, opened once on first use and reused;
+2026-07-28 requests are self-contained and share the gateway's connections. Every governed
+message goes receive -> request chain -> route -> forward -> response chain -> reply.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Awaitable, Callable, Mapping
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any, Literal, Protocol
+
+import anyio
+from mcp import MCPError
+
+from mcp_interceptors.gateway.legs import GOVERNED_EVENTS
+from mcp_interceptors.gateway.routing import CALLS, LISTS, Catalog, Route, advertised_keys, build_catalog
+from mcp_interceptors.gateway.upstream import UpstreamConnection
+from mcp_interceptors.protocol.invoke import InvocationContext, Principal
+
+if TYPE_CHECKING:
+    from mcp_interceptors.gateway.server import Gateway
+
+logger = logging.getLogger(__name__)
+
+Era = Literal["legacy", "2026-07-28"]
+METHOD_NOT_FOUND = -32601
+INVALID_PARAMS = -32602
+INVALID_REQUEST = -32600
+#: Capabilities an upstream needs for a list method to be worth asking.
+_LIST_CAPABILITY = {
+    "tools/list": "tools",
+    "prompts/list": "prompts",
+    "resources/list": "resources",
+    "resources/templates/list": "resources",
+}
+
+
+class Downstream(Protocol):
+    """The client side of one in-flight request: how to reach the client from the gateway."""
+
+    async def request(self, method: str, params: dict[str, Any] | None) -> dict[str, Any]: ...
+
+    async def notify(self, method: str, params: dict[str, Any] | None) -> None: ...
+
+    async def progress(self, progress: float, total: float | None, message: str | None) -> None: ...
+
+
+@dataclass
+class DownstreamSession:
+    """Per-client state. `key` is the transport's session id (or one fixed key for stdio)."""
+
+    gateway: Gateway
+    key: str
+    era: Era
+    principal: Principal | None = None
+    client_params: dict[str, Any] | None = None
+    upstreams: dict[str, UpstreamConnection] = field(default_factory=dict)
+    catalog: Catalog | None = None
+    advertised: dict[str, set[str]] = field(default_factory=dict)
+    inflight: list[Downstream] = field(default_factory=list)
+    standalone: Downstream | None = None
+    last_used: float = 0.0
+    _opening: anyio.Lock = field(default_factory=anyio.Lock)
+
+    # ------------------------------------------------------------------ upstream sessions
+
+    async def connections(self) -> dict[str, UpstreamConnection]:
+        """This session's upstream connections; legacy sessions open their own on first use."""
+        if self.upstreams:
+            return self.upstreams
+        if self.era != "legacy":
+            self.upstreams = dict(self.gateway.shared)
+            return self.upstreams
+        async with self._opening:
+            if not self.upstreams:
+                self.upstreams = await self.gateway.open_session_upstreams(self)
+        return self.upstreams
+
+    def context(self, upstream: str | None, request_id: Any = None) -> InvocationContext:
+        return InvocationContext(
+            principal=self.principal,
+            session_id=self.key,
+            server=upstream,
+            trace_id=None if request_id is None else str(request_id),
+        )
+
+    def invalidate(self, list_method: str | None = None) -> None:
+        """Forget listings (and what was advertised) after a `list_changed`."""
+        self.catalog = None
+        if list_method is None:
+            self.advertised.clear()
+        else:
+            self.advertised.pop(list_method, None)
+
+    # ------------------------------------------------------------------ requests from the client
+
+    async def handle(
+        self, method: str, params: dict[str, Any] | None, downstream: Downstream, request_id: Any
+    ) -> dict[str, Any]:
+        """Serve one forwarded request; raises `MCPError` for the client."""
+        self.inflight.append(downstream)
+        if self.standalone is None:
+            self.standalone = downstream
+        try:
+            if method in LISTS:
+                return await self._list(method, params, request_id)
+            if method in CALLS or method == "completion/complete":
+                return await self._call(method, params, downstream, request_id)
+            if method == "logging/setLevel":
+                return await self._broadcast(method, params)
+            return await self._passthrough(method, params, downstream)
+        finally:
+            self.inflight.remove(downstream)
+
+    async def _list(self, method: str, params: dict[str, Any] | None, request_id: Any) -> dict[str, Any]:
+        governor = self.gateway.governor
+        context = self.context(None, request_id)
+        params = await governor.govern_request(method, params, context)
+        conns = await self.connections()
+        cursor = (params or {}).get("cursor")
+        if len(conns) == 1:
+            name, conn = next(iter(conns.items()))
+            result = await conn.request(method, params)
+            result = self._expose_single(method, name, result, first_page=cursor is None)
+        else:
+            result = await self._merged_listing(method, params)
+        result = await governor.govern_response(method, result, self.context(None, request_id))
+        keys = advertised_keys(method, result)
+        if cursor is None or method not in self.advertised:
+            self.advertised[method] = keys
+        else:
+            self.advertised[method] |= keys
+        return result
+
+    def _expose_single(self, method: str, upstream: str, result: dict[str, Any], *, first_page: bool) -> dict[str, Any]:
+        prefix = self.gateway.prefixes.get(upstream, "")
+        items_key, _ = LISTS[method]
+        page = build_catalog({upstream: {method: list(result.get(items_key) or [])}}, {upstream: prefix})
+        if self.catalog is None or first_page:
+            self.catalog = self.catalog or Catalog()
+            self.catalog.routes[method] = {}
+            self.catalog.items[method] = []
+            if method == "resources/templates/list":
+                self.catalog.templates = []
+        self.catalog.routes.setdefault(method, {}).update(page.routes[method])
+        self.catalog.items.setdefault(method, []).extend(page.items[method])
+        self.catalog.templates.extend(page.templates)
+        if prefix and method in ("tools/list", "prompts/list"):
+            return {**result, items_key: page.items[method]}
+        return result
+
+    async def _merged_listing(self, method: str, params: dict[str, Any] | None) -> dict[str, Any]:
+        catalog = await self.refresh_catalog(methods=(method,))
+        items_key, _ = LISTS[method]
+        return {items_key: catalog.listing(method)}
+
+    async def refresh_catalog(self, methods: tuple[str, ...] = tuple(LISTS)) -> Catalog:
+        """Fetch every page of `methods` from every upstream and merge them under their prefixes."""
+        conns = await self.connections()
+        listings: dict[str, dict[str, list[dict[str, Any]]]] = {name: {} for name in conns}
+
+        async def fetch(name: str, conn: UpstreamConnection, method: str) -> None:
+            listings[name][method] = await fetch_all_pages(conn, method)
+
+        async with anyio.create_task_group() as tg:
+            for name, conn in conns.items():
+                for method in methods:
+                    tg.start_soon(fetch, name, conn, method)
+        fresh = build_catalog(listings, self.gateway.prefixes)
+        if self.catalog is None:
+            self.catalog = fresh
+        else:
+            for method in methods:
+                self.catalog.items[method] = fresh.items[method]
+                self.catalog.routes[method] = fresh.routes[method]
+            if "resources/templates/list" in methods:
+                self.catalog.templates = fresh.templates
+        return self.catalog
+
+    async def _call(
+        self, method: str, params: dict[str, Any] | None, downstream: Downstream, request_id: Any
+    ) -> dict[str, Any]:
+        governor = self.gateway.governor
+        route = await self._route(method, params)
+        context = self.context(route.upstream, request_id)
+        if method == "tools/call":
+            await self._govern_input_responses(params, context)
+        params = await governor.govern_request(method, params, context)
+        route = await self._route(method, params, check=True)  # policy runs on the final payload
+        conns = await self.connections()
+        upstream_params = dict(params or {})
+        key = CALLS.get(method, ("", ""))[1]
+        if key == "name":
+            upstream_params["name"] = route.name
+        result = await conns[route.upstream].request(method, upstream_params, on_progress=_relay(downstream, params))
+        if result.get("resultType") == "input_required":
+            return await self._govern_input_requests(result, context)
+        return await governor.govern_response(method, result, context)
+
+    async def _route(self, method: str, params: Mapping[str, Any] | None, *, check: bool = False) -> Route:
+        """Where the call goes; with `check`, refuse anything this session was not advertised."""
+        if method == "completion/complete":
+            return await self._route_completion(params)
+        list_method, key_name = CALLS[method]
+        key = (params or {}).get(key_name)
+        if not isinstance(key, str):
+            raise MCPError(INVALID_PARAMS, f"{method}: params.{key_name} must be a string", {"field": key_name})
+        enforce = check and self.gateway.config.advertised_equals_callable
+        if enforce and list_method not in self.advertised:
+            await self.compute_advertised(list_method)
+        if self.catalog is None or list_method not in self.catalog.routes:
+            await self.refresh_catalog()
+        assert self.catalog is not None
+        route = self.catalog.route(method, key)
+        if route is None or (enforce and not self._was_advertised(list_method, key)):
+            kind = {"tools/list": "tool", "prompts/list": "prompt"}.get(list_method, "resource")
+            raise MCPError(
+                INVALID_PARAMS,
+                f"Unknown {kind}: {key}",
+                {"reason": "not advertised to this session", key_name: key, "event": method},
+            )
+        return route
+
+    def _was_advertised(self, list_method: str, key: str) -> bool:
+        if key in self.advertised.get(list_method, set()):
+            return True
+        if list_method != "resources/list" or self.catalog is None:
+            return False
+        templates = self.advertised.get("resources/templates/list", set())
+        return any(tpl.match(key) is not None for tpl, _ in self.catalog.templates if str(tpl) in templates)
+
+    async def compute_advertised(self, list_method: str) -> None:
+        """What this session would be shown: the listing after the response chain, computed on demand."""
+        methods = (list_method, "resources/templates/list") if list_method == "resources/list" else (list_method,)
+        for method in methods:
+            try:
+                await self._list(method, None, None)
+            except MCPError as exc:
+                if exc.code != METHOD_NOT_FOUND:
+                    raise
+                self.advertised[method] = set()
+
+    async def _route_completion(self, params: Mapping[str, Any] | None) -> Route:
+        ref = (params or {}).get("ref") or {}
+        if ref.get("type") == "ref/prompt":
+            return await self._route("prompts/get", {"name": ref.get("name")}, check=True)
+        return await self._route("resources/read", {"uri": ref.get("uri")}, check=True)
+
+    async def _govern_input_requests(self, result: dict[str, Any], context: InvocationContext) -> dict[str, Any]:
+        """2026-07-28: each embedded sampling/elicitation/roots request runs its own request chain."""
+        requests = result.get("inputRequests")
+        if not isinstance(requests, Mapping):
+            return result
+        governed: dict[str, Any] = {}
+        for key, request in requests.items():
+            method = request.get("method") if isinstance(request, Mapping) else None
+            if isinstance(method, str) and method in GOVERNED_EVENTS:
+                params = await self.gateway.governor.govern_request(method, request.get("params"), context)
+                governed[key] = {**request, "params": params}
+            else:
+                governed[key] = request
+        return {**result, "inputRequests": governed}
+
+    async def _govern_input_responses(self, params: dict[str, Any] | None, context: InvocationContext) -> None:
+        """2026-07-28 retry: the client's answers run the response chain of the request they answer."""
+        responses = (params or {}).get("inputResponses")
+        if not isinstance(responses, dict):
+            return
+        for key, value in list(responses.items()):
+            method = input_response_method(value)
+            if method is not None and isinstance(value, dict):
+                responses[key] = await self.gateway.governor.govern_response(method, value, context)
+
+    async def _broadcast(self, method: str, params: dict[str, Any] | None) -> dict[str, Any]:
+        conns = await self.connections()
+        for conn in conns.values():
+            if conn.info is not None and "logging" in conn.info.capabilities:
+                await conn.request(method, params)
+        return {}
+
+    async def _passthrough(self, method: str, params: dict[str, Any] | None, downstream: Downstream) -> dict[str, Any]:
+        conns = await self.connections()
+        if len(conns) != 1:
+            raise MCPError(
+                METHOD_NOT_FOUND,
+                f"Method not found: {method} cannot be routed to one of {len(conns)} upstreams",
+                method,
+            )
+        conn = next(iter(conns.values()))
+        return await conn.request(method, params, on_progress=_relay(downstream, params))
+
+    # ------------------------------------------------------------------ from the upstreams
+
+    async def from_upstream(self, upstream: str, method: str, params: dict[str, Any] | None) -> dict[str, Any]:
+        """A server-initiated request (handshake era): govern, ask the client, govern the answer."""
+        context = self.context(upstream)
+        governor = self.gateway.governor
+        if method in GOVERNED_EVENTS:
+            params = await governor.govern_request(method, params, context)
+        target = self.inflight[-1] if self.inflight else self.standalone
+        if target is None:
+            raise MCPError(INVALID_REQUEST, "no downstream client is connected to answer " + method)
+        result = await target.request(method, params)
+        if method in GOVERNED_EVENTS:
+            result = await governor.govern_response(method, result, context)
+        return result
+
+    async def upstream_notification(self, upstream: str, method: str, params: dict[str, Any] | None) -> None:
+        if method.endswith("/list_changed"):
+            list_method = method.removeprefix("notifications/").replace("list_changed", "list")
+            self.invalidate(list_method if list_method in LISTS else None)
+        target = self.standalone
+        if target is not None:
+            await target.notify(method, params)
+
+    async def client_notification(self, method: str, params: dict[str, Any] | None) -> None:
+        """Client notifications fan out to this session's upstream sessions (handshake era)."""
+        if method in ("notifications/initialized", "notifications/cancelled") or self.era != "legacy":
+            return
+        for conn in (await self.connections()).values():
+            await conn.notify(method, params)
+
+
+def _relay(downstream: Downstream, params: Mapping[str, Any] | None) -> Callable[..., Awaitable[None]] | None:
+    """Relay upstream progress to the client when it asked for progress."""
+    meta = (params or {}).get("_meta")
+    if not isinstance(meta, Mapping) or "progressToken" not in meta:
+        return None
+
+    async def relay(progress: float, total: float | None, message: str | None) -> None:
+        await downstream.progress(progress, total, message)
+
+    return relay
+
+
+async def fetch_all_pages(conn: UpstreamConnection, method: str) -> list[dict[str, Any]]:
+    """Every item of a paginated list; an upstream without the capability contributes nothing."""
+    capability = _LIST_CAPABILITY.get(method)
+    if conn.info is not None and capability and capability not in conn.info.capabilities:
+        return []
+    items_key, _ = LISTS[method]
+    items: list[dict[str, Any]] = []
+    cursor: str | None = None
+    for _ in range(1000):  # a bound against an upstream that pages forever
+        try:
+            page = await conn.request(method, {"cursor": cursor} if cursor else None)
+        except MCPError as exc:
+            if exc.code == METHOD_NOT_FOUND:
+                return items
+            raise
+        items.extend(item for item in page.get(items_key) or [] if isinstance(item, dict))
+        cursor = page.get("nextCursor")
+        if not isinstance(cursor, str) or not cursor:
+            break
+    return items
+
+
+def input_response_method(value: Any) -> str | None:
+    """Which client feature an `inputResponses` entry answers, from its shape."""
+    if not isinstance(value, Mapping):
+        return None
+    if "action" in value:
+        return "elicitation/create"
+    if "roots" in value:
+        return "roots/list"
+    if "role" in value or "model" in value:
+        return "sampling/createMessage"
+    return None

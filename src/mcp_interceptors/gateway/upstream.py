@@ -1,0 +1,344 @@
+"""One session with one upstream MCP server: connect once, reuse, reconnect with backoff.
+
+The wire stays raw: mcp's transports carry JSON-RPC, a `JSONRPCDispatcher` correlates ids, and
+params/results are plain dicts so unknown methods and fields survive. The connection performs the
+era's handshake itself (`initialize` or `server/discover`) and stamps the routing headers a
+Streamable-HTTP upstream needs.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Awaitable, Callable, Mapping
+from contextlib import AbstractAsyncContextManager
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+import anyio
+import anyio.abc
+import httpx2
+from mcp import MCPError, StdioServerParameters
+from mcp.client.sse import sse_client
+from mcp.client.stdio import stdio_client
+from mcp.client.streamable_http import streamable_http_client
+from mcp.shared.dispatcher import CallOptions, DispatchContext
+from mcp.shared.inbound import (
+    MCP_METHOD_HEADER,
+    MCP_NAME_HEADER,
+    MCP_PROTOCOL_VERSION_HEADER,
+    NAME_BEARING_METHODS,
+    encode_header_value,
+)
+from mcp.shared.jsonrpc_dispatcher import JSONRPCDispatcher
+from mcp_types import (
+    CLIENT_CAPABILITIES_META_KEY,
+    CLIENT_INFO_META_KEY,
+    CONNECTION_CLOSED,
+    PROTOCOL_VERSION_META_KEY,
+    SERVER_INFO_META_KEY,
+)
+from mcp_types.version import HANDSHAKE_PROTOCOL_VERSIONS, LATEST_HANDSHAKE_VERSION, LATEST_MODERN_VERSION
+
+from mcp_interceptors.gateway.config import TransportConfig
+
+logger = logging.getLogger(__name__)
+
+Era = Literal["legacy", "2026-07-28"]
+EraPreference = Literal["auto", "legacy", "2026-07-28"]
+OnUpstreamRequest = Callable[[str, dict[str, Any] | None], Awaitable[dict[str, Any]]]
+OnUpstreamNotify = Callable[[str, dict[str, Any] | None], Awaitable[None]]
+
+GATEWAY_CLIENT_INFO = {"name": "mcp-interceptors-gateway", "version": "0.1.0"}
+#: What the gateway presents when it has no downstream client to speak for.
+DEFAULT_CLIENT_CAPABILITIES: dict[str, Any] = {"roots": {"listChanged": True}, "sampling": {}, "elicitation": {}}
+_BACKOFF_FIRST_S = 0.2
+_BACKOFF_MAX_S = 10.0
+_CONNECT_WAIT_S = 10.0
+
+
+@dataclass
+class UpstreamInfo:
+    """What the handshake told us about the upstream."""
+
+    era: Era
+    protocol_version: str
+    server_info: dict[str, Any] | None = None
+    capabilities: dict[str, Any] = field(default_factory=dict)
+    instructions: str | None = None
+
+
+class UpstreamUnavailableError(MCPError):
+    """The upstream is down or reconnecting; in-flight and new calls get this instead of hanging."""
+
+
+def open_transport(config: TransportConfig) -> AbstractAsyncContextManager[Any]:
+    """The mcp client transport for a configured server."""
+    if config.command is not None:
+        params = StdioServerParameters(command=config.command, args=config.args, env=config.env or None, cwd=config.cwd)
+        return stdio_client(params)
+    assert config.url is not None
+    headers = dict(config.headers)
+    if config.bearer_token:
+        headers["Authorization"] = f"Bearer {config.bearer_token}"
+    if config.transport == "sse":
+        return sse_client(config.url, headers=headers or None)
+    timeout = httpx2.Timeout(max(config.timeout_ms / 1000, 30.0), read=300.0)
+    return streamable_http_client(config.url, http_client=httpx2.AsyncClient(headers=headers, timeout=timeout))
+
+
+class UpstreamConnection:
+    """A supervised connection: `run` keeps it up, `request`/`notify` use it.
+
+    `client_params` are the `initialize` params to present (a downstream client's, for a
+    per-session legacy connection); server-initiated requests and notifications from the upstream
+    go to `on_request` / `on_notify`.
+    """
+
+    def __init__(
+        self,
+        name: str,
+        config: TransportConfig,
+        *,
+        era: EraPreference = "auto",
+        client_params: Mapping[str, Any] | None = None,
+        on_request: OnUpstreamRequest | None = None,
+        on_notify: OnUpstreamNotify | None = None,
+    ) -> None:
+        self.name = name
+        self.config = config
+        self.era_preference: EraPreference = era
+        self.client_params = dict(client_params or {})
+        self.on_request = on_request
+        self.on_notify = on_notify
+        self.info: UpstreamInfo | None = None
+        self.restarts = 0
+        self._dispatcher: JSONRPCDispatcher[Any] | None = None
+        self._connected = anyio.Event()
+        self._closed = False
+        self._last_error: str | None = None
+        self._scope: anyio.CancelScope | None = None
+
+    @property
+    def is_http(self) -> bool:
+        return self.config.url is not None
+
+    @property
+    def era(self) -> Era:
+        return self.info.era if self.info is not None else "legacy"
+
+    # ------------------------------------------------------------------ lifecycle
+
+    async def run(self, *, task_status: anyio.abc.TaskStatus[None] = anyio.TASK_STATUS_IGNORED) -> None:
+        """Connect, hand over readiness, and reconnect with backoff until cancelled.
+
+        The first connection failure is raised (so a gateway fails at start with a clear error);
+        later failures are logged and retried.
+        """
+        started = False
+        delay = _BACKOFF_FIRST_S
+
+        def on_ready() -> None:
+            nonlocal started, delay
+            delay = _BACKOFF_FIRST_S
+            if not started:
+                started = True
+                task_status.started()
+
+        with anyio.CancelScope() as scope:
+            self._scope = scope
+            while not self._closed:
+                try:
+                    await self._connect_once(on_ready)
+                    self._last_error = "connection closed"
+                except Exception as exc:  # transport/handshake failure: report, then back off
+                    self._last_error = f"{type(exc).__name__}: {exc}"
+                    if not started:
+                        raise UpstreamUnavailableError(
+                            CONNECTION_CLOSED, f"upstream {self.name!r} failed to start: {self._last_error}"
+                        ) from exc
+                finally:
+                    self._dispatcher = None
+                    self._connected = anyio.Event()
+                if self._closed:
+                    break
+                logger.warning("upstream %r: %s; reconnecting in %.1fs", self.name, self._last_error, delay)
+                self.restarts += 1
+                await anyio.sleep(delay)
+                delay = min(delay * 2, _BACKOFF_MAX_S)
+
+    async def _connect_once(self, on_ready: Callable[[], None]) -> None:
+        """One connection's life: open, handshake, serve until EOF (the upstream exited or hung up)."""
+        async with open_transport(self.config) as (read, write):
+            dispatcher: JSONRPCDispatcher[Any] = JSONRPCDispatcher(read, write)
+            ended = anyio.Event()
+            async with anyio.create_task_group() as tg:
+                await tg.start(self._pump, dispatcher, ended)
+                self._dispatcher = dispatcher
+                self.info = await self._handshake(dispatcher)
+                self._connected.set()
+                self._last_error = None
+                on_ready()
+                await ended.wait()
+                tg.cancel_scope.cancel()
+
+    async def _pump(
+        self, dispatcher: JSONRPCDispatcher[Any], ended: anyio.Event, *, task_status: anyio.abc.TaskStatus[None]
+    ) -> None:
+        try:
+            await dispatcher.run(self._on_request, self._on_notify, task_status=task_status)
+        finally:
+            ended.set()
+
+    def close(self) -> None:
+        self._closed = True
+        if self._scope is not None:
+            self._scope.cancel()
+
+    # ------------------------------------------------------------------ handshake
+
+    async def _handshake(self, dispatcher: JSONRPCDispatcher[Any]) -> UpstreamInfo:
+        if self.era_preference in ("auto", "2026-07-28"):
+            try:
+                return await self._discover(dispatcher)
+            except MCPError as exc:
+                if self.era_preference == "2026-07-28":
+                    raise
+                logger.debug("upstream %r: server/discover failed (%s); using initialize", self.name, exc.message)
+        return await self._initialize(dispatcher)
+
+    async def _discover(self, dispatcher: JSONRPCDispatcher[Any]) -> UpstreamInfo:
+        params = {"_meta": self.envelope()}
+        opts: CallOptions = {"timeout": self.config.timeout_ms / 1000}
+        if self.is_http:
+            opts["headers"] = {MCP_PROTOCOL_VERSION_HEADER: LATEST_MODERN_VERSION, MCP_METHOD_HEADER: "server/discover"}
+        result = await dispatcher.send_raw_request("server/discover", params, opts)
+        versions = result.get("supportedVersions") or []
+        if LATEST_MODERN_VERSION not in versions:
+            raise MCPError(-32022, f"upstream supports {versions}, not {LATEST_MODERN_VERSION}")
+        meta = result.get("_meta") or {}
+        return UpstreamInfo(
+            era="2026-07-28",
+            protocol_version=LATEST_MODERN_VERSION,
+            server_info=meta.get(SERVER_INFO_META_KEY),
+            capabilities=dict(result.get("capabilities") or {}),
+            instructions=result.get("instructions"),
+        )
+
+    async def _initialize(self, dispatcher: JSONRPCDispatcher[Any]) -> UpstreamInfo:
+        params = {
+            "protocolVersion": self.client_params.get("protocolVersion", LATEST_HANDSHAKE_VERSION),
+            "capabilities": self.client_params.get("capabilities", DEFAULT_CLIENT_CAPABILITIES),
+            "clientInfo": self.client_params.get("clientInfo", GATEWAY_CLIENT_INFO),
+        }
+        if params["protocolVersion"] not in HANDSHAKE_PROTOCOL_VERSIONS:
+            params["protocolVersion"] = LATEST_HANDSHAKE_VERSION
+        opts: CallOptions = {"timeout": self.config.timeout_ms / 1000, "cancel_on_abandon": False}
+        result = await dispatcher.send_raw_request("initialize", params, opts)
+        await dispatcher.notify("notifications/initialized", None)
+        return UpstreamInfo(
+            era="legacy",
+            protocol_version=str(result.get("protocolVersion") or params["protocolVersion"]),
+            server_info=result.get("serverInfo"),
+            capabilities=dict(result.get("capabilities") or {}),
+            instructions=result.get("instructions"),
+        )
+
+    def envelope(self, client_meta: Mapping[str, Any] | None = None) -> dict[str, Any]:
+        """The 2026-07-28 `_meta` envelope: the downstream client's if it sent one, else the gateway's."""
+        meta = dict(client_meta or {})
+        meta.setdefault(PROTOCOL_VERSION_META_KEY, LATEST_MODERN_VERSION)
+        meta.setdefault(CLIENT_INFO_META_KEY, self.client_params.get("clientInfo", GATEWAY_CLIENT_INFO))
+        meta.setdefault(
+            CLIENT_CAPABILITIES_META_KEY, self.client_params.get("capabilities", DEFAULT_CLIENT_CAPABILITIES)
+        )
+        return meta
+
+    # ------------------------------------------------------------------ traffic
+
+    async def _ready(self) -> JSONRPCDispatcher[Any]:
+        dispatcher = self._dispatcher
+        if dispatcher is not None:
+            return dispatcher
+        with anyio.move_on_after(min(_CONNECT_WAIT_S, self.config.timeout_ms / 1000)):
+            await self._connected.wait()
+        if self._dispatcher is None:
+            reason = self._last_error or "not connected"
+            raise UpstreamUnavailableError(CONNECTION_CLOSED, f"upstream {self.name!r} is unavailable ({reason})")
+        return self._dispatcher
+
+    async def request(
+        self,
+        method: str,
+        params: Mapping[str, Any] | None,
+        *,
+        request_id: Any = None,
+        on_progress: Any = None,
+        headers: Mapping[str, str] | None = None,
+        timeout_s: float | None = None,
+    ) -> dict[str, Any]:
+        """Send one request in this connection's era and return the raw result dict.
+
+        Upstream JSON-RPC errors propagate as `MCPError` unchanged; a dropped connection becomes
+        an error naming the upstream.
+        """
+        dispatcher = await self._ready()
+        body = dict(params) if params is not None else {}
+        if self.era == "2026-07-28":
+            body["_meta"] = self.envelope(body.get("_meta"))
+        opts: CallOptions = {"timeout": timeout_s if timeout_s is not None else self.config.timeout_ms / 1000}
+        if request_id is not None:
+            opts["request_id"] = request_id
+        if on_progress is not None:
+            opts["on_progress"] = on_progress
+        if self.is_http:
+            opts["headers"] = {**self._routing_headers(method, body), **(headers or {})}
+        try:
+            return await dispatcher.send_raw_request(method, body or None, opts)
+        except MCPError as exc:
+            if exc.code == CONNECTION_CLOSED:
+                raise UpstreamUnavailableError(
+                    CONNECTION_CLOSED, f"upstream {self.name!r} closed the connection", {"upstream": self.name}
+                ) from None
+            raise
+        except ValueError:
+            if request_id is None:
+                raise
+            return await self.request(method, params, on_progress=on_progress, headers=headers, timeout_s=timeout_s)
+
+    async def notify(self, method: str, params: Mapping[str, Any] | None) -> None:
+        dispatcher = self._dispatcher
+        if dispatcher is None:
+            return  # notifications to a down upstream are dropped: there is nobody to tell
+        body = dict(params) if params is not None else None
+        opts: CallOptions = {}
+        if self.is_http:
+            opts["headers"] = self._routing_headers(method, body or {})
+        try:
+            await dispatcher.notify(method, body, opts)
+        except (anyio.BrokenResourceError, anyio.ClosedResourceError, MCPError):
+            logger.debug("upstream %r: notification %s dropped, connection closing", self.name, method)
+
+    def _routing_headers(self, method: str, body: Mapping[str, Any]) -> dict[str, str]:
+        """`mcp-protocol-version` always; `mcp-method`/`mcp-name` in the 2026-07-28 era."""
+        info = self.info
+        if info is None:
+            return {}
+        headers = {MCP_PROTOCOL_VERSION_HEADER: info.protocol_version}
+        if info.era == "2026-07-28":
+            headers[MCP_METHOD_HEADER] = method
+            key = NAME_BEARING_METHODS.get(method)
+            value = body.get(key) if key is not None else None
+            if isinstance(value, str):
+                headers[MCP_NAME_HEADER] = encode_header_value(value)
+        return headers
+
+    async def _on_request(self, dctx: DispatchContext[Any], method: str, params: Mapping[str, Any] | None) -> Any:
+        if self.on_request is None:
+            raise MCPError(-32601, "Method not found", method)
+        return await self.on_request(method, dict(params) if params is not None else None)
+
+    async def _on_notify(self, dctx: DispatchContext[Any], method: str, params: Mapping[str, Any] | None) -> None:
+        # Progress reaches the caller through `on_progress`; cancellation is applied by the dispatcher.
+        if method in ("notifications/progress", "notifications/cancelled") or self.on_notify is None:
+            return
+        await self.on_notify(method, dict(params) if params is not None else None)

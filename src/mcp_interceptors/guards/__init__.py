@@ -1,0 +1,50 @@
+"""Built-in guards: interceptors that scan, validate and redact MCP payloads.
+
+`load(name, config)` returns an `InterceptorHost` with that guard's interceptors, ready for
+`Chain.add_local`, the gateway config, or `mcp-interceptors serve --guard NAME`. Each guard module
+exposes `build(config: Mapping) -> InterceptorHost` and is imported only when loaded.
+"""
+
+from __future__ import annotations
+
+import importlib
+import importlib.util
+from collections.abc import Mapping
+from typing import Any
+
+from mcp_interceptors.host import InterceptorHost
+
+#: guard name -> module implementing `build(config)`
+GUARD_MODULES: dict[str, str] = {
+    "secrets": "mcp_interceptors.guards.secrets",
+    "pii": "mcp_interceptors.guards.pii",
+    "exfiltration-guard": "mcp_interceptors.guards.exfiltration",
+    "tool-policy": "mcp_interceptors.guards.policy",
+    "schema-guard": "mcp_interceptors.guards.schema",
+    "prompt-injection": "mcp_interceptors.guards.injection",
+    "rate-limit": "mcp_interceptors.guards.rate_limit",
+    "sampling-guard": "mcp_interceptors.guards.client_features",
+    "elicitation-guard": "mcp_interceptors.guards.client_features",
+    "roots-guard": "mcp_interceptors.guards.client_features",
+    "size-limit": "mcp_interceptors.guards.size",
+    "tool-pinning": "mcp_interceptors.guards.pinning",
+    "audit-log": "mcp_interceptors.guards.audit_log",
+}
+
+
+def available() -> list[str]:
+    """Names of the guards that can be loaded, in a stable order."""
+    return [name for name, module in GUARD_MODULES.items() if importlib.util.find_spec(module) is not None]
+
+
+def load(name: str, config: Mapping[str, Any] | None = None) -> InterceptorHost:
+    """A fresh host with guard `name`'s interceptors; a bad `config` raises `ValueError` naming the field."""
+    module_name = GUARD_MODULES.get(name)
+    if module_name is None or importlib.util.find_spec(module_name) is None:
+        raise ValueError(f"unknown guard {name!r}; available: {', '.join(available()) or '(none)'}")
+    module = importlib.import_module(module_name)
+    host: InterceptorHost = module.build(name, dict(config or {}))
+    return host
+
+
+__all__ = ["GUARD_MODULES", "available", "load"]

@@ -1,7 +1,7 @@
 """An ordinary MCP server to put behind the gateway: tools, a prompt, resources, progress and sampling.
 
-    python examples/upstream_server.py                 # stdio
-    python examples/upstream_server.py --http 8003     # http://127.0.0.1:8003/mcp
+python examples/upstream_server.py                 # stdio
+python examples/upstream_server.py --http 8003     # http://127.0.0.1:8003/mcp
 """
 
 from __future__ import annotations

@@ -25,6 +25,7 @@ from mcp.server import MCPServer, ServerRequestContext
 from mcp.server.context import CallNext, HandlerResult
 from mcp.server.extension import Extension, MethodBinding
 from pydantic import ValidationError
+from pydantic_core import PydanticSerializationError
 
 from mcp_interceptors.executor import Call
 from mcp_interceptors.protocol.descriptors import (
@@ -271,7 +272,11 @@ class InterceptorHost(Extension):
             result = await self.invoke_params(parsed)
         except InterceptorsError as exc:
             raise MCPError(exc.code, exc.message, exc.data) from None
-        return result.to_wire()
+        try:
+            return result.to_wire()
+        except PydanticSerializationError as exc:  # e.g. a mutator returned an object that is not JSON
+            error = InterceptorExecutionError(parsed.name, f"result is not JSON-serialisable: {exc}")
+            raise MCPError(error.code, error.message, error.data) from None
 
     async def capability_middleware(self, ctx: ServerRequestContext[Any, Any], call_next: CallNext) -> HandlerResult:
         """Server middleware that repeats the capability under `experimental` in `initialize` results.

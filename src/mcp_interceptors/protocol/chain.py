@@ -78,4 +78,6 @@ class ChainExecutionResult(WireModel):
         body["results"] = list(self.results)
         if self.status == "success":
             body["finalPayload"] = self.final_payload
+        else:
+            body.pop("finalPayload", None)  # never leak a tentative payload from a blocked run (R55)
         return body

@@ -64,6 +64,12 @@ class InvokeParams(WireModel):
     timeout_ms: Annotated[float, Field(gt=0)] | None = None
     context: InvocationContext | None = None
 
+    def to_wire(self) -> dict[str, Any]:
+        """The camelCase params; `payload` is required, so a JSON `null` payload is kept."""
+        body = super().to_wire()
+        body.setdefault("payload", None)
+        return body
+
 
 class ListParams(WireModel):
     event: str | None = None

@@ -72,6 +72,12 @@ class MutationResult(_ResultBase):
     modified: Annotated[bool, Strict()]
     payload: Any
 
+    def to_wire(self) -> dict[str, Any]:
+        """The flat body; `payload` is required, so a JSON `null` payload is kept (R18/R20)."""
+        body = super().to_wire()
+        body.setdefault("payload", None)
+        return body
+
 
 class SinkResult(_ResultBase):
     type: Literal["sink"] = "sink"

@@ -11,6 +11,7 @@ import glob
 import os
 import pwd
 import shutil
+import signal
 import socket
 import subprocess
 import tempfile
@@ -105,7 +106,7 @@ def start_postgres(timeout: float = 60.0) -> tuple[str, Callable[[], None]]:
         shutil.chown(base, user=_PG_USER)
     data = base / "data"
     subprocess.run(
-        [*prefix, str(bindir / "initdb"), "-D", str(data), "-U", "postgres", "--auth=trust", "-E", "UTF8"],
+        [*prefix, str(bindir / "initdb"), "-D", str(data), "-U", "postgres", "--auth=trust", "-E", "UTF8", "--no-sync"],
         check=True,
         capture_output=True,
     )
@@ -120,12 +121,14 @@ def start_postgres(timeout: float = 60.0) -> tuple[str, Callable[[], None]]:
     url = f"postgresql://postgres@127.0.0.1:{port}"
 
     def stop() -> None:
+        # The whole process group: with runuser in front, signalling only our child would miss postgres.
         with contextlib.suppress(ProcessLookupError):
-            server.send_signal(2)  # SIGINT: PostgreSQL's "fast" shutdown
+            os.killpg(server.pid, signal.SIGINT)  # PostgreSQL's "fast" shutdown
         try:
             server.wait(timeout=30)
         except subprocess.TimeoutExpired:
-            server.kill()
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(server.pid, signal.SIGKILL)
             server.wait()
         log.close()
         shutil.rmtree(base, ignore_errors=True)

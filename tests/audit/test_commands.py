@@ -1,0 +1,213 @@
+"""The functions behind `audit tail/show/verify/export/keys`, on a real SQLite store."""
+
+from __future__ import annotations
+
+import io
+import sqlite3
+import threading
+from collections.abc import Callable
+from pathlib import Path
+
+import anyio
+import orjson
+import pytest
+
+from mcp_interceptors.audit import DecisionInput, SigningKey, SqliteStore, open_audit_writer
+from mcp_interceptors.audit.commands import EXIT_ERROR, EXIT_FAILED, EXIT_OK, export_jsonl, keys, show, tail, verify
+
+Make = Callable[..., DecisionInput]
+
+
+@pytest.fixture
+def trail(sqlite_store: SqliteStore, key: SigningKey, make_decision: Make) -> list[str]:
+    """A segment header, then a request and a drifted response for call c1, then a denial. Returns ids."""
+
+    async def write() -> list[str]:
+        async with open_audit_writer(sqlite_store, key) as writer:
+            request = await writer.append(make_decision(call_id="c1"))
+            response = await writer.append(
+                make_decision(
+                    phase="response",
+                    direction="receiving",
+                    call_id="c1",
+                    intent_payload={"content": "approved"},
+                    executed_payload={"content": "sent"},
+                )
+            )
+            denied = await writer.append(
+                make_decision(decision="deny", status="validation_failed", call_id="c2", intent_payload=None)
+            )
+        return [f"{writer.segment_id}-0", request.id, response.id, denied.id]
+
+    return anyio.run(write)
+
+
+def _key_path(key_dir: Path) -> Path:
+    return key_dir / "keys" / "audit-key"
+
+
+def test_tail_prints_the_last_records(sqlite_store: SqliteStore, trail: list[str]) -> None:
+    out = io.StringIO()
+    assert tail(sqlite_store.path, out, limit=2) == EXIT_OK
+    lines = out.getvalue().splitlines()
+    assert len(lines) == 2
+    assert lines[0] == (
+        f"2026-09-01T10:00:00.000000Z  {trail[2]}  tools/call response receiving  allow/success  "
+        "server=notes session=s-1 call=c1  DRIFT"
+    )
+    assert f"{trail[3]}  tools/call request sending  deny/validation_failed" in lines[1]
+
+
+def test_tail_json_and_segment_lines(sqlite_store: SqliteStore, key: SigningKey, trail: list[str]) -> None:
+    out = io.StringIO()
+    assert tail(sqlite_store.path, out, limit=10, as_json=True) == EXIT_OK
+    assert [orjson.loads(line)["id"] for line in out.getvalue().splitlines()] == trail
+    out = io.StringIO()
+    tail(sqlite_store.path, out, limit=10)
+    header_line = out.getvalue().splitlines()[0]
+    assert header_line.endswith(f"{trail[0]}  segment start  key={key.key_id} prev=genesis")
+
+
+class _LineSignal(io.StringIO):
+    """An output stream that sets an event once a line containing `needle` has been written."""
+
+    def __init__(self, needle: str) -> None:
+        super().__init__()
+        self.needle = needle
+        self.seen = threading.Event()
+
+    def write(self, text: str) -> int:
+        written = super().write(text)
+        if self.needle in self.getvalue():
+            self.seen.set()
+        return written
+
+
+def test_tail_follow_prints_new_records(
+    sqlite_store: SqliteStore, key: SigningKey, trail: list[str], make_decision: Make
+) -> None:
+    stop = threading.Event()
+
+    async def scenario() -> str:
+        async with open_audit_writer(sqlite_store, key) as writer:
+            out = _LineSignal("call=late")
+            async with anyio.create_task_group() as tg:
+                tg.start_soon(
+                    lambda: anyio.to_thread.run_sync(
+                        lambda: tail(
+                            sqlite_store.path, out, limit=1, follow=True, poll_interval=0.01, should_stop=stop.is_set
+                        )
+                    )
+                )
+                receipt = await writer.append(make_decision(call_id="late"))
+                try:
+                    with anyio.fail_after(10):
+                        await anyio.to_thread.run_sync(out.seen.wait, 10, abandon_on_cancel=True)
+                finally:
+                    stop.set()
+        assert receipt.id in out.getvalue()
+        return out.getvalue()
+
+    printed = anyio.run(scenario).splitlines()
+    # The last record before following is the new writer's segment header, which continues the trail.
+    assert printed[0].endswith(f"segment start  key={key.key_id} prev={trail[3]}")
+    assert "call=late" in printed[-1]
+
+
+def test_show_prints_the_record_and_its_receipt(sqlite_store: SqliteStore, trail: list[str]) -> None:
+    out = io.StringIO()
+    assert show(sqlite_store.path, trail[2], out) == EXIT_OK
+    document = orjson.loads(out.getvalue())
+    assert document["record"]["id"] == trail[2]
+    assert document["record"]["body"]["drift"] is True
+    assert document["receipt"]["request"]["id"] == trail[1]
+    assert document["receipt"]["response"]["id"] == trail[2]
+    out = io.StringIO()
+    assert show(sqlite_store.path, trail[1], out) == EXIT_OK
+    assert "receipt" not in orjson.loads(out.getvalue())
+
+
+def test_show_unknown_id_and_missing_database(sqlite_store: SqliteStore, trail: list[str], tmp_path: Path) -> None:
+    err = io.StringIO()
+    assert show(sqlite_store.path, "nope-1", io.StringIO(), err=err) == EXIT_ERROR
+    assert err.getvalue() == "error: no audit record with id nope-1\n"
+    err = io.StringIO()
+    assert show(tmp_path / "missing.db", "x", io.StringIO(), err=err) == EXIT_ERROR
+    assert "does not exist" in err.getvalue()
+    assert not (tmp_path / "missing.db").exists()
+
+
+def test_verify_passes_then_names_the_edited_record(
+    sqlite_store: SqliteStore, trail: list[str], tmp_path: Path
+) -> None:
+    key_path = _key_path(tmp_path)
+    out = io.StringIO()
+    assert verify(sqlite_store.path, out, key_path=key_path) == EXIT_OK
+    assert out.getvalue() == "OK: 4 records in 1 segments, 2 receipts\n"
+    conn = sqlite3.connect(sqlite_store.path)
+    with conn:
+        conn.execute(
+            "UPDATE audit_records SET record = replace(record, '\"deny\"', '\"allow\"') WHERE id = ?", (trail[3],)
+        )
+    out = io.StringIO()
+    assert verify(sqlite_store.path, out, key_path=key_path) == EXIT_FAILED
+    assert out.getvalue().splitlines()[:2] == [
+        "FAILED: 4 records in 1 segments, 2 receipts",
+        f"first bad record: {trail[3]}: edited: content does not match its hash",
+    ]
+
+
+def test_verify_without_a_key_file_trusts_on_first_use(
+    sqlite_store: SqliteStore, trail: list[str], tmp_path: Path
+) -> None:
+    out = io.StringIO()
+    assert verify(sqlite_store.path, out, key_path=tmp_path / "absent") == EXIT_OK
+    assert out.getvalue().startswith("note: no trusted keys given")
+
+
+def test_export_jsonl_then_verify_the_export_with_exported_keys(
+    sqlite_store: SqliteStore, trail: list[str], tmp_path: Path
+) -> None:
+    out = io.StringIO()
+    assert export_jsonl(sqlite_store.path, out) == EXIT_OK
+    lines = [orjson.loads(line) for line in out.getvalue().splitlines()]
+    assert [line["id"] for line in lines[:4]] == trail
+    assert [line["kind"] for line in lines[4:]] == ["receipt", "receipt"]
+    export = tmp_path / "audit.jsonl"
+    export.write_text(out.getvalue())
+    anchors = io.StringIO()
+    assert keys(None, anchors, key_path=_key_path(tmp_path), export=True) == EXIT_OK
+    anchor_file = tmp_path / "anchors.jsonl"
+    anchor_file.write_text(anchors.getvalue())
+    result = io.StringIO()
+    assert verify(export, result, trusted_keys=[anchor_file], key_path=None) == EXIT_OK
+    assert result.getvalue() == "OK: 4 records in 1 segments, 2 receipts\n"
+
+
+def test_keys_lists_the_local_key_and_the_store_keys(
+    sqlite_store: SqliteStore, key: SigningKey, trail: list[str], tmp_path: Path
+) -> None:
+    out = io.StringIO()
+    assert keys(sqlite_store.path, out, key_path=_key_path(tmp_path)) == EXIT_OK
+    assert out.getvalue().splitlines() == [
+        f"key file: {_key_path(tmp_path)}",
+        f"current key: {key.key_id} {key.public.public_key} (created {key.created_at})",
+        f"store key: {key.key_id} {key.public.public_key} segments=1 (trusted)",
+    ]
+
+
+def test_keys_rotate_then_verify_still_passes(
+    sqlite_store: SqliteStore, key: SigningKey, trail: list[str], tmp_path: Path, make_decision: Make
+) -> None:
+    out = io.StringIO()
+    assert keys(None, out, key_path=_key_path(tmp_path), rotate=True) == EXIT_OK
+    lines = out.getvalue().splitlines()
+    assert lines[2].startswith(f"endorsed by: {key.key_id} at ")
+    assert lines[3] == f"retired key: {key.key_id} {key.public.public_key}"
+    assert verify(sqlite_store.path, io.StringIO(), key_path=_key_path(tmp_path)) == EXIT_OK
+
+
+def test_keys_without_a_key_file(tmp_path: Path) -> None:
+    err = io.StringIO()
+    assert keys(None, io.StringIO(), key_path=tmp_path / "none", err=err) == EXIT_ERROR
+    assert "does not exist" in err.getvalue()

@@ -1,0 +1,90 @@
+"""Judges whether an assigned value looks random (a credential) or like a placeholder, word or expression.
+
+Used by the generic-secret rules, whose keyword match (`password=`, `api_key:`) says where a secret would
+be but not whether one is there.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+import string
+from collections import Counter
+
+__all__ = ["is_placeholder", "is_random_value", "shannon_entropy"]
+
+# Lower-cased fragments that mark a value as documentation, a template or a masked value.
+_PLACEHOLDER_FRAGMENTS = (
+    "changeme",
+    "change_me",
+    "change-me",
+    "password",
+    "passwd",
+    "secret",
+    "example",
+    "sample",
+    "dummy",
+    "placeholder",
+    "redacted",
+    "your_",
+    "your-",
+    "yourtoken",
+    "yourkey",
+    "xxxx",
+    "****",
+    "....",
+    "todo",
+    "fixme",
+    "replace",
+    "insert",
+    "undefined",
+    "notset",
+    "not_set",
+    "none",
+    "null",
+    "test",
+)
+_PLACEHOLDER = re.compile("|".join(re.escape(fragment) for fragment in _PLACEHOLDER_FRAGMENTS))
+_LOWER = frozenset(string.ascii_lowercase)
+_UPPER = frozenset(string.ascii_uppercase)
+_DIGITS = frozenset(string.digits)
+_ALNUM = _LOWER | _UPPER | _DIGITS
+# Templates and references: ${VAR}, {{ var }}, <your-key>, %(x)s, $VAR, [hidden], env:NAME, vault:...
+_TEMPLATE = re.compile(r"^(?:\$|%|<|\{|\[|@|env:|vault:|secret:|ref:|file:)|[<>{}]$", re.IGNORECASE)
+# Code rather than a literal: dotted names (settings.API_KEY), calls, identifiers (user_password, apiKey).
+_EXPRESSION = re.compile(
+    r"^(?:[A-Za-z_][A-Za-z0-9_]*(?:\.[A-Za-z_][A-Za-z0-9_]*)+|[a-z_]+|[A-Z_]+|(?:[A-Z]?[a-z]+_?)+)$"
+)
+_PATHLIKE = re.compile(r"^(?:/|\./|\.\./|~/|[A-Za-z]:\\|[a-z][a-z0-9+.-]*://)")
+
+
+def shannon_entropy(value: str) -> float:
+    """Bits per character of `value`'s own character distribution (0.0 for an empty string)."""
+    if not value:
+        return 0.0
+    size = len(value)
+    return -sum(n / size * math.log2(n / size) for n in Counter(value).values())
+
+
+def is_placeholder(value: str) -> bool:
+    """True for values such as `changeme`, `<your-token>`, `${API_KEY}`, `********` or `xxxx-xxxx`."""
+    lowered = value.lower()
+    return bool(_TEMPLATE.search(value) or len(set(lowered)) <= 2 or _PLACEHOLDER.search(lowered))
+
+
+def is_random_value(value: str, *, min_length: int = 8) -> bool:
+    """True when `value` reads as a generated credential rather than a word, placeholder or expression.
+
+    Needs at least `min_length` chars, two character classes (lower, upper, digit, other), entropy near
+    the maximum a string of its length can reach, and none of the placeholder or code shapes.
+    """
+    if not min_length <= len(value) <= 512:
+        return False
+    chars = set(value)
+    classes = bool(chars & _LOWER) + bool(chars & _UPPER) + bool(chars & _DIGITS) + bool(chars - _ALNUM)
+    if classes < 2:
+        return False
+    # A random string of length n has up to log2(n) bits/char; ask for most of that, capped at 3.0.
+    if shannon_entropy(value) < min(3.0, math.log2(len(value)) - 0.6):
+        return False
+    return not (is_placeholder(value) or _EXPRESSION.match(value) or _PATHLIKE.match(value) or "(" in value)

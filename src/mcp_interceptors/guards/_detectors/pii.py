@@ -1,0 +1,225 @@
+"""Finds personal data in a string: emails, phone numbers, payment cards, IBANs, US SSNs, IP addresses.
+
+Regexes (see `_engine`) only propose candidates; each is then validated the way its format is defined:
+Luhn and issuer prefixes for cards, mod-97 for IBANs, SSA exclusions for SSNs, `ipaddress` for IPs and
+`phonenumbers` for phones. Version strings such as `v1.2.3.4`, `version 1.2.3.4` or `==1.2.3.4` are not
+IPs; any other valid dotted quad is reported, since text alone cannot tell `1.2.3.4` apart from an address.
+"""
+
+from __future__ import annotations
+
+import ipaddress
+import re
+from collections.abc import Callable, Iterable, Sequence
+from typing import Literal
+
+from ._checksums import IBAN_LENGTHS, is_card_number, is_iban, is_us_ssn
+from ._engine import CompiledPattern, ScanText, engine_for, resolve_engine
+from ._phone import CONTEXT_PATTERN, FORMATTED_PATTERN, PhoneJudge
+from .findings import Finding, merge_findings
+
+__all__ = ["DEFAULT_PHONE_REGIONS", "PII_KINDS", "PiiScanner"]
+
+PII_KINDS: tuple[str, ...] = ("email", "phone", "credit_card", "iban", "us_ssn", "ip_address")
+DEFAULT_PHONE_REGIONS: tuple[str, ...] = ("US", "GB", "DE", "FR")
+# Same-length ties: checksummed kinds beat IPs, which beat the most heuristic kind, phone.
+_RANK = {"ip_address": 1, "phone": 2}
+
+Check = Callable[[str, int, int], "tuple[int, int] | None"]
+
+_EMAIL_DOMAIN = r"@[A-Za-z0-9][A-Za-z0-9-]*(?:\.[A-Za-z0-9-]+)*\.[A-Za-z]{2,24}"
+_EMAIL_LOCAL = frozenset("ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789._%+-")
+# `icon@2x.png` is an asset name, not an address.
+_FILE_SUFFIXES = frozenset({"png", "jpg", "jpeg", "gif", "svg", "webp", "ico", "bmp", "tiff"})
+
+_CARD = r"[0-9](?:[ -]?[0-9]){12,18}"
+_CARD_RUN = re.compile(r"[0-9]+(?:[ -][0-9]+)*")
+_DIGIT_GROUP = re.compile(r"[0-9]+")
+# Printed card layouts: groups of four (the last may be shorter), or Amex/Diners 4-6-5 and 4-6-4.
+_CARD_LAYOUTS = ((4, 6, 5), (4, 6, 4))
+_IBAN = r"[A-Z]{2}[0-9]{2}(?: ?[A-Z0-9]){11,30}"
+_SSN = r"[0-9]{3}[- ][0-9]{2}[- ][0-9]{4}"
+_SSN_CONTEXT = r"(?i:ssn|social security(?: number)?|ss#)[^0-9\r\n]{0,20}([0-9]{9})"
+_IPV4 = r"[0-9]{1,3}\.[0-9]{1,3}\.[0-9]{1,3}\.[0-9]{1,3}"
+_IPV6 = (
+    r"[0-9A-Fa-f:]*::[0-9A-Fa-f:.]*"
+    r"|(?:[0-9A-Fa-f]{1,4}:){7}[0-9A-Fa-f]{1,4}"
+    r"|(?:[0-9A-Fa-f]{1,4}:){6}[0-9]{1,3}(?:\.[0-9]{1,3}){3}"
+)
+_VERSION_BEFORE = re.compile(r"(?:version|ver\.?|release|build|[Vv]|[=<>~!]=)[ :=]*$", re.IGNORECASE)
+_V6_GROUP_SPLIT = re.compile(r"[:.]")
+_WORD = frozenset("ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789_")
+
+
+def _is_glued(text: str, start: int, end: int, before: frozenset[str], after: frozenset[str]) -> bool:
+    """True when the span touches `before` chars on its left or `after` chars on its right."""
+    return bool((start and text[start - 1] in before) or (end < len(text) and text[end] in after))
+
+
+def _digit_follows(text: str, end: int, joiners: str) -> bool:
+    """True when the span is followed by a joiner and a digit, i.e. it is the head of a longer token."""
+    return end + 1 < len(text) and text[end] in joiners and text[end + 1].isdigit()
+
+
+def _check_email(text: str, start: int, end: int) -> tuple[int, int] | None:
+    local_start = start
+    while local_start > 0 and start - local_start < 65 and text[local_start - 1] in _EMAIL_LOCAL:
+        local_start -= 1
+    while local_start < start and text[local_start] == ".":
+        local_start += 1
+    local = text[local_start:start]
+    if not local or len(local) > 64 or local.endswith(".") or ".." in local:
+        return None
+    domain = text[start + 1 : end]
+    labels = domain.split(".")
+    if any(not label or label[0] == "-" or label[-1] == "-" for label in labels):
+        return None
+    if labels[-1].lower() in _FILE_SUFFIXES:
+        return None
+    # `git@github.com:org/repo.git` is an SSH remote.
+    if end + 1 < len(text) and text[end] == ":" and text[end + 1] not in " \t\r\n":
+        return None
+    return local_start, end
+
+
+def _check_card(text: str, start: int, end: int) -> tuple[int, int] | None:
+    run = _CARD_RUN.match(text, start)
+    run_end = run.end() if run else end
+    if _is_glued(text, start, run_end, _WORD | {".", "-"}, _WORD) or _digit_follows(text, run_end, "."):
+        return None
+    groups = [(m.start(), m.end()) for m in _DIGIT_GROUP.finditer(text, start, run_end)]
+    # Longest window of whole groups first: the full run, then runs that drop leading/trailing groups.
+    for size in range(len(groups), 0, -1):
+        for i in range(len(groups) - size + 1):
+            window = groups[i : i + size]
+            if not _is_card_layout([e - s for s, e in window]):
+                continue
+            left, right = window[0][0], window[-1][1]
+            digits = "".join(text[s:e] for s, e in window)
+            if 13 <= len(digits) <= 19 and is_card_number(digits):
+                return left, right
+    return None
+
+
+def _is_card_layout(lengths: list[int]) -> bool:
+    if len(lengths) == 1:
+        return True
+    return tuple(lengths) in _CARD_LAYOUTS or (all(n == 4 for n in lengths[:-1]) and lengths[-1] <= 4)
+
+
+def _check_iban(text: str, start: int, end: int) -> tuple[int, int] | None:
+    length = IBAN_LENGTHS.get(text[start : start + 2])
+    if length is None or (start and text[start - 1].isalnum()):
+        return None
+    span = text[start:end]
+    compact = span.replace(" ", "")
+    if len(compact) < length:
+        return None
+    stop = end
+    if len(compact) > length:
+        # The regex ran on into the next word ("DE89 ... 00 EUR"): cut after the length-th character.
+        seen = 0
+        for offset, char in enumerate(span):
+            seen += char != " "
+            if seen == length:
+                stop = start + offset + 1
+                break
+        compact = compact[:length]
+    if stop < len(text) and text[stop].isalnum():
+        return None
+    return (start, stop) if is_iban(compact) else None
+
+
+def _check_ssn(text: str, start: int, end: int) -> tuple[int, int] | None:
+    if _is_glued(text, start, end, _WORD | {"-"}, _WORD | {"-"}):
+        return None
+    span = text[start:end]
+    if len(span) == 11 and span[3] != span[6]:
+        return None
+    return (start, end) if is_us_ssn(span.replace("-", "").replace(" ", "")) else None
+
+
+def _ip_check(include_private: bool) -> tuple[Check, Check]:
+    def keep(address: ipaddress.IPv4Address | ipaddress.IPv6Address) -> bool:
+        return include_private or address.is_global
+
+    def check_v4(text: str, start: int, end: int) -> tuple[int, int] | None:
+        if _is_glued(text, start, end, _WORD | {"."}, _WORD) or _digit_follows(text, end, "."):
+            return None
+        if _VERSION_BEFORE.search(text, max(0, start - 12), start):
+            return None
+        try:
+            address = ipaddress.IPv4Address(text[start:end])
+        except ValueError:
+            return None
+        return (start, end) if keep(address) else None
+
+    def check_v6(text: str, start: int, end: int) -> tuple[int, int] | None:
+        while end > start and text[end - 1] in ".:" and not text[start:end].endswith("::"):
+            end -= 1  # a sentence-ending "." or a "key:" after the address
+        candidate = text[start:end]
+        groups = [g for g in _V6_GROUP_SPLIT.split(candidate) if g]
+        if len(groups) < 2 or _is_glued(text, start, end, _WORD | {".", ":"}, _WORD | {":"}):
+            return None
+        try:
+            address = ipaddress.IPv6Address(candidate)
+        except ValueError:
+            return None
+        return (start, end) if keep(address) else None
+
+    return check_v4, check_v6
+
+
+class PiiScanner:
+    """Scans strings for personal data; `scan` returns merged, non-overlapping findings sorted by start.
+
+    `kinds` limits the scan to some of `PII_KINDS`. `phone_regions` are the regions whose national
+    formats are accepted (numbers written with `+` or `00` are accepted from any country).
+    `include_private_ips=False` skips addresses that are not globally routable (private, loopback,
+    link-local, documentation ranges).
+    """
+
+    def __init__(
+        self,
+        kinds: Iterable[str] | None = None,
+        phone_regions: Sequence[str] = DEFAULT_PHONE_REGIONS,
+        include_private_ips: bool = True,
+        *,
+        engine: Literal["auto", "re2", "re"] = "auto",
+    ) -> None:
+        wanted = set(PII_KINDS if kinds is None else kinds)
+        unknown = wanted - set(PII_KINDS)
+        if unknown:
+            raise ValueError(f"unknown PII kinds {sorted(unknown)}; choose from {list(PII_KINDS)}")
+        resolve_engine(engine)  # fail early on engine="re2" without google-re2
+        judge = PhoneJudge(tuple(phone_regions))
+        check_v4, check_v6 = _ip_check(include_private_ips)
+        # Email has a literal "@" to search for, which stdlib `re` does fastest; the digit-led rest runs
+        # faster on re2 when it is installed.
+        rules: list[tuple[str, str, tuple[int, ...], Check]] = [
+            ("email", _EMAIL_DOMAIN, (0,), _check_email),
+            ("credit_card", _CARD, (0,), _check_card),
+            ("iban", _IBAN, (0,), _check_iban),
+            ("us_ssn", _SSN, (0,), _check_ssn),
+            ("us_ssn", _SSN_CONTEXT, (1,), _check_ssn),
+            ("ip_address", _IPV4, (0,), check_v4),
+            ("ip_address", _IPV6, (0,), check_v6),
+            ("phone", FORMATTED_PATTERN, (0,), lambda t, s, e: judge.judge(t, s, e, in_context=False)),
+            ("phone", CONTEXT_PATTERN, (1,), lambda t, s, e: judge.judge(t, s, e, in_context=True)),
+        ]
+        self._rules = [
+            (kind, CompiledPattern(pattern, engine_for("re" if kind == "email" else "re2", engine)), groups, check)
+            for kind, pattern, groups, check in rules
+            if kind in wanted
+        ]
+
+    def scan(self, text: str) -> list[Finding]:
+        """Return the personal data found in `text`."""
+        scan = ScanText(text)
+        found: list[Finding] = []
+        for kind, pattern, groups, check in self._rules:
+            for start, end in pattern.spans(scan, groups):
+                span = check(text, start, end)
+                if span is not None:
+                    found.append(Finding(kind, *span))
+        return merge_findings(found, _RANK) if found else found

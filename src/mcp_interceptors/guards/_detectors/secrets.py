@@ -1,0 +1,250 @@
+"""Finds credentials in a string: provider tokens by their documented shapes, private key blocks, JWTs and
+random-looking values assigned to password/secret/token/api_key names.
+
+Each rule is one engine-neutral regex (see `_engine`) plus a Python check for what regexes cannot say
+cheaply: boundaries, JWT headers, entropy. Rule shapes follow detect-secrets' and gitleaks' published
+patterns, tightened to exact lengths, with `github_pat_` added.
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+import json
+import re
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass
+from typing import Any, Literal
+
+from ._engine import CompiledPattern, Engine, ScanText, compile_user_pattern, engine_for, resolve_engine
+from ._entropy import is_placeholder, is_random_value, shannon_entropy
+from .findings import Finding, merge_findings
+
+__all__ = ["SECRET_KINDS", "SecretScanner"]
+
+SECRET_KINDS: tuple[str, ...] = (
+    "aws_access_key",
+    "aws_secret_key",
+    "github_token",
+    "github_fine_grained_token",
+    "stripe_key",
+    "slack_token",
+    "slack_webhook",
+    "google_api_key",
+    "private_key",
+    "jwt",
+    "generic_secret",
+)
+# Ties between same-length findings go to the specific kind, not the generic one.
+_RANK = {"generic_secret": 1}
+
+Check = Callable[[str, int, int], "tuple[int, int] | None"]
+
+
+@dataclass(frozen=True, slots=True)
+class _Rule:
+    kind: str
+    pattern: str
+    literals: tuple[str, ...]  # stdlib engine only: skip the regex unless one of these occurs
+    groups: tuple[int, ...] = (0,)
+    check: Check | None = None
+    # Where both engines exist, the faster one for this rule (measured: literal prefixes favour `re`,
+    # case-insensitive keywords and counted repetitions favour re2).
+    prefer: Engine = "re2"
+
+
+def _fenced(chars: str) -> Check:
+    """A check that rejects spans glued to `chars` on either side (what a lookaround would do)."""
+    fence = frozenset(chars)
+
+    def check(text: str, start: int, end: int) -> tuple[int, int] | None:
+        if (start and text[start - 1] in fence) or (end < len(text) and text[end] in fence):
+            return None
+        return start, end
+
+    return check
+
+
+_ALNUM = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789"
+_B64 = _ALNUM + "+/"
+
+
+def _check_aws_secret(text: str, start: int, end: int) -> tuple[int, int] | None:
+    value = text[start:end]
+    if end < len(text) and text[end] in _B64:
+        return None
+    return (start, end) if shannon_entropy(value) >= 4.0 else None
+
+
+def _check_jwt(text: str, start: int, end: int) -> tuple[int, int] | None:
+    if _fenced(_ALNUM + "_-.")(text, start, end) is None:
+        return None
+    header = text[start : text.index(".", start)]
+    try:
+        decoded = json.loads(base64.urlsafe_b64decode(header + "=" * (-len(header) % 4)))
+    except (binascii.Error, ValueError):
+        return None
+    return (start, end) if isinstance(decoded, dict) and "alg" in decoded else None
+
+
+# Inside a PEM body: base64, whitespace, header lines, and JSON-escaped newlines (`\n`) from serialised text.
+_PEM_BODY = re.compile(r"(?:[A-Za-z0-9+/=:, \t\r\n]|\\[nr]|-(?!----))*")
+_PEM_END = re.compile(r"-----END[A-Z0-9 ]{0,40}PRIVATE KEY(?: BLOCK)?-----")
+
+
+def _check_private_key(text: str, start: int, end: int) -> tuple[int, int] | None:
+    """Extend a BEGIN line to its END line; a truncated block is covered up to where its body stops."""
+    body = _PEM_BODY.match(text, end, min(len(text), end + 65536))
+    stop = body.end() if body else end
+    closing = _PEM_END.match(text, stop)
+    return start, closing.end() if closing else stop
+
+
+def _check_generic(text: str, start: int, end: int) -> tuple[int, int] | None:
+    return (start, end) if is_random_value(text[start:end]) else None
+
+
+def _check_url_password(text: str, start: int, end: int) -> tuple[int, int] | None:
+    value = text[start:end]
+    return None if len(value) < 6 or is_placeholder(value) else (start, end)
+
+
+_ASSIGN = r"""\\?["']?[ \t]*(?::=|=>|[:=])[ \t]*\\?"""
+_GENERIC_NAMES = (
+    r"(?i:(?:password|passwd|passphrase|secret|token|api[_-]?key|apikey|access[_-]?key|auth[_-]?key"
+    r"|credentials?)(?:[_-]?(?:key|token|id|value))?s?)"
+)
+_VALUE = r"""(?:"([^"\\\r\n]{8,256})"|'([^'\r\n]{8,256})'|([^\s"'`,;\\<>(){}\[\]]{8,256}))"""
+
+_RULES: tuple[_Rule, ...] = (
+    _Rule(
+        "aws_access_key",
+        r"(?:A3T[A-Z0-9]|AKIA|ASIA|ABIA|ACCA)[A-Z0-9]{16}",
+        ("A3T", "AKIA", "ASIA", "ABIA", "ACCA"),
+        check=_fenced(_ALNUM),
+        prefer="re",
+    ),
+    _Rule(
+        "aws_secret_key",
+        r"(?i:aws[A-Za-z0-9_ .-]{0,20}secret[A-Za-z0-9_ .-]{0,20}|secret_?access_?key)"
+        + _ASSIGN
+        + r"""["']?([A-Za-z0-9/+]{40})""",
+        ("aws", "AWS", "ecret", "ECRET"),
+        groups=(1,),
+        check=_check_aws_secret,
+    ),
+    _Rule("github_token", r"gh[pousr]_[A-Za-z0-9]{36}", ("gh",), check=_fenced(_ALNUM + "_"), prefer="re"),
+    _Rule(
+        "github_fine_grained_token",
+        r"github_pat_[A-Za-z0-9_]{82}",
+        ("github_pat_",),
+        check=_fenced(_ALNUM + "_"),
+        prefer="re",
+    ),
+    _Rule("stripe_key", r"[rs]k_live_[A-Za-z0-9]{24,247}", ("k_live_",), check=_fenced(_ALNUM + "_")),
+    _Rule(
+        "slack_token",
+        r"xox[abposr]-(?:[0-9]{1,20}-){1,4}[A-Za-z0-9]{8,64}",
+        ("xox",),
+        check=_fenced(_ALNUM + "-"),
+        prefer="re",
+    ),
+    _Rule(
+        "slack_webhook",
+        r"https://hooks\.slack\.com/(?:services|workflows|triggers)/[A-Za-z0-9_/+-]{20,}",
+        ("hooks.slack.com",),
+        prefer="re",
+    ),
+    _Rule("google_api_key", r"AIza[A-Za-z0-9_-]{35}", ("AIza",), check=_fenced(_ALNUM + "_-"), prefer="re"),
+    _Rule(
+        "private_key",
+        r"-----BEGIN[A-Z0-9 ]{0,40}PRIVATE KEY(?: BLOCK)?-----",
+        ("PRIVATE KEY",),
+        check=_check_private_key,
+        prefer="re",
+    ),
+    _Rule("jwt", r"eyJ[A-Za-z0-9_-]{8,}\.[A-Za-z0-9_-]{8,}\.[A-Za-z0-9_-]*", ("eyJ",), check=_check_jwt, prefer="re"),
+    _Rule("generic_secret", _GENERIC_NAMES + _ASSIGN + _VALUE, (), groups=(1, 2, 3), check=_check_generic),
+    _Rule(
+        "generic_secret",
+        r"(?i:bearer)[ \t]+([A-Za-z0-9._~+/-]{16,512}=*)",
+        ("earer", "EARER"),
+        groups=(1,),
+        check=_check_generic,
+    ),
+    _Rule(
+        "generic_secret",
+        r"://[^/\s:@\"']{1,64}:([^/\s:@\"']{1,128})@",
+        ("://",),
+        groups=(1,),
+        check=_check_url_password,
+        prefer="re",
+    ),
+)
+# Lower-cased keywords that must occur for the name=value rule to have anything to find.
+_GENERIC_KEYWORDS = ("passw", "passphrase", "secret", "token", "key", "credential")
+
+
+class SecretScanner:
+    """Scans strings for credentials; `scan` returns merged, non-overlapping findings sorted by start.
+
+    `kinds` limits the scan to some of `SECRET_KINDS`. `extra_patterns` maps a new kind to a regex; the
+    finding is its group named `secret` if it has one, else the whole match. Extra patterns run on re2
+    when it is the engine and accepts them (linear time), else on stdlib `re` (lookarounds allowed).
+    """
+
+    def __init__(
+        self,
+        kinds: Iterable[str] | None = None,
+        extra_patterns: Mapping[str, str] | None = None,
+        *,
+        engine: Literal["auto", "re2", "re"] = "auto",
+    ) -> None:
+        wanted = set(SECRET_KINDS if kinds is None else kinds)
+        unknown = wanted - set(SECRET_KINDS)
+        if unknown:
+            raise ValueError(f"unknown secret kinds {sorted(unknown)}; choose from {list(SECRET_KINDS)}")
+        self._rules = [
+            (rule, CompiledPattern(rule.pattern, engine_for(rule.prefer, engine)))
+            for rule in _RULES
+            if rule.kind in wanted
+        ]
+        extra_engine = resolve_engine(engine)
+        self._extras = [_compile_extra(kind, source, extra_engine) for kind, source in (extra_patterns or {}).items()]
+
+    def scan(self, text: str) -> list[Finding]:
+        """Return the credentials found in `text`."""
+        scan = ScanText(text)
+        lowered: str | None = None
+        found: list[Finding] = []
+        for rule, pattern in self._rules:
+            if pattern.engine == "re":
+                # Cheap literal checks spare stdlib `re` the patterns it scans slowly.
+                if lowered is None:
+                    lowered = text.lower()
+                if not _may_match(rule, text, lowered):
+                    continue
+            for start, end in pattern.spans(scan, rule.groups):
+                span = rule.check(text, start, end) if rule.check else (start, end)
+                if span is not None:
+                    found.append(Finding(rule.kind, *span))
+        for kind, compiled, group in self._extras:
+            for match in compiled.finditer(text):
+                start, end = match.span(group)
+                if end > start:
+                    found.append(Finding(kind, start, end))
+        return merge_findings(found, _RANK) if found else found
+
+
+def _may_match(rule: _Rule, text: str, lowered: str) -> bool:
+    if rule.literals:
+        return any(literal in text for literal in rule.literals)
+    return any(keyword in lowered for keyword in _GENERIC_KEYWORDS)
+
+
+def _compile_extra(kind: str, source: str, engine: Engine) -> tuple[str, Any, int]:
+    try:
+        compiled = compile_user_pattern(source, engine)
+    except ValueError as error:
+        raise ValueError(f"extra secret pattern {kind!r} does not compile: {error}") from None
+    return kind, compiled, compiled.groupindex.get("secret", 0)

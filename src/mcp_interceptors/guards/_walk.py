@@ -1,0 +1,143 @@
+"""THE payload walker: every string in a JSON payload with its JSON path, and a rebuild with replacements.
+
+Every guard walks payloads with this module and never with a copy of its own. Paths come back as plain
+tuples of parts (cheap to build); `format_path` turns one into `$.a[0]["b c"]` only when a guard needs
+to show it. The walk is iterative, so deeply nested payloads cannot exhaust the recursion limit.
+"""
+
+from __future__ import annotations
+
+import enum
+import json
+import re
+from collections.abc import Callable, Iterator
+from typing import Any, TypeAlias
+
+__all__ = [
+    "Path",
+    "PathMark",
+    "PathPart",
+    "format_path",
+    "iter_strings",
+    "replace_strings",
+    "walk_strings",
+]
+
+
+class PathMark(enum.Enum):
+    """Marks a path that points at a mapping key rather than at its value."""
+
+    KEY = "~"
+
+
+PathPart: TypeAlias = str | int | PathMark
+Path: TypeAlias = tuple[PathPart, ...]
+Replacer: TypeAlias = Callable[[Path, str], "str | None"]
+
+_IDENTIFIER = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
+
+
+def format_path(parts: Path) -> str:
+    """Render path parts as JSONPath: `$.params.arguments.text`, `$.content[0]`, `$["a b"]`.
+
+    A trailing `PathMark.KEY` renders as `~` (the JSONPath-Plus "property name" suffix): the string found
+    was the key itself, e.g. `$.headers["x-token"]~`.
+    """
+    out = ["$"]
+    for part in parts:
+        if part is PathMark.KEY:
+            out.append("~")
+        elif isinstance(part, int):
+            out.append(f"[{part}]")
+        elif _IDENTIFIER.fullmatch(part):
+            out.append(f".{part}")
+        else:
+            out.append(f"[{json.dumps(part, ensure_ascii=False)}]")
+    return "".join(out)
+
+
+def _entries(node: dict[Any, Any] | list[Any]) -> Iterator[tuple[Any, Any]]:
+    return iter(node.items()) if isinstance(node, dict) else enumerate(node)
+
+
+def walk_strings(payload: Any, *, include_keys: bool = False) -> Iterator[tuple[Path, str]]:
+    """Yield `(path_parts, value)` for every string in `payload`, in document order, each exactly once.
+
+    Dicts and lists are descended; every other non-string value is skipped. With `include_keys`, mapping
+    keys are yielded too, with the entry's path plus `PathMark.KEY`, just before the entry's value.
+    """
+    if isinstance(payload, str):
+        yield (), payload
+        return
+    if not isinstance(payload, dict | list):
+        return
+    stack: list[tuple[Iterator[tuple[Any, Any]], Path, bool]] = [
+        (_entries(payload), (), include_keys and isinstance(payload, dict))
+    ]
+    while stack:
+        entries, base, with_keys = stack[-1]
+        for key, value in entries:
+            if with_keys and isinstance(key, str):
+                yield (*base, key, PathMark.KEY), key
+            if isinstance(value, str):
+                yield (*base, key), value
+            elif isinstance(value, dict | list):
+                stack.append((_entries(value), (*base, key), include_keys and isinstance(value, dict)))
+                break
+        else:
+            stack.pop()
+
+
+def iter_strings(payload: Any, *, include_keys: bool = False) -> Iterator[tuple[str, str]]:
+    """Like `walk_strings`, with each path already formatted; use it where every path gets shown."""
+    for parts, value in walk_strings(payload, include_keys=include_keys):
+        yield format_path(parts), value
+
+
+def _shallow_copy(node: dict[Any, Any] | list[Any]) -> dict[Any, Any] | list[Any]:
+    return dict(node) if isinstance(node, dict) else list(node)
+
+
+def replace_strings(payload: Any, fn: Replacer) -> tuple[Any, int]:
+    """Return `(new_payload, count)` where each string value becomes `fn(path_parts, value)`.
+
+    `fn` returns the replacement or None to keep the value. Containers on the way to a replaced string
+    are copied; untouched subtrees are shared with the input, which is never mutated. Keys are never
+    rewritten (renaming could collide); a guard that finds something in a key should block instead.
+    """
+    if isinstance(payload, str):
+        new = fn((), payload)
+        return (new, 1) if new is not None and new != payload else (payload, 0)
+    if not isinstance(payload, dict | list):
+        return payload, 0
+    count = 0
+    result: Any = payload
+    # Frame: [node, entries, path, copy-or-None, key in parent]; the copy is made on the first change.
+    stack: list[list[Any]] = [[payload, _entries(payload), (), None, None]]
+    while stack:
+        frame = stack[-1]
+        node, entries, base = frame[0], frame[1], frame[2]
+        for key, value in entries:
+            if isinstance(value, str):
+                new = fn((*base, key), value)
+                if new is not None and new != value:
+                    if frame[3] is None:
+                        frame[3] = _shallow_copy(node)
+                    frame[3][key] = new
+                    count += 1
+            elif isinstance(value, dict | list):
+                stack.append([value, _entries(value), (*base, key), None, key])
+                break
+        else:
+            stack.pop()
+            changed = frame[3]
+            if changed is None:
+                continue
+            if not stack:
+                result = changed
+                continue
+            parent = stack[-1]
+            if parent[3] is None:
+                parent[3] = _shallow_copy(parent[0])
+            parent[3][frame[4]] = changed
+    return result, count

@@ -6,6 +6,7 @@ python examples/upstream_server.py --http 8003     # http://127.0.0.1:8003/mcp
 
 from __future__ import annotations
 
+import os
 import sys
 from typing import Annotated
 
@@ -13,7 +14,9 @@ import anyio
 from mcp.server.mcpserver import Context, MCPServer, Resolve, Sample
 from mcp_types import CreateMessageResult, SamplingMessage, TextContent
 
-server = MCPServer("notes", version="1.0.0", instructions="A small notes server for gateway demos.")
+#: Run two copies behind one gateway by giving each its own scheme (resource URIs are not prefixed).
+SCHEME = os.environ.get("NOTES_SCHEME", "notes")
+server = MCPServer(SCHEME, version="1.0.0", instructions="A small notes server for gateway demos.")
 NOTES: dict[str, str] = {"welcome": "Hello from the notes server."}
 
 
@@ -63,7 +66,7 @@ async def ask(question: str, answer: Annotated[CreateMessageResult, Resolve(ask_
     return f"model says: {content.text if isinstance(content, TextContent) else content}"
 
 
-@server.resource("notes://{name}", description="A note by name.")
+@server.resource(SCHEME + "://{name}", description="A note by name.")
 async def note(name: str) -> str:
     return NOTES.get(name, "")
 

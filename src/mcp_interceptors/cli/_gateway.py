@@ -19,6 +19,7 @@ from mcp_interceptors.gateway.serve import BindRefusedError, serve_http, serve_s
 from mcp_interceptors.gateway.server import Gateway
 from mcp_interceptors.gateway.sources import chain_for, populate_chain
 from mcp_interceptors.gateway.upstream import UpstreamUnavailableError
+from mcp_interceptors.protocol.errors import InterceptorsError
 
 
 def register(subcommands: Any) -> None:
@@ -96,6 +97,8 @@ def _first_message(group: BaseException) -> str:
         group = group.exceptions[0]
     if isinstance(group, UpstreamUnavailableError):
         return group.message
+    if isinstance(group, InterceptorsError):
+        return str(group)
     return f"{type(group).__name__}: {group}"
 
 

@@ -131,6 +131,9 @@ class InterceptorsConfig(_Model):
     hosts: list[HostConfig] = Field(default_factory=list)
     servers: list[InterceptorServerConfig] = Field(default_factory=list)
     overrides: dict[str, OverrideConfig] = Field(default_factory=dict)
+    config: dict[str, dict[str, Any]] = Field(
+        default_factory=dict, description="Per-interceptor `config` objects sent with every invocation."
+    )
 
 
 class ChainConfig(_Model):
@@ -194,6 +197,8 @@ class GatewayConfig(_Model):
     auth: AuthConfig = Field(default_factory=AuthConfig)
     http: HttpConfig = Field(default_factory=HttpConfig)
     audit: AuditConfig = Field(default_factory=AuditConfig)
+    #: The folder relative paths resolve against (the config file's); set by `load_config`.
+    base_dir: str | None = None
 
     @field_validator("upstreams")
     @classmethod
@@ -233,11 +238,20 @@ def substitute_env(value: Any, env: Mapping[str, str], file: str, path: str = ""
     return value
 
 
-def parse_config(raw: Any, *, file: str = "<config>", env: Mapping[str, str] | None = None) -> GatewayConfig:
-    """Validate a loaded YAML document into a `GatewayConfig`, raising `ConfigError` on the first problem."""
+def parse_config(
+    raw: Any, *, file: str = "<config>", env: Mapping[str, str] | None = None, base_dir: str | None = None
+) -> GatewayConfig:
+    """Validate a loaded YAML document into a `GatewayConfig`, raising `ConfigError` on the first problem.
+
+    Stdio servers without a `cwd` run in `base_dir` (the config file's folder), so relative paths
+    in a config mean the same thing wherever the gateway is started.
+    """
     if not isinstance(raw, dict):
         raise ConfigError(file, "", "the document must be a mapping", "start with keys like `upstreams:`")
     data = substitute_env(raw, os.environ if env is None else env, file)
+    if base_dir is not None:
+        _default_cwd(data, base_dir)
+        data.setdefault("base_dir", base_dir)
     try:
         return GatewayConfig.model_validate(data)
     except ValidationError as exc:
@@ -258,7 +272,17 @@ def load_config(path: str | Path, *, env: Mapping[str, str] | None = None) -> Ga
         mark = getattr(exc, "problem_mark", None)
         where = f"line {mark.line + 1} column {mark.column + 1}" if mark is not None else "unknown position"
         raise ConfigError(file, "", f"invalid YAML at {where}", "fix the YAML syntax") from None
-    return parse_config(raw if raw is not None else {}, file=file, env=env)
+    return parse_config(raw if raw is not None else {}, file=file, env=env, base_dir=str(Path(path).resolve().parent))
+
+
+def _default_cwd(data: dict[str, Any], base_dir: str) -> None:
+    servers: list[Any] = list((data.get("upstreams") or {}).values()) if isinstance(data.get("upstreams"), dict) else []
+    interceptors = data.get("interceptors")
+    if isinstance(interceptors, dict) and isinstance(interceptors.get("servers"), list):
+        servers.extend(interceptors["servers"])
+    for server in servers:
+        if isinstance(server, dict) and "command" in server and "cwd" not in server:
+            server["cwd"] = base_dir
 
 
 def _fix_for(error: Mapping[str, Any]) -> str:

@@ -33,6 +33,7 @@ class Governor:
     deadline_ms: float | None = None
     include_details: bool = False
     observer: ChainObserver | None = None
+    config: Mapping[str, Mapping[str, Any]] | None = None
 
     def is_governed(self, event: str, phase: Phase) -> bool:
         """Whether any interceptor would run: lets the hot path skip building payloads."""
@@ -72,6 +73,7 @@ class Governor:
             direction=direction_for("server", event, phase),
             context=context,
             timeout_ms=self.deadline_ms,
+            config=self.config,
         )
         if self.observer is not None:
             await self.observer(result, context, payload)

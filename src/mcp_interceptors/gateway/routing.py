@@ -53,7 +53,8 @@ class Catalog:
 
     items: dict[str, list[dict[str, Any]]] = field(default_factory=dict)
     routes: dict[str, dict[str, Route]] = field(default_factory=dict)
-    templates: list[tuple[UriTemplate, str]] = field(default_factory=list)
+    #: (template text, parsed template, owning upstream)
+    templates: list[tuple[str, UriTemplate, str]] = field(default_factory=list)
 
     def listing(self, method: str) -> list[dict[str, Any]]:
         return self.items.get(method, [])
@@ -64,7 +65,7 @@ class Catalog:
         found = self.routes.get(list_method, {}).get(key)
         if found is not None or list_method != "resources/list":
             return found
-        for template, upstream in self.templates:
+        for _, template, upstream in self.templates:
             if template.match(key) is not None:
                 return Route(upstream, key)
         return None
@@ -84,10 +85,12 @@ def build_catalog(listings: Mapping[str, Mapping[str, list[dict[str, Any]]]], pr
                 exposed = expose(prefixes.get(upstream, ""), original) if method in PREFIXED_LISTS else original
                 if exposed in routes:
                     other = routes[exposed].upstream
-                    kind = key if method not in PREFIXED_LISTS else method.split("/")[0][:-1]
+                    if method in PREFIXED_LISTS:
+                        kind, fix = method.split("/")[0][:-1], "give one of them a distinct `prefix` in the config"
+                    else:
+                        kind, fix = key, "resource URIs are not prefixed: front only one of them"
                     raise RoutingError(
-                        f"{kind} {exposed!r} is exposed by both upstream {other!r} and {upstream!r}; "
-                        "give one of them a distinct `prefix` in the gateway config",
+                        f"{kind} {exposed!r} is exposed by both upstream {other!r} and {upstream!r}; {fix}",
                         data={"name": exposed, "upstreams": [other, upstream]},
                     )
                 routes[exposed] = Route(upstream, original)
@@ -95,11 +98,14 @@ def build_catalog(listings: Mapping[str, Mapping[str, list[dict[str, Any]]]], pr
         catalog.items[method] = merged
         catalog.routes[method] = routes
     for item in catalog.items["resources/templates/list"]:
-        try:
-            template = UriTemplate.parse(item["uriTemplate"])
-        except (InvalidUriTemplate, KeyError, TypeError):
+        text = item.get("uriTemplate")
+        if not isinstance(text, str):
             continue
-        catalog.templates.append((template, catalog.routes["resources/templates/list"][item["uriTemplate"]].upstream))
+        try:
+            template = UriTemplate.parse(text)
+        except InvalidUriTemplate:
+            continue
+        catalog.templates.append((text, template, catalog.routes["resources/templates/list"][text].upstream))
     return catalog
 
 

@@ -113,6 +113,7 @@ class Gateway:
             deadline_ms=config.chain.deadline_ms,
             include_details=config.chain.include_error_details,
             observer=observer,
+            config=config.interceptors.config or None,
         )
         self.prefixes = {name: config.prefix_for(name) for name in config.upstreams}
         self.shared: dict[str, UpstreamConnection] = {}

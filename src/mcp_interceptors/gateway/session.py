@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING, Any, Literal, Protocol
 
 import anyio
 from mcp import MCPError
+from mcp_types.methods import CACHEABLE_METHODS
 
 from mcp_interceptors.gateway.legs import GOVERNED_EVENTS
 from mcp_interceptors.gateway.routing import CALLS, LISTS, Catalog, Route, advertised_keys, build_catalog
@@ -106,28 +107,30 @@ class DownstreamSession:
             self.standalone = downstream
         try:
             if method in LISTS:
-                return await self._list(method, params, request_id)
-            if method in CALLS or method == "completion/complete":
-                return await self._call(method, params, downstream, request_id)
-            if method == "logging/setLevel":
-                return await self._broadcast(method, params)
-            return await self._passthrough(method, params, downstream)
+                result = await self._list(method, params, request_id)
+            elif method in CALLS or method == "completion/complete":
+                result = await self._call(method, params, downstream, request_id)
+            elif method == "logging/setLevel":
+                result = await self._broadcast(method, params)
+            else:
+                result = await self._passthrough(method, params, downstream)
         finally:
             self.inflight.remove(downstream)
+        return shape_modern(method, result) if self.era == "2026-07-28" else result
 
     async def _list(self, method: str, params: dict[str, Any] | None, request_id: Any) -> dict[str, Any]:
+        """A listing, governed per upstream (so `context.server` names the owner of every item)."""
         governor = self.gateway.governor
-        context = self.context(None, request_id)
-        params = await governor.govern_request(method, params, context)
+        params = await governor.govern_request(method, params, self.context(None, request_id))
         conns = await self.connections()
         cursor = (params or {}).get("cursor")
         if len(conns) == 1:
             name, conn = next(iter(conns.items()))
             result = await conn.request(method, params)
             result = self._expose_single(method, name, result, first_page=cursor is None)
+            result = await governor.govern_response(method, result, self.context(name, request_id))
         else:
-            result = await self._merged_listing(method, params)
-        result = await governor.govern_response(method, result, self.context(None, request_id))
+            result = await self._merged_listing(method, request_id)
         keys = advertised_keys(method, result)
         if cursor is None or method not in self.advertised:
             self.advertised[method] = keys
@@ -152,10 +155,19 @@ class DownstreamSession:
             return {**result, items_key: page.items[method]}
         return result
 
-    async def _merged_listing(self, method: str, params: dict[str, Any] | None) -> dict[str, Any]:
+    async def _merged_listing(self, method: str, request_id: Any) -> dict[str, Any]:
+        """Every page from every upstream, exposed under prefixes, each upstream's part governed on its own."""
         catalog = await self.refresh_catalog(methods=(method,))
-        items_key, _ = LISTS[method]
-        return {items_key: catalog.listing(method)}
+        items_key, key = LISTS[method]
+        routes = catalog.routes[method]
+        governed: list[dict[str, Any]] = []
+        for upstream in await self.connections():
+            mine = [item for item in catalog.listing(method) if routes[item[key]].upstream == upstream]
+            result = await self.gateway.governor.govern_response(
+                method, {items_key: mine}, self.context(upstream, request_id)
+            )
+            governed.extend(item for item in result.get(items_key) or [] if isinstance(item, dict))
+        return {items_key: governed}
 
     async def refresh_catalog(self, methods: tuple[str, ...] = tuple(LISTS)) -> Catalog:
         """Fetch every page of `methods` from every upstream and merge them under their prefixes."""
@@ -171,13 +183,12 @@ class DownstreamSession:
                     tg.start_soon(fetch, name, conn, method)
         fresh = build_catalog(listings, self.gateway.prefixes)
         if self.catalog is None:
-            self.catalog = fresh
-        else:
-            for method in methods:
-                self.catalog.items[method] = fresh.items[method]
-                self.catalog.routes[method] = fresh.routes[method]
-            if "resources/templates/list" in methods:
-                self.catalog.templates = fresh.templates
+            self.catalog = Catalog()
+        for method in methods:
+            self.catalog.items[method] = fresh.items[method]
+            self.catalog.routes[method] = fresh.routes[method]
+        if "resources/templates/list" in methods:
+            self.catalog.templates = fresh.templates
         return self.catalog
 
     async def _call(
@@ -211,8 +222,10 @@ class DownstreamSession:
         enforce = check and self.gateway.config.advertised_equals_callable
         if enforce and list_method not in self.advertised:
             await self.compute_advertised(list_method)
-        if self.catalog is None or list_method not in self.catalog.routes:
-            await self.refresh_catalog()
+        needed = (list_method, "resources/templates/list") if list_method == "resources/list" else (list_method,)
+        missing = tuple(m for m in needed if self.catalog is None or m not in self.catalog.routes)
+        if missing:
+            await self.refresh_catalog(missing)
         assert self.catalog is not None
         route = self.catalog.route(method, key)
         if route is None or (enforce and not self._was_advertised(list_method, key)):
@@ -230,7 +243,7 @@ class DownstreamSession:
         if list_method != "resources/list" or self.catalog is None:
             return False
         templates = self.advertised.get("resources/templates/list", set())
-        return any(tpl.match(key) is not None for tpl, _ in self.catalog.templates if str(tpl) in templates)
+        return any(tpl.match(key) is not None for text, tpl, _ in self.catalog.templates if text in templates)
 
     async def compute_advertised(self, list_method: str) -> None:
         """What this session would be shown: the listing after the response chain, computed on demand."""
@@ -356,6 +369,22 @@ async def fetch_all_pages(conn: UpstreamConnection, method: str) -> list[dict[st
         if not isinstance(cursor, str) or not cursor:
             break
     return items
+
+
+def shape_modern(method: str, result: dict[str, Any]) -> dict[str, Any]:
+    """Fill the 2026-07-28 envelope a result may lack (merged listings, handshake-era upstreams).
+
+    A merged or bridged listing has no single upstream's cache hint, so it is marked uncacheable.
+    """
+    result_type = result.get("resultType")
+    needs_hints = method in CACHEABLE_METHODS and result_type in (None, "complete")
+    if result_type is not None and not (needs_hints and ("ttlMs" not in result or "cacheScope" not in result)):
+        return result
+    shaped = {"resultType": "complete", **result}
+    if needs_hints:
+        shaped.setdefault("ttlMs", 0)
+        shaped.setdefault("cacheScope", "private")
+    return shaped
 
 
 def input_response_method(value: Any) -> str | None:

@@ -7,6 +7,7 @@ name no source advertises is a configuration error, so a typo never silently dis
 from __future__ import annotations
 
 import importlib
+import sys
 from collections.abc import Mapping
 from contextlib import AsyncExitStack
 from typing import Any
@@ -53,9 +54,12 @@ def load_guard(name: str, guard_config: Mapping[str, Any], file: str, index: int
     return host
 
 
-def load_host(spec: str, file: str, index: int) -> LocalHost:
+def load_host(spec: str, file: str, index: int, base_dir: str | None = None) -> LocalHost:
+    """Import `module:attribute`; the config file's folder is importable, like a script's own folder."""
     module_name, _, attribute = spec.partition(":")
     where = f"interceptors.hosts[{index}].module"
+    if base_dir is not None and base_dir not in sys.path:
+        sys.path.insert(0, base_dir)
     try:
         target: Any = importlib.import_module(module_name)
     except ImportError as exc:
@@ -89,7 +93,7 @@ async def populate_chain(chain: Chain, config: GatewayConfig, stack: AsyncExitSt
         host = load_guard(guard.name, guard.config, file, index)
         chain.add_local(host, name=_unique(chain, guard.name), overrides=_pick(overrides, host))
     for index, host_config in enumerate(config.interceptors.hosts):
-        host = load_host(host_config.module, file, index)
+        host = load_host(host_config.module, file, index, config.base_dir)
         name = host_config.name or getattr(host, "name", None) or host_config.module
         chain.add_local(host, name=_unique(chain, name), overrides=_pick(overrides, host))
     for server in config.interceptors.servers:

@@ -8,15 +8,21 @@ records every method a host receives; `connect` opens an in-memory `mcp.Client` 
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable, Mapping, Sequence
+import socket
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequence
+from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
 from typing import Any
 
+import anyio
+import uvicorn
 from mcp import Client
 from mcp.client._memory import InMemoryTransport
 from mcp.server import MCPServer, ServerRequestContext
 from mcp.server.context import CallNext, HandlerResult
 from mcp.server.extension import Extension, MethodBinding
+from mcp_types import Request
+from pydantic import TypeAdapter
 
 from mcp_interceptors.executor import Call
 from mcp_interceptors.planning import Entry, Overrides
@@ -174,3 +180,48 @@ class MethodRecorder:
 
     def params_of(self, method: str) -> list[dict[str, Any]]:
         return [params for m, params in self.received if m == method]
+
+
+# --------------------------------------------------------------------------- raw JSON-RPC calls
+
+
+class RawRequest(Request[dict[str, Any] | None, str]):
+    """Any method with any params: lets a test send what a typed client never would."""
+
+    method: str
+    params: dict[str, Any] | None = None
+
+
+_RAW_RESULT: Any = TypeAdapter(dict[str, Any])
+
+
+async def raw_call(client: Client, method: str, params: dict[str, Any] | None = None) -> dict[str, Any]:
+    """Send `method` with raw `params`; JSON-RPC errors raise `MCPError`."""
+    result: dict[str, Any] = await client.session.send_request(RawRequest(method=method, params=params), _RAW_RESULT)
+    return result
+
+
+# --------------------------------------------------------------------------- Streamable HTTP in a task
+
+
+def free_port() -> int:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        sock.bind(("127.0.0.1", 0))
+        port: int = sock.getsockname()[1]
+        return port
+
+
+@asynccontextmanager
+async def serve_http(app: Any) -> AsyncIterator[str]:
+    """Serve an ASGI app with uvicorn on a free loopback port inside this task group; yields the MCP URL."""
+    port = free_port()
+    server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=port, log_level="critical", lifespan="on"))
+    async with anyio.create_task_group() as tg:
+        tg.start_soon(server.serve)
+        with anyio.fail_after(10):
+            while not server.started:  # noqa: ASYNC110 - uvicorn exposes only a flag; polled under fail_after
+                await anyio.sleep(0.01)
+        try:
+            yield f"http://127.0.0.1:{port}/mcp"
+        finally:
+            server.should_exit = True

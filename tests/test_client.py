@@ -1,0 +1,343 @@
+"""`InterceptingClient` around a real `MCPServer` (tools, prompts, resources, sampling, roots, elicitation).
+
+Client features (sampling, elicitation, roots) are server-initiated: in the legacy era they are
+requests mid-call, in the 2026-07-28 era `InputRequiredResult` rounds. The client's chain governs
+them with swapped roles (spec §5.1) in both.
+"""
+
+from __future__ import annotations
+
+from typing import Annotated, Any
+
+import anyio
+import pytest
+from fakes import ERAS
+from mcp import MCPError
+from mcp.client._memory import InMemoryTransport
+from mcp.server import MCPServer
+from mcp.server.mcpserver import Elicit, ListRoots, Resolve, Sample
+from mcp_types import (
+    CreateMessageResult,
+    ElicitResult,
+    ListRootsResult,
+    Root,
+    SamplingMessage,
+    TextContent,
+)
+from pydantic import BaseModel
+
+from mcp_interceptors import Chain, InterceptingClient, InterceptorHost, Invocation
+
+pytestmark = pytest.mark.anyio
+
+
+class Answer(BaseModel):
+    ok: bool
+
+
+def ask_llm(prompt: str) -> Sample:
+    return Sample([SamplingMessage(role="user", content=TextContent(type="text", text=prompt))], max_tokens=20)
+
+
+def want_roots() -> ListRoots:
+    return ListRoots()
+
+
+def confirm(question: str) -> Elicit[Answer]:
+    return Elicit(question, Answer)
+
+
+class App:
+    """The governed MCP server, recording what its tools actually received."""
+
+    def __init__(self) -> None:
+        self.tool_calls: list[tuple[str, Any]] = []
+        server = MCPServer("app")
+
+        @server.tool(description="Echo text")
+        async def echo(text: str) -> str:
+            self.tool_calls.append(("echo", text))
+            return f"echo: {text}"
+
+        @server.tool(description="Internal maintenance")
+        async def internal() -> str:
+            return "internal"
+
+        @server.tool(description="Ask the client's LLM")
+        async def ask(prompt: str, answer: Annotated[CreateMessageResult, Resolve(ask_llm)]) -> str:
+            self.tool_calls.append(("ask", prompt))
+            assert isinstance(answer.content, TextContent)
+            return f"LLM answered: {answer.content.text}"
+
+        @server.tool(description="Report the client's roots")
+        async def where(roots: Annotated[ListRootsResult, Resolve(want_roots)]) -> str:
+            return ",".join(str(root.uri) for root in roots.roots)
+
+        @server.tool(description="Ask the user to confirm")
+        async def sure(question: str, answer: Annotated[Answer, Resolve(confirm)]) -> str:
+            return f"confirmed={answer.ok}"
+
+        @server.prompt()
+        def greet(name: str) -> str:
+            return f"Hello {name}"
+
+        @server.resource("res://doc", name="doc")
+        def doc() -> str:
+            return "top secret document"
+
+        @server.resource("res://readme", name="readme")
+        def readme() -> str:
+            return "public readme"
+
+        @server.resource("res://user/{user}", name="user")
+        def user(user: str) -> str:
+            return f"user {user}"
+
+        self.server = server
+
+
+class Guards:
+    """The client's interceptors, recording `(event, phase, interceptor)` in invocation order."""
+
+    def __init__(self) -> None:
+        self.seen: list[tuple[str, str, str]] = []
+        self.payloads: dict[tuple[str, str, str], Any] = {}
+        host = InterceptorHost("client-guards")
+        self.host = host
+
+        def note(inv: Invocation) -> None:
+            self.seen.append((inv.event, inv.phase, inv.name))
+            self.payloads[(inv.event, inv.phase, inv.name)] = inv.payload
+
+        @host.mutator("redact", events=["tools/call"], phase="request")
+        async def redact(inv: Invocation) -> Any:
+            note(inv)
+            args = inv.payload["params"].get("arguments") or {}
+            if "text" in args:
+                args["text"] = args["text"].replace("password", "[REDACTED]")
+            return inv.payload
+
+        @host.validator("no-rm", events=["tools/call"], phase="request")
+        async def no_rm(inv: Invocation) -> bool:
+            note(inv)
+            return "rm -rf" not in str(inv.payload)
+
+        @host.validator("no-secrets-in", events=["tools/call", "resources/read"], phase="response")
+        async def no_secrets_in(inv: Invocation) -> bool:
+            note(inv)
+            return "secret" not in str(inv.payload)
+
+        @host.mutator("stamp", events=["tools/call"], phase="response")
+        async def stamp(inv: Invocation) -> Any:
+            note(inv)
+            for item in inv.payload.get("content", []):
+                if item.get("type") == "text":
+                    item["text"] += " [checked]"
+            return inv.payload
+
+        @host.mutator("hide-internal", events=["tools/list"], phase="response")
+        async def hide_internal(inv: Invocation) -> Any:
+            note(inv)
+            inv.payload["tools"] = [t for t in inv.payload["tools"] if t["name"] != "internal"]
+            return inv.payload
+
+        @host.mutator("formal", events=["prompts/get"], phase="request")
+        async def formal(inv: Invocation) -> Any:
+            note(inv)
+            inv.payload["params"]["arguments"]["name"] = "Dr. " + inv.payload["params"]["arguments"]["name"]
+            return inv.payload
+
+        @host.validator("no-forbidden-prompt", events=["sampling/createMessage"], phase="request")
+        async def no_forbidden_prompt(inv: Invocation) -> bool:
+            note(inv)
+            return "forbidden" not in str(inv.payload)
+
+        @host.mutator("polite", events=["sampling/createMessage"], phase="request")
+        async def polite(inv: Invocation) -> Any:
+            note(inv)
+            inv.payload["params"]["messages"][0]["content"]["text"] += ", please"
+            return inv.payload
+
+        @host.mutator("sign-answer", events=["sampling/createMessage"], phase="response")
+        async def sign_answer(inv: Invocation) -> Any:
+            note(inv)
+            inv.payload["content"]["text"] += " -- signed"
+            return inv.payload
+
+        @host.validator("answer-check", events=["sampling/createMessage"], phase="response")
+        async def answer_check(inv: Invocation) -> bool:
+            note(inv)
+            return True
+
+        @host.mutator("hide-roots", events=["roots/list"], phase="response")
+        async def hide_roots(inv: Invocation) -> Any:
+            note(inv)
+            inv.payload["roots"] = [r for r in inv.payload["roots"] if "private" not in r["uri"]]
+            return inv.payload
+
+        @host.validator("elicit-log", events=["elicitation/create"], phase="both", mode="audit")
+        async def elicit_log(inv: Invocation) -> bool:
+            note(inv)
+            return False
+
+        @host.validator("lists", events=["prompts/list", "resources/list", "resources/templates/list"], phase="both")
+        async def lists(inv: Invocation) -> bool:
+            note(inv)
+            return True
+
+
+async def llm(context: Any, params: Any) -> CreateMessageResult:
+    prompt = params.messages[0].content.text
+    return CreateMessageResult(role="assistant", content=TextContent(type="text", text=f"'{prompt}'"), model="fake")
+
+
+async def roots(context: Any) -> ListRootsResult:
+    return ListRootsResult(roots=[Root(uri="file:///work"), Root(uri="file:///private")])
+
+
+async def elicit(context: Any, params: Any) -> ElicitResult:
+    return ElicitResult(action="accept", content={"ok": True})
+
+
+@pytest.fixture(params=ERAS)
+def era(request: pytest.FixtureRequest) -> str:
+    return str(request.param)
+
+
+def client_for(app: App, guards: Guards, era: str, **kwargs: Any) -> InterceptingClient:
+    chain = Chain(role="client")
+    chain.add_local(guards.host)
+    callbacks: dict[str, Any] = {"sampling_callback": llm, "list_roots_callback": roots, "elicitation_callback": elicit}
+    if era == "2026-07-28-jsonrpc":
+        return InterceptingClient(InMemoryTransport(app.server), chain, **callbacks, **kwargs)
+    return InterceptingClient(app.server, chain, mode=era, **callbacks, **kwargs)
+
+
+def text_of(result: Any) -> str:
+    content = result.content[0]
+    assert isinstance(content, TextContent)
+    return content.text
+
+
+# --------------------------------------------------------------------------- server features
+
+
+async def test_call_tool_request_is_sending_and_response_is_receiving(era: str) -> None:
+    app, guards = App(), Guards()
+    with anyio.fail_after(10):
+        async with client_for(app, guards, era) as client:
+            result = await client.call_tool("echo", {"text": "my password"})
+    assert app.tool_calls == [("echo", "my [REDACTED]")]  # the request mutation reached the server
+    assert text_of(result) == "echo: my [REDACTED] [checked]"
+    # R38: sending = mutate, then validate (the validator sees the mutated request)
+    # R39: receiving = validate, then mutate
+    assert guards.seen == [
+        ("tools/call", "request", "redact"),
+        ("tools/call", "request", "no-rm"),
+        ("tools/call", "response", "no-secrets-in"),
+        ("tools/call", "response", "stamp"),
+    ]
+    validated = guards.payloads[("tools/call", "request", "no-rm")]
+    assert validated["params"]["arguments"]["text"] == "my [REDACTED]"
+
+
+async def test_blocked_call_tool_raises_the_chain_error_and_never_reaches_the_server(era: str) -> None:
+    app, guards = App(), Guards()
+    with anyio.fail_after(10):
+        async with client_for(app, guards, era) as client:
+            with pytest.raises(MCPError) as caught:
+                await client.call_tool("echo", {"text": "rm -rf /"})
+    assert app.tool_calls == []
+    assert caught.value.code == -32602
+    assert caught.value.data == {
+        "interceptor": "no-rm",
+        "reason": "validation failed",
+        "event": "tools/call",
+        "phase": "request",
+        "status": "validation_failed",
+    }
+
+
+async def test_response_validator_blocks_a_resource_read(era: str) -> None:
+    app, guards = App(), Guards()
+    with anyio.fail_after(10):
+        async with client_for(app, guards, era) as client:
+            readme = await client.read_resource("res://readme")
+            with pytest.raises(MCPError) as caught:
+                await client.read_resource("res://doc")
+    assert readme.contents[0].text == "public readme"  # type: ignore[union-attr]
+    assert caught.value.code == -32602
+    assert caught.value.data["interceptor"] == "no-secrets-in"
+    assert caught.value.data["phase"] == "response"
+
+
+async def test_get_prompt_and_list_tools_are_governed(era: str) -> None:
+    app, guards = App(), Guards()
+    with anyio.fail_after(10):
+        async with client_for(app, guards, era) as client:
+            prompt = await client.get_prompt("greet", {"name": "Ana"})
+            tools = await client.list_tools()
+            await client.list_prompts()
+            await client.list_resources()
+            await client.list_resource_templates()
+    assert prompt.messages[0].content.text == "Hello Dr. Ana"  # type: ignore[union-attr]
+    assert sorted(t.name for t in tools.tools) == ["ask", "echo", "sure", "where"]
+    assert [s for s in guards.seen if s[2] == "lists"] == [
+        (event, phase, "lists")
+        for event in ("prompts/list", "resources/list", "resources/templates/list")
+        for phase in ("request", "response")
+    ]
+
+
+# --------------------------------------------------------------------------- client features (roles swap)
+
+
+async def test_sampling_request_is_receiving_and_response_is_sending(era: str) -> None:
+    app, guards = App(), Guards()
+    with anyio.fail_after(10):
+        async with client_for(app, guards, era) as client:
+            result = await client.call_tool("ask", {"prompt": "hello"})
+    assert text_of(result) == "LLM answered: 'hello, please' -- signed [checked]"
+    sampling = [s for s in guards.seen if s[0] == "sampling/createMessage"]
+    assert sampling == [
+        ("sampling/createMessage", "request", "no-forbidden-prompt"),  # receiving: validate first
+        ("sampling/createMessage", "request", "polite"),
+        ("sampling/createMessage", "response", "sign-answer"),  # sending: mutate first
+        ("sampling/createMessage", "response", "answer-check"),
+    ]
+    checked = guards.payloads[("sampling/createMessage", "response", "answer-check")]
+    assert checked["content"]["text"].endswith("-- signed")
+
+
+async def test_blocked_sampling_request_fails_the_tool_call(era: str) -> None:
+    app, guards = App(), Guards()
+    with anyio.fail_after(10):
+        async with client_for(app, guards, era) as client:
+            with pytest.raises(MCPError) as caught:
+                await client.call_tool("ask", {"prompt": "something forbidden"})
+    assert caught.value.code == -32602
+    assert caught.value.data["interceptor"] == "no-forbidden-prompt"
+    assert caught.value.data["event"] == "sampling/createMessage"
+    assert ("sampling/createMessage", "request", "polite") not in guards.seen  # R57: gated
+
+
+async def test_roots_and_elicitation_are_governed(era: str) -> None:
+    app, guards = App(), Guards()
+    with anyio.fail_after(10):
+        async with client_for(app, guards, era) as client:
+            where = await client.call_tool("where", {})
+            sure = await client.call_tool("sure", {"question": "really?"})
+    assert text_of(where) == "file:///work [checked]"
+    assert text_of(sure) == "confirmed=True [checked]"
+    assert [s for s in guards.seen if s[0] == "elicitation/create"] == [
+        ("elicitation/create", "request", "elicit-log"),
+        ("elicitation/create", "response", "elicit-log"),
+    ]
+
+
+async def test_client_context_carries_a_session_id() -> None:
+    app, guards = App(), Guards()
+    client = client_for(app, guards, "legacy", context={"traceId": "t-1"})
+    assert client.context.trace_id == "t-1" and client.context.session_id
+    fixed = client_for(app, guards, "legacy", context={"sessionId": "s-1"})
+    assert fixed.context.session_id == "s-1"

@@ -1,0 +1,590 @@
+"""`InterceptorHost` served by a real `MCPServer`, reached in-memory in both protocol eras (spec §2, §4)."""
+
+from __future__ import annotations
+
+import threading
+from typing import Any
+
+import anyio
+import pytest
+from fakes import ERAS, connect, raw_call
+from mcp import MCPError
+from mcp.client import advertise
+from mcp.server import MCPServer
+
+from mcp_interceptors import (
+    EXTENSION_ID,
+    InterceptorHost,
+    Invocation,
+    MutationResult,
+    ValidationMessage,
+    ValidationResult,
+)
+from mcp_interceptors.executor import Call
+
+pytestmark = pytest.mark.anyio
+
+TOOL_CALL = {"method": "tools/call", "params": {"name": "t", "arguments": {"text": "hi"}}}
+CONFIG_SCHEMA = {
+    "type": "object",
+    "properties": {"limit": {"type": "integer"}},
+    "required": ["limit"],
+    "additionalProperties": False,
+}
+
+
+class Spy:
+    """What the handlers of `build_host` observed."""
+
+    def __init__(self) -> None:
+        self.invocations: list[Invocation] = []
+        self.threads: list[int] = []
+        self.cancelled = anyio.Event()
+        self.finished = False
+
+
+def build_host(spy: Spy, **options: Any) -> InterceptorHost:
+    host = InterceptorHost("test-host", **options)
+
+    @host.validator("deny", events=["tools/call"], phase="request", config_schema=CONFIG_SCHEMA)
+    async def deny(inv: Invocation) -> ValidationResult:
+        spy.invocations.append(inv)
+        too_long = len(str(inv.payload)) > inv.config["limit"]
+        if too_long:
+            message = ValidationMessage(message="payload too long", severity="error", path="$")
+            return ValidationResult(valid=False, severity="error", messages=(message,))
+        return ValidationResult(valid=True)
+
+    @host.mutator("tag", events=["*"], phase="both", priority={"request": -10, "response": 10})
+    async def tag(inv: Invocation) -> Any:
+        spy.invocations.append(inv)
+        if inv.payload is None or inv.payload.get("keep"):
+            return None  # unchanged
+        inv.payload["tagged"] = inv.phase  # handlers get their own copy
+        return inv.payload
+
+    @host.validator("prompts-only", events=["prompts/get"], phase="response", mode="audit", fail_open=True)
+    def prompts_only(inv: Invocation) -> tuple[bool, list[str]]:
+        spy.threads.append(threading.get_ident())
+        return False, ["prompt looks odd"]
+
+    @host.validator("crash", events=["tools/call"], phase="request")
+    async def crash(inv: Invocation) -> bool:
+        raise ValueError("nope")
+
+    @host.validator("hang", events=["tools/call"], phase="request")
+    async def hang(inv: Invocation) -> bool:
+        try:
+            await anyio.sleep(5)  # the tests' deadline is 100 ms: 50x shorter
+        except anyio.get_cancelled_exc_class():
+            spy.cancelled.set()
+            raise
+        spy.finished = True
+        return True
+
+    @host.validator("raises-timeout", events=["tools/call"], phase="request")
+    async def raises_timeout(inv: Invocation) -> bool:
+        raise TimeoutError("upstream lookup timed out")
+
+    @host.validator("garbage", events=["tools/call"], phase="request")
+    async def garbage(inv: Invocation) -> Any:
+        return "garbage"
+
+    @host.mutator("garbage-object", events=["tools/call"], phase="request")
+    async def garbage_object(inv: Invocation) -> Any:
+        return {"x": object()}
+
+    @host.mutator("wrong-type", events=["tools/call"], phase="request")
+    async def wrong_type(inv: Invocation) -> Any:
+        return ValidationResult(valid=True)
+
+    @host.mutator("lies", events=["tools/call"], phase="request")
+    async def lies(inv: Invocation) -> Any:
+        return MutationResult(modified=False, payload={"changed": True})
+
+    @host.validator("empty", hooks=[])
+    async def empty(inv: Invocation) -> bool:
+        return True
+
+    return host
+
+
+@pytest.fixture(params=ERAS)
+def era(request: pytest.FixtureRequest) -> str:
+    return str(request.param)
+
+
+async def invoke(era: str, body: dict[str, Any], host: InterceptorHost | None = None) -> dict[str, Any]:
+    server = (host or build_host(Spy())).create_server()
+    with anyio.fail_after(5):
+        async with connect(server, era) as client:
+            return await raw_call(client, "interceptor/invoke", body)
+
+
+async def invoke_error(era: str, body: dict[str, Any], host: InterceptorHost | None = None) -> MCPError:
+    server = (host or build_host(Spy())).create_server()
+    with anyio.fail_after(5):
+        async with connect(server, era) as client:
+            with pytest.raises(MCPError) as caught:
+                await raw_call(client, "interceptor/invoke", body)
+    return caught.value
+
+
+def call(name: str, payload: Any = TOOL_CALL, event: str = "tools/call", phase: str = "request", **kw: Any) -> Any:
+    return {"name": name, "event": event, "phase": phase, "payload": payload, **kw}
+
+
+def without_duration(result: dict[str, Any]) -> dict[str, Any]:
+    """The result body without the measured duration and the modern era's envelope keys."""
+    assert isinstance(result.pop("durationMs"), float)
+    result.pop("_meta", None)
+    result.pop("resultType", None)
+    return result
+
+
+# --------------------------------------------------------------------------- R1, R6, R69: methods
+
+
+async def test_r1_host_serves_exactly_the_two_method_names(era: str) -> None:
+    server = build_host(Spy()).create_server()
+    with anyio.fail_after(5):
+        async with connect(server, era) as client:
+            assert "interceptors" in await raw_call(client, "interceptors/list", {})
+            result = await raw_call(client, "interceptor/invoke", call("tag", {"keep": True}))
+            assert result["interceptor"] == "tag"
+            for wrong in ("interceptor/list", "interceptors/invoke"):
+                with pytest.raises(MCPError) as caught:
+                    await raw_call(client, wrong, {})
+                assert caught.value.code == -32601
+
+
+async def test_r6_server_without_the_extension_answers_method_not_found(era: str) -> None:
+    plain = MCPServer("plain")
+
+    @plain.tool()
+    async def echo(text: str) -> str:
+        return text
+
+    with anyio.fail_after(5):
+        async with connect(plain, era) as client:
+            for method, params in (("interceptors/list", {}), ("interceptor/invoke", call("x"))):
+                with pytest.raises(MCPError) as caught:
+                    await raw_call(client, method, params)
+                assert caught.value.code == -32601
+
+
+async def test_r69_execute_chain_sent_to_a_host_is_method_not_found(era: str) -> None:
+    body = {"event": "tools/call", "phase": "request", "payload": TOOL_CALL}
+    server = build_host(Spy()).create_server()
+    with anyio.fail_after(5):
+        async with connect(server, era) as client:
+            with pytest.raises(MCPError) as caught:
+                await raw_call(client, "interceptor/executeChain", body)
+    assert (caught.value.code, caught.value.data) == (-32601, "interceptor/executeChain")
+
+
+# --------------------------------------------------------------------------- R2-R5: capability
+
+
+def settings_of(capabilities: Any, where: str) -> Any:
+    return (getattr(capabilities, where) or {}).get(EXTENSION_ID)
+
+
+async def test_r2_capability_is_advertised_in_both_eras_by_create_server() -> None:
+    host = build_host(Spy())
+    expected = {"supportedEvents": ["*", "prompts/get", "tools/call"]}
+    with anyio.fail_after(5):
+        async with connect(host.create_server(), "legacy") as legacy:
+            assert settings_of(legacy.server_capabilities, "experimental") == expected
+        for era in ("auto", "2026-07-28-jsonrpc"):  # the modern era learns capabilities from server/discover
+            async with connect(host.create_server(), era) as modern:
+                assert modern.protocol_version == "2026-07-28"
+                assert settings_of(modern.server_capabilities, "extensions") == expected
+
+
+async def test_r2_extension_alone_cannot_reach_legacy_initialize_middleware_can() -> None:
+    host = build_host(Spy())
+    with anyio.fail_after(5):
+        async with connect(MCPServer("bare", extensions=[host]), "legacy") as bare:
+            # mcp strips `extensions` from a 2025-11-25 initialize result and an Extension has no
+            # hook on `initialize`: without our middleware a legacy client sees nothing.
+            assert bare.server_capabilities.extensions is None
+            assert settings_of(bare.server_capabilities, "experimental") is None
+        wired = MCPServer("wired", extensions=[host], middleware=[host.capability_middleware])
+        async with connect(wired, "legacy") as legacy:
+            assert settings_of(legacy.server_capabilities, "experimental") == host.settings()
+        async with connect(MCPServer("bare", extensions=[host]), "auto") as modern:
+            assert settings_of(modern.server_capabilities, "extensions") == host.settings()
+
+
+async def test_r3_settings_are_an_object_with_a_string_array() -> None:
+    assert InterceptorHost().settings() == {"supportedEvents": []}
+    settings = build_host(Spy()).settings()
+    assert list(settings) == ["supportedEvents"]
+    assert all(isinstance(event, str) for event in settings["supportedEvents"])
+    assert "*" in settings["supportedEvents"]
+
+
+async def test_r4_supported_events_agree_with_the_list(era: str) -> None:
+    host = build_host(Spy())
+    with anyio.fail_after(5):
+        async with connect(host.create_server(), era) as client:
+            listed = (await raw_call(client, "interceptors/list"))["interceptors"]
+    events = sorted({e for d in listed for h in d["hooks"] for e in h["events"]})
+    assert host.settings()["supportedEvents"] == events
+
+
+async def test_r5_behaviour_does_not_depend_on_client_declaring_the_extension(era: str) -> None:
+    host = build_host(Spy())
+    outputs = []
+    for extensions in ([], [advertise(EXTENSION_ID, {})]):
+        with anyio.fail_after(5):
+            async with connect(host.create_server(), era, extensions=extensions) as client:
+                listing = await raw_call(client, "interceptors/list", {"event": "tools/call"})
+                result = without_duration(await raw_call(client, "interceptor/invoke", call("tag")))
+                try:
+                    await raw_call(client, "interceptor/invoke", call("nope"))
+                except MCPError as exc:
+                    error = (exc.code, exc.data)
+        outputs.append((listing, result, error))
+    assert outputs[0] == outputs[1]
+
+
+# --------------------------------------------------------------------------- R7-R16: interceptors/list
+
+
+async def test_r7_list_without_params_returns_all_in_registration_order(era: str) -> None:
+    host = build_host(Spy())
+    expected = [
+        "deny",
+        "tag",
+        "prompts-only",
+        "crash",
+        "hang",
+        "raises-timeout",
+        "garbage",
+        "garbage-object",
+        "wrong-type",
+        "lies",
+        "empty",
+    ]
+    with anyio.fail_after(5):
+        async with connect(host.create_server(), era) as client:
+            for params in (None, {}):
+                listed = (await raw_call(client, "interceptors/list", params))["interceptors"]
+                assert [d["name"] for d in listed] == expected
+    assert [d.name for d in host.descriptors] == expected
+
+
+@pytest.mark.parametrize(
+    ("event", "names"),
+    [
+        ("prompts/get", ["tag", "prompts-only"]),
+        ("tools/list", ["tag"]),
+        ("acme/custom", ["tag"]),
+        (
+            "tools/call",
+            ["deny", "tag", "crash", "hang", "raises-timeout", "garbage", "garbage-object", "wrong-type", "lies"],
+        ),
+    ],
+)
+async def test_r8_r9_event_filter_matches_literal_and_star_in_any_phase(event: str, names: list[str]) -> None:
+    host = build_host(Spy())
+    with anyio.fail_after(5):
+        async with connect(host.create_server(), "legacy") as client:
+            listed = (await raw_call(client, "interceptors/list", {"event": event}))["interceptors"]
+    assert [d["name"] for d in listed] == names
+    assert all(any(event in h["events"] or "*" in h["events"] for h in d["hooks"]) for d in listed)
+
+
+async def test_r10_wildcard_filter_strict_switch(era: str) -> None:
+    with anyio.fail_after(5):
+        async with connect(build_host(Spy()).create_server(), era) as lenient:
+            listed = (await raw_call(lenient, "interceptors/list", {"event": "*"}))["interceptors"]
+            assert [d["name"] for d in listed] == ["tag"]  # [PY] default: those hooked to a literal `*`
+            with pytest.raises(MCPError) as caught:
+                await raw_call(lenient, "interceptors/list", {"event": 5})
+            assert (caught.value.code, caught.value.data) == (-32602, {"field": "event"})
+        async with connect(build_host(Spy(), strict_list_filter=True).create_server(), era) as strict:
+            for pattern in ("*", "tools/*"):
+                with pytest.raises(MCPError) as caught:
+                    await raw_call(strict, "interceptors/list", {"event": pattern})
+                assert caught.value.code == -32602
+                assert caught.value.data == {"field": "event", "event": pattern}
+            assert len((await raw_call(strict, "interceptors/list", {"event": "tools/call"}))["interceptors"]) == 9
+
+
+def test_r11_duplicate_names_are_rejected_at_registration() -> None:
+    host = InterceptorHost("h")
+
+    @host.validator("same", events=["tools/call"])
+    async def first(inv: Invocation) -> bool:
+        return True
+
+    with pytest.raises(ValueError, match="interceptor 'same' is already registered on host 'h'"):
+
+        @host.mutator("same", events=["tools/call"])
+        async def second(inv: Invocation) -> None:
+            return None
+
+
+async def test_r12_r13_r14_r15_r16_descriptors_on_the_wire(era: str) -> None:
+    with anyio.fail_after(5):
+        async with connect(build_host(Spy()).create_server(), era) as client:
+            listed = {d["name"]: d for d in (await raw_call(client, "interceptors/list"))["interceptors"]}
+    assert listed["tag"] == {
+        "name": "tag",
+        "type": "mutation",
+        "hooks": [{"events": ["*"], "phase": "request"}, {"events": ["*"], "phase": "response"}],  # R14
+        "priorityHint": {"request": -10, "response": 10},  # R15
+    }
+    assert listed["prompts-only"] == {
+        "name": "prompts-only",
+        "type": "validation",
+        "hooks": [{"events": ["prompts/get"], "phase": "response"}],
+        "mode": "audit",
+        "failOpen": True,
+    }
+    assert listed["deny"]["configSchema"] == CONFIG_SCHEMA
+    assert listed["empty"] == {"name": "empty", "type": "validation", "hooks": []}  # R16
+    for d in listed.values():  # R12, R13
+        assert d["type"] in ("validation", "mutation")
+        assert all(h["phase"] in ("request", "response") for h in d["hooks"])
+        assert "hook" not in d and d.get("mode") != "active" and d.get("failOpen") is not False
+
+
+def test_r15_priority_outside_int32_is_rejected_at_registration() -> None:
+    host = InterceptorHost()
+    with pytest.raises(ValueError, match="interceptor 'big': invalid priorityHint"):
+        host.mutator("big", events=["*"], priority=2**31)
+    with pytest.raises(ValueError, match="phase must be 'request', 'response' or 'both'"):
+        host.validator("p", events=["*"], phase="sideways")
+    with pytest.raises(ValueError, match="pass exactly one of events"):
+        host.validator("p")
+
+
+# --------------------------------------------------------------------------- R17-R20: results
+
+
+async def test_r17_r19_flat_validation_result_with_echo(era: str) -> None:
+    result = await invoke(era, call("deny", config={"limit": 10}))
+    assert without_duration(result) == {
+        "interceptor": "deny",
+        "type": "validation",
+        "phase": "request",
+        "valid": False,
+        "severity": "error",
+        "messages": [{"message": "payload too long", "severity": "error", "path": "$"}],
+    }
+
+
+async def test_r18_r19_flat_mutation_result_with_echo(era: str) -> None:
+    result = await invoke(era, call("tag", {"a": 1}, event="acme/custom", phase="response"))
+    assert without_duration(result) == {
+        "interceptor": "tag",
+        "type": "mutation",
+        "phase": "response",
+        "modified": True,
+        "payload": {"a": 1, "tagged": "response"},
+    }
+
+
+@pytest.mark.parametrize("payload", [{"keep": True, "n": [1, 2]}, None])
+async def test_r20_unmodified_result_carries_the_unchanged_input(era: str, payload: Any) -> None:
+    result = await invoke(era, call("tag", payload))
+    assert without_duration(result) == {
+        "interceptor": "tag",
+        "type": "mutation",
+        "phase": "request",
+        "modified": False,
+        "payload": payload,
+    }
+
+
+async def test_short_returns_bool_tuple_and_sync_handler_in_a_worker_thread(era: str) -> None:
+    spy = Spy()
+    result = await invoke(
+        era, call("prompts-only", {"messages": []}, event="prompts/get", phase="response"), build_host(spy)
+    )
+    assert without_duration(result) == {
+        "interceptor": "prompts-only",
+        "type": "validation",
+        "phase": "response",
+        "valid": False,
+        "severity": "error",
+        "messages": [{"message": "prompt looks odd", "severity": "error"}],
+    }
+    assert spy.threads and spy.threads[0] != threading.get_ident()
+
+
+async def test_invocation_carries_event_phase_payload_config_and_context(era: str) -> None:
+    spy = Spy()
+    context = {"traceId": "t-1", "timestamp": "2026-09-01T10:00:00Z", "principal": {"type": "user", "id": "u"}}
+    await invoke(era, call("deny", config={"limit": 1000}, context=context), build_host(spy))
+    inv = spy.invocations[0]
+    assert (inv.name, inv.event, inv.phase, inv.payload, dict(inv.config)) == (
+        "deny",
+        "tools/call",
+        "request",
+        TOOL_CALL,
+        {"limit": 1000},
+    )
+    assert inv.context is not None and inv.context.trace_id == "t-1" and inv.context.principal is not None
+    await invoke(era, call("tag", {"keep": True}), build_host(spy))
+    assert spy.invocations[-1].config == {} and spy.invocations[-1].context is None
+
+
+async def test_in_process_invoke_deep_copies_the_payload() -> None:
+    payload = {"a": {"b": 1}}
+    for copy_payloads, leaked in ((True, False), (False, True)):
+        host = build_host(Spy(), copy_payloads=copy_payloads)
+        result = await host.invoke(Call(name="tag", type="mutation", event="x/y", phase="request", payload=payload))
+        assert isinstance(result, MutationResult) and result.payload["tagged"] == "request"
+        assert ("tagged" in payload) is leaked
+        payload.pop("tagged", None)
+
+
+# --------------------------------------------------------------------------- R21-R23 and malformed params
+
+
+async def test_r21_unknown_name_is_invalid_params(era: str) -> None:
+    error = await invoke_error(era, call("nope"))
+    assert (error.code, error.data) == (-32602, {"name": "nope", "interceptor": "nope"})
+
+
+@pytest.mark.parametrize(("event", "phase"), [("prompts/get", "request"), ("tools/call", "response")])
+async def test_r22_event_phase_outside_hooks_is_invalid_params(era: str, event: str, phase: str) -> None:
+    error = await invoke_error(era, call("deny", event=event, phase=phase, config={"limit": 5}))
+    assert error.code == -32602
+    assert error.data == {
+        "name": "deny",
+        "interceptor": "deny",
+        "event": event,
+        "phase": phase,
+        "advertisedHooks": [{"events": ["tools/call"], "phase": "request"}],
+    }
+
+
+async def test_r16_r22_empty_hooks_interceptor_is_never_invocable(era: str) -> None:
+    error = await invoke_error(era, call("empty"))
+    assert (error.code, error.data["advertisedHooks"]) == (-32602, [])
+
+
+@pytest.mark.parametrize(
+    ("config", "field", "reason"),
+    [
+        ({"limit": "x"}, "config.limit", "'x' is not of type 'integer'"),
+        ({}, "config", "'limit' is a required property"),
+        ({"limit": 1, "x": 2}, "config", "Additional properties are not allowed ('x' was unexpected)"),
+    ],
+)
+async def test_r23_config_violating_config_schema_is_invalid_params(
+    era: str, config: dict[str, Any], field: str, reason: str
+) -> None:
+    error = await invoke_error(era, call("deny", config=config))
+    assert error.code == -32602
+    assert error.data == {"name": "deny", "interceptor": "deny", "field": field, "reason": reason}
+
+
+MALFORMED_PARAMS = [
+    ({"name": "deny", "event": "tools/call", "payload": {}}, {"field": "phase", "reason": "Field required"}),
+    (
+        {"name": "deny", "event": "tools/call", "phase": "both", "payload": {}},
+        {"field": "phase", "reason": "Input should be 'request' or 'response'"},
+    ),
+    ({"name": "deny", "phase": "request", "payload": {}}, {"field": "event", "reason": "Field required"}),
+    ({"name": "deny", "event": "tools/call", "phase": "request"}, {"field": "payload", "reason": "Field required"}),
+    (
+        {**call("deny"), "timeoutMs": -1},
+        {"field": "timeoutMs", "reason": "Input should be greater than 0"},
+    ),
+    (
+        {**call("deny"), "timeoutMs": "soon"},
+        {"field": "timeoutMs", "reason": "Input should be a valid number, unable to parse string as a number"},
+    ),
+    ({**call("deny"), "config": "x"}, {"field": "config", "reason": "Input should be a valid dictionary"}),
+    (
+        {**call("deny"), "context": {"principal": {"type": "robot"}}},
+        {"field": "context.principal.type", "reason": "Input should be 'user', 'service' or 'anonymous'"},
+    ),
+]
+
+
+@pytest.mark.parametrize(("params", "data"), MALFORMED_PARAMS)
+async def test_r23_malformed_invoke_params_name_the_field_and_interceptor(
+    era: str, params: dict[str, Any], data: dict[str, Any]
+) -> None:
+    error = await invoke_error(era, params)
+    assert error.code == -32602
+    assert error.data == {**data, "interceptor": "deny"}
+
+
+@pytest.mark.parametrize(
+    ("params", "data"),
+    [
+        ({**call("x"), "name": 5}, {"field": "name", "reason": "Input should be a valid string"}),
+        ({"event": "tools/call", "phase": "request", "payload": {}}, {"field": "name", "reason": "Field required"}),
+    ],
+)
+async def test_r21_params_without_a_usable_name(era: str, params: dict[str, Any], data: dict[str, Any]) -> None:
+    error = await invoke_error(era, params)
+    assert (error.code, error.data) == (-32602, data)
+
+
+# --------------------------------------------------------------------------- R24-R28: failures
+
+
+async def test_r24_r25_handler_exception_is_an_error_never_a_verdict(era: str) -> None:
+    error = await invoke_error(era, call("crash"))
+    assert error.code == -32603
+    assert error.message == "Interceptor execution failed"
+    assert error.data == {"interceptor": "crash", "reason": "ValueError: nope"}
+
+
+@pytest.mark.parametrize(
+    ("name", "reason"),
+    [
+        ("garbage", "validator returned str, expected ValidationResult, bool or (bool, messages)"),
+        ("wrong-type", "mutator returned a validation result, expected a mutation result"),
+        ("lies", "mutator returned modified=false with a changed payload"),
+        (
+            "garbage-object",
+            "result is not JSON-serialisable: Unable to serialize unknown type: <class 'object'>",
+        ),
+    ],
+)
+async def test_r25_handler_returning_garbage_is_internal_error(era: str, name: str, reason: str) -> None:
+    error = await invoke_error(era, call(name))
+    assert (error.code, error.data) == (-32603, {"interceptor": name, "reason": reason})
+
+
+async def test_r26_r27_timeout_cancels_the_handler_and_reports_it(era: str) -> None:
+    spy = Spy()
+    error = await invoke_error(era, call("hang", timeoutMs=100), build_host(spy))
+    assert error.code == -32000
+    assert error.message == "Interceptor execution timeout"
+    assert error.data == {"interceptor": "hang", "reason": "timeout", "timeoutMs": 100, "phase": "request"}
+    with anyio.fail_after(1):
+        await spy.cancelled.wait()  # R27: the handler was cancelled, not left running
+    assert not spy.finished
+
+
+async def test_r26_g5_timeout_code_switch(era: str) -> None:
+    error = await invoke_error(era, call("hang", timeoutMs=100), build_host(Spy(), timeout_code="g5"))
+    assert error.code == -32603
+    assert error.data == {"interceptor": "hang", "reason": "timeout", "timeoutMs": 100, "phase": "request"}
+
+
+async def test_r28_handler_raising_timeout_error_is_not_a_timeout(era: str) -> None:
+    error = await invoke_error(era, call("raises-timeout", timeoutMs=5000))
+    assert error.code == -32603
+    assert error.data == {"interceptor": "raises-timeout", "reason": "TimeoutError: upstream lookup timed out"}
+
+
+async def test_r27_outer_cancellation_propagates_instead_of_becoming_a_verdict() -> None:
+    spy = Spy()
+    host = build_host(spy)
+    with anyio.move_on_after(0.1) as scope:
+        await host.invoke(Call(name="hang", type="validation", event="tools/call", phase="request", payload={}))
+    assert scope.cancelled_caught
+    assert spy.cancelled.is_set() and not spy.finished

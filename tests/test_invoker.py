@@ -1,0 +1,555 @@
+"""The invoker side over real mcp connections: list/invoke, `Chain`, routing, discovery failures, errors.
+
+In-memory in both eras, plus one real stdio subprocess and one real Streamable HTTP server.
+"""
+
+from __future__ import annotations
+
+import logging
+import sys
+from pathlib import Path
+from typing import Any
+
+import anyio
+import pytest
+from fakes import ERAS, MethodRecorder, RawHost, connect, serve_http
+from mcp import Client, MCPError, StdioServerParameters
+from mcp.server import MCPServer
+
+from mcp_interceptors import (
+    Chain,
+    ChainResult,
+    DiscoveryError,
+    InterceptorHost,
+    Invocation,
+    MalformedResultError,
+    MutationResult,
+    RequiredInterceptor,
+    ValidationMessage,
+    ValidationResult,
+    WideningOverrideError,
+    chain_error,
+    discover,
+    invoke_interceptor,
+    list_interceptors,
+)
+from mcp_interceptors.protocol.descriptors import HookEntry
+
+pytestmark = pytest.mark.anyio
+
+EXAMPLES = Path(__file__).resolve().parent.parent / "examples"
+CALL = {"method": "tools/call", "params": {"name": "send", "arguments": {"to": "ana@example.com"}}}
+SHELL = {"method": "tools/call", "params": {"name": "shell", "arguments": {"cmd": "rm -rf /"}}}
+ALLOWED_METHODS = {"initialize", "notifications/initialized", "server/discover", "interceptors/list"}
+ALLOWED_METHODS |= {"interceptor/invoke"}
+INVOKE_KEYS = {"name", "event", "phase", "payload", "config", "timeoutMs", "context", "_meta"}
+
+
+class Hang:
+    def __init__(self) -> None:
+        self.cancelled = anyio.Event()
+        self.finished = False
+
+    async def __call__(self, inv: Invocation) -> bool:
+        try:
+            await anyio.sleep(5)  # deadlines in these tests are 200 ms: 25x shorter
+        except anyio.get_cancelled_exc_class():
+            self.cancelled.set()
+            raise
+        self.finished = True
+        return True
+
+
+def guard_host(name: str = "guards", hang: Hang | None = None) -> InterceptorHost:
+    host = InterceptorHost(name)
+
+    @host.mutator("redact", events=["tools/call"], phase="both", priority={"request": -100, "response": 100})
+    async def redact(inv: Invocation) -> Any:
+        text = str(inv.payload)
+        return inv.payload if "@" not in text else _scrub(inv.payload)
+
+    @host.validator("no-shell", events=["tools/call"], phase="request")
+    async def no_shell(inv: Invocation) -> ValidationResult:
+        if inv.payload["params"]["name"] == "shell":
+            message = ValidationMessage(message="shell is forbidden", severity="error", path="$.params.name")
+            return ValidationResult(valid=False, severity="error", messages=(message,))
+        return ValidationResult(valid=True)
+
+    @host.validator("audit-log", events=["*"], phase="both", mode="audit")
+    async def audit_log(inv: Invocation) -> bool:
+        return False
+
+    if hang is not None:
+        host.validator("slow", events=["tools/call"], phase="request")(hang)
+    return host
+
+
+def _scrub(value: Any) -> Any:
+    if isinstance(value, str):
+        return "[EMAIL]" if "@" in value else value
+    if isinstance(value, dict):
+        return {k: _scrub(v) for k, v in value.items()}
+    return value
+
+
+@pytest.fixture(params=ERAS)
+def era(request: pytest.FixtureRequest) -> str:
+    return str(request.param)
+
+
+def summary(result: ChainResult) -> tuple[Any, ...]:
+    """Everything but timings: what must be identical in-process and over any transport."""
+    return (
+        result.status,
+        result.final_payload,
+        result.aborted_at,
+        [(r.interceptor, r.type, r.mode, r.model_dump(exclude={"duration_ms"})) for r in result.results],
+        [(f.interceptor, f.code, f.reason) for f in result.failures],
+        result.validation_summary,
+    )
+
+
+# --------------------------------------------------------------------------- list / invoke
+
+
+async def test_list_and_invoke_in_both_eras(era: str) -> None:
+    with anyio.fail_after(5):
+        async with connect(guard_host().create_server(), era) as client:
+            assert [d.name for d in await list_interceptors(client)] == ["redact", "no-shell", "audit-log"]
+            assert [d.name for d in await list_interceptors(client, "prompts/get")] == ["audit-log"]
+            result = await invoke_interceptor(client, "redact", "tools/call", "request", CALL)
+            assert isinstance(result, MutationResult) and result.modified
+            assert result.payload["params"]["arguments"]["to"] == "[EMAIL]"
+            verdict = await invoke_interceptor(client, "no-shell", "tools/call", "request", SHELL, timeout_ms=1000)
+            assert isinstance(verdict, ValidationResult)
+            assert (verdict.interceptor, verdict.phase, verdict.valid, verdict.severity) == (
+                "no-shell",
+                "request",
+                False,
+                "error",
+            )
+            with pytest.raises(MCPError) as caught:
+                await invoke_interceptor(client, "no-shell", "tools/call", "response", CALL)
+            assert caught.value.code == -32602
+
+
+async def test_invoke_sends_a_stamped_context_and_never_policy() -> None:
+    recorder = MethodRecorder()
+    server = MCPServer("h", extensions=[guard_host()], middleware=[recorder])
+    with anyio.fail_after(5):
+        async with connect(server, "legacy") as client:
+            await invoke_interceptor(
+                client, "no-shell", "tools/call", "request", CALL, config={"k": 1}, context={"traceId": "t"}
+            )
+    (params,) = recorder.params_of("interceptor/invoke")
+    assert set(params) <= INVOKE_KEYS
+    assert params["context"]["traceId"] == "t" and params["context"]["timestamp"].endswith("Z")
+    assert params["config"] == {"k": 1}
+
+
+# --------------------------------------------------------------------------- chains: local == remote
+
+
+@pytest.mark.parametrize(
+    ("phase", "payload"),
+    [("request", CALL), ("request", SHELL), ("response", {"content": [{"type": "text", "text": "x@y.z"}]})],
+)
+async def test_add_local_and_add_server_have_identical_semantics(era: str, phase: Any, payload: Any) -> None:
+    local = Chain(role="client")
+    local.add_local(guard_host())
+    expected = summary(await local.execute("tools/call", phase, payload))
+    with anyio.fail_after(5):
+        async with connect(guard_host().create_server(), era) as client:
+            remote = Chain(role="client")
+            await remote.add_server(client, name="guards")
+            assert summary(await remote.execute("tools/call", phase, payload)) == expected
+
+
+async def test_add_local_gives_each_handler_its_own_copy() -> None:
+    host = InterceptorHost("h")
+
+    @host.validator("vandal", events=["*"], phase="request")
+    async def vandal(inv: Invocation) -> bool:
+        inv.payload["params"]["name"] = "vandalised"
+        return True
+
+    @host.validator("witness", events=["*"], phase="request")
+    async def witness(inv: Invocation) -> bool:
+        return bool(inv.payload["params"]["name"] == "send")
+
+    chain = Chain(role="client")
+    chain.add_local(host)
+    payload = {"method": "tools/call", "params": {"name": "send"}}
+    result = await chain.execute("tools/call", "request", payload)
+    assert result.allowed
+    assert payload == {"method": "tools/call", "params": {"name": "send"}}
+    assert result.final_payload == payload
+
+
+async def test_chain_needs_a_direction_or_a_role() -> None:
+    chain = Chain()
+    chain.add_local(guard_host())
+    with pytest.raises(ValueError, match="cannot tell the direction"):
+        await chain.execute("tools/call", "request", CALL)
+    result = await chain.execute("tools/call", "request", SHELL, direction="receiving")
+    assert result.status == "validation_failed"
+    with pytest.raises(ValueError, match="already in this chain"):
+        chain.add_local(guard_host())
+
+
+async def test_name_restriction_selects_only_named_interceptors() -> None:
+    chain = Chain(role="client")
+    chain.add_local(guard_host())
+    result = await chain.execute("tools/call", "request", SHELL, interceptors=["redact"])
+    assert result.allowed
+    assert [s.name for s in result.plan.steps] == ["redact"]
+
+
+# --------------------------------------------------------------------------- R61-R66: policy, routing, discovery
+
+
+async def test_r61_overrides_passed_to_add_server_take_precedence(era: str) -> None:
+    with anyio.fail_after(5):
+        async with connect(guard_host().create_server(), era) as client:
+            chain = Chain(role="client")
+            await chain.add_server(client, overrides={"no-shell": {"mode": "audit"}, "redact": {"priority": 5}})
+            result = await chain.execute("tools/call", "request", SHELL)
+    assert result.status == "success"
+    assert [(r.interceptor, r.mode) for r in result.results if r.type == "validation"] == [
+        ("no-shell", "audit"),
+        ("audit-log", "audit"),
+    ]
+    assert result.plan.mutators[0].policy.priority == 5
+
+
+async def test_r62_widening_override_is_rejected_when_the_server_is_added(era: str) -> None:
+    with anyio.fail_after(5):
+        async with connect(guard_host().create_server(), era) as client:
+            chain = Chain(role="client")
+            widening = {"no-shell": {"hooks": [{"events": ["tools/call"], "phase": "response"}]}}
+            with pytest.raises(WideningOverrideError) as caught:
+                await chain.add_server(client, overrides=widening)
+            assert caught.value.data == {"interceptor": "no-shell", "event": "tools/call", "phase": "response"}
+            with pytest.raises(ValueError, match="override names 'ghost', which host 'h' does not advertise"):
+                await chain.add_server(client, name="h", overrides={"ghost": {"mode": "audit"}})
+            assert chain.entries == []
+
+
+async def test_r63_narrowed_override_excludes_the_interceptor_elsewhere() -> None:
+    chain = Chain(role="client")
+    narrow = {"audit-log": {"hooks": [{"events": ["prompts/get"], "phase": "request"}]}}
+    chain.add_local(guard_host(), overrides=narrow)
+    assert "audit-log" not in [s.name for s in chain.plan("tools/call", "request").steps]
+    assert [s.name for s in chain.plan("prompts/get", "request").steps] == ["audit-log"]
+
+
+async def test_r64_compat_uses_the_chain_protocol_version() -> None:
+    host = InterceptorHost("h")
+    host.validator("modern-only", events=["*"], compat={"minProtocol": "2026-07-28"})(_deny)
+    legacy = Chain(role="client", protocol_version="2025-11-25")
+    legacy.add_local(host)
+    assert (await legacy.execute("tools/call", "request", CALL)).allowed
+    assert not (await legacy.execute("tools/call", "request", CALL, protocol_version="2026-07-28")).allowed
+    switched = Chain(role="client", protocol_version="2025-11-25", enforce_compat=False)
+    switched.add_local(host)
+    assert not (await switched.execute("tools/call", "request", CALL)).allowed
+
+
+async def _deny(inv: Invocation) -> bool:
+    return False
+
+
+async def test_r65_each_invoke_goes_to_the_host_that_advertised_it(era: str) -> None:
+    first, second = MethodRecorder(), MethodRecorder()
+    a, b = InterceptorHost("a"), InterceptorHost("b")
+    a.validator("same-name", events=["tools/call"])(_allow)
+    b.validator("same-name", events=["tools/call"])(_deny)
+    b.mutator("only-b", events=["tools/call"])(_tag_b)
+    with anyio.fail_after(5):
+        async with (
+            connect(MCPServer("a", extensions=[a], middleware=[first]), era) as client_a,
+            connect(MCPServer("b", extensions=[b], middleware=[second]), era) as client_b,
+        ):
+            chain = Chain(role="client")
+            await chain.add_server(client_a, name="a")
+            await chain.add_server(client_b, name="b")
+            result = await chain.execute("tools/call", "request", CALL)
+    assert [(s.name, s.source) for s in result.plan.steps] == [("only-b", "b"), ("same-name", "a"), ("same-name", "b")]
+    assert [p["name"] for p in first.params_of("interceptor/invoke")] == ["same-name"]
+    assert [p["name"] for p in second.params_of("interceptor/invoke")] == ["only-b", "same-name"]
+    assert [(r.interceptor, r.valid) for r in result.results if isinstance(r, ValidationResult)] == [
+        ("same-name", True),
+        ("same-name", False),
+    ]
+    assert result.status == "validation_failed"
+
+
+async def _allow(inv: Invocation) -> bool:
+    return True
+
+
+async def _tag_b(inv: Invocation) -> Any:
+    return {**inv.payload, "b": True}
+
+
+async def test_r66_discovery_failure_without_pins_raises(era: str) -> None:
+    with anyio.fail_after(5):
+        async with connect(MCPServer("no-extension"), era) as client:
+            chain = Chain(role="client")
+            with pytest.raises(DiscoveryError, match="interceptors/list failed on 'up'"):
+                await chain.add_server(client, name="up")
+
+
+@pytest.mark.parametrize(("fail_open", "status"), [(False, "validation_failed"), (True, "success")])
+async def test_r66_discovery_failure_fails_pinned_interceptors_by_policy(
+    era: str, fail_open: bool, status: str
+) -> None:
+    pinned = RequiredInterceptor(
+        "must-check", "validation", (HookEntry(events=("tools/call",), phase="request"),), fail_open=fail_open
+    )
+    with anyio.fail_after(5):
+        async with connect(MCPServer("no-extension"), era) as client:
+            chain = Chain(role="client")
+            await chain.add_server(client, name="up", required=[pinned])
+            result = await chain.execute("tools/call", "request", CALL)
+            assert (await chain.execute("prompts/get", "request", CALL)).allowed  # not guarded by the pin
+    assert result.status == status
+    assert [(f.interceptor, f.code) for f in result.failures] == [("must-check", -32603)]
+    assert result.failures[0].reason.startswith("interceptor host unavailable: ")
+    if not fail_open:
+        assert result.aborted_at is not None and result.aborted_at.interceptor == "must-check"
+
+
+async def test_r66_pinned_interceptor_missing_from_the_listing_blocks(era: str) -> None:
+    pinned = RequiredInterceptor("absent", "validation", (HookEntry(events=("*",), phase="request"),))
+    with anyio.fail_after(5):
+        async with connect(guard_host().create_server(), era) as client:
+            chain = Chain(role="client")
+            await chain.add_server(client, name="guards", required=[pinned])
+            result = await chain.execute("tools/call", "request", CALL)
+    assert result.status == "validation_failed"
+    assert result.aborted_at is not None and result.aborted_at.interceptor == "absent"
+    assert "pinned interceptor(s) ['absent'] not advertised by 'guards'" in result.failures[0].reason
+
+
+# --------------------------------------------------------------------------- bad remote hosts
+
+
+GOOD = {"name": "ok", "type": "validation", "hooks": [{"events": ["tools/call"], "phase": "request"}]}
+OPEN = {**GOOD, "name": "ok-open", "failOpen": True}
+BAD_LISTING = [
+    {"name": "weird", "type": "observability", "hooks": []},
+    GOOD,
+    {"name": "no-hooks", "type": "mutation"},
+    OPEN,
+    "garbage",
+]
+
+
+async def test_malformed_remote_descriptor_is_skipped_with_a_warning(
+    era: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    host = RawHost(BAD_LISTING, {"ok": {"valid": True}, "ok-open": {"valid": True}})
+    with anyio.fail_after(5):
+        async with connect(host.server(), era) as client:
+            found = await discover(client)
+            assert [d.name for d in found.descriptors] == ["ok", "ok-open"]
+            assert [(w.index, w.name, w.reason) for w in found.warnings] == [
+                (0, "weird", "type: Input should be 'validation', 'mutation' or 'sink'"),
+                (2, "no-hooks", "hooks: Field required"),
+                (4, None, "<root>: Input should be a valid dictionary or instance of InterceptorDescriptor"),
+            ]
+            with caplog.at_level(logging.WARNING, logger="mcp_interceptors.invoker"):
+                chain = Chain(role="client")
+                await chain.add_server(client, name="raw")
+            assert [r.getMessage() for r in caplog.records] == [
+                "skipped interceptor descriptor #0 (weird): type: Input should be 'validation', 'mutation' or 'sink'",
+                "skipped interceptor descriptor #2 (no-hooks): hooks: Field required",
+                "skipped interceptor descriptor #4 (None): <root>: Input should be a valid dictionary or instance "
+                "of InterceptorDescriptor",
+            ]
+            result = await chain.execute("tools/call", "request", CALL)  # the rest is usable
+    assert result.allowed
+    assert [r.interceptor for r in result.results] == ["ok", "ok-open"]
+
+
+@pytest.mark.parametrize(
+    ("body", "reason"),
+    [
+        ({"valid": "yes"}, "invalid validation result at valid: Input should be a valid boolean"),
+        ({"interceptor": "someone-else", "valid": True}, "result echoes interceptor='someone-else', expected"),
+        ({"type": "mutation", "modified": True, "payload": {}}, "result echoes type='mutation', expected"),
+        ({"valid": True, "phase": "response"}, "result echoes phase='response', expected 'request'"),
+    ],
+)
+async def test_r58_malformed_remote_result_is_an_invocation_failure_routed_by_fail_open(
+    era: str, body: dict[str, Any], reason: str
+) -> None:
+    host = RawHost([GOOD, OPEN], {"ok": body, "ok-open": body})
+    with anyio.fail_after(5):
+        async with connect(host.server(), era) as client:
+            closed = Chain(role="client")
+            await closed.add_server(client, overrides={"ok-open": {"hooks": []}})
+            blocked = await closed.execute("tools/call", "request", CALL)
+            opened = Chain(role="client")
+            await opened.add_server(client, overrides={"ok": {"hooks": []}})
+            passed = await opened.execute("tools/call", "request", CALL)
+            with pytest.raises(MalformedResultError):
+                await invoke_interceptor(client, "ok", "tools/call", "request", CALL, type="validation")
+    assert blocked.status == "validation_failed"
+    assert blocked.aborted_at is not None and blocked.aborted_at.interceptor == "ok"
+    assert blocked.failures[0].code == -32603 and blocked.failures[0].reason.startswith(reason)
+    assert passed.status == "success" and passed.final_payload == CALL and passed.results == []
+
+
+async def test_r58_remote_mutator_claiming_unmodified_with_a_changed_payload_is_never_applied(era: str) -> None:
+    listing = [{"name": "m", "type": "mutation", "failOpen": True, "hooks": [{"events": ["*"], "phase": "request"}]}]
+    host = RawHost(listing, {"m": {"modified": False, "payload": {"evil": True}}})
+    with anyio.fail_after(5):
+        async with connect(host.server(), era) as client:
+            chain = Chain(role="client")
+            await chain.add_server(client)
+            result = await chain.execute("tools/call", "request", CALL)
+    assert result.status == "success"
+    assert result.final_payload == CALL
+    assert [(f.interceptor, f.reason) for f in result.failures] == [
+        ("m", "modified is false but the payload differs from the input")
+    ]
+
+
+# --------------------------------------------------------------------------- deadlines over the wire
+
+
+async def test_r60_remote_invokes_carry_the_remaining_budget_and_the_host_stops_work(era: str) -> None:
+    hang = Hang()
+    recorder = MethodRecorder()
+    server = MCPServer("h", extensions=[guard_host(hang=hang)], middleware=[recorder])
+    with anyio.fail_after(5):
+        async with connect(server, era) as client:
+            chain = Chain(role="client")
+            await chain.add_server(client)
+            result = await chain.execute("tools/call", "request", CALL, timeout_ms=200)
+            await hang.cancelled.wait()  # the host cancelled its handler: the invoker had given up on it
+    assert not hang.finished
+    assert result.status == "timeout"
+    assert result.aborted_at is not None
+    assert (result.aborted_at.interceptor, result.aborted_at.type) == ("slow", "timeout")
+    budgets = [p.get("timeoutMs") for p in recorder.params_of("interceptor/invoke")]
+    assert budgets and all(b is not None and 0 < b <= 200 for b in budgets)
+
+
+async def test_r59_host_timeout_error_is_an_invocation_failure(era: str) -> None:
+    hang = Hang()
+    with anyio.fail_after(5):
+        async with connect(guard_host(hang=hang).create_server(), era) as client:
+            chain = Chain(role="client")
+            await chain.add_server(client, overrides={"slow": {"timeoutMs": 100, "failOpen": True}})
+            result = await chain.execute("tools/call", "request", CALL)
+    assert result.status == "success"
+    assert [(f.interceptor, f.timeout) for f in result.failures] == [("slow", True)]
+
+
+# --------------------------------------------------------------------------- R69, R70
+
+
+async def test_r69_the_sdk_never_sends_execute_chain_or_a_plan(era: str) -> None:
+    recorder = MethodRecorder()
+    server = MCPServer("h", extensions=[guard_host()], middleware=[recorder])
+    with anyio.fail_after(5):
+        async with connect(server, era) as client:
+            chain = Chain(role="client")
+            await chain.add_server(client)
+            for payload in (CALL, SHELL):
+                await chain.execute("tools/call", "request", payload, timeout_ms=2000, context={"traceId": "t"})
+            await chain.execute("tools/call", "response", {"content": []})
+    assert set(recorder.methods) <= ALLOWED_METHODS
+    assert "interceptor/executeChain" not in recorder.methods
+    for params in recorder.params_of("interceptor/invoke"):
+        assert set(params) <= INVOKE_KEYS  # one interceptor per call: no name list, no mode or failOpen
+
+
+async def test_r70_chain_error_is_redacted_by_default() -> None:
+    chain = Chain(role="client")
+    chain.add_local(guard_host())
+    blocked = await chain.execute("tools/call", "request", SHELL)
+    error = chain_error(blocked)
+    assert (error.code, error.message) == (-32602, "Blocked by interceptor validation")
+    assert error.data == {
+        "interceptor": "no-shell",
+        "reason": "validation failed",
+        "event": "tools/call",
+        "phase": "request",
+        "status": "validation_failed",
+    }
+    assert "shell is forbidden" not in str(error.data) and "rm -rf" not in str(error.data)
+    detailed = chain_error(blocked, include_details=True)
+    assert detailed.data["validationErrors"] == [
+        {"interceptor": "no-shell", "severity": "error", "message": "shell is forbidden"}
+    ]
+    assert detailed.data["abortedAt"]["interceptor"] == "no-shell"
+    with pytest.raises(ValueError, match="needs a blocked result"):
+        chain_error(await chain.execute("tools/call", "request", CALL))
+
+
+async def test_r70_chain_error_codes_for_failures_mutations_and_timeouts() -> None:
+    host = InterceptorHost("h")
+    host.validator("broken", events=["acme/v"])(_crash)
+    host.mutator("broken-m", events=["acme/m"])(_crash)
+    host.validator("slow", events=["acme/t"])(Hang())
+    chain = Chain(role="client")
+    chain.add_local(host)
+    failed = chain_error(await chain.execute("acme/v", "request", {}))
+    assert (failed.code, failed.data["reason"], failed.data["status"]) == (
+        -32602,
+        "interceptor failed",
+        "validation_failed",
+    )
+    mutation = chain_error(await chain.execute("acme/m", "request", {}))
+    assert (mutation.code, mutation.message, mutation.data["reason"]) == (
+        -32603,
+        "Blocked: interceptor mutation failed",
+        "interceptor failed",
+    )
+    timeout = chain_error(await chain.execute("acme/t", "request", {}, timeout_ms=100))
+    assert (timeout.code, timeout.data["reason"], timeout.data["status"]) == (-32603, "timeout", "timeout")
+    assert "ValueError" not in str(failed.data) and "ValueError" not in str(mutation.data)
+
+
+async def _crash(inv: Invocation) -> Any:
+    raise ValueError("secret internal detail")
+
+
+# --------------------------------------------------------------------------- real transports
+
+
+@pytest.mark.parametrize("mode", ["legacy", "auto"])
+async def test_real_stdio_subprocess_host(mode: str) -> None:
+    params = StdioServerParameters(command=sys.executable, args=[str(EXAMPLES / "validator_server.py")])
+    with anyio.fail_after(30):
+        async with Client(params, mode=mode) as client:  # type: ignore[arg-type]
+            names = [d.name for d in await list_interceptors(client)]
+            chain = Chain(role="client")
+            await chain.add_server(client, name="validators")
+            blocked = await chain.execute("tools/call", "request", SHELL)
+            allowed = await chain.execute("tools/call", "request", CALL)
+    assert names == ["deny-dangerous-tools", "max-size"]
+    assert blocked.status == "validation_failed"
+    assert blocked.aborted_at is not None and blocked.aborted_at.interceptor == "deny-dangerous-tools"
+    assert allowed.allowed and allowed.final_payload == CALL
+
+
+@pytest.mark.parametrize("mode", ["legacy", "auto"])
+async def test_real_streamable_http_host(mode: str) -> None:
+    hang = Hang()
+    app = guard_host(hang=hang).create_server().streamable_http_app()
+    with anyio.fail_after(30):
+        async with serve_http(app) as url, Client(url, mode=mode) as client:  # type: ignore[arg-type]
+            expected_era = "2025-11-25" if mode == "legacy" else "2026-07-28"
+            assert client.protocol_version == expected_era
+            chain = Chain(role="client")
+            await chain.add_server(client, name="http")
+            allowed = await chain.execute("tools/call", "request", CALL, interceptors=["redact", "no-shell"])
+            timed_out = await chain.execute("tools/call", "request", CALL, timeout_ms=200)
+            await hang.cancelled.wait()
+    assert allowed.final_payload == _scrub(CALL)
+    assert timed_out.status == "timeout"

@@ -29,6 +29,7 @@ _GLUED_BEFORE = frozenset("ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0
 _GLUED_AFTER = frozenset("ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789_%")
 _DATE = re.compile(r"^(?:[0-9]{4}[-/.][0-9]{1,2}[-/.][0-9]{1,2}|[0-9]{1,2}[-/.][0-9]{1,2}[-/.][0-9]{2,4})(?:$|[ T])")
 _DOTTED_QUAD = re.compile(r"^[0-9]{1,3}(?:\.[0-9]{1,3}){3}")
+_SSN_SHAPE = re.compile(r"^[0-9]{3}-[0-9]{2}-[0-9]{4}$")
 _NON_SPACE = re.compile(r"\S+")
 _MAX_CACHE = 65536
 _MAX_PARSES = 6
@@ -118,8 +119,8 @@ def _is_glued_after(text: str, end: int) -> bool:
 
 
 def _has_phone_shape(candidate: str) -> bool:
-    """False for dates, decimals and dotted quads, which the candidate regex cannot tell apart."""
-    if _DATE.match(candidate) or _DOTTED_QUAD.match(candidate):
+    """False for dates, decimals, dotted quads and SSN-shaped runs, which the candidate regex admits."""
+    if _DATE.match(candidate) or _DOTTED_QUAD.match(candidate) or _SSN_SHAPE.match(candidate):
         return False
     separators = [c for c in candidate if not c.isdigit()]
     return separators != ["."]

@@ -41,6 +41,7 @@ class PresidioPiiScanner:
         score_threshold: float = 0.4,
     ) -> None:
         try:
+            import tldextract  # type: ignore[import-not-found, unused-ignore]
             from presidio_analyzer import AnalyzerEngine, RecognizerRegistry
             from presidio_analyzer.nlp_engine import NoOpNlpEngine
             from presidio_analyzer.predefined_recognizers import (
@@ -60,9 +61,17 @@ class PresidioPiiScanner:
         unknown = set(wanted) - set(PII_KINDS)
         if unknown:
             raise ValueError(f"unknown PII kinds {sorted(unknown)}; choose from {list(PII_KINDS)}")
+        # Presidio's email check calls tldextract's default extractor, which downloads the public suffix
+        # list on first use; validate against the snapshot bundled with tldextract instead (no network).
+        offline_suffixes = tldextract.TLDExtract(suffix_list_urls=(), cache_dir=None)
+
+        class OfflineEmailRecognizer(EmailRecognizer):  # type: ignore[misc, unused-ignore]
+            def validate_result(self, pattern_text: str) -> bool:
+                return bool(offline_suffixes(pattern_text).fqdn)
+
         registry = RecognizerRegistry(supported_languages=["en"])
         for recognizer in (
-            EmailRecognizer(),
+            OfflineEmailRecognizer(),
             PhoneRecognizer(supported_regions=list(phone_regions)),
             CreditCardRecognizer(),
             IbanRecognizer(),

@@ -87,17 +87,22 @@ def _check_jwt(text: str, start: int, end: int) -> tuple[int, int] | None:
     return (start, end) if isinstance(decoded, dict) and "alg" in decoded else None
 
 
-# Inside a PEM body: base64, whitespace, header lines, and JSON-escaped newlines (`\n`) from serialised text.
-_PEM_BODY = re.compile(r"(?:[A-Za-z0-9+/=:, \t\r\n]|\\[nr]|-(?!----))*")
+# Between BEGIN and END: base64, whitespace, `Proc-Type:`-style headers, JSON-escaped newlines.
+_PEM_FILLER = re.compile(r"(?:[A-Za-z0-9+/=:,. \t\r\n-]|\\[nr])*")
 _PEM_END = re.compile(r"-----END[A-Z0-9 ]{0,40}PRIVATE KEY(?: BLOCK)?-----")
+# A block cut off before its END: only whole base64 (or header) lines, so following prose stays out.
+_PEM_TRUNCATED = re.compile(
+    r"(?:(?:\r?\n|\\r\\n|\\n)[ \t]*(?:[A-Za-z0-9+/=]{1,100}|[A-Za-z-]+: [^\r\n\\]*)(?=[\r\n]|\\[rn]|$))*"
+)
 
 
 def _check_private_key(text: str, start: int, end: int) -> tuple[int, int] | None:
-    """Extend a BEGIN line to its END line; a truncated block is covered up to where its body stops."""
-    body = _PEM_BODY.match(text, end, min(len(text), end + 65536))
-    stop = body.end() if body else end
-    closing = _PEM_END.match(text, stop)
-    return start, closing.end() if closing else stop
+    """Extend a BEGIN line to its END line; a truncated block is covered up to its last body line."""
+    closing = _PEM_END.search(text, end, min(len(text), end + 65536))
+    if closing and _PEM_FILLER.fullmatch(text, end, closing.start()):
+        return start, closing.end()
+    body = _PEM_TRUNCATED.match(text, end)
+    return start, body.end() if body else end
 
 
 def _check_generic(text: str, start: int, end: int) -> tuple[int, int] | None:
@@ -114,7 +119,7 @@ _GENERIC_NAMES = (
     r"(?i:(?:password|passwd|passphrase|secret|token|api[_-]?key|apikey|access[_-]?key|auth[_-]?key"
     r"|credentials?)(?:[_-]?(?:key|token|id|value))?s?)"
 )
-_VALUE = r"""(?:"([^"\\\r\n]{8,256})"|'([^'\r\n]{8,256})'|([^\s"'`,;\\<>(){}\[\]]{8,256}))"""
+_VALUE = r"""(?:"([^"\\\r\n]{8,256})\\?"|'([^'\r\n]{8,256})'|([^\s"'`,;\\<>(){}\[\]]{8,256}))"""
 
 _RULES: tuple[_Rule, ...] = (
     _Rule(

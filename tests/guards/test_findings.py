@@ -1,0 +1,101 @@
+"""Merging overlapping findings, redaction, the regex engine seam and the optional Presidio backend."""
+
+from __future__ import annotations
+
+import itertools
+import sys
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from mcp_interceptors.guards._detectors import Finding, merge_findings, redact
+from mcp_interceptors.guards._detectors._engine import CompiledPattern, ScanText, re2, resolve_engine
+from mcp_interceptors.guards._detectors.presidio import PresidioPiiScanner, load_presidio_scanner
+
+RANK = {"generic_secret": 1}
+
+
+@pytest.mark.parametrize(
+    ("findings", "merged"),
+    [
+        ([], []),
+        ([Finding("a", 5, 9), Finding("b", 0, 3)], [Finding("b", 0, 3), Finding("a", 5, 9)]),
+        ([Finding("a", 0, 3), Finding("b", 3, 6)], [Finding("a", 0, 3), Finding("b", 3, 6)]),  # adjacent stay
+        ([Finding("phone", 2, 8), Finding("credit_card", 0, 16)], [Finding("credit_card", 0, 16)]),
+        ([Finding("short", 0, 4), Finding("long", 2, 12)], [Finding("long", 0, 12)]),  # union, longest names it
+        ([Finding("generic_secret", 4, 9), Finding("jwt", 4, 9)], [Finding("jwt", 4, 9)]),  # rank breaks ties
+        ([Finding("x", 0, 5), Finding("x", 0, 5)], [Finding("x", 0, 5)]),
+        ([Finding("a", 0, 4), Finding("b", 3, 7), Finding("c", 6, 10)], [Finding("a", 0, 10)]),  # chains fuse
+    ],
+)
+def test_merge_fuses_overlaps(findings: list[Finding], merged: list[Finding]) -> None:
+    assert merge_findings(findings, RANK) == merged
+
+
+spans = st.lists(st.tuples(st.integers(0, 60), st.integers(1, 15)), max_size=12).map(
+    lambda pairs: [Finding(f"k{i % 3}", s, s + n) for i, (s, n) in enumerate(pairs)]
+)
+
+
+@given(spans)
+def test_merged_findings_are_sorted_disjoint_and_cover_the_input(findings: list[Finding]) -> None:
+    merged = merge_findings(findings)
+    assert all(a.end <= b.start for a, b in itertools.pairwise(merged))
+    covered = {i for f in findings for i in range(f.start, f.end)}
+    assert {i for f in merged for i in range(f.start, f.end)} == covered
+
+
+@given(spans)
+def test_redaction_is_well_formed(findings: list[Finding]) -> None:
+    text = "abcdefghijklmnopqrstuvwxyz" * 3
+    out = redact(text, findings, placeholder=lambda f: "#")
+    kept = [ch for i, ch in enumerate(text) if not any(f.start <= i < f.end for f in findings)]
+    assert out.replace("#", "") == "".join(kept)
+    assert out.count("#") == len(merge_findings(findings))
+
+
+def test_redact_default_placeholder() -> None:
+    text = "mail bob@example.com now"
+    assert redact(text, [Finding("email", 5, 20)]) == "mail [REDACTED:email] now"
+    assert redact(text, []) is text
+
+
+def test_scan_text_maps_byte_offsets_to_chars() -> None:
+    text = "aé😀b東c"
+    scan = ScanText(text)
+    to_char = scan.char_offsets()
+    data = scan.data
+    for char_index in range(len(text) + 1):
+        assert to_char(len(text[:char_index].encode())) == char_index
+    assert to_char(len(data[:1])) == 1  # going backwards restarts the count
+
+
+@pytest.mark.skipif(re2 is None, reason="google-re2 not installed")
+def test_both_engines_report_the_same_char_spans() -> None:
+    text = "Grüße AKIAFAKEFAKEFAKEFAKE 東京 AKIAFAKEFAKEFAKEFAKE"
+    pattern = "AKIA[A-Z]{16}"
+    scan = ScanText(text)
+    assert list(CompiledPattern(pattern, "re").spans(scan)) == list(CompiledPattern(pattern, "re2").spans(scan))
+
+
+def test_resolve_engine() -> None:
+    assert resolve_engine("re") == "re"
+    assert resolve_engine("auto") == ("re2" if re2 is not None else "re")
+
+
+def test_presidio_missing_raises_a_clear_import_error(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setitem(sys.modules, "presidio_analyzer", None)
+    with pytest.raises(ImportError, match=r"pip install 'mcp-interceptors\[presidio\]'"):
+        load_presidio_scanner()
+
+
+def test_presidio_backend_maps_kinds() -> None:
+    pytest.importorskip("presidio_analyzer.nlp_engine", exc_type=ImportError)
+    scanner = PresidioPiiScanner(kinds=["email", "credit_card", "iban"])
+    text = "mail bob@example.com card 4242 4242 4242 4242 iban DE89 3704 0044 0532 0130 00"
+    assert [(f.kind, text[f.start : f.end]) for f in scanner.scan(text)] == [
+        ("email", "bob@example.com"),
+        ("credit_card", "4242 4242 4242 4242"),
+        ("iban", "DE89 3704 0044 0532 0130 00"),
+    ]

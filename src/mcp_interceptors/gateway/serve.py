@@ -50,7 +50,7 @@ def http_app(gateway: Gateway, host: str, port: int, *, insecure_no_auth: bool =
     )
     auth_settings, verifier = build_auth(config, host, port)
     routes = sse_routes(gateway, security, config.http.max_body_bytes) if config.http.sse else []
-    return gateway.server.streamable_http_app(
+    app = gateway.server.streamable_http_app(
         streamable_http_path=config.http.path,
         max_request_body_size=config.http.max_body_bytes,
         transport_security=security,
@@ -58,7 +58,34 @@ def http_app(gateway: Gateway, host: str, port: int, *, insecure_no_auth: bool =
         auth=auth_settings,
         token_verifier=verifier,
         custom_starlette_routes=routes,
+        session_idle_timeout=config.http.session_idle_s,
     )
+    return SessionEndWatcher(app, gateway)
+
+
+class SessionEndWatcher:
+    """ASGI wrapper: a successful `DELETE` of a session closes that session's upstream sessions too."""
+
+    def __init__(self, app: Any, gateway: Gateway) -> None:
+        self.app = app
+        self.gateway = gateway
+
+    async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
+        if scope.get("type") != "http" or scope.get("method") != "DELETE":
+            await self.app(scope, receive, send)
+            return
+        session_id = dict(scope.get("headers") or []).get(b"mcp-session-id")
+        status = 0
+
+        async def watch(message: Any) -> None:
+            nonlocal status
+            if message.get("type") == "http.response.start":
+                status = int(message.get("status", 0))
+            await send(message)
+
+        await self.app(scope, receive, watch)
+        if session_id and 200 <= status < 300:
+            self.gateway.close_session(session_id.decode("latin-1"))
 
 
 def sse_routes(gateway: Gateway, security: TransportSecuritySettings, max_body: int) -> list[Any]:

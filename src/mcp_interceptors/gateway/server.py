@@ -39,7 +39,7 @@ from mcp_interceptors.executor import Call
 from mcp_interceptors.gateway.config import GatewayConfig
 from mcp_interceptors.gateway.legs import ChainObserver, Governor
 from mcp_interceptors.gateway.session import DownstreamSession, Era
-from mcp_interceptors.gateway.upstream import UpstreamConnection
+from mcp_interceptors.gateway.upstream import UpstreamConnection, UpstreamUnavailableError
 from mcp_interceptors.host import parse_invoke_params
 from mcp_interceptors.invoker import Chain
 from mcp_interceptors.planning import direction_for
@@ -141,6 +141,17 @@ class Gateway:
             self.shared[name] = conn
         probe = DownstreamSession(self, key="startup", era="2026-07-28")
         await probe.refresh_catalog()  # raises RoutingError on a collision
+        tg.start_soon(self.sweep_idle_sessions, self.config.http.session_idle_s)
+
+    async def sweep_idle_sessions(self, idle_s: float, *, every_s: float = 60.0) -> None:
+        """Close handshake-era sessions (and their upstream sessions) unused for `idle_s` seconds."""
+        while True:
+            await anyio.sleep(every_s)
+            cutoff = time.monotonic() - idle_s
+            for key, session in list(self.sessions.items()):
+                if session.last_used < cutoff and not session.inflight:
+                    logger.info("closing idle session %s", key)
+                    self.close_session(key)
 
     async def open_session_upstreams(self, session: DownstreamSession) -> dict[str, UpstreamConnection]:
         """Per-session upstream sessions for a handshake-era client, presenting its own initialize params."""
@@ -155,7 +166,15 @@ class Gateway:
                 on_request=partial(session.from_upstream, name),
                 on_notify=partial(session.upstream_notification, name),
             )
-            await self._tg.start(conn.run)
+            try:
+                await self._tg.start(conn.run)
+            except UpstreamUnavailableError:
+                shared = self.shared.get(name)
+                if shared is None or shared.era != "2026-07-28":
+                    raise
+                # A 2026-07-28-only upstream: share its connection; input requests are bridged per call.
+                logger.info("upstream %r refuses a handshake-era session; bridging through the shared one", name)
+                conn = shared
             conns[name] = conn
         return conns
 
@@ -163,8 +182,10 @@ class Gateway:
         session = self.sessions.pop(key, None)
         if session is None or session.era != "legacy":
             return
+        shared = {id(conn) for conn in self.shared.values()}
         for conn in session.upstreams.values():
-            conn.close()
+            if id(conn) not in shared:
+                conn.close()
 
     # ------------------------------------------------------------------ the middleware
 

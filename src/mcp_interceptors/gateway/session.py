@@ -30,6 +30,8 @@ Era = Literal["legacy", "2026-07-28"]
 METHOD_NOT_FOUND = -32601
 INVALID_PARAMS = -32602
 INVALID_REQUEST = -32600
+#: Bound on `input_required` round trips bridged for one handshake-era call (as mcp's client does).
+MAX_INPUT_ROUNDS = 10
 #: Capabilities an upstream needs for a list method to be worth asking.
 _LIST_CAPABILITY = {
     "tools/list": "tools",
@@ -206,10 +208,32 @@ class DownstreamSession:
         key = CALLS.get(method, ("", ""))[1]
         if key == "name":
             upstream_params["name"] = route.name
-        result = await conns[route.upstream].request(method, upstream_params, on_progress=_relay(downstream, params))
-        if result.get("resultType") == "input_required":
-            return await self._govern_input_requests(result, context)
-        return await governor.govern_response(method, result, context)
+        conn = conns[route.upstream]
+        relay = _relay(downstream, params)
+        result = await conn.request(method, upstream_params, on_progress=relay)
+        for _ in range(MAX_INPUT_ROUNDS):
+            if result.get("resultType") != "input_required":
+                return await governor.govern_response(method, result, context)
+            governed = await self._govern_input_requests(result, context)
+            if self.era != "legacy":
+                return governed  # a 2026-07-28 client answers and retries itself
+            # Bridge: a handshake-era client gets the embedded requests as ordinary server requests.
+            answers = await self._ask_client(governed.get("inputRequests") or {}, downstream, context)
+            retry = {**upstream_params, "inputResponses": answers, "requestState": result.get("requestState")}
+            result = await conn.request(method, retry, on_progress=relay)
+        raise MCPError(-32603, f"{method}: upstream asked for input more than {MAX_INPUT_ROUNDS} times")
+
+    async def _ask_client(
+        self, requests: Mapping[str, Any], downstream: Downstream, context: InvocationContext
+    ) -> dict[str, Any]:
+        answers: dict[str, Any] = {}
+        for key, request in requests.items():
+            method, params = request.get("method"), request.get("params")
+            answer = await downstream.request(method, params)
+            if method in GOVERNED_EVENTS:
+                answer = await self.gateway.governor.govern_response(method, answer, context)
+            answers[key] = answer
+        return answers
 
     async def _route(self, method: str, params: Mapping[str, Any] | None, *, check: bool = False) -> Route:
         """Where the call goes; with `check`, refuse anything this session was not advertised."""
@@ -322,9 +346,12 @@ class DownstreamSession:
         return result
 
     async def upstream_notification(self, upstream: str, method: str, params: dict[str, Any] | None) -> None:
+        """Relay an upstream notification; `list_changed` also drops what this session was shown."""
         if method.endswith("/list_changed"):
             list_method = method.removeprefix("notifications/").replace("list_changed", "list")
             self.invalidate(list_method if list_method in LISTS else None)
+        if self.era != "legacy" or method.startswith("notifications/subscriptions/"):
+            return  # 2026-07-28 clients get events on their own subscriptions/listen stream
         target = self.standalone
         if target is not None:
             await target.notify(method, params)

@@ -112,6 +112,7 @@ class UpstreamConnection:
         self.on_notify = on_notify
         self.info: UpstreamInfo | None = None
         self.restarts = 0
+        self._listens = 0
         self._dispatcher: JSONRPCDispatcher[Any] | None = None
         self._connected = anyio.Event()
         self._closed = False
@@ -177,6 +178,8 @@ class UpstreamConnection:
                 self.info = await self._handshake(dispatcher)
                 self._connected.set()
                 self._last_error = None
+                if self.info.era == "2026-07-28" and self.on_notify is not None:
+                    tg.start_soon(self._listen)
                 on_ready()
                 await ended.wait()
                 tg.cancel_scope.cancel()
@@ -188,6 +191,31 @@ class UpstreamConnection:
             await dispatcher.run(self._on_request, self._on_notify, task_status=task_status)
         finally:
             ended.set()
+
+    async def _listen(self) -> None:
+        """2026-07-28 upstreams send `list_changed` only on a `subscriptions/listen` stream: keep one open."""
+        caps = self.info.capabilities if self.info is not None else {}
+        wanted = {
+            flag: True
+            for flag, feature in (
+                ("toolsListChanged", "tools"),
+                ("promptsListChanged", "prompts"),
+                ("resourcesListChanged", "resources"),
+            )
+            if (caps.get(feature) or {}).get("listChanged")
+        }
+        if not wanted:
+            return
+        self._listens += 1
+        try:
+            await self.request(
+                "subscriptions/listen",
+                {"notifications": wanted},
+                request_id=f"gateway-listen-{self._listens}",
+                timeout_s=365 * 24 * 3600.0,
+            )
+        except MCPError as exc:
+            logger.info("upstream %r: subscriptions/listen ended: %s", self.name, exc.message)
 
     def close(self) -> None:
         self._closed = True

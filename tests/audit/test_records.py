@@ -50,10 +50,20 @@ def test_canonical_json_matches_the_rfc8785_package(value: Any) -> None:
     assert canonical_json(value) == rfc8785.dumps(value)
 
 
+@settings(max_examples=2000)
+@given(st.floats(allow_nan=False, allow_infinity=False) | st.floats(min_value=1e-5, max_value=1e17))
+def test_canonical_numbers_match_the_rfc8785_package(number: float) -> None:
+    assert canonical_json(number) == rfc8785.dumps(number)
+
+
 @pytest.mark.parametrize(
     ("value", "expected"),
     [
         ({"b": 1, "a": 2}, b'{"a":2,"b":1}'),
+        (
+            [1e-4, 1234567890123456.0, 1e16, 123456789.125, 0.1, 3.0],
+            b"[0.0001,1234567890123456,10000000000000000,123456789.125,0.1,3]",
+        ),
         ({"\ue000": 1, "\U0001f600": 2}, '{"\U0001f600":2,"\ue000":1}'.encode()),  # UTF-16 order
         ([1.0, 1e21, 1.5e-7, -0.0], b"[1,1e+21,1.5e-7,0]"),
         ({"n": 2**60 + 1}, b'{"n":1152921504606847000}'),  # beyond 2**53: an IEEE double, as RFC 8785 says

@@ -21,6 +21,7 @@ from mcp_interceptors.audit import (
     load_or_create_key,
     open_audit_writer,
     rotate_key,
+    verify_records,
     verify_source,
 )
 from mcp_interceptors.audit.records import hash_of
@@ -204,7 +205,7 @@ async def test_deleted_and_edited_receipts(sqlite_store: SqliteStore, key: Signi
 async def test_jsonl_export_verifies_offline_and_catches_reordered_lines(
     sqlite_store: SqliteStore, key: SigningKey, trail: dict[int, str], tmp_path: Path
 ) -> None:
-    lines = [raw for _, raw in sqlite_store.iter_records()] + list(sqlite_store.iter_receipts())
+    lines = [raw for _, raw in sqlite_store.iter_snapshot()]
     export = tmp_path / "audit.jsonl"
     export.write_bytes(b"\n".join(lines) + b"\n")
     trusted = {key.key_id: key.public}  # a third party needs only the public key
@@ -298,3 +299,18 @@ async def test_rotation_endorsement_not_signed_by_the_old_key_fails(
     assert first is not None
     assert (first.record_id, first.problem) == (header["id"], Problem.FORGED)
     assert first.detail == f"rotation endorsement by key {old.key_id} does not verify"
+
+
+async def test_verify_reads_one_snapshot_while_the_writer_appends(
+    sqlite_store: SqliteStore, key: SigningKey, make_decision: Make
+) -> None:
+    async with open_audit_writer(sqlite_store, key) as writer:
+        await writer.append(make_decision(call_id="c1"))
+        items = sqlite_store.iter_snapshot()
+        first = next(items)  # the read snapshot is fixed from here on
+        # A response and its receipt committed now must not appear as a receipt without its record.
+        await writer.append(make_decision(phase="response", direction="receiving", call_id="c1"))
+        report = verify_records([first, *items], key.trusted())
+    assert report.ok, report.first
+    assert (report.records, report.receipts) == (2, 0)
+    assert verify_source(sqlite_store, key.trusted()).receipts == 1

@@ -17,7 +17,9 @@ from mcp_interceptors.audit import (
     DecisionInput,
     SigningKey,
     SqliteStore,
+    StoreError,
     open_audit_writer,
+    open_store,
     payload_hash,
     verify_source,
 )
@@ -266,3 +268,35 @@ async def test_a_refused_batch_raises_and_the_chain_continues(
     assert writer.stats.failed_batches == 1
     assert verify_source(store, key.trusted()).ok
     store.close()
+
+
+async def test_submit_queues_now_and_waits_later(
+    sqlite_store: SqliteStore, key: SigningKey, make_decision: Make
+) -> None:
+    async with open_audit_writer(sqlite_store, key) as writer:
+        # Submitting without waiting lets a caller overlap the commit with its own work (e.g. forwarding),
+        # and lets records submitted back to back share one transaction.
+        pending = [await writer.submit(make_decision(call_id=f"c{index}")) for index in range(100)]
+        with anyio.fail_after(30):
+            receipts = [await item.wait() for item in pending]
+    assert [receipt.id for receipt in receipts] == [f"{writer.segment_id}-{seq}" for seq in range(1, 101)]
+    assert writer.stats.batches < 100
+
+
+@pytest.mark.parametrize(
+    ("target", "synchronous"),
+    [("audit.db", 2), ("sqlite:///{dir}/audit.db", 2), ("sqlite:///{dir}/audit.db?synchronous=normal", 1)],
+)
+def test_open_store_targets(tmp_path: Path, target: str, synchronous: int) -> None:
+    resolved = target.format(dir=tmp_path) if "{dir}" in target else str(tmp_path / target)
+    store = open_store(resolved)
+    assert isinstance(store, SqliteStore)
+    assert store.path == tmp_path / "audit.db"
+    assert store._conn.execute("PRAGMA synchronous").fetchone() == (synchronous,)
+    assert store._conn.execute("PRAGMA journal_mode").fetchone() == ("wal",)
+    store.close()
+
+
+def test_open_store_rejects_unknown_synchronous(tmp_path: Path) -> None:
+    with pytest.raises(StoreError, match="synchronous must be full or normal"):
+        open_store(f"sqlite:///{tmp_path}/audit.db?synchronous=off")

@@ -27,7 +27,14 @@ from mcp_interceptors.audit.signing import (
 from mcp_interceptors.audit.sqlite import SqliteStore
 from mcp_interceptors.audit.store import JsonlSource, RecordSource, Store, StoreError, open_source, open_store
 from mcp_interceptors.audit.verify import Finding, Problem, VerifyReport, verify_records, verify_source
-from mcp_interceptors.audit.writer import AuditReceipt, AuditWriteError, AuditWriter, WriterStats, open_audit_writer
+from mcp_interceptors.audit.writer import (
+    AuditReceipt,
+    AuditWriteError,
+    AuditWriter,
+    PendingRecord,
+    WriterStats,
+    open_audit_writer,
+)
 
 __all__ = [
     "DEFAULT_KEY_PATH",
@@ -42,6 +49,7 @@ __all__ = [
     "Finding",
     "JsonlSource",
     "KeyFileError",
+    "PendingRecord",
     "Problem",
     "PublicKey",
     "RecordSource",

@@ -126,9 +126,7 @@ def export_jsonl(target: Target, out: TextIO, *, err: TextIO = sys.stderr) -> in
     except AuditError as exc:
         return _fail(err, exc)
     try:
-        for _, raw in source.iter_records():
-            out.write(raw.decode() + "\n")
-        for raw in source.iter_receipts():
+        for _, raw in source.iter_snapshot():
             out.write(raw.decode() + "\n")
     finally:
         source.close()

@@ -31,6 +31,7 @@ from mcp_interceptors.audit.records import CallEnd
 from mcp_interceptors.audit.store import (
     RECEIPTS_TABLE,
     RECORDS_TABLE,
+    ItemKind,
     ReceiptRow,
     RecordRow,
     SegmentTail,
@@ -154,10 +155,16 @@ class PostgresStore:
         for row in self._stream(query):
             yield int(row.pos), str(row.record).encode()
 
-    def iter_receipts(self) -> Iterator[bytes]:
-        query = select(receipts_table.c.receipt).order_by(receipts_table.c.pos)
-        for row in self._stream(query):
-            yield str(row.receipt).encode()
+    def iter_snapshot(self) -> Iterator[tuple[ItemKind, bytes]]:
+        records = select(records_table.c.record).order_by(records_table.c.pos)
+        receipts = select(receipts_table.c.receipt).order_by(receipts_table.c.pos)
+        isolation = "REPEATABLE READ" if self._is_postgres else "SERIALIZABLE"
+        with self._engine.connect().execution_options(isolation_level=isolation) as conn, conn.begin():
+            # One transaction at REPEATABLE READ: both queries read the same snapshot.
+            for row in conn.execution_options(yield_per=_FETCH_SIZE).execute(records):
+                yield "record", str(row.record).encode()
+            for row in conn.execution_options(yield_per=_FETCH_SIZE).execute(receipts):
+                yield "receipt", str(row.receipt).encode()
 
     def close(self) -> None:
         self._engine.dispose()

@@ -41,6 +41,10 @@ _ENTRY_KEYS: Final = (
     "duration_ms",
     "error",
 )
+_WORDS: Final = tuple(
+    (name, frozenset(get_args(kind)))
+    for name, kind in (("phase", Phase), ("direction", Direction), ("decision", Decision), ("status", Status))
+)
 _MAX_SAFE_INT: Final = 2**53 - 1
 _UNSIGNED_FIELDS: Final = frozenset({"hash", "signature"})
 
@@ -81,15 +85,10 @@ class DecisionInput:
     def __post_init__(self) -> None:
         if self.timestamp.tzinfo is None:
             raise ValueError("DecisionInput.timestamp must be timezone-aware (use datetime.now(UTC))")
-        for name, allowed in (
-            ("phase", Phase),
-            ("direction", Direction),
-            ("decision", Decision),
-            ("status", Status),
-        ):
+        for name, allowed in _WORDS:
             value = getattr(self, name)
-            if value not in get_args(allowed):
-                raise ValueError(f"DecisionInput.{name}={value!r}; expected one of {get_args(allowed)}")
+            if value not in allowed:
+                raise ValueError(f"DecisionInput.{name}={value!r}; expected one of {sorted(allowed)}")
 
 
 @dataclass(frozen=True)
@@ -177,6 +176,11 @@ def _prepare(value: Any) -> Any:
 
 
 def _number_fragment(number: float) -> orjson.Fragment:
+    if 1e-4 <= abs(number) < 1e16:
+        # Here repr() already gives ECMAScript's shortest round-trip digits in plain notation,
+        # except that it keeps a ".0" on integral values.
+        text = repr(number)
+        return orjson.Fragment(text[:-2] if text.endswith(".0") else text)
     try:
         return orjson.Fragment(rfc8785.dumps(number))
     except rfc8785.CanonicalizationError as exc:

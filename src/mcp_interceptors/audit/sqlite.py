@@ -17,6 +17,7 @@ from mcp_interceptors.audit.records import CallEnd
 from mcp_interceptors.audit.store import (
     RECEIPTS_TABLE,
     RECORDS_TABLE,
+    ItemKind,
     ReceiptRow,
     RecordRow,
     SegmentTail,
@@ -152,9 +153,17 @@ class SqliteStore:
         for pos, text in self._stream(query, (after_pos,)):
             yield pos, text.encode()
 
-    def iter_receipts(self) -> Iterator[bytes]:
-        for (text,) in self._stream(f"SELECT receipt FROM {RECEIPTS_TABLE} ORDER BY pos", ()):
-            yield text.encode()
+    def iter_snapshot(self) -> Iterator[tuple[ItemKind, bytes]]:
+        conn = sqlite3.connect(self.path, isolation_level=None, timeout=30.0)
+        try:
+            conn.execute("BEGIN")  # one read transaction: in WAL mode, one snapshot for both queries
+            for (text,) in _fetch(conn.execute(f"SELECT record FROM {RECORDS_TABLE} ORDER BY pos")):
+                yield "record", text.encode()
+            for (text,) in _fetch(conn.execute(f"SELECT receipt FROM {RECEIPTS_TABLE} ORDER BY pos")):
+                yield "receipt", text.encode()
+            conn.execute("COMMIT")
+        finally:
+            conn.close()
 
     def close(self) -> None:
         with self._lock:
@@ -169,8 +178,11 @@ class SqliteStore:
         # A separate read connection, so a long export never holds the writer's lock.
         conn = sqlite3.connect(self.path, isolation_level=None, timeout=30.0)
         try:
-            cursor = conn.execute(query, params)
-            while rows := cursor.fetchmany(_FETCH_SIZE):
-                yield from rows
+            yield from _fetch(conn.execute(query, params))
         finally:
             conn.close()
+
+
+def _fetch(cursor: sqlite3.Cursor) -> Iterator[Any]:
+    while rows := cursor.fetchmany(_FETCH_SIZE):
+        yield from rows

@@ -9,12 +9,14 @@ from __future__ import annotations
 from collections.abc import Collection, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Protocol, runtime_checkable
+from typing import Literal, Protocol, runtime_checkable
+from urllib.parse import parse_qs
 
 import orjson
 
 from mcp_interceptors.audit.records import AuditError, CallEnd
 
+ItemKind = Literal["record", "receipt"]
 RECORDS_TABLE = "audit_records"
 RECEIPTS_TABLE = "audit_receipts"
 
@@ -61,13 +63,16 @@ class SegmentTail:
 
 @runtime_checkable
 class RecordSource(Protocol):
-    """Read access, enough for verify and export: records in storage order, then receipts."""
+    """Read access, enough for verify and export."""
 
     def iter_records(self, after_pos: int = 0) -> Iterator[tuple[int, bytes]]:
         """(pos, record JSON) in storage (commit) order, starting after `after_pos`."""
         ...
 
-    def iter_receipts(self) -> Iterator[bytes]: ...
+    def iter_snapshot(self) -> Iterator[tuple[ItemKind, bytes]]:
+        """Every record in storage order, then every receipt, from one consistent read snapshot
+        (a live writer commits a record and its receipt together; both reads must see the same state)."""
+        ...
 
     def close(self) -> None: ...
 
@@ -118,8 +123,12 @@ class JsonlSource:
             if pos > after_pos:
                 yield pos, line
 
-    def iter_receipts(self) -> Iterator[bytes]:
-        return (line for line in self._lines() if _kind_of(line) == "receipt")
+    def iter_snapshot(self) -> Iterator[tuple[ItemKind, bytes]]:
+        for _, line in self.iter_records():
+            yield "record", line
+        for line in self._lines():
+            if _kind_of(line) == "receipt":
+                yield "receipt", line
 
     def close(self) -> None:
         pass
@@ -138,7 +147,7 @@ def is_postgres_url(target: str | Path) -> bool:
 
 
 def open_store(target: str | Path, *, create: bool = True) -> Store:
-    """A `postgresql://` URL opens PostgreSQL; a path or `sqlite:///path` opens SQLite."""
+    """A `postgresql://` URL opens PostgreSQL; a path or `sqlite:///path[?synchronous=normal]` opens SQLite."""
     if is_postgres_url(target):
         from mcp_interceptors.audit.postgres import PostgresStore
 
@@ -146,8 +155,15 @@ def open_store(target: str | Path, *, create: bool = True) -> Store:
     from mcp_interceptors.audit.sqlite import SqliteStore
 
     text = str(target)
-    path = Path(text.removeprefix("sqlite:///")) if text.startswith("sqlite:///") else Path(text)
-    return SqliteStore(path.expanduser(), create=create)
+    if not text.startswith("sqlite:///"):
+        return SqliteStore(Path(text).expanduser(), create=create)
+    path, _, query = text.removeprefix("sqlite:///").partition("?")
+    synchronous = parse_qs(query).get("synchronous", ["full"])[-1].upper()
+    if synchronous not in ("FULL", "NORMAL"):
+        raise StoreError(f"{text}: synchronous must be full or normal, not {synchronous.lower()!r}")
+    return SqliteStore(
+        Path(path).expanduser(), create=create, synchronous="FULL" if synchronous == "FULL" else "NORMAL"
+    )
 
 
 def open_source(target: str | Path) -> RecordSource:

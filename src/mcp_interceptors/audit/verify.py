@@ -15,7 +15,7 @@ import orjson
 
 from mcp_interceptors.audit.records import FORMAT_VERSION, GENESIS_HASH, hash_of, record_id_for
 from mcp_interceptors.audit.signing import PublicKey, is_endorsed_by
-from mcp_interceptors.audit.store import RecordSource
+from mcp_interceptors.audit.store import ItemKind, RecordSource
 
 
 class Problem(StrEnum):
@@ -301,25 +301,30 @@ def _signature_ok(key: PublicKey, sealed: Mapping[str, Any]) -> bool:
 
 
 def verify_records(
-    records: Iterable[tuple[int, bytes]],
-    receipts: Iterable[bytes],
-    trusted: Mapping[str, PublicKey] | None = None,
+    items: Iterable[tuple[ItemKind, bytes]], trusted: Mapping[str, PublicKey] | None = None
 ) -> VerifyReport:
-    """Check records (in storage order) and receipts. `trusted=None` trusts genesis keys on first use."""
+    """Check every record (in storage order), then every receipt, as `RecordSource.iter_snapshot` yields
+    them. `trusted=None` trusts the keys of genesis segments on first use."""
     walk = _Walk(trusted)
-    position = 0
-    for position, (_, raw) in enumerate(records):
-        walk.record(position, raw)
-    walk.finish_segments()
     seen: set[str] = set()
-    receipt_count = 0
-    for offset, raw in enumerate(receipts):
-        walk.receipt(position + 1 + offset, raw, seen)
+    position = receipt_count = 0
+    segments_done = False
+    for position, (kind, raw) in enumerate(items):
+        if kind == "record":
+            walk.record(position, raw)
+            continue
+        if not segments_done:
+            walk.finish_segments()
+            segments_done = True
+        walk.receipt(position, raw, seen)
         receipt_count += 1
+    if not segments_done:
+        walk.finish_segments()
     walk.missing_receipts(seen)
     notes = () if trusted is not None else ("no trusted keys given: genesis segment keys were trusted on first use",)
     return VerifyReport(walk.count, len(walk.segments), receipt_count, walk.result(), notes)
 
 
 def verify_source(source: RecordSource, trusted: Mapping[str, PublicKey] | None = None) -> VerifyReport:
-    return verify_records(source.iter_records(), source.iter_receipts(), trusted)
+    """Verify a store or an export from one consistent snapshot."""
+    return verify_records(source.iter_snapshot(), trusted)

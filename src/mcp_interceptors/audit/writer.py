@@ -70,11 +70,20 @@ class WriterStats:
 
 
 @dataclass(eq=False)
-class _Pending:
+class PendingRecord:
+    """A queued record: `await pending.wait()` returns its receipt once it is durable."""
+
     entry: PreparedEntry
     done: anyio.Event = field(default_factory=anyio.Event)
     receipt: AuditReceipt | None = None
     error: Exception | None = None
+
+    async def wait(self) -> AuditReceipt:
+        await self.done.wait()
+        if self.error is not None:
+            raise AuditWriteError(f"audit record not written: {self.error}") from self.error
+        assert self.receipt is not None  # set together with `done`
+        return self.receipt
 
 
 class AuditWriter:
@@ -97,7 +106,7 @@ class AuditWriter:
         self._max_batch = max_batch
         self._flush_timeout = flush_timeout
         self._open_calls_limit = open_calls_limit
-        self._send, self._receive = anyio.create_memory_object_stream[_Pending](max_buffer_size=queue_size)
+        self._send, self._receive = anyio.create_memory_object_stream[PendingRecord](max_buffer_size=queue_size)
         self._seq = -1
         self._prev_hash = GENESIS_HASH
         self._open_calls: OrderedDict[str, CallEnd] = OrderedDict()
@@ -107,18 +116,20 @@ class AuditWriter:
     async def append(self, decision: DecisionInput) -> AuditReceipt:
         """Record one chain decision; returns once it is committed and synced (raises `AuditWriteError`
         if it is not). Cancelling the caller does not withdraw a record already queued."""
+        pending = await self.submit(decision)
+        return await pending.wait()
+
+    async def submit(self, decision: DecisionInput) -> PendingRecord:
+        """Queue a decision and return at once, so the caller can overlap the commit with other work
+        (e.g. forwarding upstream) and `await pending.wait()` before it relies on durability."""
         if not self._started:
             raise AuditWriteError("the audit writer is not running; start it with `await tg.start(writer.run)`")
-        pending = _Pending(prepare_entry(decision))
+        pending = PendingRecord(prepare_entry(decision))
         try:
             await self._send.send(pending)
         except (anyio.ClosedResourceError, anyio.BrokenResourceError) as exc:
             raise AuditWriteError("the audit writer has stopped; the record was not written") from exc
-        await pending.done.wait()
-        if pending.error is not None:
-            raise AuditWriteError(f"audit record not written: {pending.error}") from pending.error
-        assert pending.receipt is not None  # set together with `done`
-        return pending.receipt
+        return pending
 
     async def run(self, *, task_status: anyio.abc.TaskStatus[str] = anyio.TASK_STATUS_IGNORED) -> None:
         """Open this writer's segment, then commit batches until `aclose()` or cancellation."""
@@ -148,15 +159,15 @@ class AuditWriter:
 
     # -- the loop -----------------------------------------------------------------------------------
 
-    async def _next_batch(self) -> list[_Pending]:
+    async def _next_batch(self) -> list[PendingRecord]:
         try:
             first = await self._receive.receive()
         except anyio.EndOfStream:
             return []
         return [first, *self._queued_batch(self._max_batch - 1)]
 
-    def _queued_batch(self, limit: int | None = None) -> list[_Pending]:
-        batch: list[_Pending] = []
+    def _queued_batch(self, limit: int | None = None) -> list[PendingRecord]:
+        batch: list[PendingRecord] = []
         limit = self._max_batch if limit is None else limit
         while len(batch) < limit:
             try:
@@ -165,13 +176,13 @@ class AuditWriter:
                 break
         return batch
 
-    def _queued_all(self) -> list[_Pending]:
-        leftovers: list[_Pending] = []
+    def _queued_all(self) -> list[PendingRecord]:
+        leftovers: list[PendingRecord] = []
         while batch := self._queued_batch():
             leftovers.extend(batch)
         return leftovers
 
-    async def _commit(self, batch: list[_Pending]) -> None:
+    async def _commit(self, batch: list[PendingRecord]) -> None:
         # Shielded: once a batch is in the thread it commits, and its callers must hear about it.
         with anyio.CancelScope(shield=True):
             try:

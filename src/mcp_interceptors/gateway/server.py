@@ -36,6 +36,7 @@ from mcp_types.version import MODERN_PROTOCOL_VERSIONS
 from pydantic import ConfigDict, ValidationError
 
 from mcp_interceptors.executor import Call
+from mcp_interceptors.gateway.bridge import Bridges
 from mcp_interceptors.gateway.config import GatewayConfig
 from mcp_interceptors.gateway.legs import ChainObserver, Governor
 from mcp_interceptors.gateway.session import DownstreamSession, Era
@@ -119,6 +120,7 @@ class Gateway:
         self.shared: dict[str, UpstreamConnection] = {}
         self.sessions: dict[str, DownstreamSession] = {}
         self.bus = InMemorySubscriptionBus()
+        self.bridges = Bridges()
         self.server: Server[Any] = Server(config.name, on_subscriptions_listen=ListenHandler(self.bus))
         self.server.middleware.append(self.middleware)
         self._register_host_methods()
@@ -258,13 +260,23 @@ class Gateway:
     # ------------------------------------------------------------------ shared connections
 
     def _shared_request_handler(self, upstream: str) -> Any:
+        """A request from a shared connection: to a bridged 2026-07-28 call, else to the stdio client."""
+
         async def handle(method: str, params: dict[str, Any] | None) -> dict[str, Any]:
+            bridged = self.bridges.active(upstream)
+            if bridged is not None:
+                return await bridged.ask(method, params)
             session = self.sessions.get("default")
-            if session is None:
+            if session is None or session.era != "legacy":
                 raise MCPError(-32600, f"no downstream session can answer {method} from {upstream!r}")
             return await session.from_upstream(upstream, method, params)
 
         return handle
+
+    @property
+    def task_group(self) -> anyio.abc.TaskGroup:
+        assert self._tg is not None, "gateway not started"
+        return self._tg
 
     def _shared_notify_handler(self, upstream: str) -> Any:
         async def handle(method: str, params: dict[str, Any] | None) -> None:

@@ -210,7 +210,10 @@ class DownstreamSession:
             upstream_params["name"] = route.name
         conn = conns[route.upstream]
         relay = _relay(downstream, params)
-        result = await conn.request(method, upstream_params, on_progress=relay)
+        if self.era == "2026-07-28" and conn.era == "legacy":
+            result = await self._bridged_call(conn, method, upstream_params, context)
+        else:
+            result = await conn.request(method, upstream_params, on_progress=relay)
         for _ in range(MAX_INPUT_ROUNDS):
             if result.get("resultType") != "input_required":
                 return await governor.govern_response(method, result, context)
@@ -222,6 +225,20 @@ class DownstreamSession:
             retry = {**upstream_params, "inputResponses": answers, "requestState": result.get("requestState")}
             result = await conn.request(method, retry, on_progress=relay)
         raise MCPError(-32603, f"{method}: upstream asked for input more than {MAX_INPUT_ROUNDS} times")
+
+    async def _bridged_call(
+        self, conn: UpstreamConnection, method: str, params: dict[str, Any], context: InvocationContext
+    ) -> dict[str, Any]:
+        """A 2026-07-28 client on a handshake-era upstream: its requests to the client become input requests."""
+        bridges = self.gateway.bridges
+        bridged = bridges.find(params.get("requestState"), self.key)
+        if bridged is not None:
+            answers = params.get("inputResponses")
+            bridged.deliver(answers if isinstance(answers, dict) else {})
+        else:
+            body = {k: v for k, v in params.items() if k not in ("inputResponses", "requestState")}
+            bridged = bridges.start(self.gateway.task_group, self.key, conn.name, lambda: conn.request(method, body))
+        return await bridged.next_reply()
 
     async def _ask_client(
         self, requests: Mapping[str, Any], downstream: Downstream, context: InvocationContext

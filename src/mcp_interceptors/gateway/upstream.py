@@ -34,6 +34,7 @@ from mcp_types import (
     CLIENT_CAPABILITIES_META_KEY,
     CLIENT_INFO_META_KEY,
     CONNECTION_CLOSED,
+    LOG_LEVEL_META_KEY,
     PROTOCOL_VERSION_META_KEY,
     SERVER_INFO_META_KEY,
 )
@@ -48,6 +49,10 @@ EraPreference = Literal["auto", "legacy", "2026-07-28"]
 OnUpstreamRequest = Callable[[str, dict[str, Any] | None], Awaitable[dict[str, Any]]]
 OnUpstreamNotify = Callable[[str, dict[str, Any] | None], Awaitable[None]]
 
+#: The 2026-07-28 per-request envelope keys of `_meta`.
+ENVELOPE_KEYS = frozenset(
+    {PROTOCOL_VERSION_META_KEY, CLIENT_INFO_META_KEY, CLIENT_CAPABILITIES_META_KEY, LOG_LEVEL_META_KEY}
+)
 GATEWAY_CLIENT_INFO = {"name": "mcp-interceptors-gateway", "version": "0.1.0"}
 #: What the gateway presents when it has no downstream client to speak for.
 DEFAULT_CLIENT_CAPABILITIES: dict[str, Any] = {"roots": {"listChanged": True}, "sampling": {}, "elicitation": {}}
@@ -65,6 +70,24 @@ class UpstreamInfo:
     server_info: dict[str, Any] | None = None
     capabilities: dict[str, Any] = field(default_factory=dict)
     instructions: str | None = None
+
+
+class _EraRefused(Exception):
+    """The upstream refused `server/discover`: reconnect and use `initialize`."""
+
+
+def _innermost(exc: BaseException) -> BaseException:
+    while isinstance(exc, BaseExceptionGroup) and len(exc.exceptions) == 1:
+        exc = exc.exceptions[0]
+    return exc
+
+
+def describe_exception(exc: BaseException) -> str:
+    """One line for logs and errors, looking inside exception groups."""
+    exc = _innermost(exc)
+    if isinstance(exc, MCPError):
+        return f"{exc.message} (code {exc.code})"
+    return f"{type(exc).__name__}: {exc}" if str(exc) else type(exc).__name__
 
 
 class UpstreamUnavailableError(MCPError):
@@ -152,7 +175,9 @@ class UpstreamConnection:
                     await self._connect_once(on_ready)
                     self._last_error = "connection closed"
                 except Exception as exc:  # transport/handshake failure: report, then back off
-                    self._last_error = f"{type(exc).__name__}: {exc}"
+                    if isinstance(_innermost(exc), _EraRefused):
+                        continue  # reconnect at once on a fresh transport, in the handshake era
+                    self._last_error = describe_exception(exc)
                     if not started:
                         raise UpstreamUnavailableError(
                             CONNECTION_CLOSED, f"upstream {self.name!r} failed to start: {self._last_error}"
@@ -231,7 +256,10 @@ class UpstreamConnection:
             except MCPError as exc:
                 if self.era_preference == "2026-07-28":
                     raise
+                # Some servers fix a connection's era with its first message: start over on a fresh one.
                 logger.debug("upstream %r: server/discover failed (%s); using initialize", self.name, exc.message)
+                self.era_preference = "legacy"
+                raise _EraRefused from None
         return await self._initialize(dispatcher)
 
     async def _discover(self, dispatcher: JSONRPCDispatcher[Any]) -> UpstreamInfo:
@@ -313,6 +341,13 @@ class UpstreamConnection:
         body = dict(params) if params is not None else {}
         if self.era == "2026-07-28":
             body["_meta"] = self.envelope(body.get("_meta"))
+        elif isinstance(meta := body.get("_meta"), Mapping) and any(key in meta for key in ENVELOPE_KEYS):
+            # A handshake-era upstream must not see a 2026-07-28 client's envelope (it would refuse it).
+            kept = {key: value for key, value in meta.items() if key not in ENVELOPE_KEYS}
+            if kept:
+                body["_meta"] = kept
+            else:
+                del body["_meta"]
         opts: CallOptions = {"timeout": timeout_s if timeout_s is not None else self.config.timeout_ms / 1000}
         if request_id is not None:
             opts["request_id"] = request_id

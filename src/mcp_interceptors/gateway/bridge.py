@@ -1,0 +1,127 @@
+"""Bridge a handshake-era upstream's server-initiated requests to a 2026-07-28 client.
+
+A 2026-07-28 client cannot receive requests, so while the upstream call is pending the gateway
+answers the client with an `input_required` result carrying the upstream's requests, keyed by
+an unguessable `requestState` token; the client's retry delivers the answers and the call goes on.
+"""
+
+from __future__ import annotations
+
+import secrets
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+import anyio
+import anyio.abc
+from anyio.streams.memory import MemoryObjectReceiveStream, MemoryObjectSendStream
+from mcp import MCPError
+
+#: How long an abandoned bridged call (a client that never retries) keeps its upstream call alive.
+BRIDGE_TIMEOUT_S = 300.0
+
+
+@dataclass
+class _Question:
+    key: str
+    method: str
+    params: dict[str, Any] | None
+    answered: anyio.Event = field(default_factory=anyio.Event)
+    answer: dict[str, Any] | None = None
+
+
+@dataclass
+class BridgedCall:
+    """One upstream call whose server-initiated requests travel to the client as input requests."""
+
+    token: str
+    owner: str
+    upstream: str
+    send: MemoryObjectSendStream[tuple[str, Any]]
+    receive: MemoryObjectReceiveStream[tuple[str, Any]]
+    questions: dict[str, _Question] = field(default_factory=dict)
+    scope: anyio.CancelScope = field(default_factory=anyio.CancelScope)
+
+    async def ask(self, method: str, params: dict[str, Any] | None) -> dict[str, Any]:
+        """Called for each upstream request: park it until the client's retry answers it."""
+        question = _Question(key=f"q{len(self.questions) + 1}", method=method, params=params)
+        self.questions[question.key] = question
+        await self.send.send(("request", question))
+        with anyio.fail_after(BRIDGE_TIMEOUT_S):
+            await question.answered.wait()
+        assert question.answer is not None
+        return question.answer
+
+    def deliver(self, answers: dict[str, Any]) -> None:
+        for key, answer in answers.items():
+            question = self.questions.get(key)
+            if question is not None and not question.answered.is_set() and isinstance(answer, dict):
+                question.answer = answer
+                question.answered.set()
+
+    async def next_reply(self) -> dict[str, Any]:
+        """The upstream's result, or an `input_required` result with every request now waiting."""
+        kind, value = await self.receive.receive()
+        if kind == "result":
+            return dict(value)
+        if kind == "error":
+            raise value
+        pending = [value]
+        while True:  # gather every request already queued, so the client answers them in one round
+            try:
+                kind, more = self.receive.receive_nowait()
+            except anyio.WouldBlock:
+                break
+            if kind != "request":
+                await self.send.send((kind, more))  # keep the final outcome for the next round
+                break
+            pending.append(more)
+        return {
+            "resultType": "input_required",
+            "inputRequests": {q.key: {"method": q.method, "params": q.params or {}} for q in pending},
+            "requestState": self.token,
+        }
+
+
+class Bridges:
+    """Bridged calls in flight, by token and by upstream (newest first for routing requests)."""
+
+    def __init__(self) -> None:
+        self.by_token: dict[str, BridgedCall] = {}
+        self.by_upstream: dict[str, list[BridgedCall]] = {}
+
+    def start(
+        self,
+        tg: anyio.abc.TaskGroup,
+        owner: str,
+        upstream: str,
+        call: Callable[[], Awaitable[dict[str, Any]]],
+    ) -> BridgedCall:
+        send, receive = anyio.create_memory_object_stream[tuple[str, Any]](16)
+        bridged = BridgedCall(secrets.token_urlsafe(24), owner, upstream, send, receive)
+        self.by_token[bridged.token] = bridged
+        self.by_upstream.setdefault(upstream, []).append(bridged)
+        tg.start_soon(self._run, bridged, call)
+        return bridged
+
+    async def _run(self, bridged: BridgedCall, call: Callable[[], Awaitable[dict[str, Any]]]) -> None:
+        try:
+            with bridged.scope, anyio.move_on_after(BRIDGE_TIMEOUT_S):
+                try:
+                    result = await call()
+                    await bridged.send.send(("result", result))
+                except MCPError as exc:
+                    await bridged.send.send(("error", exc))
+        finally:
+            self.by_token.pop(bridged.token, None)
+            calls = self.by_upstream.get(bridged.upstream, [])
+            if bridged in calls:
+                calls.remove(bridged)
+
+    def find(self, token: Any, owner: str) -> BridgedCall | None:
+        bridged = self.by_token.get(token) if isinstance(token, str) else None
+        return bridged if bridged is not None and bridged.owner == owner else None
+
+    def active(self, upstream: str) -> BridgedCall | None:
+        calls = self.by_upstream.get(upstream)
+        return calls[-1] if calls else None

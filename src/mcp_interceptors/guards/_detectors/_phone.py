@@ -75,25 +75,26 @@ class PhoneJudge:
         if not 7 <= len(digits) <= 15:
             return False
         if candidate[0] == "+":
-            return _is_valid(candidate, None)
+            return _is_valid_international(digits, candidate)
         if candidate.startswith("00"):
-            return _is_valid("+" + candidate[2:], None)
+            return _is_valid_international(digits[2:], "+" + candidate[2:])
         formatted = len(digits) != len(candidate)
         if not (formatted or in_context) or not _has_phone_shape(candidate):
             return False
-        return any(shape.admits(digits) and _is_valid(candidate, shape.region) for shape in self._shapes)
+        return any(shape.is_valid(digits, candidate) for shape in self._shapes)
 
 
 class _NationalShape:
-    """A region's national-number lengths and pattern from phonenumbers' metadata: a cheap pre-check
-    that spares `parse` (~25 us) for digit runs that cannot be a number there (SSNs, card groups)."""
+    """A region's numbering plan from phonenumbers' metadata: national lengths and pattern as a cheap
+    pre-check, then validation of the national number without `parse` (3x faster)."""
 
     def __init__(self, region: str) -> None:
         metadata = phonenumbers.PhoneMetadata.metadata_for_region(region)
         general = metadata.general_desc if metadata else None
-        if metadata is None or general is None or not general.national_number_pattern:
+        if metadata is None or general is None or not general.national_number_pattern or not metadata.country_code:
             raise ValueError(f"phonenumbers has no numbering plan for region {region!r}")
         self.region = region
+        self._country_code = metadata.country_code
         self._trunk = metadata.national_prefix or ""
         # Where the trunk prefix is "0" (GB, DE, FR, ...), national formats always write it, which
         # rules out ids, decimals and dates that do not start with 0.
@@ -101,12 +102,33 @@ class _NationalShape:
         self._lengths = frozenset(general.possible_length or ())
         self._pattern = re.compile(general.national_number_pattern)
 
-    def admits(self, digits: str) -> bool:
+    def is_valid(self, digits: str, candidate: str) -> bool:
         if self._trunk and digits.startswith(self._trunk):
             digits = digits[len(self._trunk) :]
         elif self._trunk_required:
             return False
-        return len(digits) in self._lengths and self._pattern.fullmatch(digits) is not None
+        if len(digits) not in self._lengths or self._pattern.fullmatch(digits) is None:
+            return False
+        if digits[0] == "0":  # a significant leading zero (Italy and others): let parse() handle it
+            return _is_valid(candidate, self.region)
+        return _is_valid_number(self._country_code, digits)
+
+
+def _is_valid_international(digits: str, candidate: str) -> bool:
+    """Validate +CC... digits; country codes are prefix-free, so at most one split is a known code."""
+    for size in (1, 2, 3):
+        code = int(digits[:size])
+        if code in phonenumbers.COUNTRY_CODE_TO_REGION_CODE:
+            national = digits[size:]
+            if national[:1] in ("0", ""):  # "+49 (0)30 ..." or a leading-zero plan: parse() knows
+                return _is_valid(candidate, None)
+            return _is_valid_number(code, national)
+    return False
+
+
+def _is_valid_number(country_code: int, national: str) -> bool:
+    number = phonenumbers.PhoneNumber(country_code=country_code, national_number=int(national))
+    return bool(phonenumbers.is_valid_number(number))
 
 
 def _is_glued_after(text: str, end: int) -> bool:

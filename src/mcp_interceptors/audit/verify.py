@@ -116,10 +116,9 @@ class _Walk:
         self._note_call(position, record)
 
     def _header(self, position: int, record: dict[str, Any], segment: _Segment) -> None:
-        body = record.get("body") or {}
         try:
-            key = PublicKey.from_b64(str(body["public_key"]))
-        except (KeyError, ValueError):
+            key = PublicKey.from_b64(str(record["body"]["public_key"]))
+        except (KeyError, TypeError, ValueError):
             self.flag(position, record["id"], Problem.EDITED, "segment header has no valid public key")
             return
         if key.key_id != record.get("key_id"):

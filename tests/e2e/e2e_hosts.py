@@ -1,0 +1,72 @@
+"""In-process interceptor hosts the end-to-end gateway configs load with `hosts: [{module: ...}]`.
+
+`host` is the standard chain of the e2e tests: it redacts secrets in tool arguments, denies
+`delete_everything`, hides `hidden_tool` from `tools/list`, and tags sampling requests and
+answers in both directions so a test can see the guard ran on each leg.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Any
+
+from mcp_interceptors import InterceptorHost, Invocation, ValidationMessage, ValidationResult
+
+SECRET = re.compile(r"sk-live-[A-Za-z0-9]{8,}")
+REDACTED = "[REDACTED]"
+DENIED_TOOLS = frozenset({"delete_everything"})
+HIDDEN_TOOLS = frozenset({"hidden_tool"})
+QUESTION_TAG = " [seen by gateway]"
+ANSWER_TAG = " [checked by gateway]"
+
+host = InterceptorHost("e2e-guards")
+
+
+def _scrub(value: Any) -> Any:
+    if isinstance(value, str):
+        return SECRET.sub(REDACTED, value)
+    if isinstance(value, dict):
+        return {key: _scrub(item) for key, item in value.items()}
+    if isinstance(value, list):
+        return [_scrub(item) for item in value]
+    return value
+
+
+@host.mutator("redact-secrets", events=["tools/call"], phase="request", description="Redacts sk-live-… keys.")
+async def redact_secrets(inv: Invocation) -> Any:
+    params = inv.payload.get("params") or {}
+    return {**inv.payload, "params": {**params, "arguments": _scrub(params.get("arguments"))}}
+
+
+@host.validator("deny-tools", events=["tools/call"], phase="request", description="Refuses dangerous tools.")
+async def deny_tools(inv: Invocation) -> ValidationResult:
+    tool = (inv.payload.get("params") or {}).get("name")
+    if tool in DENIED_TOOLS:
+        message = ValidationMessage(path="$.params.name", message=f"tool {tool!r} is denied", severity="error")
+        return ValidationResult(valid=False, severity="error", messages=[message])
+    return ValidationResult(valid=True)
+
+
+@host.mutator("hide-tools", events=["tools/list"], phase="response", description="Hides internal tools.")
+async def hide_tools(inv: Invocation) -> Any:
+    tools = [tool for tool in inv.payload.get("tools") or [] if tool.get("name") not in HIDDEN_TOOLS]
+    return {**inv.payload, "tools": tools}
+
+
+@host.mutator(
+    "tag-sampling", events=["sampling/createMessage"], phase="both", description="Tags sampling in both directions."
+)
+async def tag_sampling(inv: Invocation) -> Any:
+    if inv.phase == "request":
+        params = dict(inv.payload.get("params") or {})
+        messages = []
+        for message in params.get("messages") or []:
+            content = message.get("content")
+            if isinstance(content, dict) and content.get("type") == "text":
+                message = {**message, "content": {**content, "text": content["text"] + QUESTION_TAG}}
+            messages.append(message)
+        return {**inv.payload, "params": {**params, "messages": messages}}
+    content = inv.payload.get("content")
+    if isinstance(content, dict) and content.get("type") == "text":
+        return {**inv.payload, "content": {**content, "text": content["text"] + ANSWER_TAG}}
+    return inv.payload

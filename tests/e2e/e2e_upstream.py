@@ -1,0 +1,152 @@
+"""The upstream MCP server the end-to-end tests put behind the gateway (stdio, or `--http PORT`).
+
+Besides ordinary tools (echo, notes, progress, sampling) it has the ones faults and transparency
+tests need: `sleep` records its own cancellation so `was_cancelled` can prove it, `crash` kills the
+process mid-call, `log` sends `notifications/message`, and the extension method `x-e2e/echo`
+answers with fields no spec model knows. With `E2E_PID_DIR` set it writes `<pid>.pid` there.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Annotated, Any
+
+import anyio
+from mcp.server import ServerRequestContext
+from mcp.server.extension import Extension, MethodBinding
+from mcp.server.mcpserver import Context, MCPServer, Resolve, Sample
+from mcp_types import CreateMessageResult, RequestParams, SamplingMessage, TextContent
+from pydantic import ConfigDict
+
+NAME = os.environ.get("E2E_NAME", "e2e-upstream")
+NOTES: dict[str, str] = {"welcome": "Hello from the e2e upstream."}
+#: token -> set when that `sleep` call's handler was cancelled
+CANCELLED: dict[str, anyio.Event] = {}
+#: tokens of the `sleep` calls whose handler started
+STARTED: set[str] = set()
+
+
+class AnyParams(RequestParams):
+    model_config = ConfigDict(extra="allow")
+
+
+class VendorMethods(Extension):
+    """An extension method the gateway has never heard of, answering with unknown fields."""
+
+    identifier = "dev.e2e/vendor"
+
+    def methods(self) -> Sequence[MethodBinding]:
+        return [MethodBinding("x-e2e/echo", AnyParams, self._echo)]
+
+    async def _echo(self, ctx: ServerRequestContext[Any, Any], params: AnyParams) -> dict[str, Any]:
+        sent = {k: v for k, v in (ctx.params or {}).items() if k != "_meta"}
+        return {"echoed": sent, "futureField": {"nested": [1, 2, 3]}, "server": NAME}
+
+
+server = MCPServer(NAME, version="1.0.0", instructions="The e2e upstream.", extensions=[VendorMethods()])
+
+
+@server.tool(description="Echo text back.")
+async def echo(text: str) -> str:
+    return text
+
+
+@server.tool(description="Save a note.")
+async def save_note(name: str, text: str) -> str:
+    NOTES[name] = text
+    return f"saved {name}"
+
+
+@server.tool(description="Read a note back exactly as the server stored it.")
+async def read_note(name: str) -> str:
+    return NOTES.get(name, "<missing>")
+
+
+@server.tool(description="Delete every note. Dangerous.")
+async def delete_everything() -> str:
+    NOTES.clear()
+    return "deleted"
+
+
+@server.tool(description="A tool the gateway's response-phase mutator hides from tools/list.")
+async def hidden_tool() -> str:
+    return "you should not be able to call me"
+
+
+@server.tool(description="Count down with progress notifications.")
+async def countdown(steps: int, ctx: Context) -> str:
+    for step in range(steps):
+        await ctx.report_progress(step + 1, steps, f"step {step + 1}")
+    return "done"
+
+
+@server.tool(description="Sleep; records whether the handler was cancelled under `token`.")
+async def sleep(seconds: float, token: str = "") -> str:
+    event = CANCELLED.setdefault(token, anyio.Event())
+    STARTED.add(token)
+    try:
+        await anyio.sleep(seconds)
+    except anyio.get_cancelled_exc_class():
+        event.set()
+        raise
+    return "awake"
+
+
+@server.tool(description="Whether the `sleep` call with `token` was cancelled (waits up to `wait` seconds).")
+async def was_cancelled(token: str, wait: float = 10.0) -> str:
+    event = CANCELLED.setdefault(token, anyio.Event())
+    with anyio.move_on_after(wait):
+        await event.wait()
+    if event.is_set():
+        return "cancelled"
+    return "not cancelled" if token in STARTED else "never started"
+
+
+@server.tool(description="Exit the process in the middle of the call.")
+async def crash() -> str:
+    os._exit(3)
+
+
+@server.tool(description="Send a log message (notifications/message) to the client, then answer.")
+async def log(message: str, ctx: Context) -> str:
+    await ctx.info(message, logger_name="e2e")
+    return "logged"
+
+
+@server.tool(description="This process's id (tells upstream sessions apart).")
+async def pid() -> str:
+    return str(os.getpid())
+
+
+def ask_model(question: str) -> Sample:
+    message = SamplingMessage(role="user", content=TextContent(type="text", text=question))
+    return Sample([message], max_tokens=50)
+
+
+@server.tool(description="Ask the client's model a question (sampling).")
+async def ask(question: str, answer: Annotated[CreateMessageResult, Resolve(ask_model)]) -> str:
+    content = answer.content
+    return f"model says: {content.text if isinstance(content, TextContent) else content}"
+
+
+@server.resource("e2e://{name}", description="A note by name.")
+async def note(name: str) -> str:
+    return NOTES.get(name, "")
+
+
+@server.prompt(description="Summarise a note.")
+async def summarise(name: str) -> str:
+    return f"Summarise this note: {NOTES.get(name, '')}"
+
+
+if __name__ == "__main__":
+    pid_dir = os.environ.get("E2E_PID_DIR")
+    if pid_dir:
+        Path(pid_dir, f"{os.getpid()}.pid").write_text(str(os.getpid()))
+    if len(sys.argv) == 3 and sys.argv[1] == "--http":
+        server.run("streamable-http", port=int(sys.argv[2]))
+    else:
+        server.run("stdio")

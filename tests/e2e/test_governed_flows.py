@@ -1,0 +1,359 @@
+"""The real CLI gateway, over stdio and Streamable HTTP, in both eras, enforcing the e2e guards.
+
+Every test runs against `python -m mcp_interceptors gateway --config ...` fronting the real
+`e2e_upstream.py` subprocess. Over stdio each client spawns its own gateway; over HTTP one gateway
+process serves the whole module (its tests use distinct note names and tokens, so they don't
+interfere). What the upstream received is read back from the upstream itself.
+"""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import AsyncIterator, Iterator
+from contextlib import asynccontextmanager
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import anyio
+import mcp_types as types
+import pytest
+import yaml
+from conftest import gateway_env, standard_config
+from helpers import cli_argv, free_tcp_port, stderr_log, stdio_transport, sync_running
+from mcp import Client, MCPError
+from mcp.client import ClientRequestContext
+from pydantic import TypeAdapter
+
+from mcp_interceptors import EXTENSION_ID, list_interceptors
+from mcp_interceptors.protocol.invoke import RawParams
+
+pytestmark = [pytest.mark.anyio, pytest.mark.e2e]
+
+ERAS = ["legacy", "2026-07-28"]
+STANDARD_GUARDS = ["redact-secrets", "deny-tools", "hide-tools", "tag-sampling"]
+STANDARD_EVENTS = ["sampling/createMessage", "tools/call", "tools/list"]
+_RAW: Any = TypeAdapter(dict[str, Any])
+
+
+class RawRequest(types.Request[RawParams, str]):
+    method: str
+    params: RawParams
+
+
+async def raw_request(client: Client, method: str, params: dict[str, Any]) -> dict[str, Any]:
+    result: dict[str, Any] = await client.session.send_request(
+        RawRequest(method=method, params=RawParams.model_validate(params)), _RAW
+    )
+    return result
+
+
+def text_of(result: types.CallToolResult) -> str:
+    assert len(result.content) == 1, result
+    content = result.content[0]
+    assert isinstance(content, types.TextContent), result
+    return content.text
+
+
+@dataclass
+class Sampler:
+    """A sampling callback that answers "42" and records what it was asked."""
+
+    questions: list[str] = field(default_factory=list)
+
+    async def __call__(self, ctx: ClientRequestContext, params: types.CreateMessageRequestParams) -> Any:
+        content = params.messages[0].content
+        assert isinstance(content, types.TextContent)
+        self.questions.append(content.text)
+        return types.CreateMessageResult(
+            role="assistant", content=types.TextContent(type="text", text="42"), model="e2e-model"
+        )
+
+
+@dataclass
+class Target:
+    """One way to reach a gateway running the standard config."""
+
+    transport: str
+    config: Path
+    url: str | None = None
+
+    @asynccontextmanager
+    async def client(self, mode: str, **kwargs: Any) -> AsyncIterator[Client]:
+        if self.transport == "stdio":
+            argv = cli_argv("gateway", "--config", str(self.config))
+            with stderr_log("stdio gateway") as log:
+                async with Client(stdio_transport(argv, log, env=gateway_env()), mode=mode, **kwargs) as client:
+                    yield client
+        else:
+            assert self.url is not None
+            async with Client(self.url, mode=mode, **kwargs) as client:
+                yield client
+
+
+def _write(path: Path, config: dict[str, Any]) -> Path:
+    path.write_text(yaml.safe_dump(config, sort_keys=False))
+    return path
+
+
+@pytest.fixture(scope="module")
+def standard_file(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return _write(tmp_path_factory.mktemp("standard") / "gateway.yaml", standard_config())
+
+
+@pytest.fixture(scope="module")
+def standard_http(standard_file: Path) -> Iterator[str]:
+    port = free_tcp_port()
+    argv = cli_argv("gateway", "--config", str(standard_file), "--http", f"127.0.0.1:{port}")
+    with sync_running(argv, port=port, env=gateway_env(), label="standard HTTP gateway"):
+        yield f"http://127.0.0.1:{port}/mcp"
+
+
+@pytest.fixture(params=["stdio", "http"])
+def gateway(request: pytest.FixtureRequest, standard_file: Path) -> Target:
+    if request.param == "stdio":
+        return Target("stdio", standard_file)
+    return Target("http", standard_file, request.getfixturevalue("standard_http"))
+
+
+@pytest.fixture(params=ERAS)
+def era(request: pytest.FixtureRequest) -> str:
+    return str(request.param)
+
+
+def unique(prefix: str) -> str:
+    return f"{prefix}-{uuid.uuid4().hex[:8]}"
+
+
+# --------------------------------------------------------------------------- the chain on tools/call
+
+
+async def test_secret_in_arguments_is_redacted_before_it_reaches_the_upstream(gateway: Target, era: str) -> None:
+    note = unique("note")
+    with anyio.fail_after(30):
+        async with gateway.client(era) as client:
+            saved = await client.call_tool("save_note", {"name": note, "text": "key=sk-live-ABCDEF123456 end"})
+            stored = await client.call_tool("read_note", {"name": note})
+    assert text_of(saved) == f"saved {note}"
+    assert text_of(stored) == "key=[REDACTED] end"  # what the upstream itself stored
+
+
+async def test_denied_tool_is_blocked_with_the_interceptor_named_and_never_reaches_the_upstream(
+    gateway: Target, era: str
+) -> None:
+    note = unique("keep")
+    with anyio.fail_after(30):
+        async with gateway.client(era) as client:
+            await client.call_tool("save_note", {"name": note, "text": "still here"})
+            with pytest.raises(MCPError) as blocked:
+                await client.call_tool("delete_everything", {})
+            survivor = await client.call_tool("read_note", {"name": note})
+    assert blocked.value.code == -32602
+    assert blocked.value.message == "Blocked by interceptor validation"
+    assert blocked.value.data == {
+        "interceptor": "deny-tools",
+        "reason": "validation failed",
+        "event": "tools/call",
+        "phase": "request",
+        "status": "validation_failed",
+    }
+    assert text_of(survivor) == "still here"
+
+
+async def test_tool_filtered_from_tools_list_is_refused_at_tools_call(gateway: Target, era: str) -> None:
+    expected_error = {"reason": "not advertised to this session", "name": "hidden_tool", "event": "tools/call"}
+    with anyio.fail_after(30):
+        async with gateway.client(era) as client:
+            # before any listing: the gateway computes what this session would be shown
+            with pytest.raises(MCPError) as unlisted:
+                await client.call_tool("hidden_tool", {})
+            tools = await client.list_tools()
+            with pytest.raises(MCPError) as listed:
+                await client.call_tool("hidden_tool", {})
+            echoed = await client.call_tool("echo", {"text": "visible"})
+    names = [tool.name for tool in tools.tools]
+    assert "hidden_tool" not in names
+    assert {"echo", "save_note", "read_note", "delete_everything", "ask", "sleep"} <= set(names)
+    for refused in (unlisted.value, listed.value):
+        assert (refused.code, refused.message, refused.data) == (-32602, "Unknown tool: hidden_tool", expected_error)
+    assert text_of(echoed) == "visible"
+
+
+# --------------------------------------------------------------------------- client features, progress, cancel
+
+
+async def test_sampling_request_and_answer_are_both_mutated_by_the_guard(gateway: Target, era: str) -> None:
+    """Legacy: a server-to-client `sampling/createMessage`; 2026-07-28: an `input_required` round."""
+    sampler = Sampler()
+    with anyio.fail_after(30):
+        async with gateway.client(era, sampling_callback=sampler) as client:
+            result = await client.call_tool("ask", {"question": "meaning of life?"})
+    assert sampler.questions == ["meaning of life? [seen by gateway]"]
+    assert text_of(result) == "model says: 42 [checked by gateway]"
+
+
+async def test_modern_sampling_travels_as_an_input_required_result_governed_both_ways(gateway: Target) -> None:
+    """The raw 2026-07-28 exchange: the `inputRequests` the client gets and the retry's `inputResponses`."""
+    with anyio.fail_after(30):
+        async with gateway.client("2026-07-28", sampling_callback=Sampler()) as client:  # declares sampling
+            first = await raw_request(client, "tools/call", {"name": "ask", "arguments": {"question": "why?"}})
+            assert first["resultType"] == "input_required"
+            [(key, request)] = first["inputRequests"].items()
+            assert request["method"] == "sampling/createMessage"
+            assert request["params"]["messages"] == [
+                {"role": "user", "content": {"type": "text", "text": "why? [seen by gateway]"}}
+            ]
+            answer = {"role": "assistant", "content": {"type": "text", "text": "because"}, "model": "m"}
+            retry = {
+                "name": "ask",
+                "arguments": {"question": "why?"},
+                "inputResponses": {key: answer},
+                "requestState": first["requestState"],
+            }
+            final = await raw_request(client, "tools/call", retry)
+    assert final["resultType"] == "complete"
+    assert final["content"] == [{"type": "text", "text": "model says: because [checked by gateway]"}]
+
+
+async def test_progress_notifications_are_relayed(gateway: Target, era: str) -> None:
+    seen: list[tuple[float, float | None, str | None]] = []
+
+    async def on_progress(progress: float, total: float | None, message: str | None) -> None:
+        seen.append((progress, total, message))
+
+    with anyio.fail_after(30):
+        async with gateway.client(era) as client:
+            result = await client.call_tool("countdown", {"steps": 3}, progress_callback=on_progress)
+    assert text_of(result) == "done"
+    assert seen == [(1.0, 3.0, "step 1"), (2.0, 3.0, "step 2"), (3.0, 3.0, "step 3")]
+
+
+async def test_client_timeout_cancels_the_upstream_handler(gateway: Target, era: str) -> None:
+    token = unique("sleep")
+    with anyio.fail_after(30):
+        async with gateway.client(era) as client:
+            await client.list_tools()  # warm: the timeout below must hit a call the upstream is running
+            with pytest.raises(MCPError) as timed_out:
+                await client.call_tool("sleep", {"seconds": 30, "token": token}, read_timeout_seconds=0.5)
+            # the upstream's `sleep` handler sets an event when it is cancelled; this waits on it
+            verdict = await client.call_tool("was_cancelled", {"token": token, "wait": 10})
+    assert timed_out.value.code == -32001
+    assert text_of(verdict) == "cancelled"
+
+
+# --------------------------------------------------------------------------- the gateway as interceptor host
+
+
+async def test_interceptors_list_through_the_gateway_names_what_it_enforces(gateway: Target, era: str) -> None:
+    with anyio.fail_after(30):
+        async with gateway.client(era) as client:
+            everything = await list_interceptors(client)
+            for_calls = await list_interceptors(client, "tools/call")
+    assert [d.name for d in everything] == STANDARD_GUARDS
+    assert [d.name for d in for_calls] == ["redact-secrets", "deny-tools"]
+    assert {d.name: d.type for d in everything} == {
+        "redact-secrets": "mutation",
+        "deny-tools": "validation",
+        "hide-tools": "mutation",
+        "tag-sampling": "mutation",
+    }
+
+
+@pytest.mark.parametrize("mode", ["legacy", "auto"])
+async def test_extension_capability_is_advertised_in_the_handshake(gateway: Target, mode: str) -> None:
+    """Legacy `initialize` carries it under `experimental`; `server/discover` under `extensions`."""
+    with anyio.fail_after(30):
+        async with gateway.client(mode) as client:
+            capabilities = client.server_capabilities
+            version = client.protocol_version
+    settings = {"supportedEvents": STANDARD_EVENTS}
+    if mode == "legacy":
+        assert version == "2025-11-25"
+        assert (capabilities.experimental or {}).get(EXTENSION_ID) == settings
+    else:
+        assert version == "2026-07-28"
+        assert (capabilities.extensions or {}).get(EXTENSION_ID) == settings
+    assert capabilities.tools is not None  # the upstream's capabilities are merged in
+
+
+async def test_execute_chain_runs_the_configured_chain_for_a_client_payload(gateway: Target, era: str) -> None:
+    secret_call = {"method": "tools/call", "params": {"name": "echo", "arguments": {"text": "sk-live-ABCDEFGH1"}}}
+    denied_call = {"method": "tools/call", "params": {"name": "delete_everything", "arguments": {}}}
+    with anyio.fail_after(30):
+        async with gateway.client(era) as client:
+            redacted = await raw_request(
+                client, "interceptor/executeChain", {"event": "tools/call", "phase": "request", "payload": secret_call}
+            )
+            denied = await raw_request(
+                client, "interceptor/executeChain", {"event": "tools/call", "phase": "request", "payload": denied_call}
+            )
+    assert redacted["status"] == "success"
+    assert redacted["finalPayload"] == {
+        "method": "tools/call",
+        "params": {"name": "echo", "arguments": {"text": "[REDACTED]"}},
+    }
+    assert denied["status"] == "validation_failed"
+    assert denied["abortedAt"]["interceptor"] == "deny-tools"
+    assert "finalPayload" not in denied
+
+
+@pytest.mark.parametrize("era", ERAS)
+async def test_execute_chain_is_method_not_found_unless_exposed(write_config: Any, era: str) -> None:
+    config = write_config(standard_config(expose_execute_chain=False))
+    target = Target("stdio", config)
+    with anyio.fail_after(30):
+        async with target.client(era) as client:
+            with pytest.raises(MCPError) as missing:
+                await raw_request(
+                    client, "interceptor/executeChain", {"event": "tools/call", "phase": "request", "payload": {}}
+                )
+            listed = await list_interceptors(client)
+    assert missing.value.code == -32601
+    assert [d.name for d in listed] == STANDARD_GUARDS
+
+
+# --------------------------------------------------------------------------- transparency
+
+
+async def test_unknown_method_and_unknown_result_fields_pass_through(gateway: Target, era: str) -> None:
+    with anyio.fail_after(30):
+        async with gateway.client(era) as client:
+            result = await raw_request(client, "x-e2e/echo", {"anything": [1, {"deep": True}], "futureParam": "x"})
+    result.pop("_meta", None)  # 2026-07-28 results carry the upstream's serverInfo stamp
+    result.pop("resultType", None)
+    assert result == {
+        "echoed": {"anything": [1, {"deep": True}], "futureParam": "x"},
+        "futureField": {"nested": [1, 2, 3]},
+        "server": "e2e-upstream",
+    }
+
+
+async def test_upstream_log_notification_reaches_a_legacy_client(gateway: Target) -> None:
+    received: list[types.LoggingMessageNotificationParams] = []
+    got = anyio.Event()
+
+    async def on_log(params: types.LoggingMessageNotificationParams) -> None:
+        received.append(params)
+        got.set()
+
+    with anyio.fail_after(30):
+        async with gateway.client("legacy", logging_callback=on_log) as client:
+            result = await client.call_tool("log", {"message": "hello from upstream"})
+            await got.wait()
+    assert text_of(result) == "logged"
+    assert [(p.level, p.logger, p.data) for p in received] == [("info", "e2e", "hello from upstream")]
+
+
+async def test_each_legacy_http_session_gets_its_own_upstream_session_reused_across_calls(standard_http: str) -> None:
+    target = Target("http", Path(), standard_http)
+    with anyio.fail_after(60):
+        async with target.client("legacy") as first, target.client("legacy") as second:
+            first_pids = {text_of(await first.call_tool("pid", {})) for _ in range(3)}
+            second_pids = {text_of(await second.call_tool("pid", {})) for _ in range(3)}
+        async with target.client("2026-07-28") as modern_a, target.client("2026-07-28") as modern_b:
+            modern_pids = {text_of(await c.call_tool("pid", {})) for c in (modern_a, modern_b)}
+    assert len(first_pids) == 1  # opened once, reused
+    assert len(second_pids) == 1
+    assert first_pids != second_pids  # one upstream session per downstream legacy session
+    assert len(modern_pids) == 1  # 2026-07-28 requests are self-contained: one shared connection
+    assert modern_pids.isdisjoint(first_pids | second_pids)

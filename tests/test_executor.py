@@ -351,3 +351,53 @@ async def test_sinks_run_last_never_block_and_crashes_are_recorded() -> None:
         ("s2", False),
         ("s3", False),
     ]
+
+
+async def test_r43_the_decision_waits_for_every_started_validator() -> None:
+    fast_done, release = anyio.Event(), anyio.Event()
+    finished: list[ChainResult] = []
+
+    async def fast(call: Call) -> ValidationResult:
+        fast_done.set()
+        return ValidationResult(interceptor=call.name, valid=True)
+
+    async def held(call: Call) -> ValidationResult:
+        await release.wait()
+        return ValidationResult(interceptor=call.name, valid=False, severity="error")
+
+    source = FakeSource({"fast": fast, "held": held})
+
+    async def chain() -> None:
+        finished.append(await run(source, descriptor("fast"), descriptor("held")))
+
+    with anyio.fail_after(5):
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(chain)
+            await fast_done.wait()
+            await anyio.wait_all_tasks_blocked()
+            assert finished == []  # one verdict is in, but a started validator is still running
+            release.set()
+    assert finished[0].status == "validation_failed"
+    assert finished[0].aborted_at is not None and finished[0].aborted_at.interceptor == "held"
+
+
+@pytest.mark.parametrize("kind", ["invalid", "crash"])
+async def test_r49_audit_validator_never_blocks_whatever_it_returns(kind: str) -> None:
+    handler = verdict(False, "error") if kind == "invalid" else crash()
+    result = await run(FakeSource({"watch": handler}), descriptor("watch", mode="audit"))
+    assert result.status == "success"
+    assert result.final_payload == PAYLOAD
+    assert result.aborted_at is None
+
+
+@pytest.mark.parametrize("fail_open", [False, True])
+async def test_r53_audit_failure_proceeds_whatever_fail_open(fail_open: bool) -> None:
+    source = FakeSource({"m": crash(), "v": crash()})
+    result = await run(
+        source, descriptor("m", "mutation", mode="audit", failOpen=fail_open), descriptor("v", mode="audit")
+    )
+    assert result.status == "success"
+    assert [(f.interceptor, f.mode, f.fail_open) for f in result.failures] == [
+        ("m", "audit", fail_open),
+        ("v", "audit", False),
+    ]

@@ -564,3 +564,13 @@ def test_star_hook_matches_any_event_in_plans() -> None:
         assert pattern_matches("*", event)
         assert [s.name for s in plan_for([entry(star)], event, "request", "sending").steps] == ["star"]
     assert plan_for([entry(star)], "initialize", "request", "sending").steps == ()
+
+
+@pytest.mark.parametrize("severity", ["warn", "info"])
+@pytest.mark.parametrize("rule", ["g5", "py"])
+def test_r45_warn_or_info_verdict_never_blocks(severity: str, rule: Any) -> None:
+    loud = ok(False, severity, ValidationMessage(message="m", severity="error"))
+    result, _ = simulate(one_plan(descriptor("v")), {"v": loud}, severity_rule=rule)
+    assert result.status == "success"
+    assert result.final_payload == PAYLOAD
+    assert result.validation_summary.errors == 1  # still counted in the summary

@@ -81,6 +81,8 @@ def run_invoke(args: argparse.Namespace) -> int:
 def _run(fn: Any) -> Any:
     try:
         return anyio.run(fn)
+    except CommandError:  # a usage error found while building the client keeps its own message and exit code
+        raise
     except Exception as exc:  # one line on stderr, never a traceback
         raise CommandError(describe_failure(exc)) from None
 

@@ -1,0 +1,192 @@
+"""The real `mcp-interceptors` CLI as a subprocess: `list` and `invoke` over stdio and Streamable HTTP."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from fakes import free_port
+
+ROOT = Path(__file__).resolve().parent.parent
+VALIDATORS = [sys.executable, str(ROOT / "examples" / "validator_server.py")]
+
+pytestmark = pytest.mark.e2e
+
+
+def cli(*args: str, timeout: float = 60) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "mcp_interceptors", *args],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        check=False,
+        stdin=subprocess.DEVNULL,
+    )
+
+
+def ok_json(done: subprocess.CompletedProcess[str]) -> Any:
+    assert done.returncode == 0, done.stderr[-2000:]
+    return json.loads(done.stdout)
+
+
+def one_line_error(done: subprocess.CompletedProcess[str], code: int) -> str:
+    assert done.returncode == code, (done.returncode, done.stderr[-2000:])
+    assert done.stdout == ""
+    lines = done.stderr.strip().splitlines()
+    assert len(lines) == 1, done.stderr[-2000:]
+    return lines[0]
+
+
+@pytest.fixture(scope="module")
+def http_url() -> Iterator[str]:
+    """The example validator server over Streamable HTTP on a free loopback port (its own process group)."""
+    port = free_port()
+    proc = subprocess.Popen(
+        [*VALIDATORS, "--http", str(port)],
+        cwd=ROOT,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        text=True,
+        start_new_session=True,
+    )
+    try:
+        deadline = time.monotonic() + 30
+        while True:  # readiness poll under a deadline
+            try:
+                with socket.create_connection(("127.0.0.1", port), timeout=0.5):
+                    break
+            except OSError:
+                if proc.poll() is not None or time.monotonic() > deadline:
+                    proc.kill()
+                    pytest.fail(f"HTTP server did not start: {proc.communicate()[1][-2000:]}")
+                time.sleep(0.05)
+        yield f"http://127.0.0.1:{port}/mcp"
+    finally:
+        os.killpg(proc.pid, signal.SIGTERM)
+        try:
+            proc.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait(timeout=10)
+        if proc.stderr is not None:
+            proc.stderr.close()
+
+
+# --------------------------------------------------------------------------- stdio
+
+
+def test_list_over_stdio_prints_descriptors_as_json() -> None:
+    out = ok_json(cli("list", "--", *VALIDATORS))
+    assert [d["name"] for d in out["interceptors"]] == ["deny-dangerous-tools", "max-size"]
+    assert out["interceptors"][0]["hooks"] == [{"events": ["tools/call"], "phase": "request"}]
+    assert out["skipped"] == []
+
+
+def test_r8_list_event_filter_over_stdio() -> None:
+    out = ok_json(cli("list", "--event", "prompts/get", "--mode", "legacy", "--", *VALIDATORS))
+    assert [d["name"] for d in out["interceptors"]] == ["max-size"]
+
+
+def test_invoke_over_stdio_prints_the_flat_result(tmp_path: Path) -> None:
+    payload = tmp_path / "payload.json"
+    payload.write_text(json.dumps({"method": "tools/call", "params": {"name": "shell"}}))
+    out = ok_json(
+        cli("invoke", "deny-dangerous-tools", "--event", "tools/call", "--phase", "request", "--payload",
+            f"@{payload}", "--", *VALIDATORS)
+    )  # fmt: skip
+    assert out.pop("durationMs") >= 0
+    assert out == {
+        "interceptor": "deny-dangerous-tools",
+        "type": "validation",
+        "phase": "request",
+        "valid": False,
+        "severity": "error",
+        "messages": [{"message": "tool 'shell' is not allowed", "severity": "error", "path": "$.params.name"}],
+    }
+    allowed = ok_json(
+        cli("invoke", "deny-dangerous-tools", "--event", "tools/call", "--phase", "request", "--payload",
+            '{"params": {"name": "shell"}}', "--config", '{"deny": ["rm"]}', "--", *VALIDATORS)
+    )  # fmt: skip
+    assert allowed["valid"] is True
+
+
+# --------------------------------------------------------------------------- Streamable HTTP
+
+
+@pytest.mark.parametrize("mode", ["legacy", "auto", "2026-07-28"])
+def test_list_and_invoke_over_streamable_http(http_url: str, mode: str) -> None:
+    out = ok_json(cli("list", http_url, "--mode", mode))
+    assert [d["name"] for d in out["interceptors"]] == ["deny-dangerous-tools", "max-size"]
+    result = ok_json(
+        cli("invoke", http_url, "max-size", "--mode", mode, "--event", "tools/call", "--phase", "response",
+            "--payload", '{"content": []}', "--timeout-ms", "5000")
+    )  # fmt: skip
+    assert (result["interceptor"], result["phase"], result["valid"]) == ("max-size", "response", True)
+
+
+# --------------------------------------------------------------------------- failures: non-zero exit, one line
+
+
+def test_unreachable_url_fails_with_one_line() -> None:
+    line = one_line_error(cli("list", f"http://127.0.0.1:{free_port()}/mcp"), 1)
+    assert line.startswith("mcp-interceptors list: error: ")
+    assert "ConnectError" in line or "cannot reach" in line
+
+
+def test_bad_json_payload_fails_with_one_line() -> None:
+    done = cli("invoke", "max-size", "--event", "tools/call", "--phase", "request", "--payload", "{bad", "--",
+               *VALIDATORS)  # fmt: skip
+    assert one_line_error(done, 2) == (
+        "mcp-interceptors invoke: error: --payload: invalid JSON "
+        "(Expecting property name enclosed in double quotes at line 1 column 2)"
+    )
+
+
+def test_missing_payload_file_fails_with_one_line() -> None:
+    done = cli("invoke", "max-size", "--event", "tools/call", "--phase", "request", "--payload", "@/nonexistent.json",
+               "--", *VALIDATORS)  # fmt: skip
+    assert one_line_error(done, 2) == (
+        "mcp-interceptors invoke: error: --payload: cannot read /nonexistent.json: No such file or directory"
+    )
+
+
+def test_unknown_interceptor_fails_with_one_line() -> None:
+    done = cli("invoke", "nope", "--event", "tools/call", "--phase", "request", "--payload", "{}", "--", *VALIDATORS)
+    assert one_line_error(done, 1) == (
+        "mcp-interceptors invoke: error: Unknown interceptor: 'nope' (code -32602) "
+        "data={'name': 'nope', 'interceptor': 'nope'}"
+    )
+
+
+def test_config_rejected_by_schema_fails_with_one_line() -> None:
+    done = cli("invoke", "deny-dangerous-tools", "--event", "tools/call", "--phase", "request", "--payload", "{}",
+               "--config", '{"deny": "shell"}', "--", *VALIDATORS)  # fmt: skip
+    line = one_line_error(done, 1)
+    assert "(code -32602)" in line and "'field': 'config.deny'" in line
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (("list", "not-a-url"), "TARGET 'not-a-url' is not an http(s) URL; to run a stdio server use: -- not-a-url"),
+        (("list",), "missing TARGET: an http(s):// URL, or a stdio server command after --"),
+        (("list", "http://127.0.0.1:9/mcp", "--", "x"), "give either a URL target or a command after --, not both"),
+        (
+            ("invoke", "x", "--event", "e", "--phase", "request", "--payload", "{}", "--config", "[1]", "--", "x"),
+            "--config must be a JSON object",
+        ),
+    ],
+)
+def test_usage_errors_exit_2_with_one_line(args: tuple[str, ...], message: str) -> None:
+    line = one_line_error(cli(*args), 2)
+    assert line == f"mcp-interceptors {args[0]}: error: {message}"

@@ -1,0 +1,179 @@
+"""`serve` and `pin`: serve built-in guards as a standalone interceptor server (stdio or Streamable HTTP),
+and write a tool-pinning pin file from a live server."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import shlex
+import sys
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+import anyio
+import mcp_types as types
+import uvicorn
+from mcp import Client
+from pydantic import TypeAdapter
+
+from mcp_interceptors import guards
+from mcp_interceptors.cli._common import CommandError, add_target_arguments, build_client, read_json_argument
+from mcp_interceptors.cli._core import _run
+from mcp_interceptors.cli._gateway import _parse_http
+from mcp_interceptors.executor import Call
+from mcp_interceptors.guards.pinning import pin_document
+from mcp_interceptors.host import InterceptorHost, Invocation
+from mcp_interceptors.protocol.descriptors import InterceptorDescriptor
+from mcp_interceptors.protocol.results import InterceptorResult
+
+LOOPBACK = ("127.0.0.1", "localhost", "::1")
+_RAW: Any = TypeAdapter(dict[str, Any])
+
+
+def register(subcommands: Any) -> None:
+    serve = subcommands.add_parser(
+        "serve",
+        help="serve built-in guards as an interceptor server",
+        description="Serve one or more built-in guards (one host with all their interceptors) over stdio, "
+        "or Streamable HTTP with --http HOST:PORT.",
+    )
+    serve.add_argument("--guard", action="append", default=[], metavar="NAME", help="guard to serve (repeatable)")
+    serve.add_argument(
+        "--config-json",
+        action="append",
+        default=[],
+        metavar="NAME=JSON|@FILE",
+        help="build config of guard NAME, as JSON or @file.json (repeatable)",
+    )
+    serve.add_argument("--http", metavar="HOST:PORT", help="serve Streamable HTTP at http://HOST:PORT/mcp")
+    serve.add_argument("--insecure-no-auth", action="store_true", help="allow a non-loopback HTTP bind")
+    serve.add_argument("--log-level", default="WARNING", help="logging level for stderr")
+    serve.set_defaults(handler=run_serve)
+
+    pin = subcommands.add_parser(
+        "pin",
+        help="write a tool-pinning pin file from a live server",
+        description="List TARGET's tools (a URL, or a stdio command after --) and write their pins as JSON.",
+    )
+    add_target_arguments(pin)
+    pin.add_argument("-o", "--output", required=True, metavar="FILE", help="pin file to write; - for stdout")
+    pin.set_defaults(handler=run_pin)
+
+
+# --------------------------------------------------------------------------- serve
+
+
+def parse_guard_configs(items: Sequence[str], names: Sequence[str]) -> dict[str, dict[str, Any]]:
+    """`NAME=JSON|@file` items as `{name: config}`; every NAME must be one of the served guards."""
+    configs: dict[str, dict[str, Any]] = {}
+    for item in items:
+        name, sep, value = item.partition("=")
+        if not sep or not name:
+            raise CommandError(f"--config-json {item!r} must look like NAME=JSON or NAME=@file.json", 2)
+        if name not in names:
+            raise CommandError(f"--config-json names {name!r}, which is not served; add --guard {name}", 2)
+        config = read_json_argument(value, f"--config-json {name}")
+        if not isinstance(config, dict):
+            raise CommandError(f"--config-json {name}: the config must be a JSON object", 2)
+        configs[name] = config
+    return configs
+
+
+def combined_host(names: Sequence[str], configs: Mapping[str, Mapping[str, Any]]) -> InterceptorHost:
+    """One host serving every interceptor of the named guards; each invoke runs in its guard's own host."""
+    if not names:
+        raise CommandError(f"give at least one --guard NAME; available: {', '.join(guards.available())}", 2)
+    if len(set(names)) != len(names):
+        raise CommandError("each guard can be served once; repeat --guard with different names", 2)
+    combined = InterceptorHost("mcp-interceptors-guards", copy_payloads=False)
+    for name in names:
+        try:
+            host = guards.load(name, configs.get(name))
+        except ValueError as exc:
+            raise CommandError(str(exc), 2) from None
+        for descriptor in host.descriptors:
+            try:
+                combined.add(descriptor, _delegate(host, descriptor))
+            except ValueError as exc:
+                raise CommandError(str(exc), 2) from None
+    return combined
+
+
+def _delegate(host: InterceptorHost, descriptor: InterceptorDescriptor) -> Any:
+    async def invoke(inv: Invocation) -> InterceptorResult:
+        # The combined host already checked `config` against the same schema.
+        call = Call(inv.name, descriptor.type, inv.event, inv.phase, inv.payload, inv.config or None, None, inv.context)
+        return await host.invoke(call)
+
+    return invoke
+
+
+def run_serve(args: argparse.Namespace) -> int:
+    logging.basicConfig(level=args.log_level.upper(), stream=sys.stderr, format="%(levelname)s %(name)s: %(message)s")
+    if args.stdio_command:
+        raise CommandError("serve takes no command after --", 2)
+    host = combined_host(args.guard, parse_guard_configs(args.config_json, args.guard))
+    server = host.create_server()
+    if args.http is None:
+        anyio.run(server.run_stdio_async)
+        return 0
+    bind, port = _parse_http(args.http)
+    if bind not in LOOPBACK and not args.insecure_no_auth:
+        raise CommandError(f"refusing to serve {bind}:{port} without authentication; pass --insecure-no-auth", 2)
+    app = server.streamable_http_app(host=bind)
+    ready = f"serving {', '.join(args.guard)} on http://{bind}:{port}/mcp"
+    anyio.run(_serve_http, app, bind, port, ready)
+    return 0
+
+
+async def _serve_http(app: Any, host: str, port: int, ready: str) -> None:
+    server = uvicorn.Server(uvicorn.Config(app, host=host, port=port, log_level="warning", lifespan="on"))
+    async with anyio.create_task_group() as tg:
+        tg.start_soon(server.serve)
+        # uvicorn offers no readiness event; this loop only runs at start-up
+        while not server.started:
+            if server.should_exit:
+                return
+            await anyio.sleep(0.02)
+        print(ready, file=sys.stderr, flush=True)
+
+
+# --------------------------------------------------------------------------- pin
+
+
+async def list_raw_tools(client: Client) -> list[dict[str, Any]]:
+    """Every tool as the server sent it (raw JSON, so digests match what a gateway sees), all pages."""
+    tools: list[dict[str, Any]] = []
+    cursor: str | None = None
+    for _ in range(1000):  # a bound against a server that pages forever
+        params = types.PaginatedRequestParams(cursor=cursor) if cursor else None
+        page = await client.session.send_request(types.ListToolsRequest(params=params), _RAW)
+        tools.extend(tool for tool in page.get("tools") or [] if isinstance(tool, dict) and "name" in tool)
+        cursor = page.get("nextCursor")
+        if not isinstance(cursor, str) or not cursor:
+            break
+    return tools
+
+
+def run_pin(args: argparse.Namespace) -> int:
+    async def go() -> dict[str, Any]:
+        client = build_client(args.target, args.stdio_command, mode=args.mode, headers=args.header, bearer=args.bearer)
+        async with client:
+            tools = await list_raw_tools(client)
+            info = client.server_info
+        source = f"{info.name} {info.version}" if info is not None else args.target or shlex.join(args.stdio_command)
+        return pin_document(tools, source)
+
+    document = _run(go)
+    text = json.dumps(document, indent=2, ensure_ascii=False) + "\n"
+    if args.output == "-":
+        sys.stdout.write(text)
+    else:
+        try:
+            Path(args.output).write_text(text, encoding="utf-8")
+        except OSError as exc:
+            raise CommandError(f"cannot write {args.output}: {exc.strerror}") from None
+        print(f"pinned {len(document['tools'])} tools to {args.output}", file=sys.stderr)
+    return 0

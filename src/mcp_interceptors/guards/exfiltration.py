@@ -1,0 +1,211 @@
+"""exfiltration-guard: a cross-server flow policy per session. Sensitive values (credentials, configured
+patterns, chosen PII kinds) that arrive in results from server A are remembered; a request to a
+different server B carrying any of them, raw or base64/URL/hex-encoded, is blocked.
+
+Writing a value back to the server it came from is allowed, and a secret-shaped value nobody read is
+allowed: the guard tracks flows, not values. The server of a payload is the invocation context's
+`server` (the gateway fills it in), else the `tool_servers` map. State is bounded in size and time.
+"""
+
+from __future__ import annotations
+
+import base64
+import urllib.parse
+from collections.abc import Iterable, Iterator, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from mcp_interceptors.guards._config import GuardSchema, SettingsCache
+from mcp_interceptors.guards._detectors import PII_KINDS, SECRET_KINDS, PiiScanner, SecretScanner
+from mcp_interceptors.guards._names import ServerMap, params_of, server_for
+from mcp_interceptors.guards._scanning import TextScanner, find_in_payload
+from mcp_interceptors.guards._state import SessionState, TtlMap
+from mcp_interceptors.guards._walk import format_path, walk_strings
+from mcp_interceptors.host import InterceptorHost, Invocation
+from mcp_interceptors.protocol.results import ValidationMessage, ValidationResult
+
+#: Results that bring values in (response phase), and requests that carry values out to a server.
+SOURCE_EVENTS = ["tools/call", "resources/read", "prompts/get"]
+SINK_REQUESTS = ["tools/call", "resources/read", "prompts/get"]
+#: A client's answers to sampling and elicitation go to the server that asked.
+SINK_RESPONSES = ["sampling/createMessage", "elicitation/create"]
+ENCODINGS = ("base64", "url", "hex")
+
+SCHEMA = GuardSchema(
+    {
+        "secret_kinds": {"type": "array", "items": {"enum": list(SECRET_KINDS)}, "default": list(SECRET_KINDS)},
+        "pii_kinds": {"type": "array", "items": {"enum": list(PII_KINDS)}, "default": []},
+        "patterns": {
+            "type": "object",
+            "additionalProperties": {"type": "string"},
+            "default": {},
+            "description": "{kind: regex} of further sensitive values (group `secret` if present).",
+        },
+        "min_length": {"type": "integer", "minimum": 4, "default": 8, "description": "Shorter values are ignored."},
+        "encodings": {"type": "array", "items": {"enum": list(ENCODINGS)}, "default": ["base64", "url", "hex"]},
+        "unknown_server": {
+            "enum": ["block", "allow"],
+            "default": "block",
+            "description": "A remembered value sent where the server cannot be told: block (fail closed) or allow.",
+        },
+        "tool_servers": {
+            "type": "object",
+            "additionalProperties": {"type": "string"},
+            "default": {},
+            "description": "Outside the gateway: {tool/prompt/URI glob: server name}.",
+        },
+        "max_values_per_session": {"type": "integer", "minimum": 1, "default": 256},
+        "value_ttl_seconds": {"type": "number", "exclusiveMinimum": 0, "default": 3600},
+        "max_sessions": {"type": "integer", "minimum": 1, "default": 10_000},
+    },
+    build_only=["max_values_per_session", "value_ttl_seconds", "max_sessions"],
+)
+DESCRIPTION = "Blocks requests that carry sensitive values read from one server to a different server."
+
+
+@dataclass(frozen=True, slots=True)
+class _Settings:
+    scanners: tuple[TextScanner, ...]
+    min_length: int
+    encodings: tuple[str, ...]
+    block_unknown: bool
+    servers: ServerMap
+
+
+def _compile(raw: Mapping[str, Any]) -> _Settings:
+    scanners = [TextScanner(SecretScanner(raw["secret_kinds"], raw["patterns"]), min_length=raw["min_length"])]
+    if raw["pii_kinds"]:
+        scanners.append(TextScanner(PiiScanner(raw["pii_kinds"]), min_length=raw["min_length"]))
+    return _Settings(
+        tuple(scanners),
+        raw["min_length"],
+        tuple(raw["encodings"]),
+        raw["unknown_server"] == "block",
+        ServerMap(raw["tool_servers"]),
+    )
+
+
+def encoded_forms(value: str, encodings: Iterable[str]) -> Iterator[tuple[str, str]]:
+    """`(form, encoding)` for the value and each encoding of it that could appear inside larger text.
+
+    Base64 is produced at the three byte alignments (standard and URL-safe alphabets) and trimmed to
+    the characters that depend only on the value, so the value is found inside any encoded blob.
+    """
+    yield value, "raw"
+    data = value.encode("utf-8")
+    for encoding in encodings:
+        if encoding == "url":
+            for quoted in {urllib.parse.quote(value, safe=""), urllib.parse.quote_plus(value, safe="")}:
+                if quoted != value:
+                    yield quoted, "url"
+        elif encoding == "hex":
+            yield data.hex(), "hex"
+            yield data.hex().upper(), "hex"
+        elif encoding == "base64":
+            for offset in range(3):
+                text = base64.b64encode(b"\0" * offset + data).decode("ascii")
+                stable = text[-(-offset * 8 // 6) : (offset + len(data)) * 8 // 6]
+                yield stable, "base64"
+                urlsafe = stable.replace("+", "-").replace("/", "_")
+                if urlsafe != stable:
+                    yield urlsafe, "base64"
+
+
+@dataclass(frozen=True, slots=True)
+class _Origin:
+    kind: str
+    servers: frozenset[str | None]
+    encoding: str
+
+
+@dataclass
+class _Flows:
+    """One session's remembered values, by every form they may travel in."""
+
+    forms: TtlMap[str, _Origin]
+    values: TtlMap[str, frozenset[str | None]] = field(init=False)
+
+    def __post_init__(self) -> None:
+        self.values = TtlMap(max_items=self.forms.max_items, ttl_s=self.forms.ttl_s)
+
+    def remember(self, value: str, kind: str, server: str | None, settings: _Settings) -> None:
+        servers = (self.values.get(value) or frozenset()) | {server}
+        self.values.set(value, servers)
+        for form, encoding in encoded_forms(value, settings.encodings):
+            if len(form) >= settings.min_length:
+                self.forms.set(form, _Origin(kind, servers, encoding))
+
+    def carried(self, text: str) -> Iterator[_Origin]:
+        """The origins of remembered values that occur in `text`, in any of their forms."""
+        for form, origin in self.forms.items():
+            if form in text:
+                yield origin
+
+
+def is_allowed_flow(origin: _Origin, target: str | None, block_unknown: bool) -> bool:
+    """Back to a server the value came from is fine; where either end is unknown, `unknown_server` decides."""
+    if not block_unknown and (target is None or None in origin.servers):
+        return True
+    return target is not None and target in origin.servers
+
+
+class ExfiltrationGuard:
+    def __init__(self, settings: SettingsCache[_Settings]) -> None:
+        raw = settings.raw
+        self.settings = settings
+        per_session = raw["max_values_per_session"] * 16  # a value has up to ~16 forms
+        ttl = raw["value_ttl_seconds"]
+        self.sessions: SessionState[_Flows] = SessionState(
+            lambda: _Flows(TtlMap(max_items=per_session, ttl_s=ttl)), max_sessions=raw["max_sessions"], ttl_s=ttl
+        )
+
+    async def handle(self, inv: Invocation) -> ValidationResult | bool:
+        settings = self.settings.for_config(inv.config)
+        if inv.phase == "response" and inv.event in SOURCE_EVENTS:
+            self.learn(settings, inv)
+            return True
+        return self.check(settings, inv)
+
+    def learn(self, settings: _Settings, inv: Invocation) -> None:
+        server = server_for(inv, None, settings.servers)
+        flows: _Flows | None = None
+        for scanner in settings.scanners:
+            for hit in find_in_payload(inv.payload, scanner):
+                flows = flows or self.sessions.get(inv.session_id)
+                flows.remember(hit.value, hit.kind, server, settings)
+
+    def check(self, settings: _Settings, inv: Invocation) -> ValidationResult | bool:
+        flows = self.sessions.peek(inv.session_id)
+        if flows is None or not len(flows.forms):
+            return True
+        params = params_of(inv.payload)
+        name = params.get("uri") if inv.event == "resources/read" else params.get("name")
+        target = server_for(inv, name if isinstance(name, str) else None, settings.servers)
+        messages = []
+        for path, text in walk_strings(inv.payload):
+            if len(text) < settings.min_length:
+                continue
+            for origin in flows.carried(text):
+                if is_allowed_flow(origin, target, settings.block_unknown):
+                    continue
+                sources = ", ".join(sorted(repr(s) if s else "an unknown server" for s in origin.servers))
+                encoded = "" if origin.encoding == "raw" else f" ({origin.encoding}-encoded)"
+                destination = repr(target) if target else "an unknown server"
+                message = f"{origin.kind} read from {sources} is sent to {destination}{encoded}"
+                messages.append(ValidationMessage(message=message, severity="error", path=format_path(path)))
+                break
+        if not messages:
+            return True
+        return ValidationResult(valid=False, severity="error", messages=tuple(messages[:20]), info={"target": target})
+
+
+def build(name: str, config: Mapping[str, Any]) -> InterceptorHost:
+    """A host with one validator: learns from results, checks requests and client answers."""
+    guard = ExfiltrationGuard(SettingsCache(name, SCHEMA, config, _compile))
+    host = InterceptorHost(name, copy_payloads=False)
+    hooks = [
+        {"events": SOURCE_EVENTS + SINK_RESPONSES, "phase": "response"},
+        {"events": SINK_REQUESTS, "phase": "request"},
+    ]
+    host.validator(name, hooks=hooks, description=DESCRIPTION, config_schema=SCHEMA.advertised)(guard.handle)
+    return host

@@ -1,0 +1,345 @@
+"""prompt-injection: score tool results, resource contents, prompts, tool descriptions and sampling requests
+for injection markers, with a severity from the score. Heuristics ship built in; any `Detector` (say, a
+model-based classifier) can be plugged in beside them.
+
+Heuristics: instruction-override phrases, role-play and system-prompt claims, hidden instructions to
+keep things from the user, invisible/bidi/tag Unicode, markdown or HTML images and links to hosts not
+on the allowlist that carry data, and base64 blobs that decode to such phrases. Signals from all
+strings combine as a noisy-OR, so one strong signal or several weak ones raise the score.
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+import importlib
+import inspect
+import re
+import urllib.parse
+from collections.abc import Awaitable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any, Protocol, runtime_checkable
+
+from mcp_interceptors.guards._config import GuardSchema, SettingsCache
+from mcp_interceptors.guards._names import Glob
+from mcp_interceptors.guards._walk import Path, format_path, walk_strings
+from mcp_interceptors.host import InterceptorHost, Invocation
+from mcp_interceptors.protocol.results import ValidationMessage, ValidationResult
+
+try:
+    import re2 as _re2  # type: ignore[import-untyped]
+except ImportError:  # pragma: no cover - optional: linear-time matching, one pass for all phrases
+    _re2 = None
+
+__all__ = ["Detector", "HeuristicDetector", "Signal", "build"]
+
+CHECKS = ("override", "role", "concealment", "unicode", "exfil_link", "encoded")
+DEFAULT_HOOKS = [
+    {"events": ["tools/call", "resources/read", "prompts/get", "tools/list"], "phase": "response"},
+    {"events": ["sampling/createMessage"], "phase": "request"},
+]
+
+
+@dataclass(frozen=True, slots=True)
+class Signal:
+    """One injection marker: which check, how strongly (0..1), and what it saw (never the raw text)."""
+
+    kind: str
+    score: float
+    detail: str
+
+
+@runtime_checkable
+class Detector(Protocol):
+    """Scores one string. `detect` may be sync or async (return an awaitable) for model-backed detectors."""
+
+    def detect(self, text: str) -> Sequence[Signal] | Awaitable[Sequence[Signal]]: ...
+
+
+_WS = r"[\s\"'*_`]+"
+#: (check, score, detail, regex, keywords). Regexes are valid for both re2 and stdlib `re` (no lookarounds)
+#: and are matched case-insensitively; the keywords (lower case) let stdlib `re` skip most texts.
+_PHRASES: tuple[tuple[str, float, str, str, tuple[str, ...]], ...] = (
+    (
+        "override",
+        0.9,
+        "instruction-override phrase",
+        r"\b(?:ignore|disregard|forget|override|bypass|skip)"
+        + _WS
+        + r"(?:(?:all|any|the|your|of|everything)"
+        + _WS
+        + r")*(?:previous|prior|above|earlier|preceding|original|system|initial|safety)"
+        + _WS
+        + r"(?:instructions?|prompts?|rules|directions|guidelines|directives|context|messages?)\b",
+        ("ignore", "disregard", "forget", "override", "bypass", "skip"),
+    ),
+    (
+        "override",
+        0.5,
+        "replacement instructions",
+        r"(?:^|[\n.!:])\s*(?:new|updated|real|actual)\s+(?:system\s+)?instructions?\s*:"
+        r"|\bfrom now on,?\s+you\s+(?:will|must|are|shall)\b",
+        ("instruction", "from now on"),
+    ),
+    (
+        "role",
+        0.7,
+        "system-prompt marker or request",
+        r"<\|im_start\|>\s*system\b|<\|system\|>|</?system>|\[/?(?:system|inst)\]"
+        r"|\b(?:reveal|print|show|repeat|output)\s+(?:your|the)\s+(?:system|initial|hidden)\s+prompt\b",
+        ("<|", "system>", "[system", "[/system", "[inst", "[/inst", "prompt"),
+    ),
+    (
+        "role",
+        0.6,
+        "role-play instruction",
+        r"\byou\s+are\s+now\s+(?:a|an|the|in|dan|my)\b|\bpretend\s+(?:to\s+be|you\s+are)\b|\broleplay\s+as\b"
+        r"|\b(?:enable|enter|activate)\s+developer\s+mode\b|\bjailbreak(?:ed|ing)?\b",
+        ("you are now", "pretend", "roleplay", "developer mode", "jailbreak"),
+    ),
+    (
+        "concealment",
+        0.7,
+        "instruction to hide actions or send data",
+        r"\b(?:do\s+not|don'?t|never)\s+(?:tell|inform|mention|reveal|show|alert)\s+(?:this\s+to\s+|it\s+to\s+)?"
+        r"(?:the\s+)?user(?:[^'\w]|$)|\bwithout\s+(?:telling|informing|asking)\s+the\s+user\b"
+        r"|\bsend\s+(?:the|all|your|any)\s+(?:\w+\s+)?(?:conversation|chat|history|secrets?|credentials?|"
+        r"api\s+keys?|passwords?|tokens?|files?)\s+to\b",
+        ("not", "don", "never", "without", "send"),
+    ),
+)
+_TAGS = re.compile("[\U000e0000-\U000e007f]")
+_BIDI = re.compile("[\u202a-\u202e\u2066-\u2069]")
+# Zero-width joiner (emoji sequences) and non-joiner (Persian, Indic scripts) are normal text: not counted.
+_INVISIBLE = re.compile("[\u200b\u2060-\u2064\u180e\ufeff]")
+_IMAGE = re.compile(
+    r"!\[[^\]\n]{0,200}\]\(\s*<?(https?://[^)\s>]+)|<img\b[^>]{0,200}?\bsrc\s*=\s*[\"']?(https?://[^\"'\s>]+)",
+    re.IGNORECASE,
+)
+_LINK = re.compile(r"(!?)\[[^\]\n]{0,200}\]\(\s*<?(https?://[^)\s>]+)")
+_BASE64_SOURCE = r"[A-Za-z0-9+/]{40,}={0,2}"
+_LONG_VALUE = 24
+# Long character-class runs are slow on stdlib `re` (it retries at every letter); re2 scans them in one pass.
+_BASE64_TOKEN: Any = _re2.compile(_BASE64_SOURCE) if _re2 is not None else re.compile(_BASE64_SOURCE)
+
+
+class _PhraseMatcher:
+    """The phrase checks: one combined re2 pass when google-re2 is installed, else keyword-gated `re`."""
+
+    def __init__(self, phrases: Sequence[tuple[str, float, str, str, tuple[str, ...]]]) -> None:
+        self._each = [
+            (Signal(kind, score, detail), re.compile(source, re.IGNORECASE), keywords)
+            for kind, score, detail, source, keywords in phrases
+        ]
+        self._any: Any = None
+        if _re2 is not None and phrases:
+            options = _re2.Options()
+            options.case_sensitive = False
+            options.log_errors = False  # a configured phrase re2 rejects (lookaround) falls back to `re`
+            try:
+                self._any = _re2.compile("|".join(f"(?:{source})" for _, _, _, source, _ in phrases), options)
+            except _re2.error:
+                self._any = None
+
+    def search(self, text: str) -> list[Signal]:
+        if self._any is not None:
+            if self._any.search(text) is None:
+                return []
+            return [signal for signal, pattern, _ in self._each if pattern.search(text)]
+        low = text.lower()
+        return [
+            signal
+            for signal, pattern, keywords in self._each
+            if (not keywords or any(k in low for k in keywords)) and pattern.search(text)
+        ]
+
+
+class HeuristicDetector:
+    """The built-in detector: compiled regexes and Unicode checks; `allowed_hosts` are globs."""
+
+    def __init__(
+        self,
+        allowed_hosts: Sequence[str] = (),
+        extra_phrases: Sequence[str] = (),
+        disabled: Sequence[str] = (),
+    ) -> None:
+        self.allowed_hosts = Glob(h.lower() for h in allowed_hosts)
+        self.enabled = frozenset(CHECKS) - frozenset(disabled)
+        phrases = [p for p in _PHRASES if p[0] in self.enabled]
+        phrases += [("phrase", 0.8, f"configured phrase #{i}", p, ()) for i, p in enumerate(extra_phrases)]
+        self._phrases = _PhraseMatcher(phrases)
+
+    def detect(self, text: str) -> list[Signal]:
+        signals = self.phrases(text)
+        enabled = self.enabled
+        if "unicode" in enabled and not text.isascii():
+            signals.extend(_unicode_signals(text))
+        if "exfil_link" in enabled and ("](" in text or "<img" in text or "<IMG" in text):
+            signals.extend(self._link_signals(text))
+        if "encoded" in enabled and len(text) >= 40:
+            signals.extend(self._encoded_signals(text))
+        return signals
+
+    def phrases(self, text: str) -> list[Signal]:
+        signals = self._phrases.search(text)
+        if len(signals) > 1:  # two patterns of one check count once, at the higher score
+            best: dict[str, Signal] = {}
+            for signal in signals:
+                if signal.kind not in best or signal.score > best[signal.kind].score:
+                    best[signal.kind] = signal
+            signals = list(best.values())
+        return signals
+
+    def _link_signals(self, text: str) -> list[Signal]:
+        signals = []
+        for match in _IMAGE.finditer(text):
+            url = match.group(1) or match.group(2)
+            if not self._is_allowed(url):
+                carries = _carries_data(url)
+                signals.append(Signal("exfil_link", 0.8 if carries else 0.2, f"image from {_host(url)}"))
+        for match in _LINK.finditer(text):
+            url = match.group(2)
+            if match.group(1) != "!" and not self._is_allowed(url) and _carries_data(url):
+                signals.append(Signal("exfil_link", 0.4, f"link carrying data to {_host(url)}"))
+        return signals
+
+    def _encoded_signals(self, text: str) -> list[Signal]:
+        for match in _BASE64_TOKEN.finditer(text):
+            blob = match.group(0)
+            try:
+                decoded = base64.b64decode(blob + "=" * (-len(blob) % 4), validate=False).decode("utf-8")
+            except (binascii.Error, UnicodeDecodeError):
+                continue
+            if decoded.isprintable() or "\n" in decoded:
+                inner = self.phrases(decoded)
+                if inner:
+                    return [Signal("encoded", max(s.score for s in inner), "base64 text with injection phrases")]
+        return []
+
+    def _is_allowed(self, url: str) -> bool:
+        return self.allowed_hosts.matches(_host(url))
+
+
+def _host(url: str) -> str:
+    return (urllib.parse.urlsplit(url).hostname or "").lower()
+
+
+def _carries_data(url: str) -> bool:
+    """A query value or path segment long enough to smuggle something out."""
+    parts = urllib.parse.urlsplit(url)
+    values = [v for _, v in urllib.parse.parse_qsl(parts.query, keep_blank_values=True)]
+    segments = parts.path.split("/")
+    return any(len(v) >= _LONG_VALUE for v in values + segments) or "{" in url or "%7B" in url.upper()
+
+
+def _unicode_signals(text: str) -> list[Signal]:
+    signals = []
+    if _TAGS.search(text):
+        signals.append(Signal("unicode", 0.95, "Unicode tag characters (hidden text)"))
+    if _BIDI.search(text):
+        signals.append(Signal("unicode", 0.6, "bidirectional override characters"))
+    invisible = len(_INVISIBLE.findall(text)) - text.startswith("\ufeff")  # a leading BOM is normal
+    if invisible >= 3:
+        signals.append(Signal("unicode", 0.5, f"{invisible} invisible characters"))
+    return signals
+
+
+def combine(scores: Sequence[float]) -> float:
+    """Noisy-OR: 1 - prod(1 - s)."""
+    remaining = 1.0
+    for score in scores:
+        remaining *= 1.0 - min(max(score, 0.0), 1.0)
+    return round(1.0 - remaining, 4)
+
+
+SCHEMA = GuardSchema(
+    {
+        "block_threshold": {"type": "number", "minimum": 0, "maximum": 1, "default": 0.8},
+        "warn_threshold": {"type": "number", "minimum": 0, "maximum": 1, "default": 0.5},
+        "allowed_hosts": {"type": "array", "items": {"type": "string"}, "default": [], "description": "Host globs."},
+        "extra_phrases": {"type": "array", "items": {"type": "string"}, "default": [], "description": "Regexes."},
+        "disabled_checks": {"type": "array", "items": {"enum": list(CHECKS)}, "default": []},
+        "detectors": {
+            "type": "array",
+            "items": {"type": "string", "pattern": r"^[\w.]+:[\w.]+$"},
+            "default": [],
+            "description": "Extra detectors as `module:attribute` (a Detector, or a factory returning one).",
+        },
+    },
+    build_only=["detectors"],
+)
+DESCRIPTION = "Scores results, resources, prompts, tool descriptions and sampling requests for prompt injection."
+
+
+@dataclass(frozen=True, slots=True)
+class _Settings:
+    heuristics: HeuristicDetector
+    block: float
+    warn: float
+
+
+def _compile(raw: Mapping[str, Any]) -> _Settings:
+    for index, phrase in enumerate(raw["extra_phrases"]):
+        try:
+            re.compile(phrase)
+        except re.error as exc:
+            raise ValueError(f"config.extra_phrases[{index}] does not compile: {exc}") from None
+    if raw["warn_threshold"] > raw["block_threshold"]:
+        raise ValueError("config.warn_threshold must not exceed config.block_threshold")
+    detector = HeuristicDetector(raw["allowed_hosts"], raw["extra_phrases"], raw["disabled_checks"])
+    return _Settings(detector, raw["block_threshold"], raw["warn_threshold"])
+
+
+def load_detector(spec: str) -> Detector:
+    module_name, _, attribute = spec.partition(":")
+    try:
+        target: Any = importlib.import_module(module_name)
+        for part in attribute.split("."):
+            target = getattr(target, part)
+    except (ImportError, AttributeError) as exc:
+        raise ValueError(f"config.detectors: cannot load {spec!r}: {exc}") from None
+    detector = target if isinstance(target, Detector) else target()
+    if not isinstance(detector, Detector):
+        raise ValueError(f"config.detectors: {spec!r} is not a Detector (it needs a detect(text) method)")
+    return detector
+
+
+class InjectionGuard:
+    def __init__(self, settings: SettingsCache[_Settings], detectors: Sequence[Detector]) -> None:
+        self.settings = settings
+        self.detectors = detectors
+
+    async def check(self, inv: Invocation) -> ValidationResult | bool:
+        settings = self.settings.for_config(inv.config)
+        found: list[tuple[Path, Signal]] = []
+        for path, text in walk_strings(inv.payload):
+            if len(text) < 8:
+                continue
+            found.extend((path, signal) for signal in settings.heuristics.detect(text))
+            for detector in self.detectors:
+                outcome = detector.detect(text)
+                if inspect.isawaitable(outcome):
+                    outcome = await outcome
+                found.extend((path, signal) for signal in outcome)
+        score = combine([signal.score for _, signal in found])
+        if score < settings.warn:
+            return True
+        severity = "error" if score >= settings.block else "warn"
+        messages = tuple(
+            ValidationMessage(message=f"{s.kind}: {s.detail} (score {s.score})", severity=severity, path=format_path(p))
+            for p, s in sorted(found, key=lambda item: -item[1].score)[:10]
+        )
+        return ValidationResult(valid=False, severity=severity, messages=messages, info={"score": score})
+
+
+def build(name: str, config: Mapping[str, Any], *, detectors: Sequence[Detector] = ()) -> InterceptorHost:
+    """A host with one validator; `detectors` (or config `detectors`) run beside the heuristics."""
+    settings = SettingsCache(name, SCHEMA, config, _compile)
+    try:
+        loaded = [*detectors, *(load_detector(spec) for spec in settings.raw["detectors"])]
+    except ValueError as exc:
+        raise ValueError(f"guard {name!r}: {exc}") from None
+    guard = InjectionGuard(settings, loaded)
+    host = InterceptorHost(name, copy_payloads=False)
+    host.validator(name, hooks=DEFAULT_HOOKS, description=DESCRIPTION, config_schema=SCHEMA.advertised)(guard.check)
+    return host

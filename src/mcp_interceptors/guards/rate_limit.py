@@ -1,0 +1,208 @@
+"""rate-limit: a request-phase validator enforcing moving-window limits (the `limits` library) per session,
+principal, server, tool and event, in memory by default or in Redis when `redis_url` is configured.
+
+In memory the limiter is synchronous and does no IO, so it runs inline; Redis goes through `limits.aio`.
+Each rule counts separately; a call is denied by the first rule whose window is full.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any, Protocol
+
+from limits import RateLimitItem, parse_many
+from limits.aio.strategies import MovingWindowRateLimiter as AsyncMovingWindow
+from limits.errors import ConfigurationError
+from limits.storage import MemoryStorage, storage_from_string
+from limits.strategies import MovingWindowRateLimiter
+
+from mcp_interceptors.guards._config import GuardSchema, SettingsCache
+from mcp_interceptors.guards._names import Glob, ServerMap, params_of, principal_key, server_for
+from mcp_interceptors.host import InterceptorHost, Invocation
+from mcp_interceptors.protocol.results import ValidationMessage, ValidationResult
+
+DIMENSIONS = ("session", "principal", "server", "tool", "event")
+DEFAULT_EVENTS = ["tools/call", "prompts/get", "resources/read"]
+SCHEMA = GuardSchema(
+    {
+        "limits": {
+            "type": "array",
+            "default": [{"limit": "120/minute", "per": ["session"]}],
+            "description": "Rules, each counted on its own.",
+            "items": {
+                "type": "object",
+                "properties": {
+                    "limit": {"type": "string", "description": "`limits` notation: '10/second', '100 per hour;5/s'."},
+                    "per": {
+                        "type": "array",
+                        "items": {"enum": list(DIMENSIONS)},
+                        "uniqueItems": True,
+                        "default": ["session"],
+                        "description": "Count separately per value of these.",
+                    },
+                    "tool": {"type": "string", "description": "Only for tools (prompts, resource URIs) matching."},
+                    "server": {"type": "string", "description": "Only for servers matching this glob."},
+                    "events": {"type": "array", "items": {"type": "string"}},
+                },
+                "required": ["limit"],
+                "additionalProperties": False,
+            },
+        },
+        "tool_servers": {"type": "object", "additionalProperties": {"type": "string"}, "default": {}},
+        "events": {"type": "array", "items": {"type": "string"}, "minItems": 1, "default": DEFAULT_EVENTS},
+        "redis_url": {"type": ["string", "null"], "default": None, "description": "redis://host:port/db"},
+        "key_prefix": {"type": "string", "default": "mcp-interceptors"},
+    },
+    build_only=["events", "redis_url", "key_prefix"],
+)
+DESCRIPTION = "Moving-window rate limits per session, principal, server, tool and event."
+
+
+class _Limiter(Protocol):
+    async def hit(self, item: RateLimitItem, *identifiers: str) -> bool: ...
+
+    async def reset_in(self, item: RateLimitItem, *identifiers: str) -> float: ...
+
+
+class _MemoryLimiter:
+    def __init__(self) -> None:
+        self._limiter = MovingWindowRateLimiter(MemoryStorage())
+
+    async def hit(self, item: RateLimitItem, *identifiers: str) -> bool:
+        return self._limiter.hit(item, *identifiers)
+
+    async def reset_in(self, item: RateLimitItem, *identifiers: str) -> float:
+        return self._limiter.get_window_stats(item, *identifiers).reset_time - time.time()
+
+
+class _RedisLimiter:
+    def __init__(self, url: str, key_prefix: str) -> None:
+        if not url.startswith(("redis://", "rediss://", "redis+unix://", "async+redis")):
+            raise ValueError(f"config.redis_url {url!r} must be a redis:// (or rediss://) URL")
+        uri = url if url.startswith("async+") else f"async+{url}"
+        try:
+            storage = storage_from_string(uri, implementation="redispy", key_prefix=key_prefix)
+        except ConfigurationError as exc:
+            raise ValueError(f"config.redis_url {url!r}: {exc}") from None
+        self._limiter = AsyncMovingWindow(storage)
+
+    async def hit(self, item: RateLimitItem, *identifiers: str) -> bool:
+        return await self._limiter.hit(item, *identifiers)
+
+    async def reset_in(self, item: RateLimitItem, *identifiers: str) -> float:
+        stats = await self._limiter.get_window_stats(item, *identifiers)
+        return stats.reset_time - time.time()
+
+
+@dataclass(frozen=True, slots=True)
+class _Rule:
+    index: int
+    items: Sequence[RateLimitItem]
+    per: Sequence[str]
+    tool: Glob | None
+    server: Glob | None
+    events: frozenset[str] | None
+
+
+@dataclass(frozen=True, slots=True)
+class _Settings:
+    rules: Sequence[_Rule]
+    servers: ServerMap
+
+
+def _compile(raw: Mapping[str, Any]) -> _Settings:
+    rules = []
+    for index, rule in enumerate(raw["limits"]):
+        try:
+            items = parse_many(rule["limit"])
+        except ValueError:
+            raise ValueError(
+                f"config.limits[{index}].limit {rule['limit']!r} is not a rate limit; write e.g. '10/minute'"
+            ) from None
+        rules.append(
+            _Rule(
+                index,
+                items,
+                tuple(rule.get("per", ["session"])),
+                Glob([rule["tool"]]) if "tool" in rule else None,
+                Glob([rule["server"]]) if "server" in rule else None,
+                frozenset(rule["events"]) if "events" in rule else None,
+            )
+        )
+    return _Settings(rules, ServerMap(raw["tool_servers"]))
+
+
+def _item_name(inv: Invocation) -> str | None:
+    """The tool, prompt or resource a request is about."""
+    params = params_of(inv.payload)
+    value = params.get("uri") if inv.event.startswith("resources/") else params.get("name")
+    return value if isinstance(value, str) else None
+
+
+def _identity(inv: Invocation, item: str | None, server: str | None, dimension: str) -> str:
+    match dimension:
+        case "session":
+            return inv.session_id or "anonymous"
+        case "principal":
+            return principal_key(inv)
+        case "server":
+            return server or "unknown"
+        case "tool":
+            return item or "unknown"
+        case _:
+            return inv.event
+
+
+class RateLimitGuard:
+    def __init__(self, settings: SettingsCache[_Settings], limiter: _Limiter) -> None:
+        self.settings = settings
+        self.limiter = limiter
+
+    async def check(self, inv: Invocation) -> ValidationResult | bool:
+        settings = self.settings.for_config(inv.config)
+        item_name = _item_name(inv)
+        server = server_for(inv, item_name, settings.servers)
+        for rule in settings.rules:
+            if rule.events is not None and inv.event not in rule.events:
+                continue
+            if (rule.tool is not None and not rule.tool.matches(item_name)) or (
+                rule.server is not None and not rule.server.matches(server)
+            ):
+                continue
+            keys = {dimension: _identity(inv, item_name, server, dimension) for dimension in rule.per}
+            identifiers = (f"rule{rule.index}", *(f"{k}={v}" for k, v in keys.items()))
+            for item in rule.items:
+                if not await self.limiter.hit(item, *identifiers):
+                    return await self._denied(rule, item, identifiers, keys)
+        return True
+
+    async def _denied(
+        self, rule: _Rule, item: RateLimitItem, identifiers: tuple[str, ...], keys: Mapping[str, str]
+    ) -> ValidationResult:
+        retry_after = max(0.0, await self.limiter.reset_in(item, *identifiers))
+        scope = ", ".join(f"{k}={v}" for k, v in keys.items()) or "everyone"
+        message = f"rate limit {item} exceeded for {scope}; retry in {retry_after:.1f}s"
+        return ValidationResult(
+            valid=False,
+            severity="error",
+            messages=(ValidationMessage(message=message, severity="error"),),
+            info={"rule": rule.index, "limit": str(item), "retryAfterSeconds": round(retry_after, 3)},
+        )
+
+
+def build(name: str, config: Mapping[str, Any]) -> InterceptorHost:
+    """A host with one request-phase validator on the configured events."""
+    settings = SettingsCache(name, SCHEMA, config, _compile)
+    raw = settings.raw
+    try:
+        limiter: _Limiter = _RedisLimiter(raw["redis_url"], raw["key_prefix"]) if raw["redis_url"] else _MemoryLimiter()
+    except ValueError as exc:
+        raise ValueError(f"guard {name!r}: {exc}") from None
+    guard = RateLimitGuard(settings, limiter)
+    host = InterceptorHost(name, copy_payloads=False)
+    host.validator(
+        name, events=raw["events"], phase="request", description=DESCRIPTION, config_schema=SCHEMA.advertised
+    )(guard.check)
+    return host

@@ -1,0 +1,99 @@
+"""secrets: find credentials anywhere in a payload (AWS, GitHub, Stripe, Slack, Google keys, private keys,
+JWTs, high-entropy assignments). `action: redact` (default) is a mutator replacing each with a typed
+placeholder (`[REDACTED:aws_access_key]`); `action: deny` is a validator blocking with the JSON path.
+
+Detection is `_detectors.SecretScanner`, compiled once at build time; a payload with nothing to redact
+is returned untouched (no copy).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+from mcp_interceptors.guards._config import GuardSchema, SettingsCache
+from mcp_interceptors.guards._detectors import SECRET_KINDS, SecretScanner
+from mcp_interceptors.guards._scanning import (
+    CONTENT_EVENTS,
+    REDACTION_PRIORITY,
+    TextScanner,
+    deny_result,
+    find_in_payload,
+    redact_payload,
+)
+from mcp_interceptors.host import InterceptorHost, Invocation
+from mcp_interceptors.protocol.results import MutationResult, ValidationResult
+
+#: No credential the scanner knows is shorter than this (`xoxb-1-abcdefgh`, `://u:secret@`).
+MIN_SECRET_LENGTH = 12
+
+SCHEMA = GuardSchema(
+    {
+        "action": {"enum": ["redact", "deny"], "default": "redact", "description": "Mutator or validator form."},
+        "kinds": {
+            "type": "array",
+            "items": {"enum": list(SECRET_KINDS)},
+            "uniqueItems": True,
+            "default": list(SECRET_KINDS),
+        },
+        "extra_patterns": {
+            "type": "object",
+            "additionalProperties": {"type": "string"},
+            "default": {},
+            "description": "{kind: regex}; the group named `secret`, if any, is the value.",
+        },
+        "allow": {
+            "type": "array",
+            "items": {"type": "string"},
+            "default": [],
+            "description": "Exact values never reported (published example keys, test fixtures).",
+        },
+        "placeholder": {"type": "string", "default": "[REDACTED:{kind}]"},
+        "scan_keys": {"type": "boolean", "default": False, "description": "deny only: also scan mapping keys."},
+        "events": {"type": "array", "items": {"type": "string"}, "minItems": 1, "default": CONTENT_EVENTS},
+    },
+    build_only=["action", "events"],
+)
+DESCRIPTION = {
+    "redact": "Redacts credentials (cloud keys, tokens, private keys, JWTs, secret assignments) in payloads.",
+    "deny": "Blocks payloads that carry credentials, naming the kind and JSON path.",
+}
+
+
+def _compile(raw: Mapping[str, Any]) -> tuple[TextScanner, Mapping[str, Any]]:
+    scanner = SecretScanner(raw["kinds"], raw["extra_patterns"])
+    min_length = MIN_SECRET_LENGTH if not raw["extra_patterns"] else 1
+    return TextScanner(scanner, min_length=min_length, allow=frozenset(raw["allow"])), raw
+
+
+def build(name: str, config: Mapping[str, Any]) -> InterceptorHost:
+    """A host with the redacting mutator or the denying validator, per `action`."""
+    settings = SettingsCache(name, SCHEMA, config, _compile)
+    host = InterceptorHost(name, copy_payloads=False)
+    action = settings.raw["action"]
+    events = settings.raw["events"]
+    options: dict[str, Any] = {
+        "events": events,
+        "phase": "both",
+        "description": DESCRIPTION[action],
+        "config_schema": SCHEMA.advertised,
+    }
+    if action == "redact":
+
+        @host.mutator(name, priority=REDACTION_PRIORITY, **options)
+        async def redact(inv: Invocation) -> MutationResult | None:
+            scanner, raw = settings.for_config(inv.config)
+            new, counts, paths = redact_payload(inv.payload, scanner, raw["placeholder"])
+            if not counts:
+                return None
+            return MutationResult(modified=True, payload=new, info={"redacted": dict(counts), "paths": paths})
+
+    else:
+
+        @host.validator(name, **options)
+        async def deny(inv: Invocation) -> ValidationResult | bool:
+            scanner, raw = settings.for_config(inv.config)
+            hits = list(find_in_payload(inv.payload, scanner, include_keys=raw["scan_keys"]))
+            return deny_result(hits, "credential") if hits else True
+
+    return host

@@ -352,17 +352,89 @@ def build_large(seed: int = SEED + 1, size: int = 1_000_000) -> list[dict[str, o
     docs = []
     for name, sources in (("large-log", ["log", "csv", "chat"]), ("large-mixed", list(TEMPLATES))):
         rng = random.Random(f"{seed}-{name}")
-        big = Doc(rng)
-        while big.size < size:
-            part = build_doc(rng.choice(sources), rng)
-            offset = big.size
-            big.add(part.text())
-            big.labels.extend(
-                {**lab, "start": lab["start"] + offset, "end": lab["end"] + offset} for lab in part.labels
-            )  # type: ignore[operator]
-            big.add("\n")
-        docs.append({"id": name, "source": name, "text": big.text(), "labels": big.labels})
+        docs.append(_concatenate(name, size, rng, lambda r, s=sources: build_doc(r.choice(s), r)))  # type: ignore[misc]
     return docs
+
+
+def build_typical(seed: int = SEED + 2, size: int = 1_000_000, planted_every: int = 8) -> dict[str, object]:
+    """Sparser traffic: clean logs, code, JSON and prose, with one planted template every `planted_every`
+    parts (about one item per 1-2 KB instead of one per ~110 bytes)."""
+    rng = random.Random(f"{seed}-typical-{size}")
+
+    def part(r: random.Random) -> Doc:
+        if r.randrange(planted_every) == 0:
+            return build_doc(r.choice(list(TEMPLATES)), r)
+        d = Doc(r)
+        r.choice(CLEAN_TEMPLATES)(d)
+        return d
+
+    return _concatenate(f"typical-{size}", size, rng, part)
+
+
+def _concatenate(name: str, size: int, rng: random.Random, make: Callable[[random.Random], Doc]) -> dict[str, object]:
+    big = Doc(rng)
+    while big.size < size:
+        part = make(rng)
+        offset = big.size
+        big.add(part.text())
+        big.labels.extend({**lab, "start": lab["start"] + offset, "end": lab["end"] + offset} for lab in part.labels)  # type: ignore[operator]
+        big.add("\n")
+    return {"id": name, "source": name, "text": big.text(), "labels": big.labels}
+
+
+def clean_prose(d: Doc) -> None:
+    for _ in range(d.rng.randint(4, 10)):
+        d.prose(d.rng.randint(8, 20))
+    d.add("\n")
+
+
+def clean_log(d: Doc) -> None:
+    rng, fk = d.rng, d.fk
+    for _ in range(rng.randint(8, 16)):
+        d.add(
+            f"2024-03-{rng.randint(1, 28):02d}T{rng.randint(0, 23):02d}:{rng.randint(0, 59):02d}:00Z "
+            f"{rng.choice(('INFO', 'WARN', 'DEBUG'))} req={fk._chars('0123456789abcdef', 16)} "
+            f"GET /api/v2/items/{rng.randint(1, 10**7)}?page={rng.randint(1, 40)} {rng.choice((200, 304, 404))} "
+            f"{rng.randint(1, 900)}ms bytes={rng.randint(100, 10**6)}\n"
+        )
+
+
+def clean_code(d: Doc) -> None:
+    rng, fk = d.rng, d.fk
+    d.add(f'def handler_{rng.randint(1, 999)}(event, context):\n    """Process one event."""\n')
+    d.add(f"    retries = {rng.randint(1, 9)}\n    timeout_ms = {rng.randint(100, 30000)}\n")
+    d.add("    token_count = len(event.get('tokens', []))\n    password = os.environ['DB_PASSWORD']\n")
+    version = f"{rng.randint(1, 9)}.{rng.randint(0, 20)}.{rng.randint(0, 99)}"
+    d.add(f"    checksum = '{fk._chars('0123456789abcdef', 40)}'\n    version = '{version}'\n")
+    d.add("    return {'status': 'ok', 'items': [x * 2 for x in range(10)]}\n\n")
+
+
+def clean_json(d: Doc) -> None:
+    rng, fk = d.rng, d.fk
+    items = [
+        {
+            "id": rng.randint(1, 10**9),
+            "sku": f"SKU-{rng.randint(1000, 9999)}-{fk._chars('ABCDEFGHJKLMNPQRSTUVWXYZ', 3)}",
+            "uuid": "-".join(fk._chars("0123456789abcdef", n) for n in (8, 4, 4, 4, 12)),
+            "price": round(rng.random() * 1000, 2),
+            "updated": f"2024-0{rng.randint(1, 9)}-{rng.randint(10, 28)}T10:00:00Z",
+            "etag": fk._chars("0123456789abcdef", 32),
+        }
+        for _ in range(rng.randint(3, 8))
+    ]
+    d.add(json.dumps({"items": items, "next_cursor": fk._chars(B64, 24)}) + "\n")
+
+
+def clean_html(d: Doc) -> None:
+    d.add("<div class='card'><h2>Release notes</h2><ul>")
+    for _ in range(d.rng.randint(3, 6)):
+        d.add("<li>")
+        d.prose(d.rng.randint(6, 12))
+        d.add("</li>")
+    d.add(f"</ul><small>v{d.rng.randint(1, 9)}.{d.rng.randint(0, 9)}.{d.rng.randint(0, 9)}</small></div>\n")
+
+
+CLEAN_TEMPLATES: tuple[Callable[[Doc], None], ...] = (clean_prose, clean_log, clean_code, clean_json, clean_html)
 
 
 def load_corpus() -> list[dict[str, object]]:

@@ -14,11 +14,16 @@ import phonenumbers
 
 __all__ = ["CONTEXT_PATTERN", "FORMATTED_PATTERN", "PhoneJudge"]
 
-# A formatted candidate: international (+...), or groups joined by separators, optionally with a leading
-# NANP "1-". Bare digit runs are only candidates after a phone keyword (CONTEXT_PATTERN).
+# A formatted candidate: international (+... or 00...); national groups joined by separators with at least
+# 7 digits in a phone-like layout (US 3-3-4, UK 3-4-4 and 5-6, DE 3-7), optionally after a NANP "1-"; or
+# the French 0X XX XX XX XX. Word boundaries keep ids and units out ("578ms", "v1-2-3"). Dates (4-2-2),
+# SSNs (3-2-4) and bare digit runs never become candidates; bare runs are only considered after a
+# phone keyword (CONTEXT_PATTERN).
 FORMATTED_PATTERN = (
-    r"\+[0-9]{1,3}(?:[ .-]?\(?[0-9]{1,10}\)?){1,6}"
-    r"|(?:1[ .-])?(?:\([0-9]{2,5}\)[ .-]?|[0-9]{2,5}[ ./-])[0-9]{1,10}(?:[ ./-][0-9]{1,10}){0,4}"
+    r"(?:\+|\b00)[0-9]{1,3}(?:[ .-]?\(?[0-9]{1,10}\)?){1,6}"
+    r"|(?:\b1[ .-])?(?:\([0-9]{2,5}\)[ .-]?|\b[0-9]{2,5}[ ./-])"
+    r"(?:[0-9]{3,4}[ ./-][0-9]{2,10}|[0-9]{5,10})(?:[ ./-][0-9]{2,10}){0,3}\b"
+    r"|\b0[1-9](?:[ .-][0-9]{2}){4}\b"
 )
 CONTEXT_PATTERN = (
     r"(?i:phone|tel|mobile|cell|fax|whatsapp|sms|call)[^0-9+(\r\n]{0,20}"
@@ -149,12 +154,17 @@ def _has_phone_shape(candidate: str) -> bool:
 
 
 def _group_windows(candidate: str) -> list[tuple[int, int]]:
-    """Spans of contiguous space-separated groups, longest first, excluding the whole candidate."""
+    """Narrower runs of space-separated groups, longest first, that carry their own punctuation.
+
+    "12 415-555-0123" yields "415-555-0123"; runs formatted with spaces only are skipped, since any
+    slice of a spaced digit table (IBAN or card groups) would otherwise pass for some region's number.
+    """
     bounds = [(m.start(), m.end()) for m in _NON_SPACE.finditer(candidate)]
     count = len(bounds)
-    return [
+    windows = [
         (bounds[i][0], bounds[i + size - 1][1]) for size in range(count - 1, 0, -1) for i in range(count - size + 1)
     ]
+    return [(left, right) for left, right in windows if not candidate[left:right].replace(" ", "").isdigit()]
 
 
 def _is_valid(candidate: str, region: str | None) -> bool:

@@ -35,6 +35,8 @@ SECRET_KINDS: tuple[str, ...] = (
     "jwt",
     "generic_secret",
 )
+# No rule matches fewer characters than this ("token=" plus an 8-char value).
+_SHORTEST = 10
 # Ties between same-length findings go to the specific kind, not the generic one.
 _RANK = {"generic_secret": 1}
 
@@ -45,7 +47,10 @@ Check = Callable[[str, int, int], "tuple[int, int] | None"]
 class _Rule:
     kind: str
     pattern: str
-    literals: tuple[str, ...]  # stdlib engine only: skip the regex unless one of these occurs
+    # A match needs one of these literals in the text, or one of these keywords in its lower-cased form:
+    # checking that first skips most rules for most strings, which matters for the many short ones.
+    literals: tuple[str, ...]
+    keywords: tuple[str, ...] = ()
     groups: tuple[int, ...] = (0,)
     check: Check | None = None
     # Where both engines exist, the faster one for this rule (measured: literal prefixes favour `re`,
@@ -134,11 +139,18 @@ _RULES: tuple[_Rule, ...] = (
         r"(?i:aws[A-Za-z0-9_ .-]{0,20}secret[A-Za-z0-9_ .-]{0,20}|secret_?access_?key)"
         + _ASSIGN
         + r"""["']?([A-Za-z0-9/+]{40})""",
-        ("aws", "AWS", "ecret", "ECRET"),
+        (),
+        ("secret",),
         groups=(1,),
         check=_check_aws_secret,
     ),
-    _Rule("github_token", r"gh[pousr]_[A-Za-z0-9]{36}", ("gh",), check=_fenced(_ALNUM + "_"), prefer="re"),
+    _Rule(
+        "github_token",
+        r"gh[pousr]_[A-Za-z0-9]{36}",
+        ("ghp_", "gho_", "ghu_", "ghs_", "ghr_"),
+        check=_fenced(_ALNUM + "_"),
+        prefer="re",
+    ),
     _Rule(
         "github_fine_grained_token",
         r"github_pat_[A-Za-z0-9_]{82}",
@@ -169,11 +181,19 @@ _RULES: tuple[_Rule, ...] = (
         prefer="re",
     ),
     _Rule("jwt", r"eyJ[A-Za-z0-9_-]{8,}\.[A-Za-z0-9_-]{8,}\.[A-Za-z0-9_-]*", ("eyJ",), check=_check_jwt, prefer="re"),
-    _Rule("generic_secret", _GENERIC_NAMES + _ASSIGN + _VALUE, (), groups=(1, 2, 3), check=_check_generic),
+    _Rule(
+        "generic_secret",
+        _GENERIC_NAMES + _ASSIGN + _VALUE,
+        (),
+        ("passw", "passphrase", "secret", "token", "key", "credential"),
+        groups=(1, 2, 3),
+        check=_check_generic,
+    ),
     _Rule(
         "generic_secret",
         r"(?i:bearer)[ \t]+([A-Za-z0-9._~+/-]{16,512}=*)",
-        ("earer", "EARER"),
+        (),
+        ("bearer",),
         groups=(1,),
         check=_check_generic,
     ),
@@ -186,8 +206,6 @@ _RULES: tuple[_Rule, ...] = (
         prefer="re",
     ),
 )
-# Lower-cased keywords that must occur for the name=value rule to have anything to find.
-_GENERIC_KEYWORDS = ("passw", "passphrase", "secret", "token", "key", "credential")
 
 
 class SecretScanner:
@@ -214,20 +232,26 @@ class SecretScanner:
             for rule in _RULES
             if rule.kind in wanted
         ]
+        literals = sorted({re.escape(literal) for rule, _ in self._rules for literal in rule.literals})
+        self._literals = re.compile("|".join(literals) or "(?!)")
+        self._keywords = sorted({keyword for rule, _ in self._rules for keyword in rule.keywords})
         extra_engine = resolve_engine(engine)
         self._extras = [_compile_extra(kind, source, extra_engine) for kind, source in (extra_patterns or {}).items()]
 
     def scan(self, text: str) -> list[Finding]:
         """Return the credentials found in `text`."""
+        if not self._extras and (len(text) < _SHORTEST or (len(text) <= 4096 and not self._is_triggered(text))):
+            return []  # most strings in a payload are short and hold none of the rules' literals
         scan = ScanText(text)
         lowered: str | None = None
         found: list[Finding] = []
         for rule, pattern in self._rules:
-            if pattern.engine == "re":
-                # Cheap literal checks spare stdlib `re` the patterns it scans slowly.
+            if rule.literals and not any(literal in text for literal in rule.literals):
+                continue
+            if rule.keywords:
                 if lowered is None:
                     lowered = text.lower()
-                if not _may_match(rule, text, lowered):
+                if not any(keyword in lowered for keyword in rule.keywords):
                     continue
             for start, end in pattern.spans(scan, rule.groups):
                 span = rule.check(text, start, end) if rule.check else (start, end)
@@ -240,11 +264,11 @@ class SecretScanner:
                     found.append(Finding(kind, start, end))
         return merge_findings(found, _RANK) if found else found
 
-
-def _may_match(rule: _Rule, text: str, lowered: str) -> bool:
-    if rule.literals:
-        return any(literal in text for literal in rule.literals)
-    return any(keyword in lowered for keyword in _GENERIC_KEYWORDS)
+    def _is_triggered(self, text: str) -> bool:
+        if self._literals.search(text):
+            return True
+        lowered = text.lower()
+        return any(keyword in lowered for keyword in self._keywords)
 
 
 def _compile_extra(kind: str, source: str, engine: Engine) -> tuple[str, Any, int]:

@@ -7,13 +7,13 @@ roots) and sends what it forwards to the client (results, server-initiated reque
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
 from mcp import MCPError
 
-from mcp_interceptors.executor import ChainResult
+from mcp_interceptors.gateway.recording import CallRecord, Leg
 from mcp_interceptors.invoker import Chain, chain_error
 from mcp_interceptors.planning import direction_for
 from mcp_interceptors.protocol.events import CLIENT_INITIATED_EVENTS, SERVER_INITIATED_EVENTS, Phase
@@ -21,8 +21,6 @@ from mcp_interceptors.protocol.invoke import InvocationContext
 
 #: The lifecycle events the gateway governs (spec §1.2 table, minus `llm/completion`).
 GOVERNED_EVENTS = CLIENT_INITIATED_EVENTS | SERVER_INITIATED_EVENTS
-#: Receives a finished chain, for the audit trail; its exceptions never affect the decision.
-ChainObserver = Callable[[ChainResult, InvocationContext, Any], Awaitable[None]]
 
 
 @dataclass
@@ -32,7 +30,6 @@ class Governor:
     chain: Chain
     deadline_ms: float | None = None
     include_details: bool = False
-    observer: ChainObserver | None = None
     config: Mapping[str, Mapping[str, Any]] | None = None
 
     def is_governed(self, event: str, phase: Phase) -> bool:
@@ -42,30 +39,46 @@ class Governor:
         return bool(self.chain.plan(event, phase, direction=direction_for("server", event, phase)).steps)
 
     async def govern_request(
-        self, event: str, params: Mapping[str, Any] | None, context: InvocationContext
+        self,
+        event: str,
+        params: Mapping[str, Any] | None,
+        context: InvocationContext,
+        record: CallRecord | None = None,
     ) -> dict[str, Any] | None:
-        """Run the request chain on `{method, params}`; returns the governed params (`_meta` kept aside)."""
-        if not self.is_governed(event, "request"):
-            return dict(params) if params is not None else None
+        """Run the request chain on `{method, params}`; returns the governed params (`_meta` kept aside).
+
+        With a `record`, the approved leg waits there for its dispatch; a denial is recorded at once.
+        """
         body = dict(params) if params is not None else {}
         meta = body.pop("_meta", None)
-        governed = await self._run(event, "request", {"method": event, "params": body}, context)
+        payload = {"method": event, "params": body}
+        if not self.is_governed(event, "request"):
+            if record is not None and record.enabled:
+                record.approved_request(Leg(event, "request", None, payload))
+            return dict(params) if params is not None else None
+        governed = await self._run(event, "request", payload, context, record)
         out = governed.get("params") if isinstance(governed, Mapping) else None
         result = dict(out) if isinstance(out, Mapping) else {}
         if meta is not None:
             result["_meta"] = meta
         return result
 
-    async def govern_response(self, event: str, result: dict[str, Any], context: InvocationContext) -> dict[str, Any]:
+    async def govern_response(
+        self, event: str, result: dict[str, Any], context: InvocationContext, record: CallRecord | None = None
+    ) -> dict[str, Any]:
         """Run the response chain on a success result (errors are never intercepted)."""
         if not self.is_governed(event, "response"):
+            if record is not None and record.enabled:
+                await record.answered(Leg(event, "response", None, result), result)
             return result
-        governed = await self._run(event, "response", result, context)
+        governed = await self._run(event, "response", result, context, record)
         if not isinstance(governed, Mapping):
             raise MCPError(-32603, "Interceptor chain produced a non-object result", {"event": event})
         return dict(governed)
 
-    async def _run(self, event: str, phase: Phase, payload: Any, context: InvocationContext) -> Any:
+    async def _run(
+        self, event: str, phase: Phase, payload: Any, context: InvocationContext, record: CallRecord | None
+    ) -> Any:
         result = await self.chain.execute(
             event,
             phase,
@@ -75,8 +88,14 @@ class Governor:
             timeout_ms=self.deadline_ms,
             config=self.config,
         )
-        if self.observer is not None:
-            await self.observer(result, context, payload)
+        leg = Leg(event, phase, result, payload)
         if not result.allowed:
+            if record is not None:
+                await record.denied(leg)
             raise chain_error(result, include_details=self.include_details)
+        if record is not None:
+            if phase == "request":
+                record.approved_request(leg)
+            else:
+                await record.answered(leg, result.final_payload)
         return result.final_payload

@@ -11,9 +11,9 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Mapping
-from contextlib import AsyncExitStack
 from functools import partial
-from typing import Any
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
 import anyio
 import anyio.abc
@@ -38,10 +38,14 @@ from pydantic import ConfigDict, ValidationError
 from mcp_interceptors.executor import Call
 from mcp_interceptors.gateway.bridge import Bridges
 from mcp_interceptors.gateway.config import GatewayConfig
-from mcp_interceptors.gateway.legs import ChainObserver, Governor
+from mcp_interceptors.gateway.legs import Governor
+from mcp_interceptors.gateway.recording import CallRecord
 from mcp_interceptors.gateway.session import DownstreamSession, Era
 from mcp_interceptors.gateway.upstream import UpstreamConnection, UpstreamUnavailableError
 from mcp_interceptors.host import parse_invoke_params
+
+if TYPE_CHECKING:
+    from mcp_interceptors.audit import AuditWriter
 from mcp_interceptors.invoker import Chain
 from mcp_interceptors.planning import direction_for
 from mcp_interceptors.protocol.chain import ChainExecutionParams
@@ -106,14 +110,13 @@ class ServerSessionDownstream:
 class Gateway:
     """Fronts the configured upstreams and enforces the chain on every governed message."""
 
-    def __init__(self, config: GatewayConfig, chain: Chain, *, observer: ChainObserver | None = None) -> None:
+    def __init__(self, config: GatewayConfig, chain: Chain, *, audit_writer: AuditWriter | None = None) -> None:
         self.config = config
         self.chain = chain
         self.governor = Governor(
             chain,
             deadline_ms=config.chain.deadline_ms,
             include_details=config.chain.include_error_details,
-            observer=observer,
             config=config.interceptors.config or None,
         )
         self.prefixes = {name: config.prefix_for(name) for name in config.upstreams}
@@ -121,17 +124,25 @@ class Gateway:
         self.sessions: dict[str, DownstreamSession] = {}
         self.bus = InMemorySubscriptionBus()
         self.bridges = Bridges()
+        self.audit_writer = audit_writer
         self.server: Server[Any] = Server(config.name, on_subscriptions_listen=ListenHandler(self.bus))
         self.server.middleware.append(self.middleware)
         self._register_host_methods()
         self._tg: anyio.abc.TaskGroup | None = None
-        self.stack = AsyncExitStack()
 
     # ------------------------------------------------------------------ lifecycle
+
+    def new_record(self, context: InvocationContext) -> CallRecord:
+        """The audit record of one call (inert when auditing is off)."""
+        if self.audit_writer is None:
+            return CallRecord(None, context, call_id="")
+        return CallRecord(self.audit_writer, context)
 
     async def start(self, tg: anyio.abc.TaskGroup) -> None:
         """Connect every upstream (failing with a clear error if one cannot start) and check collisions."""
         self._tg = tg
+        if self.audit_writer is None and self.config.audit.enabled:
+            self.audit_writer = await start_audit_writer(self.config, tg)
         for name, upstream_config in self.config.upstreams.items():
             conn = UpstreamConnection(
                 name,
@@ -383,6 +394,29 @@ class Gateway:
             interceptors=parsed.interceptors,
         )
         return result.to_wire()
+
+
+def audit_store_location(config: GatewayConfig) -> str:
+    """The store URL or path; a relative path is relative to the config file, and its folder is created."""
+    target = config.audit.store
+    if "://" in target:
+        return target
+    path = Path(target)
+    if config.base_dir is not None and not path.is_absolute():
+        path = Path(config.base_dir) / path
+    path.parent.mkdir(parents=True, exist_ok=True)
+    return str(path)
+
+
+async def start_audit_writer(config: GatewayConfig, tg: anyio.abc.TaskGroup) -> AuditWriter:
+    """Open the configured store and key and run the writer in `tg` (cancelling `tg` flushes it)."""
+    from mcp_interceptors.audit import AuditWriter, load_or_create_key, open_store
+
+    store = open_store(audit_store_location(config))
+    key = load_or_create_key(Path(config.audit.key_file)) if config.audit.key_file else load_or_create_key()
+    writer = AuditWriter(store, key)
+    await tg.start(writer.run)
+    return writer
 
 
 def _principal() -> Principal | None:

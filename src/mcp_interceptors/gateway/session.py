@@ -17,6 +17,7 @@ from mcp import MCPError
 from mcp_types.methods import CACHEABLE_METHODS
 
 from mcp_interceptors.gateway.legs import GOVERNED_EVENTS
+from mcp_interceptors.gateway.recording import RECEIPT_META_KEY, CallRecord, Leg, receipt_meta
 from mcp_interceptors.gateway.routing import CALLS, LISTS, Catalog, Route, advertised_keys, build_catalog
 from mcp_interceptors.gateway.upstream import UpstreamConnection
 from mcp_interceptors.protocol.invoke import InvocationContext, Principal
@@ -123,22 +124,40 @@ class DownstreamSession:
     async def _list(self, method: str, params: dict[str, Any] | None, request_id: Any) -> dict[str, Any]:
         """A listing, governed per upstream (so `context.server` names the owner of every item)."""
         governor = self.gateway.governor
-        params = await governor.govern_request(method, params, self.context(None, request_id))
+        record = self.gateway.new_record(self.context(None, request_id))
+        params = await governor.govern_request(method, params, record.context, record)
         conns = await self.connections()
         cursor = (params or {}).get("cursor")
-        if len(conns) == 1:
-            name, conn = next(iter(conns.items()))
-            result = await conn.request(method, params)
-            result = self._expose_single(method, name, result, first_page=cursor is None)
-            result = await governor.govern_response(method, result, self.context(name, request_id))
-        else:
-            result = await self._merged_listing(method, request_id)
+        sent = {"method": method, "params": _without_meta(params)}
+        await record.dispatched(executed=sent, intent=sent)
+        try:
+            if len(conns) == 1:
+                name, conn = next(iter(conns.items()))
+                result = await conn.request(method, params)
+                result = self._expose_single(method, name, result, first_page=cursor is None)
+                result = await governor.govern_response(method, result, self.context(name, request_id), record)
+            else:
+                result = await self._merged_listing(method, request_id, record)
+        except MCPError as exc:
+            await record.failed(method, exc.code, exc.message)
+            await record.settle()
+            raise
         keys = advertised_keys(method, result)
         if cursor is None or method not in self.advertised:
             self.advertised[method] = keys
         else:
             self.advertised[method] |= keys
-        return result
+        return await self._settled(result, record)
+
+    async def _settled(self, result: dict[str, Any], record: CallRecord) -> dict[str, Any]:
+        """Wait for the call's records to be durable; an opted-in client gets its receipt in `_meta`."""
+        if not record.enabled:
+            return result
+        receipts = await record.settle()
+        meta = receipt_meta(receipts) if self.gateway.config.audit.receipts else None
+        if meta is None:
+            return result
+        return {**result, "_meta": {**(result.get("_meta") or {}), RECEIPT_META_KEY: meta}}
 
     def _expose_single(self, method: str, upstream: str, result: dict[str, Any], *, first_page: bool) -> dict[str, Any]:
         prefix = self.gateway.prefixes.get(upstream, "")
@@ -157,7 +176,7 @@ class DownstreamSession:
             return {**result, items_key: page.items[method]}
         return result
 
-    async def _merged_listing(self, method: str, request_id: Any) -> dict[str, Any]:
+    async def _merged_listing(self, method: str, request_id: Any, record: CallRecord) -> dict[str, Any]:
         """Every page from every upstream, exposed under prefixes, each upstream's part governed on its own."""
         catalog = await self.refresh_catalog(methods=(method,))
         items_key, key = LISTS[method]
@@ -166,7 +185,7 @@ class DownstreamSession:
         for upstream in await self.connections():
             mine = [item for item in catalog.listing(method) if routes[item[key]].upstream == upstream]
             result = await self.gateway.governor.govern_response(
-                method, {items_key: mine}, self.context(upstream, request_id)
+                method, {items_key: mine}, self.context(upstream, request_id), record.for_server(upstream)
             )
             governed.extend(item for item in result.get(items_key) or [] if isinstance(item, dict))
         return {items_key: governed}
@@ -199,9 +218,10 @@ class DownstreamSession:
         governor = self.gateway.governor
         route = await self._route(method, params)
         context = self.context(route.upstream, request_id)
+        record = self.gateway.new_record(context)
         if method == "tools/call":
-            await self._govern_input_responses(params, context)
-        params = await governor.govern_request(method, params, context)
+            await self._govern_input_responses(params, context, record)
+        params = await governor.govern_request(method, params, context, record)
         route = await self._route(method, params, check=True)  # policy runs on the final payload
         conns = await self.connections()
         upstream_params = dict(params or {})
@@ -210,18 +230,45 @@ class DownstreamSession:
             upstream_params["name"] = route.name
         conn = conns[route.upstream]
         relay = _relay(downstream, params)
+        sent = {"method": method, "params": _without_meta(upstream_params)}
+        approved = {
+            "method": method,
+            "params": {**_without_meta(params), **({key: route.name} if key == "name" else {})},
+        }
+        await record.dispatched(executed=sent, intent=approved)
+        try:
+            result = await self._forward(conn, method, upstream_params, context, downstream, relay, record)
+        except MCPError as exc:
+            await record.failed(method, exc.code, exc.message)
+            await record.settle()
+            raise
+        return await self._settled(result, record)
+
+    async def _forward(
+        self,
+        conn: UpstreamConnection,
+        method: str,
+        upstream_params: dict[str, Any],
+        context: InvocationContext,
+        downstream: Downstream,
+        relay: Callable[..., Awaitable[None]] | None,
+        record: CallRecord,
+    ) -> dict[str, Any]:
+        """Send the call and govern what comes back, including `input_required` rounds."""
+        governor = self.gateway.governor
         if self.era == "2026-07-28" and conn.era == "legacy":
             result = await self._bridged_call(conn, method, upstream_params, context)
         else:
             result = await conn.request(method, upstream_params, on_progress=relay)
         for _ in range(MAX_INPUT_ROUNDS):
             if result.get("resultType") != "input_required":
-                return await governor.govern_response(method, result, context)
-            governed = await self._govern_input_requests(result, context)
+                return await governor.govern_response(method, result, context, record)
+            governed = await self._govern_input_requests(result, context, record)
             if self.era != "legacy":
+                await record.answered(Leg(method, "response", None, result), governed)
                 return governed  # a 2026-07-28 client answers and retries itself
             # Bridge: a handshake-era client gets the embedded requests as ordinary server requests.
-            answers = await self._ask_client(governed.get("inputRequests") or {}, downstream, context)
+            answers = await self._ask_client(governed.get("inputRequests") or {}, downstream, context, record)
             retry = {**upstream_params, "inputResponses": answers, "requestState": result.get("requestState")}
             result = await conn.request(method, retry, on_progress=relay)
         raise MCPError(-32603, f"{method}: upstream asked for input more than {MAX_INPUT_ROUNDS} times")
@@ -241,14 +288,14 @@ class DownstreamSession:
         return await bridged.next_reply()
 
     async def _ask_client(
-        self, requests: Mapping[str, Any], downstream: Downstream, context: InvocationContext
+        self, requests: Mapping[str, Any], downstream: Downstream, context: InvocationContext, record: CallRecord
     ) -> dict[str, Any]:
         answers: dict[str, Any] = {}
         for key, request in requests.items():
             method, params = request.get("method"), request.get("params")
             answer = await downstream.request(method, params)
             if method in GOVERNED_EVENTS:
-                answer = await self.gateway.governor.govern_response(method, answer, context)
+                answer = await self.gateway.governor.govern_response(method, answer, context, record.embedded())
             answers[key] = answer
         return answers
 
@@ -303,7 +350,9 @@ class DownstreamSession:
             return await self._route("prompts/get", {"name": ref.get("name")}, check=True)
         return await self._route("resources/read", {"uri": ref.get("uri")}, check=True)
 
-    async def _govern_input_requests(self, result: dict[str, Any], context: InvocationContext) -> dict[str, Any]:
+    async def _govern_input_requests(
+        self, result: dict[str, Any], context: InvocationContext, record: CallRecord
+    ) -> dict[str, Any]:
         """2026-07-28: each embedded sampling/elicitation/roots request runs its own request chain."""
         requests = result.get("inputRequests")
         if not isinstance(requests, Mapping):
@@ -312,13 +361,18 @@ class DownstreamSession:
         for key, request in requests.items():
             method = request.get("method") if isinstance(request, Mapping) else None
             if isinstance(method, str) and method in GOVERNED_EVENTS:
-                params = await self.gateway.governor.govern_request(method, request.get("params"), context)
+                embedded = record.embedded()
+                params = await self.gateway.governor.govern_request(method, request.get("params"), context, embedded)
+                sent = {"method": method, "params": _without_meta(params)}
+                await embedded.dispatched(executed=sent, intent=sent)
                 governed[key] = {**request, "params": params}
             else:
                 governed[key] = request
         return {**result, "inputRequests": governed}
 
-    async def _govern_input_responses(self, params: dict[str, Any] | None, context: InvocationContext) -> None:
+    async def _govern_input_responses(
+        self, params: dict[str, Any] | None, context: InvocationContext, record: CallRecord
+    ) -> None:
         """2026-07-28 retry: the client's answers run the response chain of the request they answer."""
         responses = (params or {}).get("inputResponses")
         if not isinstance(responses, dict):
@@ -326,7 +380,7 @@ class DownstreamSession:
         for key, value in list(responses.items()):
             method = input_response_method(value)
             if method is not None and isinstance(value, dict):
-                responses[key] = await self.gateway.governor.govern_response(method, value, context)
+                responses[key] = await self.gateway.governor.govern_response(method, value, context, record.embedded())
 
     async def _broadcast(self, method: str, params: dict[str, Any] | None) -> dict[str, Any]:
         conns = await self.connections()
@@ -352,14 +406,23 @@ class DownstreamSession:
         """A server-initiated request (handshake era): govern, ask the client, govern the answer."""
         context = self.context(upstream)
         governor = self.gateway.governor
+        record = self.gateway.new_record(context)
         if method in GOVERNED_EVENTS:
-            params = await governor.govern_request(method, params, context)
+            params = await governor.govern_request(method, params, context, record)
+            sent = {"method": method, "params": _without_meta(params)}
+            await record.dispatched(executed=sent, intent=sent)
         target = self.inflight[-1] if self.inflight else self.standalone
         if target is None:
             raise MCPError(INVALID_REQUEST, "no downstream client is connected to answer " + method)
-        result = await target.request(method, params)
+        try:
+            result = await target.request(method, params)
+        except MCPError as exc:
+            await record.failed(method, exc.code, exc.message)
+            await record.settle()
+            raise
         if method in GOVERNED_EVENTS:
-            result = await governor.govern_response(method, result, context)
+            result = await governor.govern_response(method, result, context, record)
+        await record.settle()
         return result
 
     async def upstream_notification(self, upstream: str, method: str, params: dict[str, Any] | None) -> None:
@@ -379,6 +442,10 @@ class DownstreamSession:
             return
         for conn in (await self.connections()).values():
             await conn.notify(method, params)
+
+
+def _without_meta(params: Mapping[str, Any] | None) -> dict[str, Any]:
+    return {k: v for k, v in (params or {}).items() if k != "_meta"}
 
 
 def _relay(downstream: Downstream, params: Mapping[str, Any] | None) -> Callable[..., Awaitable[None]] | None:

@@ -183,8 +183,7 @@ class UpstreamConnection:
                             CONNECTION_CLOSED, f"upstream {self.name!r} failed to start: {self._last_error}"
                         ) from exc
                 finally:
-                    self._dispatcher = None
-                    self._connected = anyio.Event()
+                    self._mark_down()
                 if self._closed:
                     break
                 logger.warning("upstream %r: %s; reconnecting in %.1fs", self.name, self._last_error, delay)
@@ -207,6 +206,7 @@ class UpstreamConnection:
                     tg.start_soon(self._listen)
                 on_ready()
                 await ended.wait()
+                self._mark_down()  # before the transport's teardown: new requests wait for the reconnect
                 tg.cancel_scope.cancel()
 
     async def _pump(
@@ -241,6 +241,12 @@ class UpstreamConnection:
             )
         except MCPError as exc:
             logger.info("upstream %r: subscriptions/listen ended: %s", self.name, exc.message)
+
+    def _mark_down(self) -> None:
+        """Forget the dead dispatcher; requests from now on wait for the next connection."""
+        self._dispatcher = None
+        if self._connected.is_set():  # replace only a spent event: waiters on an unset one stay valid
+            self._connected = anyio.Event()
 
     def close(self) -> None:
         self._closed = True
@@ -358,7 +364,9 @@ class UpstreamConnection:
         try:
             return await dispatcher.send_raw_request(method, body or None, opts)
         except MCPError as exc:
-            if exc.code == CONNECTION_CLOSED:
+            if _is_local_close(exc):  # not an upstream's own -32000 error, which passes through
+                if self._dispatcher is dispatcher:
+                    self._mark_down()
                 raise UpstreamUnavailableError(
                     CONNECTION_CLOSED, f"upstream {self.name!r} closed the connection", {"upstream": self.name}
                 ) from None
@@ -405,3 +413,8 @@ class UpstreamConnection:
         if method in ("notifications/progress", "notifications/cancelled") or self.on_notify is None:
             return
         await self.on_notify(method, dict(params) if params is not None else None)
+
+
+def _is_local_close(exc: MCPError) -> bool:
+    """The dispatcher's own "connection closed" outcome (an upstream may use -32000 for anything)."""
+    return exc.code == CONNECTION_CLOSED and exc.message == "Connection closed" and exc.data is None

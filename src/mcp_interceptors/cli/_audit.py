@@ -1,0 +1,98 @@
+"""`audit tail|show|verify|export|keys`: read and check the gateway's signed audit trail.
+
+The store defaults to the one in `--config FILE` (its `audit.store`), else `.audit/audit.db`.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+from typing import Any
+
+from mcp_interceptors.audit import DEFAULT_KEY_PATH, commands
+from mcp_interceptors.cli._common import CommandError
+
+
+def register(subcommands: Any) -> None:
+    audit = subcommands.add_parser("audit", help="read and verify the signed audit trail")
+    actions = audit.add_subparsers(dest="action", required=True, metavar="ACTION")
+
+    def common(parser: argparse.ArgumentParser) -> None:
+        parser.add_argument("--store", help="SQLite path or postgresql:// URL (default: from --config)")
+        parser.add_argument("--config", "-c", metavar="FILE", help="take the store and key file from gateway.yaml")
+        parser.add_argument("--key-file", type=Path, help=f"signing key file (default {DEFAULT_KEY_PATH})")
+
+    tail = actions.add_parser("tail", help="print the newest records")
+    common(tail)
+    tail.add_argument("-n", type=int, default=20, help="how many records")
+    tail.add_argument("--follow", "-f", action="store_true", help="keep printing new records")
+    tail.add_argument("--json", action="store_true", help="one JSON record per line")
+    tail.set_defaults(handler=run_tail)
+
+    show = actions.add_parser("show", help="print one record and its compound receipt")
+    common(show)
+    show.add_argument("record_id", metavar="ID")
+    show.set_defaults(handler=run_show)
+
+    verify = actions.add_parser("verify", help="check every hash link and signature; name the first bad record")
+    common(verify)
+    verify.add_argument("--trust", action="append", type=Path, default=[], help="trusted public keys (JSONL)")
+    verify.set_defaults(handler=run_verify)
+
+    export = actions.add_parser("export", help="write the records and receipts as JSON lines")
+    common(export)
+    export.add_argument("--jsonl", action="store_true", default=True, help="JSON lines (the only format)")
+    export.set_defaults(handler=run_export)
+
+    keys = actions.add_parser("keys", help="show, export or rotate the signing key")
+    common(keys)
+    keys.add_argument("--rotate", action="store_true", help="generate a new key endorsed by the old one")
+    keys.add_argument("--export", action="store_true", help="print trust anchors as JSON lines")
+    keys.set_defaults(handler=run_keys)
+
+
+def _locations(args: argparse.Namespace) -> tuple[str, Path]:
+    store: str | None = args.store
+    key_file: Path | None = args.key_file
+    if args.config:
+        from mcp_interceptors.gateway.config import ConfigError, load_config
+        from mcp_interceptors.gateway.server import audit_store_location
+
+        try:
+            config = load_config(args.config)
+        except ConfigError as exc:
+            raise CommandError(str(exc), 2) from None
+        store = store or audit_store_location(config)
+        if key_file is None and config.audit.key_file:
+            key_file = Path(config.audit.key_file)
+    return store or ".audit/audit.db", key_file or DEFAULT_KEY_PATH
+
+
+def run_tail(args: argparse.Namespace) -> int:
+    store, _ = _locations(args)
+    try:
+        return commands.tail(store, sys.stdout, limit=args.n, follow=args.follow, as_json=args.json)
+    except KeyboardInterrupt:
+        return 0
+
+
+def run_show(args: argparse.Namespace) -> int:
+    store, _ = _locations(args)
+    return commands.show(store, args.record_id, sys.stdout)
+
+
+def run_verify(args: argparse.Namespace) -> int:
+    store, key_file = _locations(args)
+    return commands.verify(store, sys.stdout, trusted_keys=args.trust, key_path=key_file)
+
+
+def run_export(args: argparse.Namespace) -> int:
+    store, _ = _locations(args)
+    return commands.export_jsonl(store, sys.stdout)
+
+
+def run_keys(args: argparse.Namespace) -> int:
+    store, key_file = _locations(args)
+    target = store if (args.store or args.config) else None
+    return commands.keys(target, sys.stdout, key_path=key_file, rotate=args.rotate, export=args.export)

@@ -1,0 +1,173 @@
+"""Turn the gateway's chain results into audit records: one per governed leg, linked per call.
+
+A `CallRecord` follows one call: its request leg is recorded once the payload is dispatched (so
+intent and executed payloads can be compared), its response leg once the client's answer is
+settled; a denial or an upstream error closes the call. `settle()` waits until every record of the
+call is durable, so a client never sees a reply whose record could still be lost.
+"""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from typing import TYPE_CHECKING, Any
+
+from mcp_interceptors.executor import ChainResult
+from mcp_interceptors.planning import direction_for
+from mcp_interceptors.protocol.events import Phase
+from mcp_interceptors.protocol.invoke import InvocationContext
+from mcp_interceptors.protocol.results import MutationResult, ValidationResult
+
+if TYPE_CHECKING:
+    from mcp_interceptors.audit import AuditReceipt, AuditWriter, PendingRecord
+
+#: Where an opted-in client finds its receipt in a result's `_meta`.
+RECEIPT_META_KEY = "io.github.mcp-interceptors/receipt"
+
+
+def interceptor_entries(result: ChainResult, payload_in: Any) -> list[dict[str, Any]]:
+    """Per-interceptor audit entries; mutators carry the payload before and after (the record keeps a diff)."""
+    entries: list[dict[str, Any]] = []
+    current = payload_in
+    for item in result.results:
+        entry: dict[str, Any] = {
+            "name": item.interceptor,
+            "type": item.type,
+            "mode": item.mode or "active",
+            "duration_ms": item.duration_ms,
+        }
+        if isinstance(item, ValidationResult):
+            entry["valid"] = item.valid
+            entry["severity"] = item.severity
+            if item.messages:
+                entry["messages"] = [m.to_wire() for m in item.messages]
+        elif isinstance(item, MutationResult):
+            entry["modified"] = item.modified
+            entry["payload_before"] = current
+            entry["payload_after"] = item.payload
+            if item.mode != "audit" and item.modified:
+                current = item.payload
+        entries.append(entry)
+    for failure in result.failures:
+        entries.append(
+            {
+                "name": failure.interceptor,
+                "mode": failure.mode,
+                "fail_open": failure.fail_open,
+                "error": {"code": failure.code, "reason": failure.reason, "timeout": failure.timeout},
+            }
+        )
+    return entries
+
+
+@dataclass
+class Leg:
+    """One chain run waiting to be recorded."""
+
+    event: str
+    phase: Phase
+    result: ChainResult | None
+    payload_in: Any
+
+
+@dataclass
+class CallRecord:
+    """The audit side of one governed call. All methods are no-ops without a writer."""
+
+    writer: AuditWriter | None
+    context: InvocationContext
+    call_id: str = field(default_factory=lambda: uuid.uuid4().hex)
+    pending: list[PendingRecord] = field(default_factory=list)
+    request: Leg | None = None
+
+    @property
+    def enabled(self) -> bool:
+        return self.writer is not None
+
+    def embedded(self) -> CallRecord:
+        """A record for a request embedded in this call (an input request or its answer), settled with it."""
+        if self.writer is None:
+            return self
+        return CallRecord(self.writer, self.context, pending=self.pending)
+
+    def for_server(self, server: str) -> CallRecord:
+        """The same call, attributed to one upstream (a merged listing's per-upstream response)."""
+        if self.writer is None:
+            return self
+        context = self.context.model_copy(update={"server": server})
+        return CallRecord(self.writer, context, call_id=self.call_id, pending=self.pending, request=self.request)
+
+    async def denied(self, leg: Leg) -> None:
+        """A blocked leg: recorded (closing the call) and made durable before the client hears of it."""
+        await self._submit(leg, intent=None, executed=None, decision="deny")
+        await self.settle()
+
+    def approved_request(self, leg: Leg) -> None:
+        self.request = leg
+
+    async def dispatched(self, executed: Any, intent: Any) -> None:
+        """The approved request went out: record intent (translated to the upstream) and what was sent."""
+        if self.request is not None:
+            await self._submit(self.request, intent=intent, executed=executed, decision="allow")
+
+    async def answered(self, leg: Leg, final: Any) -> None:
+        await self._submit(leg, intent=final, executed=final, decision="allow")
+
+    async def failed(self, event: str, code: int, message: str) -> None:
+        """The upstream failed after the request was allowed: an error record closes the call."""
+        leg = Leg(event=event, phase="response", result=None, payload_in=None)
+        await self._submit(leg, intent=None, executed=None, decision="error", error={"code": code, "message": message})
+
+    async def settle(self) -> list[AuditReceipt]:
+        """Wait until every record of this call is durable; returns their receipts."""
+        receipts = [await pending.wait() for pending in self.pending]
+        self.pending.clear()
+        return receipts
+
+    async def _submit(
+        self,
+        leg: Leg,
+        *,
+        intent: Any,
+        executed: Any,
+        decision: str,
+        error: Mapping[str, Any] | None = None,
+    ) -> None:
+        if self.writer is None:
+            return
+        from mcp_interceptors.audit import DecisionInput
+
+        result = leg.result
+        status = result.status if result is not None else ("upstream_error" if decision == "error" else "success")
+        principal = self.context.principal.to_wire() if self.context.principal is not None else None
+        decision_input = DecisionInput(
+            timestamp=datetime.now(UTC),
+            event=leg.event,
+            phase=leg.phase,
+            direction=result.direction if result is not None else direction_for("server", leg.event, leg.phase),
+            decision=decision,  # type: ignore[arg-type]
+            status=status,
+            session_id=self.context.session_id,
+            principal=principal,
+            server=self.context.server,
+            call_id=self.call_id,
+            interceptors=interceptor_entries(result, leg.payload_in) if result is not None else (),
+            intent_payload=intent,
+            executed_payload=executed,
+            error=error,
+        )
+        self.pending.append(await self.writer.submit(decision_input))
+
+
+def receipt_meta(receipts: list[AuditReceipt]) -> dict[str, Any] | None:
+    """The `_meta` entry an opted-in client gets: the records' ids and signatures, and the call's receipt."""
+    if not receipts:
+        return None
+    records = [{"id": r.id, "hash": r.hash, "signature": r.signature, "keyId": r.key_id} for r in receipts]
+    compound = next((r.compound for r in reversed(receipts) if r.compound is not None), None)
+    meta: dict[str, Any] = {"records": records}
+    if compound is not None:
+        meta["receipt"] = compound.to_dict()
+    return meta

@@ -89,6 +89,12 @@ def test_pii_on_1mb_documents(large_docs: list[dict[str, Any]]) -> None:
     _assert_scores(corpus_score.score(large_docs, PiiScanner().scan, PII_KINDS), PII_KINDS)
 
 
+def test_both_scanners_on_a_1mb_typical_document() -> None:
+    docs = [generate.build_typical()]
+    _assert_scores(corpus_score.score(docs, SecretScanner().scan, SECRET_KINDS), SECRET_KINDS)
+    _assert_scores(corpus_score.score(docs, PiiScanner().scan, PII_KINDS), PII_KINDS)
+
+
 def test_1mb_documents_find_what_their_parts_find(large_docs: list[dict[str, Any]]) -> None:
     """No recall loss with size: the whole document yields exactly the findings of its lines."""
     scanner = PiiScanner()

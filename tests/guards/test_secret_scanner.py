@@ -82,6 +82,8 @@ POSITIVES = [
     ('{"api_key": "4f9a8b7c6d5e4f3a2b1c0d9e8f7a6b5c"}', "generic_secret", "4f9a8b7c6d5e4f3a2b1c0d9e8f7a6b5c"),
     ("client_secret: 'q8W#e7R$t6Y%u5'", "generic_secret", "q8W#e7R$t6Y%u5"),
     ('{\\"token\\": \\"Zr8vQ2pLx9aB3cD4\\"}', "generic_secret", "Zr8vQ2pLx9aB3cD4"),  # JSON inside JSON
+    ('"api_token":"Zr8vQ2pLx9aB3cD4', "generic_secret", "Zr8vQ2pLx9aB3cD4"),  # a line cut before its quote
+    ("--password=Zr8vQ2pLx9aB3cD4", "generic_secret", "Zr8vQ2pLx9aB3cD4"),
     ("Authorization: Bearer Zr8vQ2pLx9aB3cD4eF5gH6", "generic_secret", "Zr8vQ2pLx9aB3cD4eF5gH6"),
     ("DATABASE_URL=postgres://app:Zr8vQ2pLx9@db:5432/app", "generic_secret", "Zr8vQ2pLx9"),
 ]

@@ -144,9 +144,17 @@ class Fakes:
     def email(self) -> str:
         first, last = self.rng.choice(FIRST), self.rng.choice(LAST).replace("ü", "u")
         local = self.rng.choice(
-            (f"{first}.{last}", f"{first}{self.rng.randint(1, 99)}", f"{first[0]}{last}", f"{first}+news")
+            (
+                f"{first}.{last}",
+                f"{first}{self.rng.randint(1, 99)}",
+                f"{first[0]}{last}",
+                f"{first}+news",
+                f"{first.capitalize()}.{last.capitalize()}",
+                f"{first}_{last}-{self.rng.randint(1, 9)}",
+            )
         )
-        return f"{local}@{self.rng.choice(EMAIL_DOMAINS)}"
+        domain = self.rng.choice(EMAIL_DOMAINS)
+        return f"{local}@{domain.upper() if self.rng.random() < 0.1 else domain}"
 
     def phone(self) -> str:
         rng = self.rng
@@ -165,6 +173,14 @@ class Fakes:
             (f"+49 89 12345{tail}", None),
             (f"01 99 00 {tail} {rng.randint(0, 99):02d}", "FR"),
             (f"+33 1 99 00 {tail} {rng.randint(0, 99):02d}", None),
+            # Formats the scanner was not first written for, kept to measure what it misses:
+            (f"{area} 555 01{tail}", "US"),
+            (f"+1.{area}.555.01{tail}", None),
+            (f"(020) 7946 0{rng.randint(0, 999):03d}", "GB"),
+            (f"+44 (0) 20 7946 0{rng.randint(0, 999):03d}", None),
+            (f"+33 (0)1 99 00 {tail} {rng.randint(0, 99):02d}", None),
+            (f"0049 30 12345{tail}", "DE"),
+            (f"+1{area}55501{tail}", None),
         )
         value, region = rng.choice(choices)
         assert phonenumbers.is_valid_number(phonenumbers.parse(value, region)), value
@@ -177,6 +193,9 @@ class Fakes:
             prefix, length = self.rng.choice((("400000", 16), ("555555", 16), ("378282", 15), ("601100", 16)))
             digits = luhn_complete(prefix, length, self.rng)
         style = self.rng.choice(("plain", "space", "dash"))
+        if len(digits) == 15 and style != "plain":  # Amex prints 4-6-5
+            sep = " " if style == "space" else "-"
+            return sep.join((digits[:4], digits[4:10], digits[10:]))
         if style == "plain" or len(digits) != 16:
             return digits
         return group4(digits) if style == "space" else "-".join(digits[i : i + 4] for i in range(0, 16, 4))
@@ -210,6 +229,8 @@ class Fakes:
                 f"2001:db8::{rng.randint(1, 0xFFFF):x}",
                 f"2001:db8:{rng.randint(1, 0xFFFF):x}:{rng.randint(1, 0xFFFF):x}::{rng.randint(1, 0xFF):x}",
                 f"fe80::{rng.randint(1, 0xFFFF):x}:{rng.randint(1, 0xFFFF):x}",
+                f"2001:db8:0:0:{rng.randint(1, 0xFFFF):x}:0:0:{rng.randint(1, 0xFFFF):x}",
+                f"::ffff:192.0.2.{rng.randint(1, 254)}",
             )
         )
 

@@ -106,6 +106,9 @@ def env_file(d: Doc) -> None:
         ("SLACK_WEBHOOK_URL=", "slack_webhook", fk.slack_webhook),
         ("GOOGLE_MAPS_API_KEY=", "google_api_key", fk.google_api_key),
         ("DB_PASSWORD=", "generic_secret", fk.generic_value),
+        ("DB_PASSWORD = ", "generic_secret", fk.generic_value),
+        ('"api_token":"', "generic_secret", fk.generic_value),
+        ("--password=", "generic_secret", fk.generic_value),
         ("SESSION_SECRET=", "generic_secret", fk.generic_value),
         ("ADMIN_EMAIL=", "email", fk.email),
         ("SUPPORT_PHONE=", "phone", fk.phone),
@@ -123,7 +126,7 @@ def env_file(d: Doc) -> None:
         d.add(prefix)
         if kind and make:
             d.plant(kind, make())
-        d.add("\n")
+        d.add('"\n' if prefix.endswith('"') else "\n")
     d.add("DATABASE_URL=postgres://app:")
     d.plant("generic_secret", fk.url_password())
     d.add("@db.internal:5432/app\n")

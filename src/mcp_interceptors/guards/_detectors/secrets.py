@@ -124,7 +124,8 @@ _GENERIC_NAMES = (
     r"(?i:(?:password|passwd|passphrase|secret|token|api[_-]?key|apikey|access[_-]?key|auth[_-]?key"
     r"|credentials?)(?:[_-]?(?:key|token|id|value))?s?)"
 )
-_VALUE = r"""(?:"([^"\\\r\n]{8,256})\\?"|'([^'\r\n]{8,256})'|([^\s"'`,;\\<>(){}\[\]]{8,256}))"""
+# Quoted values may lack their closing quote (a truncated line); unquoted ones stop at blanks/punctuation.
+_VALUE = r"""(?:"([^"\\\r\n]{8,256})|'([^'\r\n]{8,256})'|([^\s"'`,;\\<>(){}\[\]]{8,256}))"""
 
 _RULES: tuple[_Rule, ...] = (
     _Rule(

@@ -73,7 +73,8 @@ class _Settings:
 
 
 def _compile(raw: Mapping[str, Any]) -> _Settings:
-    scanners = [TextScanner(SecretScanner(raw["secret_kinds"], raw["patterns"]), min_length=raw["min_length"])]
+    secrets = SecretScanner(raw["secret_kinds"], raw["patterns"])
+    scanners = [TextScanner(secrets, min_length=raw["min_length"], batchable=not raw["patterns"])]
     if raw["pii_kinds"]:
         scanners.append(TextScanner(PiiScanner(raw["pii_kinds"]), min_length=raw["min_length"]))
     return _Settings(

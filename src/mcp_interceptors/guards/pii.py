@@ -75,7 +75,8 @@ def _scanner(raw: Mapping[str, Any], kinds: Sequence[str]) -> TextScanner | None
             raise ValueError(f"config.backend 'presidio': {exc}") from None
     else:
         scanner = PiiScanner(kinds, raw["phone_regions"], raw["include_private_ips"])
-    return TextScanner(scanner, min_length=MIN_PII_LENGTH, allow=frozenset(raw["allow"]))
+    batchable = raw["backend"] == "builtin"  # Presidio's recognizers are not ours to reason about
+    return TextScanner(scanner, min_length=MIN_PII_LENGTH, allow=frozenset(raw["allow"]), batchable=batchable)
 
 
 def _compile(raw: Mapping[str, Any]) -> _Settings:

@@ -14,7 +14,6 @@ from typing import Any, Protocol
 
 from limits import RateLimitItem, parse_many
 from limits.aio.strategies import MovingWindowRateLimiter as AsyncMovingWindow
-from limits.errors import ConfigurationError
 from limits.storage import MemoryStorage, storage_from_string
 from limits.strategies import MovingWindowRateLimiter
 
@@ -79,13 +78,22 @@ class _MemoryLimiter:
 
 class _RedisLimiter:
     def __init__(self, url: str, key_prefix: str) -> None:
-        if not url.startswith(("redis://", "rediss://", "redis+unix://", "async+redis")):
-            raise ValueError(f"config.redis_url {url!r} must be a redis:// (or rediss://) URL")
-        uri = url if url.startswith("async+") else f"async+{url}"
+        if not url.startswith(("redis://", "rediss://", "unix://")):
+            raise ValueError(f"config.redis_url {url!r} must be a redis:// (or rediss://, unix://) URL")
         try:
-            storage = storage_from_string(uri, implementation="redispy", key_prefix=key_prefix)
-        except ConfigurationError as exc:
-            raise ValueError(f"config.redis_url {url!r}: {exc}") from None
+            import redis.asyncio
+        except ImportError:
+            raise ValueError(
+                "config.redis_url needs the redis package: pip install 'mcp-interceptors[redis]'"
+            ) from None
+        # We own the client (and so its pool), so `aclose` can release its connections.
+        self._client = redis.asyncio.Redis.from_url(url)
+        storage = storage_from_string(
+            "async+redis://",  # the URL is the pool's; limits only picks its Redis storage from the scheme
+            implementation="redispy",
+            key_prefix=key_prefix,
+            connection_pool=self._client.connection_pool,  # type: ignore[arg-type]  # typed for URL options only
+        )
         self._limiter = AsyncMovingWindow(storage)
 
     async def hit(self, item: RateLimitItem, *identifiers: str) -> bool:
@@ -94,6 +102,21 @@ class _RedisLimiter:
     async def reset_in(self, item: RateLimitItem, *identifiers: str) -> float:
         stats = await self._limiter.get_window_stats(item, *identifiers)
         return stats.reset_time - time.time()
+
+    async def aclose(self) -> None:
+        await self._client.aclose(close_connection_pool=True)
+
+
+class RateLimitHost(InterceptorHost):
+    """The rate-limit host; `aclose()` releases its Redis connections (a no-op in memory)."""
+
+    def __init__(self, name: str, limiter: _Limiter) -> None:
+        super().__init__(name, copy_payloads=False)
+        self.limiter = limiter
+
+    async def aclose(self) -> None:
+        if isinstance(self.limiter, _RedisLimiter):
+            await self.limiter.aclose()
 
 
 @dataclass(frozen=True, slots=True)
@@ -201,7 +224,7 @@ def build(name: str, config: Mapping[str, Any]) -> InterceptorHost:
     except ValueError as exc:
         raise ValueError(f"guard {name!r}: {exc}") from None
     guard = RateLimitGuard(settings, limiter)
-    host = InterceptorHost(name, copy_payloads=False)
+    host = RateLimitHost(name, limiter)
     host.validator(
         name, events=raw["events"], phase="request", description=DESCRIPTION, config_schema=SCHEMA.advertised
     )(guard.check)

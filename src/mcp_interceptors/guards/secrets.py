@@ -63,7 +63,8 @@ DESCRIPTION = {
 def _compile(raw: Mapping[str, Any]) -> tuple[TextScanner, Mapping[str, Any]]:
     scanner = SecretScanner(raw["kinds"], raw["extra_patterns"])
     min_length = MIN_SECRET_LENGTH if not raw["extra_patterns"] else 1
-    return TextScanner(scanner, min_length=min_length, allow=frozenset(raw["allow"])), raw
+    batchable = not raw["extra_patterns"]  # a user pattern could span the separator of a joined scan
+    return TextScanner(scanner, min_length=min_length, allow=frozenset(raw["allow"]), batchable=batchable), raw
 
 
 def build(name: str, config: Mapping[str, Any]) -> InterceptorHost:

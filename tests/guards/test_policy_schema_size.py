@@ -1,0 +1,207 @@
+"""tool-policy (globs at discovery and call time, CEL and JSON Schema argument rules), schema-guard (learned
+input/output schemas, 2026-07-28 results) and size-limit (bytes and string lengths per event)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+from guard_support import messages, run_chain, tool_call
+
+from mcp_interceptors import guards
+
+pytestmark = pytest.mark.anyio
+
+POLICY = {
+    "deny": ["delete_*", {"server": "files", "tool": "write_*"}],
+    "arguments": [
+        {"tool": "read_file", "cel": '!args.path.startsWith("/etc/")', "message": "no reading /etc"},
+        {"tool": "read_file", "cel": 'principal.type == "user" || args.path.startsWith("/public/")'},
+        {"tool": "save_note", "schema": {"properties": {"text": {"type": "string", "maxLength": 10}}}},
+    ],
+}
+
+
+# --------------------------------------------------------------------------- tool-policy
+
+
+@pytest.mark.parametrize(
+    ("payload", "context", "denial"),
+    [
+        (tool_call("delete_everything"), {}, "tool 'delete_everything' is not allowed by policy"),
+        (tool_call("notes__delete_everything"), {}, "tool 'notes__delete_everything' on server 'notes' is not allowed"),
+        ({"name": "delete_all", "arguments": {}}, {}, "tool 'delete_all' is not allowed by policy"),
+        (tool_call("write_file"), {"server": "files"}, "tool 'write_file' on server 'files' is not allowed by policy"),
+        (tool_call("read_file", path="/etc/passwd"), {}, "no reading /etc"),
+        (tool_call("read_file"), {}, "could not be evaluated: no such member in mapping: 'path'"),
+        (tool_call("save_note", text="much too long"), {}, "arguments violate rule #2 at $.params.arguments.text"),
+    ],
+)
+async def test_policy_denies(payload: Any, context: dict[str, Any], denial: str) -> None:
+    outcome = await run_chain(guards.load("tool-policy", POLICY), "tools/call", "request", payload, **context)
+    assert outcome.status == "validation_failed"
+    assert outcome.aborted_at is not None and outcome.aborted_at.interceptor == "tool-policy"
+    assert any(denial in message for _, message in messages(outcome)), messages(outcome)
+
+
+@pytest.mark.parametrize(
+    ("payload", "context"),
+    [
+        (tool_call("delete"), {}),  # near miss of delete_*
+        (tool_call("undelete_item"), {}),
+        (tool_call("write_file"), {"server": "scratch"}),  # the deny names another server
+        (tool_call("read_file", path="/home/me/etc/notes"), {"principal": {"type": "user", "id": "u1"}}),
+        (tool_call("read_file", path="/public/readme"), {}),  # anonymous, but a public path
+        (tool_call("save_note", text="short"), {}),
+        ({"method": "tools/call", "params": {}}, {}),  # no name: nothing for the policy to judge
+    ],
+)
+async def test_policy_near_misses_pass(payload: Any, context: dict[str, Any]) -> None:
+    outcome = await run_chain(guards.load("tool-policy", POLICY), "tools/call", "request", payload, **context)
+    assert outcome.status == "success", messages(outcome)
+
+
+async def test_policy_allowlist_filters_listings_by_server() -> None:
+    host = guards.load("tool-policy", {"allow": ["echo", {"server": "notes", "tool": "*_note"}]})
+    listing = {"tools": [{"name": n} for n in ("echo", "save_note", "read_note", "delete_everything")], "ttlMs": 5}
+    filtered = await run_chain(host, "tools/list", "response", listing, server="notes")
+    assert filtered.final_payload == {
+        "tools": [{"name": "echo"}, {"name": "save_note"}, {"name": "read_note"}],
+        "ttlMs": 5,
+    }
+    other = await run_chain(host, "tools/list", "response", listing, server="archive")
+    assert other.final_payload == {"tools": [{"name": "echo"}], "ttlMs": 5}
+    unchanged = {"tools": [{"name": "echo"}]}
+    assert (await run_chain(host, "tools/list", "response", unchanged)).final_payload is unchanged
+
+
+async def test_policy_tool_servers_map_for_use_outside_the_gateway() -> None:
+    host = guards.load("tool-policy", {"deny": [{"server": "github", "tool": "*"}], "tool_servers": {"gh_*": "github"}})
+    assert (await run_chain(host, "tools/call", "request", tool_call("gh_push"))).status == "validation_failed"
+    assert (await run_chain(host, "tools/call", "request", tool_call("git_push"))).status == "success"
+
+
+async def test_policy_cel_sees_session_and_server() -> None:
+    rule = {"arguments": [{"cel": 'server == "notes" && session != ""', "message": "only notes, in a session"}]}
+    host = guards.load("tool-policy", rule)
+    ok = await run_chain(host, "tools/call", "request", tool_call("echo"), server="notes", sessionId="s1")
+    assert ok.status == "success"
+    denied = await run_chain(host, "tools/call", "request", tool_call("echo"), server="notes")
+    assert messages(denied) == [("$.params.arguments", "only notes, in a session")]
+
+
+def test_policy_rule_needs_cel_or_schema() -> None:
+    with pytest.raises(ValueError, match=r"config.arguments\[0\]: give `cel` \(a condition\) or `schema`"):
+        guards.load("tool-policy", {"arguments": [{"tool": "x"}]})
+
+
+# --------------------------------------------------------------------------- schema-guard
+
+TOOLS = {
+    "tools": [
+        {
+            "name": "add",
+            "inputSchema": {
+                "type": "object",
+                "properties": {"a": {"type": "integer"}, "b": {"type": "integer"}},
+                "required": ["a", "b"],
+            },
+            "outputSchema": {"type": "object", "properties": {"sum": {"type": "integer"}}, "required": ["sum"]},
+        },
+        {"name": "broken", "inputSchema": {"type": "object", "properties": {"x": {"type": "nonsense"}}}},
+    ]
+}
+
+
+async def learned(**config: Any) -> Any:
+    host = guards.load("schema-guard", config)
+    assert (await run_chain(host, "tools/list", "response", TOOLS, sessionId="s1")).status == "success"
+    return host
+
+
+async def test_schema_guard_checks_arguments_against_the_learned_input_schema() -> None:
+    host = await learned()
+    bad = await run_chain(host, "tools/call", "request", tool_call("add", a="1"), sessionId="s1", traceId="7")
+    assert bad.status == "validation_failed"
+    assert sorted(messages(bad)) == [
+        ("$.params.arguments", "'b' is a required property"),
+        ("$.params.arguments.a", "'1' is not of type 'integer'"),
+    ]
+    good = await run_chain(host, "tools/call", "request", tool_call("add", a=1, b=2), sessionId="s1")
+    assert good.status == "success"
+
+
+async def test_schema_guard_state_is_per_session() -> None:
+    host = await learned()
+    other = await run_chain(host, "tools/call", "request", tool_call("add", a="x"), sessionId="s2")
+    assert other.status == "success"  # s2 never listed tools
+    strict = await learned(unknown_tools="deny")
+    denied = await run_chain(strict, "tools/call", "request", tool_call("add", a=1, b=2), sessionId="s2")
+    assert messages(denied) == [("$.params.name", "no schema is known for tool 'add'")]
+
+
+async def test_schema_guard_checks_results_against_the_output_schema() -> None:
+    host = await learned()
+    await run_chain(host, "tools/call", "request", tool_call("add", a=1, b=2), sessionId="s1", traceId="9")
+    bad = await run_chain(
+        host, "tools/call", "response", {"content": [], "structuredContent": {"sum": "3"}}, sessionId="s1", traceId="9"
+    )
+    assert messages(bad) == [("$.structuredContent.sum", "'3' is not of type 'integer'")]
+    await run_chain(host, "tools/call", "request", tool_call("add", a=1, b=2), sessionId="s1", traceId="10")
+    missing = await run_chain(host, "tools/call", "response", {"content": []}, sessionId="s1", traceId="10")
+    assert messages(missing) == [
+        ("$.structuredContent", "tool 'add' declares an outputSchema but its result has no structuredContent")
+    ]
+
+
+@pytest.mark.parametrize(
+    "result",
+    [
+        {"resultType": "input_required", "inputRequests": {"q": {"method": "elicitation/create", "params": {}}}},
+        {"content": [{"type": "text", "text": "boom"}], "isError": True},
+        {"content": [], "structuredContent": {"sum": 3}},
+    ],
+)
+async def test_schema_guard_lets_incomplete_error_and_valid_results_pass(result: dict[str, Any]) -> None:
+    host = await learned()
+    await run_chain(host, "tools/call", "request", tool_call("add", a=1, b=2), sessionId="s1", traceId="11")
+    assert (await run_chain(host, "tools/call", "response", result, sessionId="s1", traceId="11")).status == "success"
+
+
+async def test_schema_guard_ignores_an_upstream_invalid_schema_and_uses_configured_ones() -> None:
+    host = await learned()
+    ok = await run_chain(host, "tools/call", "request", tool_call("broken", x=1), sessionId="s1")
+    assert ok.status == "success"
+    fixed = guards.load("schema-guard", {"schemas": {"echo": {"input": {"required": ["text"]}}}})
+    denied = await run_chain(fixed, "tools/call", "request", {"name": "echo", "arguments": {}})
+    assert messages(denied) == [("$.arguments", "'text' is a required property")]
+
+
+# --------------------------------------------------------------------------- size-limit
+
+
+async def test_size_limit_caps_bytes_and_string_length_per_event() -> None:
+    host = guards.load(
+        "size-limit",
+        {"max_payload_bytes": 2000, "max_string_length": 500, "per_event": {"prompts/get": {"max_payload_bytes": 100}}},
+    )
+    too_big = await run_chain(host, "tools/call", "request", tool_call("x", a="y" * 400, b="z" * 400, c="w" * 1300))
+    assert too_big.status == "validation_failed"
+    assert messages(too_big) == [("$", "payload is 2180 bytes; the limit for tools/call is 2000 bytes")]
+    long_string = await run_chain(host, "tools/call", "response", {"content": [{"type": "text", "text": "x" * 600}]})
+    assert messages(long_string) == [("$.content[0].text", "string of 600 characters exceeds the limit of 500")]
+    prompt = await run_chain(host, "prompts/get", "request", {"method": "prompts/get", "params": {"name": "p" * 100}})
+    assert prompt.status == "validation_failed"
+
+
+@pytest.mark.parametrize(
+    "payload",
+    [
+        tool_call("x", a="y" * 500),  # exactly at the string limit
+        {"content": [{"type": "text", "text": "é" * 400}]},  # 800 bytes, 400 characters
+        {"numbers": list(range(200))},
+    ],
+)
+async def test_size_limit_near_misses_pass(payload: Any) -> None:
+    host = guards.load("size-limit", {"max_payload_bytes": 2000, "max_string_length": 500})
+    assert (await run_chain(host, "tools/call", "request", payload)).status == "success"

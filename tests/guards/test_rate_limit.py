@@ -1,0 +1,107 @@
+"""rate-limit: moving windows per session, principal, server, tool and event, in memory and in a real Redis
+(`redis-server` from the Debian package; skipped when missing unless MCPI_REQUIRE_REDIS is set)."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import uuid
+from collections.abc import AsyncIterator
+
+import pytest
+from guard_support import messages, run_chain, tool_call
+from helpers import free_tcp_port, running
+
+from mcp_interceptors import ValidationResult, guards
+from mcp_interceptors.guards.rate_limit import RateLimitHost
+
+pytestmark = pytest.mark.anyio
+
+
+async def statuses(host: object, n: int, payload: object = None, **context: object) -> list[str]:
+    out = []
+    for _ in range(n):
+        result = await run_chain(host, "tools/call", "request", payload or tool_call("echo"), **context)  # type: ignore[arg-type]
+        out.append(result.status)
+    return out
+
+
+async def test_limit_per_session_denies_over_the_window_and_names_the_scope() -> None:
+    host = guards.load("rate-limit", {"limits": [{"limit": "2/minute", "per": ["session"]}]})
+    assert await statuses(host, 3, sessionId="a") == ["success", "success", "validation_failed"]
+    assert await statuses(host, 2, sessionId="b") == ["success", "success"]  # sessions count apart
+    denied = await run_chain(host, "tools/call", "request", tool_call("echo"), sessionId="a")
+    [(path, message)] = messages(denied)
+    assert path is None and message.startswith("rate limit 2 per 1 minute exceeded for session=a; retry in ")
+    result = denied.results[0]
+    assert isinstance(result, ValidationResult) and result.info is not None
+    assert result.info["limit"] == "2 per 1 minute" and 0 < result.info["retryAfterSeconds"] <= 60
+
+
+async def test_limits_per_tool_principal_and_server_with_filters() -> None:
+    host = guards.load(
+        "rate-limit",
+        {
+            "limits": [
+                {"limit": "1/minute", "per": ["principal", "tool"], "tool": "delete_*"},
+                {"limit": "3/minute", "per": ["server"], "server": "slow"},
+            ]
+        },
+    )
+    alice = {"principal": {"type": "user", "id": "alice"}}
+    bob = {"principal": {"type": "user", "id": "bob"}}
+    assert await statuses(host, 2, tool_call("delete_all"), **alice) == ["success", "validation_failed"]
+    assert await statuses(host, 1, tool_call("delete_all"), **bob) == ["success"]
+    assert await statuses(host, 1, tool_call("delete_other"), **alice) == ["success"]
+    assert await statuses(host, 5, tool_call("echo"), **alice) == ["success"] * 5  # no rule covers echo
+    assert await statuses(host, 4, tool_call("echo"), server="slow") == ["success"] * 3 + ["validation_failed"]
+
+
+async def test_several_windows_in_one_rule_and_other_events() -> None:
+    host = guards.load("rate-limit", {"limits": [{"limit": "5/minute;2/second", "per": ["event"]}]})
+    read = {"method": "resources/read", "params": {"uri": "notes://a"}}
+    first = [(await run_chain(host, "resources/read", "request", read)).status for _ in range(3)]
+    assert first == ["success", "success", "validation_failed"]
+
+
+@pytest.fixture
+async def redis_url() -> AsyncIterator[str]:
+    binary = shutil.which("redis-server")
+    if binary is None:
+        if os.environ.get("MCPI_REQUIRE_REDIS"):
+            pytest.fail("MCPI_REQUIRE_REDIS is set but redis-server is not installed (apt-get install redis-server)")
+        pytest.skip("redis-server is not installed (apt-get install -y redis-server); set MCPI_REQUIRE_REDIS to fail")
+    port = free_tcp_port()
+    argv = [binary, "--port", str(port), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no"]
+    async with running(argv, port=port, label="redis-server"):
+        yield f"redis://127.0.0.1:{port}/0"
+
+
+@pytest.mark.redis
+async def test_redis_storage_shares_windows_between_gateways(redis_url: str) -> None:
+    config = {
+        "limits": [{"limit": "3/minute", "per": ["session"]}],
+        "redis_url": redis_url,
+        "key_prefix": uuid.uuid4().hex,
+    }
+    one, two = guards.load("rate-limit", config), guards.load("rate-limit", config)
+    assert isinstance(one, RateLimitHost) and isinstance(two, RateLimitHost)
+    try:
+        assert await statuses(one, 2, sessionId="s") == ["success", "success"]
+        assert await statuses(two, 2, sessionId="s") == ["success", "validation_failed"]
+        assert await statuses(two, 1, sessionId="t") == ["success"]
+    finally:
+        await one.aclose()
+        await two.aclose()
+
+
+async def test_an_unreachable_redis_fails_closed() -> None:
+    port = free_tcp_port()
+    host = guards.load("rate-limit", {"redis_url": f"redis://127.0.0.1:{port}/0"})
+    assert isinstance(host, RateLimitHost)
+    try:
+        outcome = await run_chain(host, "tools/call", "request", tool_call("echo"))
+    finally:
+        await host.aclose()
+    assert outcome.status == "validation_failed"
+    assert outcome.failures[0].interceptor == "rate-limit" and outcome.failures[0].code == -32603

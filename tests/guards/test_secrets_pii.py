@@ -1,0 +1,196 @@
+"""secrets and pii: redaction in place (typed placeholders, untouched input, no copy when clean), denial with
+JSON paths, per-kind actions, and near misses that must pass through. The scanners themselves are tested
+in test_secret_scanner.py / test_pii_scanner.py; here it is the guard around them."""
+
+from __future__ import annotations
+
+import copy
+from typing import Any
+
+import pytest
+from guard_support import messages, run_chain, tool_call
+
+from mcp_interceptors import MutationResult, guards
+from mcp_interceptors.guards._detectors import PiiScanner, SecretScanner
+from mcp_interceptors.guards._scanning import TextScanner
+
+pytestmark = pytest.mark.anyio
+
+AWS = "AKIAQYLPMN5HHHFPZAM2"
+GITHUB = "ghp_" + "Zq8xR2mT5vW9yB3nK6pL1sD4fG7hJ0aC2eF5"
+JWT = (
+    "eyJhbGciOiJIUzI1NiIsInR5cCI6IkpXVCJ9.eyJzdWIiOiIxMjM0NTY3ODkwIiwibmFtZSI6IkpvaG4ifQ"
+    ".SflKxwRJSMeKKF2QT4fwpMeJf36POk6yJV_adQssw5c"
+)
+
+
+def result_payload(*texts: str) -> dict[str, Any]:
+    return {"content": [{"type": "text", "text": t} for t in texts], "isError": False}
+
+
+async def test_secrets_redacts_with_typed_placeholders_in_requests_and_results() -> None:
+    host = guards.load("secrets")
+    request = tool_call("save_note", name="creds", text=f"key={AWS} token {GITHUB}")
+    before = copy.deepcopy(request)
+    outcome = await run_chain(host, "tools/call", "request", request)
+    assert outcome.status == "success"
+    assert outcome.final_payload == tool_call(
+        "save_note", name="creds", text="key=[REDACTED:aws_access_key] token [REDACTED:github_token]"
+    )
+    assert request == before  # the input is never mutated
+    mutation = outcome.results[0]
+    assert isinstance(mutation, MutationResult)
+    assert mutation.info == {"redacted": {"aws_access_key": 1, "github_token": 1}, "paths": ["$.params.arguments.text"]}
+
+    response = await run_chain(host, "tools/call", "response", result_payload("fine", f"jwt: {JWT}"))
+    assert response.final_payload == result_payload("fine", "jwt: [REDACTED:jwt]")
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        "AKIA is the prefix of AWS access key ids",
+        "AKIAQYLPMN5HHHFPZAM",  # one character short
+        "the password field is required",
+        "password=changeme",  # a placeholder, not a secret
+        "ghp_ is a GitHub prefix",
+        "eyJhbGciOiJIUzI1NiJ9 alone is only a header",
+        "sha256: 9f86d081884c7d659a2feaa0c55ad015a3bf4f1b2b0b822cd15d6c15b0f00a08",
+    ],
+)
+async def test_secrets_near_misses_pass_untouched(text: str) -> None:
+    host = guards.load("secrets")
+    payload = tool_call("echo", text=text)
+    outcome = await run_chain(host, "tools/call", "request", payload)
+    assert outcome.status == "success"
+    assert outcome.final_payload is payload  # nothing found: no copy was made
+    assert isinstance(outcome.results[0], MutationResult) and outcome.results[0].modified is False
+
+
+async def test_secrets_deny_names_kind_and_path_never_the_value() -> None:
+    host = guards.load("secrets", {"action": "deny"})
+    payload = {"content": [{"type": "text", "text": "ok"}], "structuredContent": {"env": {"AWS_KEY": AWS}}}
+    outcome = await run_chain(host, "tools/call", "response", payload)
+    assert outcome.status == "validation_failed"
+    assert outcome.aborted_at is not None and outcome.aborted_at.interceptor == "secrets"
+    assert messages(outcome) == [("$.structuredContent.env.AWS_KEY", "credential found: aws_access_key")]
+    assert AWS not in str(outcome.to_wire())
+
+
+async def test_secrets_deny_scans_keys_when_asked() -> None:
+    host = guards.load("secrets", {"action": "deny", "scan_keys": True})
+    outcome = await run_chain(host, "tools/call", "request", tool_call("x", **{AWS: "value"}))
+    assert messages(outcome) == [(f"$.params.arguments.{AWS}~", "credential found: aws_access_key")]
+
+
+async def test_secrets_allowlist_kinds_placeholder_and_extra_patterns() -> None:
+    host = guards.load(
+        "secrets",
+        {
+            "allow": [AWS],
+            "kinds": ["aws_access_key", "github_token"],
+            "placeholder": "<{kind}>",
+            "extra_patterns": {"acme_key": r"acme_(?P<secret>[0-9a-f]{16})"},
+        },
+    )
+    payload = tool_call("x", a=AWS, b=GITHUB, c=JWT, d="id acme_0123456789abcdef end")
+    outcome = await run_chain(host, "tools/call", "request", payload)
+    assert outcome.final_payload["params"]["arguments"] == {
+        "a": AWS,
+        "b": "<github_token>",
+        "c": JWT,
+        "d": "id acme_<acme_key> end",
+    }
+
+
+async def test_secrets_bare_params_payloads_are_scanned_too() -> None:
+    host = guards.load("secrets")
+    outcome = await run_chain(host, "tools/call", "request", {"name": "x", "arguments": {"t": AWS}})
+    assert outcome.final_payload == {"name": "x", "arguments": {"t": "[REDACTED:aws_access_key]"}}
+
+
+async def test_pii_redacts_by_default_and_denies_the_kinds_told_to() -> None:
+    host = guards.load("pii", {"kind_actions": {"credit_card": "deny", "ip_address": "allow"}})
+    assert [(d.name, d.type) for d in host.descriptors] == [("pii", "mutation"), ("pii-deny", "validation")]
+    redacted = await run_chain(
+        host,
+        "tools/call",
+        "response",
+        result_payload("Mail jane.roe@example.org or call +44 20 7946 0958 from 8.8.8.8"),
+    )
+    assert redacted.status == "success"
+    assert redacted.final_payload == result_payload("Mail [REDACTED:email] or call [REDACTED:phone] from 8.8.8.8")
+    denied = await run_chain(host, "tools/call", "request", tool_call("pay", card="4111 1111 1111 1111"))
+    assert denied.status == "validation_failed"
+    assert messages(denied) == [("$.params.arguments.card", "personal data found: credit_card")]
+
+
+async def test_pii_deny_only_config_builds_a_single_validator() -> None:
+    host = guards.load("pii", {"action": "deny", "kinds": ["us_ssn", "iban"]})
+    assert [(d.name, d.type) for d in host.descriptors] == [("pii", "validation")]
+    outcome = await run_chain(host, "tools/call", "request", tool_call("x", iban="DE89 3704 0044 0532 0130 00"))
+    assert messages(outcome) == [("$.params.arguments.iban", "personal data found: iban")]
+
+
+def test_pii_config_that_checks_nothing_is_refused() -> None:
+    with pytest.raises(ValueError, match="leaves no kind to redact or deny"):
+        guards.load("pii", {"kinds": ["email"], "kind_actions": {"email": "allow"}})
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        "4111 1111 1111 1112",  # fails Luhn
+        "DE89 3704 0044 0532 0130 01",  # fails the IBAN checksum
+        "000-12-3456",  # SSA never issues area 000
+        "icon@2x.png",
+        "version 1.2.3.4",
+        "order 2024-06-01, ticket 12345",
+    ],
+)
+async def test_pii_near_misses_pass_untouched(text: str) -> None:
+    host = guards.load("pii", {"action": "deny"})
+    outcome = await run_chain(host, "tools/call", "request", tool_call("echo", text=text))
+    assert outcome.status == "success", messages(outcome)
+
+
+async def test_pii_presidio_backend_redacts_through_the_same_guard() -> None:
+    pytest.importorskip("presidio_analyzer")
+    host = guards.load("pii", {"backend": "presidio", "kinds": ["email"]})
+    outcome = await run_chain(host, "tools/call", "request", tool_call("x", t="write to jane.roe@example.org"))
+    assert outcome.final_payload == tool_call("x", t="write to [REDACTED:email]")
+
+
+async def test_redaction_covers_every_string_of_nested_results_including_sampling_messages() -> None:
+    host = guards.load("secrets")
+    payload = {
+        "method": "sampling/createMessage",
+        "params": {
+            "messages": [{"role": "user", "content": {"type": "text", "text": f"use {AWS}"}}],
+            "systemPrompt": f"token {GITHUB}",
+            "maxTokens": 10,
+        },
+    }
+    outcome = await run_chain(host, "sampling/createMessage", "request", payload)
+    params = outcome.final_payload["params"]
+    assert params["messages"][0]["content"]["text"] == "use [REDACTED:aws_access_key]"
+    assert params["systemPrompt"] == "token [REDACTED:github_token]"
+    assert params["maxTokens"] == 10
+
+
+def test_batched_scan_equals_per_string_scan() -> None:
+    texts = [
+        "phone",
+        "+1 415 555 2671",
+        "password",
+        f"= {AWS}",
+        "version",
+        "1.2.3.4",
+        "SSN:",
+        "123-45-6789",
+        "jane.roe@example.org",
+        "-----BEGIN RSA PRIVATE KEY-----",
+        "MIIEowIBAAKCAQEA7",
+    ]
+    for scanner in (TextScanner(SecretScanner(), min_length=1), TextScanner(PiiScanner(), min_length=1)):
+        assert scanner.findings_many(texts) == [scanner.findings(t) for t in texts]

@@ -553,3 +553,10 @@ async def test_real_streamable_http_host(mode: str) -> None:
             await hang.cancelled.wait()
     assert allowed.final_payload == _scrub(CALL)
     assert timed_out.status == "timeout"
+
+
+async def test_r61_ill_typed_overrides_are_rejected_when_the_host_is_added() -> None:
+    chain = Chain(role="client")
+    with pytest.raises(ValueError, match="override mode must be 'active' or 'audit'"):
+        chain.add_local(guard_host(), overrides={"no-shell": {"mode": "Active"}})
+    assert chain.entries == []

@@ -574,3 +574,22 @@ def test_r45_warn_or_info_verdict_never_blocks(severity: str, rule: Any) -> None
     assert result.status == "success"
     assert result.final_payload == PAYLOAD
     assert result.validation_summary.errors == 1  # still counted in the summary
+
+
+@pytest.mark.parametrize(
+    ("raw", "message"),
+    [
+        ({"mode": "actve"}, "override mode must be 'active' or 'audit', got 'actve'"),
+        ({"failOpen": "false"}, "override failOpen must be true or false, got 'false'"),
+        ({"timeoutMs": 0}, "override timeoutMs must be a number of milliseconds > 0, got 0"),
+        ({"timeout_ms": True}, "override timeoutMs must be a number of milliseconds > 0, got True"),
+        ({"priority": "high"}, "override priority must be an integer or {request?, response?}, got 'high'"),
+        ({"fail_opn": True}, "unknown override key(s) ['fail_opn']"),
+    ],
+)
+def test_r61_override_typos_fail_closed(raw: dict[str, Any], message: str) -> None:
+    # regression: a misspelt mode made an active validator audit-only (never blocking), and a string
+    # failOpen "false" was truthy, i.e. fail-open
+    with pytest.raises(ValueError) as caught:
+        Overrides.from_mapping(raw)
+    assert str(caught.value).startswith(message)

@@ -16,6 +16,7 @@ from mcp_interceptors.protocol.descriptors import (
     HookEntry,
     InterceptorDescriptor,
     Mode,
+    PhasePriority,
     PriorityHint,
     resolve_priority,
 )
@@ -65,9 +66,28 @@ class Overrides:
     timeout_ms: float | None = None
     hooks: tuple[HookEntry, ...] | None = None
 
+    def __post_init__(self) -> None:
+        # Local policy fails closed on a typo: a misspelt mode must not silently make an interceptor audit-only.
+        if self.mode not in (None, "active", "audit"):
+            raise ValueError(f"override mode must be 'active' or 'audit', got {self.mode!r}")
+        if self.fail_open is not None and not isinstance(self.fail_open, bool):
+            raise ValueError(f"override failOpen must be true or false, got {self.fail_open!r}")
+        timeout = self.timeout_ms
+        if timeout is not None and (isinstance(timeout, bool) or not isinstance(timeout, int | float) or timeout <= 0):
+            raise ValueError(f"override timeoutMs must be a number of milliseconds > 0, got {timeout!r}")
+        priority = self.priority
+        if priority is not None and (isinstance(priority, bool) or not isinstance(priority, int | PhasePriority)):
+            raise ValueError(f"override priority must be an integer or {{request?, response?}}, got {priority!r}")
+
     @classmethod
     def from_mapping(cls, raw: Mapping[str, Any]) -> Overrides:
-        """Build from a camelCase or snake_case mapping; `phase: both` in hooks is accepted as sugar."""
+        """Build from a camelCase or snake_case mapping; `phase: both` in hooks is accepted as sugar.
+
+        Unknown keys and ill-typed values raise `ValueError` naming them (local config fails closed).
+        """
+        unknown = sorted(set(raw) - _OVERRIDE_KEYS)
+        if unknown:
+            raise ValueError(f"unknown override key(s) {unknown}; use {sorted(_OVERRIDE_KEYS)}")
         hooks_raw = raw.get("hooks")
         hooks = None
         if hooks_raw is not None:
@@ -87,6 +107,11 @@ class Overrides:
             timeout_ms=raw.get("timeoutMs", raw.get("timeout_ms")),
             hooks=hooks,
         )
+
+
+_OVERRIDE_KEYS = frozenset(
+    {"mode", "failOpen", "fail_open", "priority", "priorityHint", "priority_hint", "timeoutMs", "timeout_ms", "hooks"}
+)
 
 
 def check_overrides(descriptor: InterceptorDescriptor, overrides: Overrides | None) -> None:

@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Annotated, Any
 
 import anyio
+from mcp import MCPError
 from mcp.server import ServerRequestContext
 from mcp.server.extension import Extension, MethodBinding
 from mcp.server.mcpserver import Context, MCPServer, Resolve, Sample
@@ -39,11 +40,16 @@ class VendorMethods(Extension):
     identifier = "dev.e2e/vendor"
 
     def methods(self) -> Sequence[MethodBinding]:
-        return [MethodBinding("x-e2e/echo", AnyParams, self._echo)]
+        return [MethodBinding("x-e2e/echo", AnyParams, self._echo), MethodBinding("x-e2e/fail", AnyParams, self._fail)]
 
     async def _echo(self, ctx: ServerRequestContext[Any, Any], params: AnyParams) -> dict[str, Any]:
         sent = {k: v for k, v in (ctx.params or {}).items() if k != "_meta"}
         return {"echoed": sent, "futureField": {"nested": [1, 2, 3]}, "server": NAME}
+
+    async def _fail(self, ctx: ServerRequestContext[Any, Any], params: AnyParams) -> dict[str, Any]:
+        """Answer with exactly the JSON-RPC error the caller describes (`code`, `message`, `data`)."""
+        raw = ctx.params or {}
+        raise MCPError(int(raw["code"]), str(raw["message"]), raw.get("data"))
 
 
 server = MCPServer(NAME, version="1.0.0", instructions="The e2e upstream.", extensions=[VendorMethods()])

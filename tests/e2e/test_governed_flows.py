@@ -8,97 +8,38 @@ interfere). What the upstream received is read back from the upstream itself.
 
 from __future__ import annotations
 
-import uuid
-from collections.abc import AsyncIterator, Iterator
-from contextlib import asynccontextmanager
-from dataclasses import dataclass, field
+from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
 
 import anyio
 import mcp_types as types
 import pytest
-import yaml
-from conftest import gateway_env, standard_config
-from helpers import cli_argv, free_tcp_port, stderr_log, stdio_transport, sync_running
-from mcp import Client, MCPError
-from mcp.client import ClientRequestContext
-from pydantic import TypeAdapter
+from e2e_support import (
+    ERAS,
+    ConfigWriter,
+    Sampler,
+    Target,
+    gateway_env,
+    raw_request,
+    standard_config,
+    text_of,
+    unique,
+    write_yaml,
+)
+from helpers import cli_argv, free_tcp_port, sync_running
+from mcp import MCPError
 
 from mcp_interceptors import EXTENSION_ID, list_interceptors
-from mcp_interceptors.protocol.invoke import RawParams
 
 pytestmark = [pytest.mark.anyio, pytest.mark.e2e]
 
-ERAS = ["legacy", "2026-07-28"]
 STANDARD_GUARDS = ["redact-secrets", "deny-tools", "hide-tools", "tag-sampling"]
 STANDARD_EVENTS = ["sampling/createMessage", "tools/call", "tools/list"]
-_RAW: Any = TypeAdapter(dict[str, Any])
-
-
-class RawRequest(types.Request[RawParams, str]):
-    method: str
-    params: RawParams
-
-
-async def raw_request(client: Client, method: str, params: dict[str, Any]) -> dict[str, Any]:
-    result: dict[str, Any] = await client.session.send_request(
-        RawRequest(method=method, params=RawParams.model_validate(params)), _RAW
-    )
-    return result
-
-
-def text_of(result: types.CallToolResult) -> str:
-    assert len(result.content) == 1, result
-    content = result.content[0]
-    assert isinstance(content, types.TextContent), result
-    return content.text
-
-
-@dataclass
-class Sampler:
-    """A sampling callback that answers "42" and records what it was asked."""
-
-    questions: list[str] = field(default_factory=list)
-
-    async def __call__(self, ctx: ClientRequestContext, params: types.CreateMessageRequestParams) -> Any:
-        content = params.messages[0].content
-        assert isinstance(content, types.TextContent)
-        self.questions.append(content.text)
-        return types.CreateMessageResult(
-            role="assistant", content=types.TextContent(type="text", text="42"), model="e2e-model"
-        )
-
-
-@dataclass
-class Target:
-    """One way to reach a gateway running the standard config."""
-
-    transport: str
-    config: Path
-    url: str | None = None
-
-    @asynccontextmanager
-    async def client(self, mode: str, **kwargs: Any) -> AsyncIterator[Client]:
-        if self.transport == "stdio":
-            argv = cli_argv("gateway", "--config", str(self.config))
-            with stderr_log("stdio gateway") as log:
-                async with Client(stdio_transport(argv, log, env=gateway_env()), mode=mode, **kwargs) as client:
-                    yield client
-        else:
-            assert self.url is not None
-            async with Client(self.url, mode=mode, **kwargs) as client:
-                yield client
-
-
-def _write(path: Path, config: dict[str, Any]) -> Path:
-    path.write_text(yaml.safe_dump(config, sort_keys=False))
-    return path
 
 
 @pytest.fixture(scope="module")
 def standard_file(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    return _write(tmp_path_factory.mktemp("standard") / "gateway.yaml", standard_config())
+    return write_yaml(tmp_path_factory.mktemp("standard") / "gateway.yaml", standard_config())
 
 
 @pytest.fixture(scope="module")
@@ -119,10 +60,6 @@ def gateway(request: pytest.FixtureRequest, standard_file: Path) -> Target:
 @pytest.fixture(params=ERAS)
 def era(request: pytest.FixtureRequest) -> str:
     return str(request.param)
-
-
-def unique(prefix: str) -> str:
-    return f"{prefix}-{uuid.uuid4().hex[:8]}"
 
 
 # --------------------------------------------------------------------------- the chain on tools/call
@@ -298,7 +235,7 @@ async def test_execute_chain_runs_the_configured_chain_for_a_client_payload(gate
 
 
 @pytest.mark.parametrize("era", ERAS)
-async def test_execute_chain_is_method_not_found_unless_exposed(write_config: Any, era: str) -> None:
+async def test_execute_chain_is_method_not_found_unless_exposed(write_config: ConfigWriter, era: str) -> None:
     config = write_config(standard_config(expose_execute_chain=False))
     target = Target("stdio", config)
     with anyio.fail_after(30):
@@ -357,3 +294,13 @@ async def test_each_legacy_http_session_gets_its_own_upstream_session_reused_acr
     assert first_pids != second_pids  # one upstream session per downstream legacy session
     assert len(modern_pids) == 1  # 2026-07-28 requests are self-contained: one shared connection
     assert modern_pids.isdisjoint(first_pids | second_pids)
+
+
+@pytest.mark.parametrize("code", [-32000, -32099])
+async def test_upstream_errors_pass_through_with_code_message_and_data(gateway: Target, era: str, code: int) -> None:
+    """-32000 too: it is the dispatcher's connection-closed code, but upstreams use it for their own errors."""
+    with anyio.fail_after(30):
+        async with gateway.client(era) as client:
+            with pytest.raises(MCPError) as failed:
+                await raw_request(client, "x-e2e/fail", {"code": code, "message": "custom failure", "data": {"k": 1}})
+    assert (failed.value.code, failed.value.message, failed.value.data) == (code, "custom failure", {"k": 1})

@@ -1,0 +1,115 @@
+"""Faults through the real CLI gateway: an upstream that dies mid-call, interceptor servers that crash,
+hang or never start. Each test runs its own gateway, since it breaks one of its processes on purpose.
+"""
+
+from __future__ import annotations
+
+import sys
+from typing import Any
+
+import anyio
+import pytest
+from e2e_support import E2E_DIR, ERAS, INTERCEPTOR_SERVER, ConfigWriter, standard_config, text_of, upstream_entry
+from e2e_support import fresh_gateway as connect
+from mcp import MCPError
+
+pytestmark = [pytest.mark.anyio, pytest.mark.e2e]
+
+
+@pytest.mark.parametrize("transport", ["stdio", "http"])
+@pytest.mark.parametrize("era", ERAS)
+async def test_upstream_crash_mid_call_fails_that_call_then_the_gateway_reconnects(
+    write_config: ConfigWriter, transport: str, era: str
+) -> None:
+    config = write_config(standard_config())
+    async with connect(transport, config, era) as client:
+        with anyio.fail_after(30):
+            before = text_of(await client.call_tool("pid", {}))
+        with anyio.fail_after(10), pytest.raises(MCPError) as crashed:
+            await client.call_tool("crash", {})
+        with anyio.fail_after(30):
+            after = text_of(await client.call_tool("pid", {}))  # waits for the reconnect
+            echoed = text_of(await client.call_tool("echo", {"text": "back"}))
+    assert crashed.value.code == -32000
+    assert crashed.value.message == "upstream 'e2e' closed the connection"
+    assert crashed.value.data == {"upstream": "e2e"}
+    assert after != before  # a new upstream process answers
+    assert echoed == "back"
+
+
+def remote_watchdog_config(*, fail_open: bool) -> dict[str, Any]:
+    return standard_config(
+        interceptors={
+            "servers": [{"name": "remote", "command": sys.executable, "args": [INTERCEPTOR_SERVER]}],
+            "overrides": {"watchdog": {"fail_open": fail_open, "timeout_ms": 500}},
+        }
+    )
+
+
+WATCHDOG_BLOCK = {
+    "interceptor": "watchdog",
+    "reason": "interceptor failed",
+    "event": "tools/call",
+    "phase": "request",
+    "status": "validation_failed",
+}
+
+
+@pytest.mark.parametrize("fault", ["hang", "crash"])
+@pytest.mark.parametrize("era", ERAS)
+async def test_interceptor_server_fault_fails_closed_without_fail_open(
+    write_config: ConfigWriter, fault: str, era: str
+) -> None:
+    config = write_config(remote_watchdog_config(fail_open=False))
+    async with connect("stdio", config, era) as client:
+        with anyio.fail_after(30):
+            fine = text_of(await client.call_tool("echo", {"text": "fine"}))
+        with anyio.fail_after(10), pytest.raises(MCPError) as blocked:
+            await client.call_tool("echo", {"text": fault})  # 60 s hang against a 0.5 s timeoutMs
+    assert fine == "fine"
+    assert (blocked.value.code, blocked.value.message) == (-32602, "Blocked by interceptor validation")
+    assert blocked.value.data == WATCHDOG_BLOCK
+
+
+@pytest.mark.parametrize("fault", ["hang", "crash"])
+@pytest.mark.parametrize("era", ERAS)
+async def test_interceptor_server_fault_is_skipped_with_fail_open(
+    write_config: ConfigWriter, fault: str, era: str
+) -> None:
+    config = write_config(remote_watchdog_config(fail_open=True))
+    async with connect("stdio", config, era) as client:
+        with anyio.fail_after(30):
+            faulty = text_of(await client.call_tool("echo", {"text": fault}))
+            later = text_of(await client.call_tool("echo", {"text": "later"}))
+    assert (faulty, later) == (fault, "later")
+
+
+@pytest.mark.parametrize("era", ERAS)
+async def test_required_interceptor_whose_server_cannot_start_fails_its_events_closed(
+    write_config: ConfigWriter, era: str
+) -> None:
+    config = write_config(
+        {
+            "upstreams": {"e2e": upstream_entry()},
+            "interceptors": {
+                "servers": [
+                    {
+                        "name": "pinned",
+                        "command": sys.executable,
+                        "args": [str(E2E_DIR / "no_such_interceptor_server.py")],
+                        "required": [
+                            {"name": "must-check", "type": "validation", "events": ["tools/call"], "phase": "request"}
+                        ],
+                    }
+                ]
+            },
+        }
+    )
+    async with connect("stdio", config, era) as client:
+        with anyio.fail_after(30):
+            tools = await client.list_tools()  # an event the pinned interceptor does not guard
+            with pytest.raises(MCPError) as blocked:
+                await client.call_tool("echo", {"text": "x"})
+    assert "echo" in [tool.name for tool in tools.tools]
+    assert (blocked.value.code, blocked.value.message) == (-32602, "Blocked by interceptor validation")
+    assert blocked.value.data == {**WATCHDOG_BLOCK, "interceptor": "must-check"}

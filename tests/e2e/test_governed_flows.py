@@ -1,17 +1,22 @@
 """The real CLI gateway, over stdio and Streamable HTTP, in both eras, enforcing the e2e guards.
 
 Every test runs against `python -m mcp_interceptors gateway --config ...` fronting the real
-`e2e_upstream.py` subprocess. Over stdio each client spawns its own gateway; over HTTP one gateway
-process serves the whole module (its tests use distinct note names and tokens, so they don't
-interfere). What the upstream received is read back from the upstream itself.
+`e2e_upstream.py` subprocess. A module-scoped `session` holds one client per (transport, era):
+over stdio that client spawned its own gateway, over HTTP one gateway process serves the module.
+Tests use distinct note names and tokens, so they don't interfere. Tests that need a session of
+their own (fresh state, handshake variants) open one. What the upstream received is read back
+from the upstream itself.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import AsyncIterator
+from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 import anyio
+import anyio.abc
 import mcp_types as types
 import pytest
 from e2e_support import (
@@ -26,8 +31,9 @@ from e2e_support import (
     unique,
     write_yaml,
 )
-from helpers import cli_argv, free_tcp_port, sync_running
-from mcp import MCPError
+from helpers import cli_argv, free_tcp_port, running
+from mcp import Client, MCPError
+from mcp.client import ClientRequestContext
 
 from mcp_interceptors import EXTENSION_ID, list_interceptors
 
@@ -35,6 +41,42 @@ pytestmark = [pytest.mark.anyio, pytest.mark.e2e]
 
 STANDARD_GUARDS = ["redact-secrets", "deny-tools", "hide-tools", "tag-sampling"]
 STANDARD_EVENTS = ["sampling/createMessage", "tools/call", "tools/list"]
+COMBOS = [("stdio", "legacy"), ("stdio", "2026-07-28"), ("http", "legacy"), ("http", "2026-07-28")]
+
+
+@pytest.fixture(scope="module")
+def anyio_backend() -> str:
+    """Module scope, so one gateway process and one client per combination serve the module."""
+    return "asyncio"
+
+
+@dataclass
+class Callbacks:
+    """The long-lived clients' callbacks; each test resets what it reads."""
+
+    sampler: Sampler = field(default_factory=Sampler)
+    logs: list[types.LoggingMessageNotificationParams] = field(default_factory=list)
+    logged: anyio.Event = field(default_factory=anyio.Event)
+
+    def reset(self) -> None:
+        self.sampler = Sampler()
+        self.logs = []
+        self.logged = anyio.Event()
+
+    async def sampling(self, ctx: ClientRequestContext, params: types.CreateMessageRequestParams) -> Any:
+        return await self.sampler(ctx, params)
+
+    async def logging(self, params: types.LoggingMessageNotificationParams) -> None:
+        self.logs.append(params)
+        self.logged.set()
+
+
+@dataclass
+class Session:
+    transport: str
+    era: str
+    client: Client
+    callbacks: Callbacks
 
 
 @pytest.fixture(scope="module")
@@ -43,48 +85,69 @@ def standard_file(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 
 @pytest.fixture(scope="module")
-def standard_http(standard_file: Path) -> Iterator[str]:
+async def standard_http(standard_file: Path) -> AsyncIterator[str]:
     port = free_tcp_port()
     argv = cli_argv("gateway", "--config", str(standard_file), "--http", f"127.0.0.1:{port}")
-    with sync_running(argv, port=port, env=gateway_env(), label="standard HTTP gateway"):
+    async with running(argv, port=port, env=gateway_env(), label="standard HTTP gateway"):
         yield f"http://127.0.0.1:{port}/mcp"
 
 
+@pytest.fixture(scope="module", params=COMBOS, ids=["-".join(combo) for combo in COMBOS])
+async def session(request: pytest.FixtureRequest, standard_file: Path, standard_http: str) -> AsyncIterator[Session]:
+    transport, era = request.param
+    target = Target(transport, standard_file, standard_http)
+    callbacks = Callbacks()
+    done = anyio.Event()
+
+    async def hold(*, task_status: anyio.abc.TaskStatus[Client]) -> None:
+        options: dict[str, Any] = {"sampling_callback": callbacks.sampling, "logging_callback": callbacks.logging}
+        if era != "legacy":
+            options["log_level"] = "debug"  # 2026-07-28 clients opt in to log notifications per request
+        async with target.client(era, **options) as client:
+            task_status.started(client)
+            await done.wait()
+
+    async with anyio.create_task_group() as tg:
+        with anyio.fail_after(60):
+            client = await tg.start(hold)
+        yield Session(transport, era, client, callbacks)
+        done.set()
+
+
+@pytest.fixture
+def s(session: Session) -> Session:
+    """The module's session for this combination, with its callbacks reset."""
+    session.callbacks.reset()
+    return session
+
+
 @pytest.fixture(params=["stdio", "http"])
-def gateway(request: pytest.FixtureRequest, standard_file: Path) -> Target:
-    if request.param == "stdio":
-        return Target("stdio", standard_file)
-    return Target("http", standard_file, request.getfixturevalue("standard_http"))
-
-
-@pytest.fixture(params=ERAS)
-def era(request: pytest.FixtureRequest) -> str:
-    return str(request.param)
+def gateway(request: pytest.FixtureRequest, standard_file: Path, standard_http: str) -> Target:
+    """A target to open fresh sessions on."""
+    return Target(request.param, standard_file, standard_http)
 
 
 # --------------------------------------------------------------------------- the chain on tools/call
 
 
-async def test_secret_in_arguments_is_redacted_before_it_reaches_the_upstream(gateway: Target, era: str) -> None:
+async def test_secret_in_arguments_is_redacted_before_it_reaches_the_upstream(s: Session) -> None:
     note = unique("note")
     with anyio.fail_after(30):
-        async with gateway.client(era) as client:
-            saved = await client.call_tool("save_note", {"name": note, "text": "key=sk-live-ABCDEF123456 end"})
-            stored = await client.call_tool("read_note", {"name": note})
+        saved = await s.client.call_tool("save_note", {"name": note, "text": "key=sk-live-ABCDEF123456 end"})
+        stored = await s.client.call_tool("read_note", {"name": note})
     assert text_of(saved) == f"saved {note}"
     assert text_of(stored) == "key=[REDACTED] end"  # what the upstream itself stored
 
 
 async def test_denied_tool_is_blocked_with_the_interceptor_named_and_never_reaches_the_upstream(
-    gateway: Target, era: str
+    s: Session,
 ) -> None:
     note = unique("keep")
     with anyio.fail_after(30):
-        async with gateway.client(era) as client:
-            await client.call_tool("save_note", {"name": note, "text": "still here"})
-            with pytest.raises(MCPError) as blocked:
-                await client.call_tool("delete_everything", {})
-            survivor = await client.call_tool("read_note", {"name": note})
+        await s.client.call_tool("save_note", {"name": note, "text": "still here"})
+        with pytest.raises(MCPError) as blocked:
+            await s.client.call_tool("delete_everything", {})
+        survivor = await s.client.call_tool("read_note", {"name": note})
     assert blocked.value.code == -32602
     assert blocked.value.message == "Blocked by interceptor validation"
     assert blocked.value.data == {
@@ -97,83 +160,92 @@ async def test_denied_tool_is_blocked_with_the_interceptor_named_and_never_reach
     assert text_of(survivor) == "still here"
 
 
-async def test_tool_filtered_from_tools_list_is_refused_at_tools_call(gateway: Target, era: str) -> None:
-    expected_error = {"reason": "not advertised to this session", "name": "hidden_tool", "event": "tools/call"}
+HIDDEN_REFUSAL = (
+    -32602,
+    "Unknown tool: hidden_tool",
+    {"reason": "not advertised to this session", "name": "hidden_tool", "event": "tools/call"},
+)
+
+
+async def test_tool_filtered_from_tools_list_is_refused_at_tools_call(s: Session) -> None:
     with anyio.fail_after(30):
-        async with gateway.client(era) as client:
-            # before any listing: the gateway computes what this session would be shown
-            with pytest.raises(MCPError) as unlisted:
-                await client.call_tool("hidden_tool", {})
-            tools = await client.list_tools()
-            with pytest.raises(MCPError) as listed:
-                await client.call_tool("hidden_tool", {})
-            echoed = await client.call_tool("echo", {"text": "visible"})
+        tools = await s.client.list_tools()
+        with pytest.raises(MCPError) as refused:
+            await s.client.call_tool("hidden_tool", {})
+        echoed = await s.client.call_tool("echo", {"text": "visible"})
     names = [tool.name for tool in tools.tools]
     assert "hidden_tool" not in names
     assert {"echo", "save_note", "read_note", "delete_everything", "ask", "sleep"} <= set(names)
-    for refused in (unlisted.value, listed.value):
-        assert (refused.code, refused.message, refused.data) == (-32602, "Unknown tool: hidden_tool", expected_error)
+    assert (refused.value.code, refused.value.message, refused.value.data) == HIDDEN_REFUSAL
     assert text_of(echoed) == "visible"
+
+
+@pytest.mark.parametrize("era", ERAS)
+async def test_filtered_tool_is_refused_even_before_the_session_listed_tools(gateway: Target, era: str) -> None:
+    """A fresh session that never listed: the gateway computes what it would have been shown."""
+    with anyio.fail_after(30):
+        async with gateway.client(era) as client:
+            with pytest.raises(MCPError) as refused:
+                await client.call_tool("hidden_tool", {})
+    assert (refused.value.code, refused.value.message, refused.value.data) == HIDDEN_REFUSAL
 
 
 # --------------------------------------------------------------------------- client features, progress, cancel
 
 
-async def test_sampling_request_and_answer_are_both_mutated_by_the_guard(gateway: Target, era: str) -> None:
+async def test_sampling_request_and_answer_are_both_mutated_by_the_guard(s: Session) -> None:
     """Legacy: a server-to-client `sampling/createMessage`; 2026-07-28: an `input_required` round."""
-    sampler = Sampler()
     with anyio.fail_after(30):
-        async with gateway.client(era, sampling_callback=sampler) as client:
-            result = await client.call_tool("ask", {"question": "meaning of life?"})
-    assert sampler.questions == ["meaning of life? [seen by gateway]"]
+        result = await s.client.call_tool("ask", {"question": "meaning of life?"})
+    assert s.callbacks.sampler.questions == ["meaning of life? [seen by gateway]"]
     assert text_of(result) == "model says: 42 [checked by gateway]"
 
 
-async def test_modern_sampling_travels_as_an_input_required_result_governed_both_ways(gateway: Target) -> None:
+async def test_modern_sampling_travels_as_an_input_required_result_governed_both_ways(s: Session) -> None:
     """The raw 2026-07-28 exchange: the `inputRequests` the client gets and the retry's `inputResponses`."""
+    if s.era == "legacy":
+        pytest.skip("2026-07-28 only: handshake-era sampling is a server-to-client request")
+    client = s.client
     with anyio.fail_after(30):
-        async with gateway.client("2026-07-28", sampling_callback=Sampler()) as client:  # declares sampling
-            first = await raw_request(client, "tools/call", {"name": "ask", "arguments": {"question": "why?"}})
-            assert first["resultType"] == "input_required"
-            [(key, request)] = first["inputRequests"].items()
-            assert request["method"] == "sampling/createMessage"
-            assert request["params"]["messages"] == [
-                {"role": "user", "content": {"type": "text", "text": "why? [seen by gateway]"}}
-            ]
-            answer = {"role": "assistant", "content": {"type": "text", "text": "because"}, "model": "m"}
-            retry = {
-                "name": "ask",
-                "arguments": {"question": "why?"},
-                "inputResponses": {key: answer},
-                "requestState": first["requestState"],
-            }
-            final = await raw_request(client, "tools/call", retry)
+        first = await raw_request(client, "tools/call", {"name": "ask", "arguments": {"question": "why?"}})
+        assert first["resultType"] == "input_required"
+        [(key, request)] = first["inputRequests"].items()
+        assert request["method"] == "sampling/createMessage"
+        assert request["params"]["messages"] == [
+            {"role": "user", "content": {"type": "text", "text": "why? [seen by gateway]"}}
+        ]
+        answer = {"role": "assistant", "content": {"type": "text", "text": "because"}, "model": "m"}
+        retry = {
+            "name": "ask",
+            "arguments": {"question": "why?"},
+            "inputResponses": {key: answer},
+            "requestState": first["requestState"],
+        }
+        final = await raw_request(client, "tools/call", retry)
     assert final["resultType"] == "complete"
     assert final["content"] == [{"type": "text", "text": "model says: because [checked by gateway]"}]
 
 
-async def test_progress_notifications_are_relayed(gateway: Target, era: str) -> None:
+async def test_progress_notifications_are_relayed(s: Session) -> None:
     seen: list[tuple[float, float | None, str | None]] = []
 
     async def on_progress(progress: float, total: float | None, message: str | None) -> None:
         seen.append((progress, total, message))
 
     with anyio.fail_after(30):
-        async with gateway.client(era) as client:
-            result = await client.call_tool("countdown", {"steps": 3}, progress_callback=on_progress)
+        result = await s.client.call_tool("countdown", {"steps": 3}, progress_callback=on_progress)
     assert text_of(result) == "done"
     assert seen == [(1.0, 3.0, "step 1"), (2.0, 3.0, "step 2"), (3.0, 3.0, "step 3")]
 
 
-async def test_client_timeout_cancels_the_upstream_handler(gateway: Target, era: str) -> None:
+async def test_client_timeout_cancels_the_upstream_handler(s: Session) -> None:
     token = unique("sleep")
     with anyio.fail_after(30):
-        async with gateway.client(era) as client:
-            await client.list_tools()  # warm: the timeout below must hit a call the upstream is running
-            with pytest.raises(MCPError) as timed_out:
-                await client.call_tool("sleep", {"seconds": 30, "token": token}, read_timeout_seconds=0.5)
-            # the upstream's `sleep` handler sets an event when it is cancelled; this waits on it
-            verdict = await client.call_tool("was_cancelled", {"token": token, "wait": 10})
+        await s.client.list_tools()  # warm: the timeout below must hit a call the upstream is running
+        with pytest.raises(MCPError) as timed_out:
+            await s.client.call_tool("sleep", {"seconds": 30, "token": token}, read_timeout_seconds=0.5)
+        # the upstream's `sleep` handler sets an event when it is cancelled; this waits on it
+        verdict = await s.client.call_tool("was_cancelled", {"token": token, "wait": 10})
     assert timed_out.value.code == -32001
     assert text_of(verdict) == "cancelled"
 
@@ -181,11 +253,10 @@ async def test_client_timeout_cancels_the_upstream_handler(gateway: Target, era:
 # --------------------------------------------------------------------------- the gateway as interceptor host
 
 
-async def test_interceptors_list_through_the_gateway_names_what_it_enforces(gateway: Target, era: str) -> None:
+async def test_interceptors_list_through_the_gateway_names_what_it_enforces(s: Session) -> None:
     with anyio.fail_after(30):
-        async with gateway.client(era) as client:
-            everything = await list_interceptors(client)
-            for_calls = await list_interceptors(client, "tools/call")
+        everything = await list_interceptors(s.client)
+        for_calls = await list_interceptors(s.client, "tools/call")
     assert [d.name for d in everything] == STANDARD_GUARDS
     assert [d.name for d in for_calls] == ["redact-secrets", "deny-tools"]
     assert {d.name: d.type for d in everything} == {
@@ -213,17 +284,16 @@ async def test_extension_capability_is_advertised_in_the_handshake(gateway: Targ
     assert capabilities.tools is not None  # the upstream's capabilities are merged in
 
 
-async def test_execute_chain_runs_the_configured_chain_for_a_client_payload(gateway: Target, era: str) -> None:
+async def test_execute_chain_runs_the_configured_chain_for_a_client_payload(s: Session) -> None:
     secret_call = {"method": "tools/call", "params": {"name": "echo", "arguments": {"text": "sk-live-ABCDEFGH1"}}}
     denied_call = {"method": "tools/call", "params": {"name": "delete_everything", "arguments": {}}}
     with anyio.fail_after(30):
-        async with gateway.client(era) as client:
-            redacted = await raw_request(
-                client, "interceptor/executeChain", {"event": "tools/call", "phase": "request", "payload": secret_call}
-            )
-            denied = await raw_request(
-                client, "interceptor/executeChain", {"event": "tools/call", "phase": "request", "payload": denied_call}
-            )
+        redacted = await raw_request(
+            s.client, "interceptor/executeChain", {"event": "tools/call", "phase": "request", "payload": secret_call}
+        )
+        denied = await raw_request(
+            s.client, "interceptor/executeChain", {"event": "tools/call", "phase": "request", "payload": denied_call}
+        )
     assert redacted["status"] == "success"
     assert redacted["finalPayload"] == {
         "method": "tools/call",
@@ -252,10 +322,9 @@ async def test_execute_chain_is_method_not_found_unless_exposed(write_config: Co
 # --------------------------------------------------------------------------- transparency
 
 
-async def test_unknown_method_and_unknown_result_fields_pass_through(gateway: Target, era: str) -> None:
+async def test_unknown_method_and_unknown_result_fields_pass_through(s: Session) -> None:
     with anyio.fail_after(30):
-        async with gateway.client(era) as client:
-            result = await raw_request(client, "x-e2e/echo", {"anything": [1, {"deep": True}], "futureParam": "x"})
+        result = await raw_request(s.client, "x-e2e/echo", {"anything": [1, {"deep": True}], "futureParam": "x"})
     result.pop("_meta", None)  # 2026-07-28 results carry the upstream's serverInfo stamp
     result.pop("resultType", None)
     assert result == {
@@ -265,20 +334,34 @@ async def test_unknown_method_and_unknown_result_fields_pass_through(gateway: Ta
     }
 
 
-async def test_upstream_log_notification_reaches_a_legacy_client(gateway: Target) -> None:
-    received: list[types.LoggingMessageNotificationParams] = []
-    got = anyio.Event()
-
-    async def on_log(params: types.LoggingMessageNotificationParams) -> None:
-        received.append(params)
-        got.set()
-
+async def test_upstream_log_notification_reaches_a_legacy_client(s: Session) -> None:
+    if s.era != "legacy":
+        pytest.skip("see test_upstream_log_notification_reaches_a_modern_client")
     with anyio.fail_after(30):
-        async with gateway.client("legacy", logging_callback=on_log) as client:
-            result = await client.call_tool("log", {"message": "hello from upstream"})
-            await got.wait()
+        result = await s.client.call_tool("log", {"message": "hello from upstream"})
+        await s.callbacks.logged.wait()
     assert text_of(result) == "logged"
-    assert [(p.level, p.logger, p.data) for p in received] == [("info", "e2e", "hello from upstream")]
+    assert [(p.level, p.logger, p.data) for p in s.callbacks.logs] == [("info", "e2e", "hello from upstream")]
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="2026-07-28: upstream request-scoped notifications/message are sent to the session's first "
+    "(long finished) request instead of the in-flight one, so they never reach the client; see report",
+)
+@pytest.mark.parametrize("transport", ["stdio", "http"])
+async def test_upstream_log_notification_reaches_a_modern_client(
+    transport: str, standard_file: Path, standard_http: str
+) -> None:
+    callbacks = Callbacks()
+    target = Target(transport, standard_file, standard_http)
+    with anyio.fail_after(30):
+        async with target.client("2026-07-28", logging_callback=callbacks.logging, log_level="debug") as client:
+            result = await client.call_tool("log", {"message": "hello from upstream"})
+            with anyio.move_on_after(3):  # a direct server delivers it before the result: 3 s is generous
+                await callbacks.logged.wait()
+    assert text_of(result) == "logged"
+    assert [(p.level, p.logger, p.data) for p in callbacks.logs] == [("info", "e2e", "hello from upstream")]
 
 
 async def test_each_legacy_http_session_gets_its_own_upstream_session_reused_across_calls(standard_http: str) -> None:
@@ -297,10 +380,9 @@ async def test_each_legacy_http_session_gets_its_own_upstream_session_reused_acr
 
 
 @pytest.mark.parametrize("code", [-32000, -32099])
-async def test_upstream_errors_pass_through_with_code_message_and_data(gateway: Target, era: str, code: int) -> None:
+async def test_upstream_errors_pass_through_with_code_message_and_data(s: Session, code: int) -> None:
     """-32000 too: it is the dispatcher's connection-closed code, but upstreams use it for their own errors."""
     with anyio.fail_after(30):
-        async with gateway.client(era) as client:
-            with pytest.raises(MCPError) as failed:
-                await raw_request(client, "x-e2e/fail", {"code": code, "message": "custom failure", "data": {"k": 1}})
+        with pytest.raises(MCPError) as failed:
+            await raw_request(s.client, "x-e2e/fail", {"code": code, "message": "custom failure", "data": {"k": 1}})
     assert (failed.value.code, failed.value.message, failed.value.data) == (code, "custom failure", {"k": 1})

@@ -68,50 +68,54 @@ def test_tail_json_and_segment_lines(sqlite_store: SqliteStore, key: SigningKey,
     assert header_line.endswith(f"{trail[0]}  segment start  key={key.key_id} prev=genesis")
 
 
-class _LineSignal(io.StringIO):
-    """An output stream that sets an event once a line containing `needle` has been written."""
+class _WatchedOutput(io.StringIO):
+    """An output stream another thread can wait on until some text has been written to it."""
 
-    def __init__(self, needle: str) -> None:
+    def __init__(self) -> None:
         super().__init__()
-        self.needle = needle
-        self.seen = threading.Event()
+        self._changed = threading.Condition()
 
     def write(self, text: str) -> int:
-        written = super().write(text)
-        if self.needle in self.getvalue():
-            self.seen.set()
+        with self._changed:
+            written = super().write(text)
+            self._changed.notify_all()
         return written
+
+    def wait_for(self, needle: str, timeout: float) -> bool:
+        with self._changed:
+            return self._changed.wait_for(lambda: needle in self.getvalue(), timeout)
 
 
 def test_tail_follow_prints_new_records(
     sqlite_store: SqliteStore, key: SigningKey, trail: list[str], make_decision: Make
 ) -> None:
     stop = threading.Event()
+    out = _WatchedOutput()
+
+    def follow() -> int:
+        return tail(sqlite_store.path, out, limit=1, follow=True, poll_interval=0.01, should_stop=stop.is_set)
+
+    async def wait_for(needle: str) -> None:
+        with anyio.fail_after(10):
+            assert await anyio.to_thread.run_sync(out.wait_for, needle, 10, abandon_on_cancel=True)
 
     async def scenario() -> str:
-        async with open_audit_writer(sqlite_store, key) as writer:
-            out = _LineSignal("call=late")
-            async with anyio.create_task_group() as tg:
-                tg.start_soon(
-                    lambda: anyio.to_thread.run_sync(
-                        lambda: tail(
-                            sqlite_store.path, out, limit=1, follow=True, poll_interval=0.01, should_stop=stop.is_set
-                        )
-                    )
-                )
+        async with open_audit_writer(sqlite_store, key) as writer, anyio.create_task_group() as tg:
+            tg.start_soon(anyio.to_thread.run_sync, follow)
+            try:
+                await wait_for("segment start")  # tail printed its last record and is now following
                 receipt = await writer.append(make_decision(call_id="late"))
-                try:
-                    with anyio.fail_after(10):
-                        await anyio.to_thread.run_sync(out.seen.wait, 10, abandon_on_cancel=True)
-                finally:
-                    stop.set()
-        assert receipt.id in out.getvalue()
-        return out.getvalue()
+                await wait_for("call=late")
+            finally:
+                stop.set()
+        return receipt.id
 
-    printed = anyio.run(scenario).splitlines()
+    late_id = anyio.run(scenario)
+    printed = out.getvalue().splitlines()
     # The last record before following is the new writer's segment header, which continues the trail.
     assert printed[0].endswith(f"segment start  key={key.key_id} prev={trail[3]}")
-    assert "call=late" in printed[-1]
+    assert len(printed) == 2
+    assert f"  {late_id}  " in printed[1] and "call=late" in printed[1]
 
 
 def test_show_prints_the_record_and_its_receipt(sqlite_store: SqliteStore, trail: list[str]) -> None:
@@ -135,6 +139,20 @@ def test_show_unknown_id_and_missing_database(sqlite_store: SqliteStore, trail: 
     assert show(tmp_path / "missing.db", "x", io.StringIO(), err=err) == EXIT_ERROR
     assert "does not exist" in err.getvalue()
     assert not (tmp_path / "missing.db").exists()
+
+
+def test_commands_refuse_files_that_are_not_audit_databases(tmp_path: Path) -> None:
+    junk = tmp_path / "junk.db"
+    junk.write_text("not sqlite at all " * 100)
+    empty = tmp_path / "empty.db"
+    sqlite3.connect(empty).close()
+    for target, message in ((junk, "cannot open the audit database"), (empty, "is not an audit database")):
+        err = io.StringIO()
+        assert tail(target, io.StringIO(), err=err) == EXIT_ERROR
+        assert message in err.getvalue()
+        err = io.StringIO()
+        assert verify(target, io.StringIO(), key_path=None, err=err) == EXIT_ERROR
+        assert message in err.getvalue()
 
 
 def test_verify_passes_then_names_the_edited_record(

@@ -71,12 +71,21 @@ class SqliteStore:
         self.path = path
         self._lock = threading.Lock()
         self._conn = sqlite3.connect(path, isolation_level=None, check_same_thread=False, timeout=30.0)
-        self._conn.execute("PRAGMA busy_timeout = 30000")
-        self._conn.execute(f"PRAGMA synchronous = {synchronous}")
-        if create:
-            # WAL is a property of the file: set once, readers that open it later inherit it.
-            self._conn.execute("PRAGMA journal_mode = WAL")
-            self._conn.executescript(_SCHEMA)
+        try:
+            self._conn.execute("PRAGMA busy_timeout = 30000")
+            self._conn.execute(f"PRAGMA synchronous = {synchronous}")
+            if create:
+                # WAL is a property of the file: set once, readers that open it later inherit it.
+                self._conn.execute("PRAGMA journal_mode = WAL")
+                self._conn.executescript(_SCHEMA)
+            elif not self._conn.execute("SELECT 1 FROM sqlite_master WHERE name = ?", (RECORDS_TABLE,)).fetchone():
+                raise StoreError(f"{path} is not an audit database (no {RECORDS_TABLE} table)")
+        except sqlite3.Error as exc:
+            self._conn.close()
+            raise StoreError(f"cannot open the audit database {path}: {exc}") from exc
+        except StoreError:
+            self._conn.close()
+            raise
 
     def append(self, records: Sequence[RecordRow], receipts: Sequence[ReceiptRow]) -> None:
         with self._lock:

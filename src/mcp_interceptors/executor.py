@@ -43,7 +43,11 @@ class Call:
 
 
 class Source(Protocol):
-    """Where interceptors run: an in-process host or a remote MCP host connection."""
+    """Where interceptors run: an in-process host or a remote MCP host connection.
+
+    A source may set `concurrent = False` to say parallel invocation gains nothing (all its handlers
+    are in-process coroutines); the executor then runs its validators one after another.
+    """
 
     async def invoke(self, call: Call) -> InterceptorResult:
         """Return the parsed, stamped result, or raise (an `InterceptorsError` carries its code)."""
@@ -133,7 +137,13 @@ class _Invoker:
     deadline: float | None
 
     async def invoke_all(self, steps: tuple[Step, ...], snapshot: Any) -> list[Outcome]:
-        """Invoke every step concurrently; outcomes come back in step order, whatever finished first (R43)."""
+        """Invoke every step; outcomes come back in step order, whatever finished first (R43).
+
+        Validators run concurrently, except when every source says concurrency buys nothing (in-process
+        async handlers): then they run one after another, which is cheaper than a task group.
+        """
+        if not any(getattr(self.sources.get(step.source), "concurrent", True) for step in steps):
+            return [await self.invoke(step, snapshot) for step in steps]
         outcomes: list[Outcome] = [Outcome()] * len(steps)
 
         async def run_one(index: int, step: Step) -> None:
@@ -164,19 +174,27 @@ class _Invoker:
             timeout_ms=math.ceil(limit * 1000) if limit is not None else None,
             context=self.context,
         )
+        if limit is None:  # no deadline: skip the cancel scope, which costs more than a small interceptor
+            return await _attempt(source, call, chain_bound, None)
+        outcome = None
         with anyio.move_on_after(limit) as scope:
-            try:
-                result = await source.invoke(call)
-            except InterceptorsError as exc:
-                if scope.cancel_called:  # our deadline fired and the source turned it into an error
-                    return Outcome(code=TIMEOUT_G4, reason="timeout", timeout=True, deadline=chain_bound)
-                timed_out = is_timeout_error(exc.code, exc.data)
-                reason = str(exc.data.get("reason") or exc.message)
-                return Outcome(code=exc.code, reason=reason, timeout=timed_out, deadline=timed_out and chain_bound)
-            except Exception as exc:  # a crashing source is an invocation failure, never a verdict
-                if scope.cancel_called:
-                    return Outcome(code=TIMEOUT_G4, reason="timeout", timeout=True, deadline=chain_bound)
-                return Outcome(code=-32603, reason=f"{type(exc).__name__}: {exc}")
-        if scope.cancelled_caught:
+            outcome = await _attempt(source, call, chain_bound, scope)
+        if scope.cancelled_caught or outcome is None:
             return Outcome(code=TIMEOUT_G4, reason="timeout", timeout=True, deadline=chain_bound)
-        return Outcome(result=result)
+        return outcome
+
+
+async def _attempt(source: Source, call: Call, chain_bound: bool, scope: anyio.CancelScope | None) -> Outcome:
+    """One invocation; every exception (never a cancellation) becomes a failure outcome."""
+    try:
+        return Outcome(result=await source.invoke(call))
+    except InterceptorsError as exc:
+        if scope is not None and scope.cancel_called:  # our deadline fired and the source turned it into an error
+            return Outcome(code=TIMEOUT_G4, reason="timeout", timeout=True, deadline=chain_bound)
+        timed_out = is_timeout_error(exc.code, exc.data)
+        reason = str(exc.data.get("reason") or exc.message)
+        return Outcome(code=exc.code, reason=reason, timeout=timed_out, deadline=timed_out and chain_bound)
+    except Exception as exc:  # a crashing source is an invocation failure, never a verdict
+        if scope is not None and scope.cancel_called:
+            return Outcome(code=TIMEOUT_G4, reason="timeout", timeout=True, deadline=chain_bound)
+        return Outcome(code=-32603, reason=f"{type(exc).__name__}: {exc}")

@@ -118,6 +118,7 @@ class InterceptorHost(Extension):
         self.strict_list_filter = strict_list_filter
         self._registry: dict[str, _Registered] = {}
         self._wire_list: list[dict[str, Any]] | None = None
+        self._covered: dict[tuple[str, str, str], bool] = {}
 
     # ------------------------------------------------------------------ authoring
 
@@ -156,6 +157,11 @@ class InterceptorHost(Extension):
             return fn
 
         return register
+
+    @property
+    def concurrent(self) -> bool:
+        """Whether parallel invocation helps: only when some handler runs in a worker thread."""
+        return any(not registered.is_async for registered in self._registry.values())
 
     # ------------------------------------------------------------------ discovery
 
@@ -210,7 +216,11 @@ class InterceptorHost(Extension):
     async def _run(self, call: Call, payload: Any) -> InterceptorResult:
         registered = self._lookup(call.name)
         descriptor = registered.descriptor
-        if not descriptor.covers(call.event, call.phase):
+        key = (call.name, call.event, call.phase)
+        covered = self._covered.get(key)
+        if covered is None:
+            covered = self._covered[key] = descriptor.covers(call.event, call.phase)
+        if not covered:
             advertised = [entry.to_wire() for entry in descriptor.hooks]
             raise HookMismatchError(call.name, call.event, call.phase, advertised)  # R22
         config = dict(call.config) if call.config is not None else {}
@@ -219,30 +229,38 @@ class InterceptorHost(Extension):
         invocation = Invocation(call.name, call.event, call.phase, payload, config, call.context)
         started = time.perf_counter()
         outcome = await self._call_handler(registered, invocation, call.timeout_ms)
-        duration_ms = (time.perf_counter() - started) * 1000
-        result = _normalise(descriptor, outcome, call.payload)
-        return result.model_copy(update={"interceptor": call.name, "phase": call.phase, "duration_ms": duration_ms})
+        stamp = {"interceptor": call.name, "phase": call.phase, "duration_ms": (time.perf_counter() - started) * 1000}
+        return _normalise(descriptor, outcome, call.payload, stamp)
 
     async def _call_handler(self, registered: _Registered, invocation: Invocation, timeout_ms: float | None) -> Any:
-        name = invocation.name
-        limit = timeout_ms / 1000 if timeout_ms is not None else None
-        with anyio.move_on_after(limit) as scope:
-            try:
-                if registered.is_async:
-                    return await registered.handler(invocation)
-                return await anyio.to_thread.run_sync(registered.handler, invocation, abandon_on_cancel=True)
-            except InterceptorsError:
-                raise
-            except Exception as exc:
-                if scope.cancel_called:
-                    raise InterceptorTimeoutError(
-                        name, timeout_ms or 0, invocation.phase, style=self.timeout_code
-                    ) from None
-                logger.warning("interceptor %r raised", name, exc_info=True)
-                raise InterceptorExecutionError(name, f"{type(exc).__name__}: {exc}") from None  # R24/R25
+        if timeout_ms is None:  # no deadline: no cancel scope on the hot path
+            return await self._run_handler(registered, invocation, None, None)
+        with anyio.move_on_after(timeout_ms / 1000) as scope:
+            return await self._run_handler(registered, invocation, scope, timeout_ms)
         # Only our own deadline lands here: a TimeoutError raised by the handler is a crash (R28).
-        assert scope.cancelled_caught
-        raise InterceptorTimeoutError(name, timeout_ms or 0, invocation.phase, style=self.timeout_code)  # R26/R27
+        raise InterceptorTimeoutError(invocation.name, timeout_ms, invocation.phase, style=self.timeout_code)  # R26/R27
+
+    async def _run_handler(
+        self,
+        registered: _Registered,
+        invocation: Invocation,
+        scope: anyio.CancelScope | None,
+        timeout_ms: float | None,
+    ) -> Any:
+        try:
+            if registered.is_async:
+                return await registered.handler(invocation)
+            return await anyio.to_thread.run_sync(registered.handler, invocation, abandon_on_cancel=True)
+        except InterceptorsError:
+            raise
+        except Exception as exc:
+            name = invocation.name
+            if scope is not None and scope.cancel_called:
+                raise InterceptorTimeoutError(
+                    name, timeout_ms or 0, invocation.phase, style=self.timeout_code
+                ) from None
+            logger.warning("interceptor %r raised", name, exc_info=True)
+            raise InterceptorExecutionError(name, f"{type(exc).__name__}: {exc}") from None  # R24/R25
 
     # ------------------------------------------------------------------ mcp wiring
 
@@ -323,25 +341,30 @@ def _check_config(name: str, validator: Draft202012Validator, config: Mapping[st
     )
 
 
-def _normalise(descriptor: InterceptorDescriptor, value: Any, original_payload: Any) -> InterceptorResult:
-    """Turn a handler's short return into the result of its declared type, or fail with -32603."""
+def _normalise(
+    descriptor: InterceptorDescriptor, value: Any, original_payload: Any, stamp: dict[str, Any]
+) -> InterceptorResult:
+    """Turn a handler's return into the stamped result of its declared type, or fail with -32603.
+
+    Short returns are built directly (pydantic's init is several times faster than `model_construct`).
+    """
     name = descriptor.name
     if descriptor.type == "validation":
-        return _as_validation(name, value)
+        return _as_validation(name, value, stamp)
     if descriptor.type == "mutation":
-        return _as_mutation(name, value, original_payload)
+        return _as_mutation(name, value, original_payload, stamp)
     if value is None or isinstance(value, bool):
-        return SinkResult(recorded=value is not False)
+        return SinkResult(recorded=value is not False, **stamp)
     if isinstance(value, SinkResult):
-        return value
+        return value.model_copy(update=stamp)
     raise InterceptorExecutionError(name, f"sink returned {type(value).__name__}, expected SinkResult, bool or None")
 
 
-def _as_validation(name: str, value: Any) -> ValidationResult:
-    if isinstance(value, ValidationResult):
-        return value
+def _as_validation(name: str, value: Any, stamp: dict[str, Any]) -> ValidationResult:
     if isinstance(value, bool):
-        return ValidationResult(valid=value, severity=None if value else "error")
+        return ValidationResult(valid=value, severity=None if value else "error", **stamp)
+    if isinstance(value, ValidationResult):
+        return value.model_copy(update=stamp)
     if isinstance(value, tuple) and len(value) == 2 and isinstance(value[0], bool):
         valid, messages = value
         severity = "info" if valid else "error"
@@ -352,10 +375,10 @@ def _as_validation(name: str, value: Any) -> ValidationResult:
             else ValidationMessage.model_validate(m)
             for m in items
         )
-        return ValidationResult(valid=valid, severity=None if valid else "error", messages=parsed or None)
+        return ValidationResult(valid=valid, severity=None if valid else "error", messages=parsed or None, **stamp)
     if isinstance(value, Mapping) and "valid" in value:
         try:
-            return ValidationResult.model_validate(value)
+            return ValidationResult.model_validate(value).model_copy(update=stamp)
         except ValidationError as exc:
             raise InterceptorExecutionError(
                 name, f"validator returned an invalid result: {exc.errors()[0]['msg']}"
@@ -365,16 +388,16 @@ def _as_validation(name: str, value: Any) -> ValidationResult:
     )
 
 
-def _as_mutation(name: str, value: Any, original_payload: Any) -> MutationResult:
+def _as_mutation(name: str, value: Any, original_payload: Any, stamp: dict[str, Any]) -> MutationResult:
     if isinstance(value, MutationResult):
         if not value.modified and value.payload != original_payload:
             raise InterceptorExecutionError(name, "mutator returned modified=false with a changed payload")
-        return value
+        return value.model_copy(update=stamp)
     if isinstance(value, ValidationResult | SinkResult):
         raise InterceptorExecutionError(name, f"mutator returned a {value.type} result, expected a mutation result")
     if value is None:
-        return MutationResult(modified=False, payload=original_payload)
-    return MutationResult(modified=value != original_payload, payload=value)
+        return MutationResult(modified=False, payload=original_payload, **stamp)
+    return MutationResult(modified=value != original_payload, payload=value, **stamp)
 
 
 def build_descriptor(

@@ -6,9 +6,11 @@ unless `insecure_no_auth` is set. Shutdown is clean: uvicorn drains, then upstre
 
 from __future__ import annotations
 
+import contextlib
 import logging
+import signal
 import sys
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import anyio
@@ -23,6 +25,8 @@ from mcp_interceptors.gateway.stdio import fd_stdio_server
 
 logger = logging.getLogger(__name__)
 LOOPBACK = ("127.0.0.1", "localhost", "::1")
+#: On shutdown, how long in-flight responses may finish; open SSE streams never would on their own.
+_DRAIN_S = 3.0
 
 
 class BindRefusedError(ValueError):
@@ -121,14 +125,45 @@ async def serve_http(
     on_ready: Callable[[], None] | None = None,
 ) -> None:
     app = http_app(gateway, host, port, insecure_no_auth=insecure_no_auth)
-    config = uvicorn.Config(app, host=host, port=port, log_level="warning", lifespan="on")
-    server = uvicorn.Server(config)
-    if on_ready is None:
-        await server.serve()
-        return
+    config = uvicorn.Config(
+        app, host=host, port=port, log_level="warning", lifespan="on", timeout_graceful_shutdown=_DRAIN_S
+    )
+    server = _Server(config)
     async with anyio.create_task_group() as tg:
+        tg.start_soon(_stop_on_signal, server)
         tg.start_soon(server.serve)
-        # uvicorn offers no readiness event; this loop only runs at start-up
-        while not server.started:  # noqa: ASYNC110
-            await anyio.sleep(0.02)
-        on_ready()
+        if on_ready is not None:
+            # uvicorn offers no readiness event; this loop only runs at start-up
+            while not server.started and not server.should_exit:  # noqa: ASYNC110
+                await anyio.sleep(0.02)
+            on_ready()
+        await server.finished.wait()
+        tg.cancel_scope.cancel()
+
+
+class _Server(uvicorn.Server):
+    """uvicorn minus its signal handling, which re-raises SIGTERM after draining and so kills the
+    process before the gateway closes its upstreams; `_stop_on_signal` asks it to exit instead."""
+
+    def __init__(self, config: uvicorn.Config) -> None:
+        super().__init__(config)
+        self.finished = anyio.Event()
+
+    @contextlib.contextmanager
+    def capture_signals(self) -> Iterator[None]:
+        yield
+
+    async def serve(self, sockets: Any = None) -> None:
+        try:
+            await super().serve(sockets)
+        finally:
+            self.finished.set()
+
+
+async def _stop_on_signal(server: uvicorn.Server) -> None:
+    """SIGTERM/SIGINT: drain (uvicorn's graceful shutdown); a second one skips the drain."""
+    with anyio.open_signal_receiver(signal.SIGTERM, signal.SIGINT) as signals:
+        async for _ in signals:
+            if server.should_exit:
+                server.force_exit = True
+            server.should_exit = True

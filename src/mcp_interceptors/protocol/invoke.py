@@ -42,6 +42,13 @@ class InvocationContext(WireModel):
     session_id: str | None = None
     server: str | None = None
 
+    def to_wire(self) -> dict[str, Any]:
+        """The `context` object to send; the reserved `interceptorState` never leaves the invoker."""
+        body = super().to_wire()
+        body.pop("interceptorState", None)
+        body.pop("interceptor_state", None)
+        return body
+
     def stamped(self) -> InvocationContext:
         """This context with `timestamp` set to now if it was missing."""
         if self.timestamp is not None:

@@ -92,14 +92,17 @@ class CompiledPattern:
 
     __slots__ = ("_compiled", "engine", "source")
 
-    def __init__(self, source: str, engine: Engine = DEFAULT_ENGINE) -> None:
+    def __init__(self, source: str, engine: Engine = DEFAULT_ENGINE, *, re_fence: str = "") -> None:
+        """`re_fence` is a lookbehind put before the pattern on stdlib `re` only: it stops a pattern with
+        an unbounded run from re-scanning that run from every position inside it (quadratic time),
+        which re2 never does."""
         self.source = source
         self.engine: Engine = engine
         self._compiled: Any
         if engine == "re2":
             self._compiled = re2.compile(source.encode("utf-8"))
         else:
-            self._compiled = re.compile(source, re.ASCII)
+            self._compiled = re.compile(f"{re_fence}(?:{source})" if re_fence else source, re.ASCII)
 
     def spans(self, scan: ScanText, groups: tuple[int, ...] = (0,)) -> Iterator[tuple[int, int]]:
         """Yield `(start, end)` in chars of the first of `groups` that took part in each match."""

@@ -37,16 +37,21 @@ _FILE_SUFFIXES = frozenset({"png", "jpg", "jpeg", "gif", "svg", "webp", "ico", "
 _CARD = r"[0-9](?:[ -]?[0-9]){12,18}"
 _CARD_RUN = re.compile(r"[0-9]+(?:[ -][0-9]+)*")
 _DIGIT_GROUP = re.compile(r"[0-9]+")
+_CARD_RUN_CAP = 48
 # Printed card layouts: groups of four (the last may be shorter), or Amex/Diners 4-6-5 and 4-6-4.
 _CARD_LAYOUTS = ((4, 6, 5), (4, 6, 4))
 _IBAN = r"[A-Z]{2}[0-9]{2}(?: ?[A-Z0-9]){11,30}"
 _SSN = r"[0-9]{3}[- ][0-9]{2}[- ][0-9]{4}"
 _SSN_CONTEXT = r"(?i:ssn|social security(?: number)?|ss#)[^0-9\r\n]{0,20}([0-9]{9})"
 _IPV4 = r"[0-9]{1,3}\.[0-9]{1,3}\.[0-9]{1,3}\.[0-9]{1,3}"
+_H16 = r"[0-9A-Fa-f]{1,4}"
+_V4 = r"[0-9]{1,3}(?:\.[0-9]{1,3}){3}"
+# Every part bounded (an address is at most 45 chars): an unbounded run would make re2 look ahead to the
+# end of a long hex/colon run for every candidate, which is quadratic on hostile input.
 _IPV6 = (
-    r"[0-9A-Fa-f:]*::[0-9A-Fa-f:.]*"
-    r"|(?:[0-9A-Fa-f]{1,4}:){7}[0-9A-Fa-f]{1,4}"
-    r"|(?:[0-9A-Fa-f]{1,4}:){6}[0-9]{1,3}(?:\.[0-9]{1,3}){3}"
+    rf"(?:{_H16}:){{7}}{_H16}"
+    rf"|(?:{_H16}:){{6}}{_V4}"
+    rf"|(?:{_H16}(?::{_H16}){{0,6}})?::(?:(?:{_H16}:){{0,5}}{_V4}|{_H16}(?::{_H16}){{0,6}})?"
 )
 _VERSION_BEFORE = re.compile(r"(?:version|ver\.?|release|build|[Vv]|[=<>~!]=)[ :=]*$", re.IGNORECASE)
 _V6_GROUP_SPLIT = re.compile(r"[:.]")
@@ -85,13 +90,15 @@ def _check_email(text: str, start: int, end: int) -> tuple[int, int] | None:
 
 
 def _check_card(text: str, start: int, end: int) -> tuple[int, int] | None:
-    run = _CARD_RUN.match(text, start)
+    # The run of digit groups from here, capped: a card prints in at most 23 chars, and a longer run
+    # (a table of numbers) must not cost more than a constant per candidate.
+    run = _CARD_RUN.match(text, start, start + _CARD_RUN_CAP)
     run_end = run.end() if run else end
-    if _is_glued(text, start, run_end, _WORD | {".", "-"}, _WORD) or _digit_follows(text, run_end, "."):
+    if _is_glued(text, start, run_end, _WORD | {".", "-"}, _WORD) or _digit_follows(text, run_end, ". -"):
         return None
     groups = [(m.start(), m.end()) for m in _DIGIT_GROUP.finditer(text, start, run_end)]
     # Longest window of whole groups first: the full run, then runs that drop leading/trailing groups.
-    for size in range(len(groups), 0, -1):
+    for size in range(min(len(groups), 5), 0, -1):
         for i in range(len(groups) - size + 1):
             window = groups[i : i + size]
             if not _is_card_layout([e - s for s, e in window]):
@@ -211,7 +218,16 @@ class PiiScanner:
         ]
         # Email's literal "@" is found fastest by stdlib `re`; the digit-led rest runs faster on re2.
         self._rules = [
-            (kind, CompiledPattern(pattern, engine_for("re" if kind == "email" else "re2", engine)), groups, check)
+            (
+                kind,
+                CompiledPattern(
+                    pattern,
+                    engine_for("re" if kind == "email" else "re2", engine),
+                    re_fence=r"(?<![0-9A-Fa-f:.])" if pattern is _IPV6 else "",
+                ),
+                groups,
+                check,
+            )
             for kind, pattern, groups, check, _, _ in rules
             if kind in wanted
         ]

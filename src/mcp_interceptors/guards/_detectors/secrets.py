@@ -56,6 +56,7 @@ class _Rule:
     # Where both engines exist, the faster one for this rule (measured: literal prefixes favour `re`,
     # case-insensitive keywords and counted repetitions favour re2).
     prefer: Engine = "re2"
+    re_fence: str = ""  # see CompiledPattern
 
 
 def _fenced(chars: str) -> Check:
@@ -103,10 +104,15 @@ _PEM_TRUNCATED = re.compile(
 
 def _check_private_key(text: str, start: int, end: int) -> tuple[int, int] | None:
     """Extend a BEGIN line to its END line; a truncated block is covered up to its last body line."""
-    closing = _PEM_END.search(text, end, min(len(text), end + 65536))
+    # Look no further than the next BEGIN line or 16 KB (an 8192-bit RSA key is ~6.5 KB), so a text
+    # full of BEGIN lines costs linear time.
+    limit = min(len(text), end + 16384)
+    next_begin = text.find("-----BEGIN", end, limit)
+    limit = next_begin if next_begin >= 0 else limit
+    closing = _PEM_END.search(text, end, limit)
     if closing and _PEM_FILLER.fullmatch(text, end, closing.start()):
         return start, closing.end()
-    body = _PEM_TRUNCATED.match(text, end)
+    body = _PEM_TRUNCATED.match(text, end, limit)
     return start, body.end() if body else end
 
 
@@ -181,7 +187,14 @@ _RULES: tuple[_Rule, ...] = (
         check=_check_private_key,
         prefer="re",
     ),
-    _Rule("jwt", r"eyJ[A-Za-z0-9_-]{8,}\.[A-Za-z0-9_-]{8,}\.[A-Za-z0-9_-]*", ("eyJ",), check=_check_jwt, prefer="re"),
+    _Rule(
+        "jwt",
+        r"eyJ[A-Za-z0-9_-]{8,}\.[A-Za-z0-9_-]{8,}\.[A-Za-z0-9_-]*",
+        ("eyJ",),
+        check=_check_jwt,
+        prefer="re",
+        re_fence=r"(?<![A-Za-z0-9_-])",
+    ),
     _Rule(
         "generic_secret",
         _GENERIC_NAMES + _ASSIGN + _VALUE,
@@ -229,7 +242,7 @@ class SecretScanner:
         if unknown:
             raise ValueError(f"unknown secret kinds {sorted(unknown)}; choose from {list(SECRET_KINDS)}")
         self._rules = [
-            (rule, CompiledPattern(rule.pattern, engine_for(rule.prefer, engine)))
+            (rule, CompiledPattern(rule.pattern, engine_for(rule.prefer, engine), re_fence=rule.re_fence))
             for rule in _RULES
             if rule.kind in wanted
         ]

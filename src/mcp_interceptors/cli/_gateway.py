@@ -96,7 +96,7 @@ def _first_message(group: BaseException) -> str:
         group = group.exceptions[0]
     if isinstance(group, UpstreamUnavailableError):
         return group.message
-    if isinstance(group, InterceptorsError):
+    if isinstance(group, InterceptorsError | BindRefusedError):
         return str(group)
     return f"{type(group).__name__}: {group}"
 

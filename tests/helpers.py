@@ -233,10 +233,15 @@ def stdio_transport(
     return stdio_client(params, errlog=errlog.file)
 
 
-def http_transport(url: str, *, headers: Mapping[str, str] | None = None, timeout: float = 30.0) -> Any:
-    """An mcp Streamable HTTP client transport, with extra headers (e.g. Authorization)."""
-    client = httpx2.AsyncClient(headers=dict(headers or {}), timeout=httpx2.Timeout(timeout, read=300.0))
-    return streamable_http_client(url, http_client=client)
+@asynccontextmanager
+async def http_transport(url: str, *, headers: Mapping[str, str] | None = None) -> AsyncIterator[Any]:
+    """An mcp Streamable HTTP client transport with extra headers (e.g. Authorization); closes its client."""
+    timeout = httpx2.Timeout(30.0, read=300.0)
+    async with (
+        httpx2.AsyncClient(headers=dict(headers or {}), timeout=timeout) as client,
+        streamable_http_client(url, http_client=client) as streams,
+    ):
+        yield streams
 
 
 async def run_cli(

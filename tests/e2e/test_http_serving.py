@@ -1,0 +1,303 @@
+"""The gateway's HTTP serving, through the real CLI: auth (static tokens, JWT), DNS-rebinding
+protection, the body limit, the legacy SSE endpoint, bind rules, bad messages and clean shutdown.
+"""
+
+from __future__ import annotations
+
+import signal
+import sys
+import time
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from pathlib import Path
+from typing import Any
+
+import anyio
+import anyio.abc
+import httpx2
+import jwt
+import pytest
+from cryptography.hazmat.primitives import serialization
+from cryptography.hazmat.primitives.asymmetric import ed25519, rsa
+from e2e_support import (
+    ERAS,
+    UPSTREAM,
+    ConfigWriter,
+    gateway_env,
+    standard_config,
+    text_of,
+    upstream_entry,
+    write_yaml,
+)
+from helpers import cli_argv, free_tcp_port, http_transport, pid_alive, run_cli, running, spawn, stop, wait_http_ready
+from mcp import Client
+from mcp.client.sse import sse_client
+
+pytestmark = [pytest.mark.anyio, pytest.mark.e2e]
+
+ACCEPT = {"accept": "application/json, text/event-stream", "content-type": "application/json"}
+INITIALIZE = {
+    "jsonrpc": "2.0",
+    "id": 1,
+    "method": "initialize",
+    "params": {"protocolVersion": "2025-11-25", "capabilities": {}, "clientInfo": {"name": "t", "version": "1"}},
+}
+TOKEN = "e2e-static-token-6f1c"
+ISSUER = "https://issuer.e2e.example"
+AUDIENCE = "mcp-gateway-e2e"
+
+
+@pytest.fixture(scope="module")
+def anyio_backend() -> str:
+    return "asyncio"
+
+
+@asynccontextmanager
+async def serve(config: Path, *extra: str, env: dict[str, str] | None = None) -> AsyncIterator[str]:
+    port = free_tcp_port()
+    argv = cli_argv("gateway", "--config", str(config), "--http", f"127.0.0.1:{port}", *extra)
+    async with running(argv, port=port, env=gateway_env(env), label="HTTP gateway"):
+        yield f"http://127.0.0.1:{port}"
+
+
+# --------------------------------------------------------------------------- static tokens
+
+
+@pytest.fixture(scope="module")
+async def token_gateway(tmp_path_factory: pytest.TempPathFactory) -> AsyncIterator[str]:
+    config = write_yaml(
+        tmp_path_factory.mktemp("tokens") / "gateway.yaml",
+        standard_config(auth={"tokens": ["${E2E_TOKEN}"]}),
+    )
+    async with serve(config, env={"E2E_TOKEN": TOKEN}) as base:
+        yield base
+
+
+@pytest.mark.parametrize("authorization", [None, "Bearer wrong-token", "Basic ZTJlOmUyZQ=="])
+async def test_static_token_gateway_answers_401_with_www_authenticate(token_gateway: str, authorization: str) -> None:
+    headers = {**ACCEPT, **({"authorization": authorization} if authorization else {})}
+    with anyio.fail_after(30):
+        async with httpx2.AsyncClient() as http:
+            response = await http.post(f"{token_gateway}/mcp", json=INITIALIZE, headers=headers)
+    assert response.status_code == 401
+    challenge = response.headers["www-authenticate"]
+    assert challenge.startswith("Bearer ")
+    assert 'error="invalid_token"' in challenge
+    assert f'resource_metadata="{token_gateway}/.well-known/oauth-protected-resource/mcp"' in challenge
+
+
+@pytest.mark.parametrize("era", ERAS)
+async def test_static_token_gateway_serves_a_client_with_the_token(token_gateway: str, era: str) -> None:
+    transport = http_transport(f"{token_gateway}/mcp", headers={"Authorization": f"Bearer {TOKEN}"})
+    with anyio.fail_after(30):
+        async with Client(transport, mode=era) as client:
+            result = await client.call_tool("echo", {"text": "sk-live-ABCDEFGH99 authorised"})
+    assert text_of(result) == "[REDACTED] authorised"
+
+
+# --------------------------------------------------------------------------- JWT
+
+
+def _pem(key: Any) -> bytes:
+    pem: bytes = key.public_key().public_bytes(
+        serialization.Encoding.PEM, serialization.PublicFormat.SubjectPublicKeyInfo
+    )
+    return pem
+
+
+def _token(key: Any, algorithm: str, **claims: Any) -> str:
+    body = {"sub": "alice", "iss": ISSUER, "aud": AUDIENCE, "exp": int(time.time()) + 600, "scope": "mcp"}
+    body.update(claims)
+    return jwt.encode(body, key, algorithm=algorithm)
+
+
+@pytest.fixture(scope="module")
+def signing_key() -> ed25519.Ed25519PrivateKey:
+    return ed25519.Ed25519PrivateKey.generate()
+
+
+@pytest.fixture(scope="module")
+async def jwt_gateway(
+    tmp_path_factory: pytest.TempPathFactory, signing_key: ed25519.Ed25519PrivateKey
+) -> AsyncIterator[str]:
+    folder = tmp_path_factory.mktemp("jwt")
+    (folder / "public.pem").write_bytes(_pem(signing_key))
+    auth = {"jwt": {"public_key_file": str(folder / "public.pem"), "issuer": ISSUER, "audience": AUDIENCE}}
+    config = write_yaml(folder / "gateway.yaml", standard_config(auth=auth))
+    async with serve(config) as base:
+        yield base
+
+
+@pytest.mark.parametrize("era", ERAS)
+async def test_jwt_gateway_serves_a_client_with_a_valid_token(
+    jwt_gateway: str, signing_key: ed25519.Ed25519PrivateKey, era: str
+) -> None:
+    token = _token(signing_key, "EdDSA")
+    transport = http_transport(f"{jwt_gateway}/mcp", headers={"Authorization": f"Bearer {token}"})
+    with anyio.fail_after(30):
+        async with Client(transport, mode=era) as client:
+            result = await client.call_tool("echo", {"text": "hello"})
+    assert text_of(result) == "hello"
+
+
+@pytest.mark.parametrize("problem", ["expired", "wrong-audience", "wrong-issuer", "other-key", "no-exp"])
+async def test_jwt_gateway_refuses_bad_tokens_with_401(
+    jwt_gateway: str, signing_key: ed25519.Ed25519PrivateKey, problem: str
+) -> None:
+    match problem:
+        case "expired":
+            token = _token(signing_key, "EdDSA", exp=int(time.time()) - 60)
+        case "wrong-audience":
+            token = _token(signing_key, "EdDSA", aud="someone-else")
+        case "wrong-issuer":
+            token = _token(signing_key, "EdDSA", iss="https://evil.example")
+        case "other-key":
+            token = _token(rsa.generate_private_key(public_exponent=65537, key_size=2048), "RS256")
+        case _:
+            token = jwt.encode({"sub": "alice", "iss": ISSUER, "aud": AUDIENCE}, signing_key, algorithm="EdDSA")
+    with anyio.fail_after(30):
+        async with httpx2.AsyncClient() as http:
+            response = await http.post(
+                f"{jwt_gateway}/mcp", json=INITIALIZE, headers={**ACCEPT, "authorization": f"Bearer {token}"}
+            )
+    assert response.status_code == 401
+    assert response.headers["www-authenticate"].startswith("Bearer ")
+
+
+# --------------------------------------------------------------------------- one unauthenticated loopback gateway
+
+
+@pytest.fixture(scope="module")
+async def plain_gateway(tmp_path_factory: pytest.TempPathFactory) -> AsyncIterator[str]:
+    config = write_yaml(
+        tmp_path_factory.mktemp("plain") / "gateway.yaml", standard_config(http={"max_body_bytes": 4096})
+    )
+    async with serve(config) as base:
+        yield base
+
+
+@pytest.mark.parametrize(
+    ("header", "value", "status"),
+    [("host", "evil.example", 421), ("host", "evil.example:80", 421), ("origin", "http://evil.example", 403)],
+)
+async def test_dns_rebinding_protection(plain_gateway: str, header: str, value: str, status: int) -> None:
+    with anyio.fail_after(30):
+        async with httpx2.AsyncClient() as http:
+            response = await http.post(f"{plain_gateway}/mcp", json=INITIALIZE, headers={**ACCEPT, header: value})
+            allowed = await http.post(
+                f"{plain_gateway}/mcp", json=INITIALIZE, headers={**ACCEPT, "origin": "http://localhost:3000"}
+            )
+    assert response.status_code == status
+    assert allowed.status_code == 200
+
+
+async def test_request_over_the_body_limit_gets_413(plain_gateway: str) -> None:
+    big = {**INITIALIZE, "params": {**INITIALIZE["params"], "padding": "x" * 8192}}
+    with anyio.fail_after(30):
+        async with httpx2.AsyncClient() as http:
+            response = await http.post(f"{plain_gateway}/mcp", json=big, headers=ACCEPT)
+            fine = await http.post(f"{plain_gateway}/mcp", json=INITIALIZE, headers=ACCEPT)
+    assert response.status_code == 413
+    assert fine.status_code == 200
+
+
+async def test_a_bad_message_fails_alone(plain_gateway: str) -> None:
+    with anyio.fail_after(30):
+        async with httpx2.AsyncClient() as http:
+            garbage = await http.post(f"{plain_gateway}/mcp", content=b"{not json", headers=ACCEPT)
+        async with Client(f"{plain_gateway}/mcp", mode="legacy") as client:
+            result = await client.call_tool("echo", {"text": "still serving"})
+    assert garbage.status_code == 400
+    assert garbage.json()["error"]["code"] == -32700
+    assert text_of(result) == "still serving"
+
+
+async def test_legacy_sse_endpoint_serves_governed_calls(plain_gateway: str) -> None:
+    with anyio.fail_after(30):
+        async with Client(sse_client(f"{plain_gateway}/sse"), mode="legacy") as client:
+            tools = await client.list_tools()
+            result = await client.call_tool("echo", {"text": "over sse sk-live-ABCDEFGH12"})
+    assert "hidden_tool" not in [tool.name for tool in tools.tools]
+    assert text_of(result) == "over sse [REDACTED]"
+
+
+async def test_http_answers_match_a_direct_server_for_era_foreign_and_unknown_requests(plain_gateway: str) -> None:
+    """A 2026-07-28 `initialize` and an unknown method get what the upstream itself answers over HTTP."""
+    envelope = {
+        "io.modelcontextprotocol/protocolVersion": "2026-07-28",
+        "io.modelcontextprotocol/clientCapabilities": {},
+        "io.modelcontextprotocol/clientInfo": {"name": "t", "version": "1"},
+    }
+    probes = [
+        ({**INITIALIZE, "params": {**INITIALIZE["params"], "_meta": envelope}}, "initialize"),
+        ({"jsonrpc": "2.0", "id": 3, "method": "x-nope", "params": {"_meta": envelope}}, "x-nope"),
+    ]
+    port = free_tcp_port()
+    answers: dict[str, list[tuple[int, Any]]] = {"direct": [], "gateway": []}
+    direct = [sys.executable, UPSTREAM, "--http", str(port)]
+    with anyio.fail_after(60):
+        async with running(direct, port=port, label="direct upstream"), httpx2.AsyncClient() as http:
+            for name, base in (("direct", f"http://127.0.0.1:{port}"), ("gateway", plain_gateway)):
+                for body, method in probes:
+                    headers = {**ACCEPT, "mcp-protocol-version": "2026-07-28", "mcp-method": method}
+                    response = await http.post(f"{base}/mcp", json=body, headers=headers)
+                    answers[name].append((response.status_code, response.json()))
+    assert answers["gateway"] == answers["direct"]
+    assert [status for status, _ in answers["direct"]] == [404, 404]
+
+
+# --------------------------------------------------------------------------- bind rules, shutdown
+
+
+async def test_non_loopback_bind_without_auth_is_refused(write_config: ConfigWriter) -> None:
+    config = write_config(standard_config())
+    port = free_tcp_port()
+    done = await run_cli("gateway", "--config", str(config), "--http", f"0.0.0.0:{port}", env=gateway_env())
+    stderr = done.stderr.decode()
+    assert done.returncode == 1
+    assert stderr.strip().splitlines()[-1] == (
+        f"mcp-interceptors gateway: error: refusing to serve 0.0.0.0:{port} without authentication; "
+        "configure `auth` (tokens or jwt) or pass --insecure-no-auth"
+    )
+
+
+# Clients cut off by the shutdown leave sockets for the GC (mcp's clients, not the gateway).
+@pytest.mark.filterwarnings("ignore::ResourceWarning", "ignore::pytest.PytestUnraisableExceptionWarning")
+async def test_sigterm_drains_exits_0_and_stops_every_upstream(write_config: ConfigWriter, tmp_path: Path) -> None:
+    pid_dir = tmp_path / "pids"
+    pid_dir.mkdir()
+    config = write_config(standard_config(upstreams={"e2e": upstream_entry(env={"E2E_PID_DIR": str(pid_dir)})}))
+    port = free_tcp_port()
+    child = spawn(cli_argv("gateway", "--config", str(config), "--http", f"127.0.0.1:{port}"), env=gateway_env())
+    served: list[str] = []
+    release = anyio.Event()
+
+    async def hold(mode: str, *, task_status: anyio.abc.TaskStatus[None]) -> None:
+        """A client that stays connected (a legacy one keeps its own upstream session) until shutdown."""
+        try:
+            async with Client(f"http://127.0.0.1:{port}/mcp", mode=mode) as client:
+                served.append(text_of(await client.call_tool("pid", {})))
+                task_status.started()
+                await release.wait()
+        except Exception:  # the gateway going away under a connected client is the point of the test
+            return
+
+    try:
+        with anyio.fail_after(60):
+            await wait_http_ready(child, port)
+            async with anyio.create_task_group() as tg:
+                for mode in ERAS:
+                    await tg.start(hold, mode)
+                upstream_pids = sorted(int(path.stem) for path in pid_dir.glob("*.pid"))
+                child.popen.send_signal(signal.SIGTERM)
+                code = await anyio.to_thread.run_sync(child.popen.wait, abandon_on_cancel=True)
+                release.set()
+    except BaseException as exc:
+        exc.add_note(child.describe())
+        raise
+    finally:
+        stop(child)
+    assert code == 0
+    assert sorted(int(pid) for pid in served) == upstream_pids  # the shared one and the legacy session's own
+    assert len(upstream_pids) == 2
+    assert [pid for pid in upstream_pids if pid_alive(pid)] == []

@@ -1,0 +1,104 @@
+"""Two real upstreams (two copies of `examples/upstream_server.py`) behind one gateway: prefixed tools
+and prompts, resources routed by owner, and a name collision rejected at start.
+"""
+
+from __future__ import annotations
+
+import sys
+from collections.abc import AsyncIterator
+from pathlib import Path
+from typing import Any
+
+import anyio
+import pytest
+from e2e_support import ERAS, EXAMPLES_DIR, ConfigWriter, Target, gateway_env, text_of, unique, write_yaml
+from helpers import cli_argv, free_tcp_port, run_cli, running
+from mcp.shared.exceptions import MCPError
+
+pytestmark = [pytest.mark.anyio, pytest.mark.e2e]
+
+EXAMPLE = str(EXAMPLES_DIR / "upstream_server.py")
+EXAMPLE_TOOLS = ["echo", "save_note", "read_note", "delete_everything", "countdown", "sleep", "ask"]
+
+
+def two_upstreams(**archive: Any) -> dict[str, Any]:
+    return {
+        "upstreams": {
+            "notes": {"command": sys.executable, "args": [EXAMPLE]},
+            "archive": {"command": sys.executable, "args": [EXAMPLE], "env": {"NOTES_SCHEME": "archive"}, **archive},
+        }
+    }
+
+
+@pytest.fixture(scope="module")
+def anyio_backend() -> str:
+    return "asyncio"
+
+
+@pytest.fixture(scope="module")
+def aggregate_file(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return write_yaml(tmp_path_factory.mktemp("aggregate") / "gateway.yaml", two_upstreams(prefix="arc"))
+
+
+@pytest.fixture(scope="module")
+async def aggregate_http(aggregate_file: Path) -> AsyncIterator[str]:
+    port = free_tcp_port()
+    argv = cli_argv("gateway", "--config", str(aggregate_file), "--http", f"127.0.0.1:{port}")
+    async with running(argv, port=port, env=gateway_env(), label="aggregating HTTP gateway"):
+        yield f"http://127.0.0.1:{port}/mcp"
+
+
+@pytest.mark.parametrize("transport", ["stdio", "http"])
+@pytest.mark.parametrize("era", ERAS)
+async def test_two_upstreams_are_merged_under_their_prefixes_and_routed_to_their_owner(
+    aggregate_file: Path, aggregate_http: str, transport: str, era: str
+) -> None:
+    note = unique("n")
+    target = Target(transport, aggregate_file, aggregate_http)
+    with anyio.fail_after(60):
+        async with target.client(era) as client:
+            tools = [tool.name for tool in (await client.list_tools()).tools]
+            prompts = [prompt.name for prompt in (await client.list_prompts()).prompts]
+            templates = [t.uri_template for t in (await client.list_resource_templates()).resource_templates]
+            saved = await client.call_tool("arc__save_note", {"name": note, "text": "archived text"})
+            from_archive = await client.call_tool("arc__read_note", {"name": note})
+            from_notes = await client.call_tool("notes__read_note", {"name": note})
+            resource = await client.read_resource(f"archive://{note}")
+            prompt = await client.get_prompt("arc__summarise", {"name": note})
+            with pytest.raises(MCPError) as bare:
+                await client.call_tool("echo", {"text": "no prefix"})
+    assert sorted(tools) == sorted([f"notes__{t}" for t in EXAMPLE_TOOLS] + [f"arc__{t}" for t in EXAMPLE_TOOLS])
+    assert sorted(prompts) == ["arc__summarise", "notes__summarise"]
+    assert sorted(templates) == ["archive://{name}", "notes://{name}"]
+    assert text_of(saved) == f"saved {note} (13 chars)"
+    assert text_of(from_archive) == "archived text"
+    assert text_of(from_notes) == ""  # the other upstream never saw it
+    assert [getattr(c, "text", None) for c in resource.contents] == ["archived text"]
+    assert [getattr(m.content, "text", None) for m in prompt.messages] == ["Summarise this note: archived text"]
+    assert (bare.value.code, bare.value.message) == (-32602, "Unknown tool: echo")
+
+
+@pytest.mark.parametrize(
+    ("archive", "message"),
+    [
+        (
+            {"prefix": "notes"},
+            "tool 'notes__echo' is exposed by both upstream 'notes' and 'archive'; "
+            "give one of them a distinct `prefix` in the config",
+        ),
+        (
+            {"env": {"NOTES_SCHEME": "notes"}},
+            "uriTemplate 'notes://{name}' is exposed by both upstream 'notes' and 'archive'; "
+            "resource URIs are not prefixed: front only one of them",
+        ),
+    ],
+    ids=["tool-name", "resource-template"],
+)
+async def test_collision_is_rejected_at_start_with_one_clear_line(
+    write_config: ConfigWriter, archive: dict[str, Any], message: str
+) -> None:
+    config = write_config(two_upstreams(**archive))
+    done = await run_cli("gateway", "--config", str(config), env=gateway_env())
+    lines = done.stderr.decode().strip().splitlines()
+    assert done.returncode == 1
+    assert lines[-1] == f"mcp-interceptors gateway: error: {message}"

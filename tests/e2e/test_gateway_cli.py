@@ -1,0 +1,161 @@
+"""The gateway's command line as a user meets it: `--check` (text and JSON), `config-schema`, config
+errors that name the file, the field path and the fix, and the no-config `--guard ... -- cmd` shortcut.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+
+import anyio
+import pytest
+from e2e_support import UPSTREAM, ConfigWriter, gateway_env, standard_config, text_of
+from helpers import cli_argv, run_cli, stderr_log, stdio_transport
+from mcp import Client
+
+pytestmark = [pytest.mark.anyio, pytest.mark.e2e]
+
+EVENTS = [
+    "tools/list",
+    "tools/call",
+    "prompts/list",
+    "prompts/get",
+    "resources/list",
+    "resources/templates/list",
+    "resources/read",
+    "resources/subscribe",
+    "sampling/createMessage",
+    "elicitation/create",
+    "roots/list",
+]
+CLIENT_FEATURES = ("sampling/createMessage", "elicitation/create", "roots/list")
+
+
+def _direction(event: str, phase: str) -> str:
+    """The gateway is the server: it receives client requests and sends client-feature requests."""
+    receives = (phase == "request") != (event in CLIENT_FEATURES)
+    return "receiving" if receives else "sending"
+
+
+async def test_check_prints_the_resolved_plan_for_every_event_and_phase(write_config: ConfigWriter) -> None:
+    config = write_config(standard_config(chain={"deadline_ms": 2500}))
+    done = await run_cli("gateway", "--check", str(config), env=gateway_env())
+    assert done.returncode == 0, done.stderr.decode()
+    lines = done.stdout.decode().splitlines()
+    assert lines[0] == f"{config}: configuration is valid"
+    assert f"  e2e: stdio {sys.executable} {UPSTREAM}  (tools/prompts as <name>)" in lines
+    assert "chain deadline: 2500.0 ms" in lines
+    rows = [line.strip() for line in lines if line.startswith("  ") and not line.startswith("    ")]
+    assert [row.split(" (")[0] for row in rows[1:]] == [f"{e} {p}" for e in EVENTS for p in ("request", "response")]
+    start = lines.index("  tools/call request (receiving):")
+    assert lines[start : start + 4] == [
+        "  tools/call request (receiving):",
+        "    1. deny-tools [validation] from e2e-guards: mode=active failOpen=false",
+        "    2. redact-secrets [mutation] from e2e-guards: mode=active failOpen=false priority=0",
+        "  tools/call response (sending): no interceptors",
+    ]
+    assert "  sampling/createMessage request (sending):" in lines
+    assert "  roots/list response (receiving): no interceptors" in lines
+
+
+async def test_check_json_is_the_same_plan_as_data(write_config: ConfigWriter) -> None:
+    config = write_config(
+        standard_config(
+            interceptors={
+                "hosts": [{"module": "e2e_hosts:host"}],
+                "overrides": {"deny-tools": {"mode": "audit", "timeout_ms": 750}},
+            }
+        )
+    )
+    done = await run_cli("gateway", "--check", str(config), "--json", env=gateway_env())
+    assert done.returncode == 0, done.stderr.decode()
+    report = json.loads(done.stdout)
+    assert report["file"] == str(config)
+    assert [(row["event"], row["phase"], row["direction"]) for row in report["plan"]] == [
+        (e, p, _direction(e, p)) for e in EVENTS for p in ("request", "response")
+    ]
+    by_key = {(row["event"], row["phase"]): row for row in report["plan"]}
+    assert by_key[("tools/call", "request")]["steps"] == [
+        {
+            "interceptor": "deny-tools",
+            "source": "e2e-guards",
+            "type": "validation",
+            "mode": "audit",
+            "failOpen": False,
+            "priority": None,
+            "timeoutMs": 750.0,
+        },
+        {
+            "interceptor": "redact-secrets",
+            "source": "e2e-guards",
+            "type": "mutation",
+            "mode": "active",
+            "failOpen": False,
+            "priority": 0,
+            "timeoutMs": None,
+        },
+    ]
+    assert by_key[("prompts/get", "request")]["steps"] == []
+
+
+async def test_config_schema_prints_a_json_schema_of_the_config() -> None:
+    done = await run_cli("config-schema")
+    assert done.returncode == 0
+    schema = json.loads(done.stdout)
+    assert schema["$schema"] == "https://json-schema.org/draft/2020-12/schema"
+    assert schema["title"] == "mcp-interceptors gateway configuration"
+    assert schema["additionalProperties"] is False
+    assert {"upstreams", "interceptors", "chain", "auth", "http", "expose_execute_chain"} <= set(schema["properties"])
+
+
+@pytest.mark.parametrize(
+    ("yaml_text", "message"),
+    [
+        (
+            "upstreams:\n  e2e:\n    comand: python\n",
+            "upstreams.e2e.comand: Extra inputs are not permitted "
+            "(fix: remove the key or check its spelling against `mcp-interceptors config-schema`)",
+        ),
+        (
+            "upstreams:\n  e2e:\n    url: http://127.0.0.1:9/mcp\n    bearer_token: ${E2E_UNSET_TOKEN}\n",
+            "upstreams.e2e.bearer_token: environment variable E2E_UNSET_TOKEN is not set "
+            "(fix: export E2E_UNSET_TOKEN=... or write ${E2E_UNSET_TOKEN:-default})",
+        ),
+        (
+            "upstreams:\n  e2e:\n    url: ftp://example.com/mcp\n",
+            "upstreams.e2e: Value error, `url` must be an http(s) URL, got 'ftp://example.com/mcp' "
+            "(fix: see `mcp-interceptors config-schema`)",
+        ),
+        (
+            "upstreams:\n  e2e:\n    command: python\ninterceptors:\n  guards:\n    - name: secretz\n",
+            "interceptors.guards[0].name: unknown guard 'secretz' (fix: use one of: ",
+        ),
+        (
+            "upstreams: {}\n",
+            "upstreams: Value error, at least one upstream server is needed "
+            "(fix: see `mcp-interceptors config-schema`)",
+        ),
+    ],
+    ids=["unknown-key", "missing-env", "bad-url", "unknown-guard", "no-upstream"],
+)
+@pytest.mark.parametrize("flag", ["--config", "--check"])
+async def test_config_errors_name_the_file_the_field_and_the_fix(
+    write_config: ConfigWriter, yaml_text: str, message: str, flag: str
+) -> None:
+    config: Path = write_config(yaml_text)
+    done = await run_cli("gateway", flag, str(config))
+    lines = done.stderr.decode().strip().splitlines()
+    assert done.returncode == 1
+    assert len(lines) == 1
+    assert lines[0].startswith(f"mcp-interceptors gateway: error: {config}: {message}")
+    assert done.stdout == b""
+
+
+@pytest.mark.parametrize("era", ["legacy", "2026-07-28"])
+async def test_guard_shortcut_fronts_one_stdio_server_without_a_config(era: str) -> None:
+    argv = cli_argv("gateway", "--guard", "secrets", "--", sys.executable, UPSTREAM)
+    with anyio.fail_after(30), stderr_log("shortcut gateway") as log:
+        async with Client(stdio_transport(argv, log), mode=era) as client:
+            result = await client.call_tool("echo", {"text": "key AKIAIOSFODNN7EXAMPLE"})
+    assert text_of(result) == "key [REDACTED:aws_access_key]"

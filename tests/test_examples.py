@@ -9,10 +9,31 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 
 
-def test_demo_runs_and_shows_redaction_and_block() -> None:
+def test_demo_shows_the_sdk_the_gateway_and_a_verified_audit_trail() -> None:
     done = subprocess.run(
-        [sys.executable, "examples/demo.py"], cwd=ROOT, capture_output=True, text=True, timeout=120, check=False
+        [sys.executable, "examples/demo.py"], cwd=ROOT, capture_output=True, text=True, timeout=180, check=False
     )
-    assert done.returncode == 0, done.stderr[-2000:]
-    assert '"to": "[EMAIL]"' in done.stdout
-    assert "blocked: validation_failed by deny-dangerous-tools" in done.stdout
+    assert done.returncode == 0, done.stderr[-3000:]
+    out = done.stdout
+    assert '"to": "[EMAIL]"' in out
+    assert "blocked: validation_failed by deny-dangerous-tools" in out
+    assert "delete_everything is hidden" in out and "delete_everything," not in out.split("tools the agent")[1][:80]
+    assert "what the upstream stored: deploy with key [REDACTED:aws_access_key], ping [REDACTED:email]" in out
+    assert '"interceptor": "tool-policy"' in out
+    assert '"interceptor": "prompt-injection"' in out and '"phase": "response"' in out
+    assert "sampling through the gateway: model says: 42" in out
+    assert "audit verify: OK:" in out
+
+
+def test_gateway_example_config_checks(tmp_path: Path) -> None:
+    done = subprocess.run(
+        [sys.executable, "-m", "mcp_interceptors", "gateway", "--check", "examples/gateway.yaml"],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert "examples/gateway.yaml: configuration is valid" in done.stdout
+    assert "deny-dangerous-tools [validation] from validators" in done.stdout

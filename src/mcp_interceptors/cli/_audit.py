@@ -57,15 +57,14 @@ def _locations(args: argparse.Namespace) -> tuple[str, Path]:
     key_file: Path | None = args.key_file
     if args.config:
         from mcp_interceptors.gateway.config import ConfigError, load_config
-        from mcp_interceptors.gateway.server import audit_store_location
+        from mcp_interceptors.gateway.server import audit_key_location, audit_store_location
 
         try:
             config = load_config(args.config)
         except ConfigError as exc:
             raise CommandError(str(exc), 2) from None
         store = store or audit_store_location(config)
-        if key_file is None and config.audit.key_file:
-            key_file = Path(config.audit.key_file)
+        key_file = key_file or audit_key_location(config)
     return store or ".audit/audit.db", key_file or DEFAULT_KEY_PATH
 
 

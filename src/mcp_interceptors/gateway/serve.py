@@ -126,7 +126,7 @@ async def serve_http(
 ) -> None:
     app = http_app(gateway, host, port, insecure_no_auth=insecure_no_auth)
     config = uvicorn.Config(
-        app, host=host, port=port, log_level="warning", lifespan="on", timeout_graceful_shutdown=_DRAIN_S
+        app, host=host, port=port, log_level="warning", lifespan="on", timeout_graceful_shutdown=int(_DRAIN_S)
     )
     server = _Server(config)
     async with anyio.create_task_group() as tg:

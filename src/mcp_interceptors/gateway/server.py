@@ -408,12 +408,23 @@ def audit_store_location(config: GatewayConfig) -> str:
     return str(path)
 
 
+def audit_key_location(config: GatewayConfig) -> Path | None:
+    """The configured key file, relative to the config file's folder (None: the default location)."""
+    if not config.audit.key_file:
+        return None
+    path = Path(config.audit.key_file).expanduser()
+    if config.base_dir is not None and not path.is_absolute():
+        path = Path(config.base_dir) / path
+    return path
+
+
 async def start_audit_writer(config: GatewayConfig, tg: anyio.abc.TaskGroup) -> AuditWriter:
     """Open the configured store and key and run the writer in `tg` (cancelling `tg` flushes it)."""
     from mcp_interceptors.audit import AuditWriter, load_or_create_key, open_store
 
     store = open_store(audit_store_location(config))
-    key = load_or_create_key(Path(config.audit.key_file)) if config.audit.key_file else load_or_create_key()
+    key_file = audit_key_location(config)
+    key = load_or_create_key(key_file) if key_file is not None else load_or_create_key()
     writer = AuditWriter(store, key)
     await tg.start(writer.run)
     return writer

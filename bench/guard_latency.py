@@ -20,6 +20,7 @@ from typing import Any
 import anyio
 
 from mcp_interceptors import Call, Chain, guards
+from mcp_interceptors.protocol.events import Phase
 
 FIVE = ["secrets", "pii", "tool-policy", "schema-guard", "size-limit"]
 _VOCABULARY = "the request server config value data user file path error log time result cache index queue session"
@@ -37,7 +38,7 @@ def prose(size: int, seed: int = 7) -> str:
     return " ".join(words)[:size]
 
 
-def payloads() -> dict[str, tuple[str, str, Any]]:
+def payloads() -> dict[str, tuple[str, Phase, Any]]:
     text = prose(10_240)
     records = [{"id": i, "name": f"item-{i}", "note": prose(60, seed=i), "tags": ["a", "b"]} for i in range(120)]
     return {

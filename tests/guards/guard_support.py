@@ -33,7 +33,9 @@ def upstream(name: str = "guards-upstream") -> dict[str, Any]:
     return {"command": sys.executable, "args": [UPSTREAM], "env": {"GUARDS_NAME": name}}
 
 
-def gateway_config(guards: Sequence[Mapping[str, Any]], *, upstreams: Mapping[str, Any] | None = None, **extra: Any):  # type: ignore[no-untyped-def]
+def gateway_config(
+    guards: Sequence[Mapping[str, Any]], *, upstreams: Mapping[str, Any] | None = None, **extra: Any
+) -> dict[str, Any]:
     """A gateway config fronting one upstream (or `upstreams`) with these built-in guards."""
     config: dict[str, Any] = {
         "upstreams": dict(upstreams or {"notes": upstream()}),
@@ -52,7 +54,7 @@ async def gateway_client(
     path.write_text(yaml.safe_dump(dict(config), sort_keys=False))
     with stderr_log("gateway") as log:
         transport = stdio_transport(cli_argv("gateway", "--config", str(path)), log, env=child_env())
-        async with Client(transport, mode=mode, **kwargs) as client:  # type: ignore[arg-type]
+        async with Client(transport, mode=mode, **kwargs) as client:
             yield client
 
 
@@ -67,7 +69,7 @@ async def served_client(
         if config is not None:
             argv += ["--config-json", f"{name}={json.dumps(config)}"]
     with stderr_log("serve") as log:
-        async with Client(stdio_transport(cli_argv(*argv), log, env=child_env()), mode=mode) as client:  # type: ignore[arg-type]
+        async with Client(stdio_transport(cli_argv(*argv), log, env=child_env()), mode=mode) as client:
             yield client
 
 

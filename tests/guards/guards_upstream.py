@@ -82,11 +82,11 @@ class Feedback(BaseModel):
     comment: str
 
 
-def ask_login() -> Elicit:
+def ask_login() -> Elicit[Login]:
     return Elicit("Please log in", Login)
 
 
-def ask_feedback() -> Elicit:
+def ask_feedback() -> Elicit[Feedback]:
     return Elicit("How was it?", Feedback)
 
 

@@ -281,7 +281,12 @@ def test_bad_pin_files_are_refused(tmp_path: Path, content: str, error: str) -> 
 async def test_audit_log_writes_one_json_line_per_event(tmp_path: Path) -> None:
     path = tmp_path / "audit.jsonl"
     host = guards.load("audit-log", {"path": str(path)})
-    context = {"sessionId": "s1", "server": "notes", "traceId": "7", "principal": {"type": "user", "id": "u1"}}
+    context: dict[str, Any] = {
+        "sessionId": "s1",
+        "server": "notes",
+        "traceId": "7",
+        "principal": {"type": "user", "id": "u1"},
+    }
     outcome = await run_chain(host, "tools/call", "request", tool_call("echo", text="hi"), sinks=True, **context)
     assert outcome.status == "success"
     assert isinstance(outcome.results[0], SinkResult) and outcome.results[0].recorded is True

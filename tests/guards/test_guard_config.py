@@ -8,7 +8,7 @@ from typing import Any
 import pytest
 from guard_support import run_chain, tool_call
 
-from mcp_interceptors import guards
+from mcp_interceptors import PhasePriority, guards
 from mcp_interceptors.guards._config import GuardSchema, SettingsCache
 from mcp_interceptors.guards._state import SessionState, TtlMap
 from mcp_interceptors.protocol.errors import InvalidParamsError
@@ -96,7 +96,11 @@ def test_unknown_guard() -> None:
 )
 def test_mutator_priorities_sit_in_the_spec_bands(name: str, config: dict[str, Any], priorities: Any) -> None:
     host = guards.load(name, config)
-    found = {d.name: d.priority_hint.to_wire() for d in host.descriptors if d.type == "mutation" and d.priority_hint}
+    found = {
+        d.name: d.priority_hint.to_wire()
+        for d in host.descriptors
+        if d.type == "mutation" and isinstance(d.priority_hint, PhasePriority)
+    }
     assert found == priorities
 
 

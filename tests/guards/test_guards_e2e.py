@@ -56,7 +56,7 @@ async def accept_feedback(ctx: ClientRequestContext, params: types.ElicitRequest
 
 async def list_roots(ctx: ClientRequestContext) -> Any:
     uris = ["file:///work/project", "file:///work/project-secrets", "file:///work/project/../../etc"]
-    return types.ListRootsResult(roots=[types.Root(uri=uri) for uri in uris])  # type: ignore[arg-type]
+    return types.ListRootsResult(roots=[types.Root(uri=uri) for uri in uris])
 
 
 @pytest.mark.parametrize("mode", ERAS)
@@ -71,7 +71,7 @@ async def test_secrets_redacts_results_and_requests(tmp_path: Path, mode: str) -
 async def test_secrets_through_the_guard_shortcut(tmp_path: Path) -> None:
     argv = cli_argv("gateway", "--guard", "secrets", "--", sys.executable, UPSTREAM)
     with anyio.fail_after(E2E_TIMEOUT_S), stderr_log("gateway") as log:
-        async with Client(stdio_transport(argv, log, env=child_env()), mode="legacy") as client:  # type: ignore[arg-type]
+        async with Client(stdio_transport(argv, log, env=child_env()), mode="legacy") as client:
             assert text_of(await client.call_tool("read_secret", {})) == "aws_access_key_id = [REDACTED:aws_access_key]"
 
 

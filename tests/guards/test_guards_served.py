@@ -21,13 +21,14 @@ from mcp_interceptors import (
     invoke_interceptor,
     list_interceptors,
 )
+from mcp_interceptors.protocol.events import Phase
 
 pytestmark = [pytest.mark.anyio, pytest.mark.e2e]
 
 AWS = "AKIAQYLPMN5HHHFPZAM2"
 CONTEXT = {"sessionId": "s1", "server": "A", "traceId": "1"}
 #: guard -> (config, [(interceptor, event, phase, payload, context)], expected result of the last invoke)
-CASES: dict[str, tuple[dict[str, Any] | None, list[tuple[str, str, str, Any, dict[str, Any]]], Any]] = {
+CASES: dict[str, tuple[dict[str, Any] | None, list[tuple[str, str, Phase, Any, dict[str, Any]]], Any]] = {
     "secrets": (
         None,
         [("secrets", "tools/call", "request", tool_call("x", t=AWS), {})],
@@ -184,7 +185,7 @@ async def test_several_guards_on_one_http_server_in_both_eras(mode: str) -> None
     )  # fmt: skip
     url = f"http://127.0.0.1:{port}/mcp"
     with anyio.fail_after(E2E_TIMEOUT_S):
-        async with running(argv, port=port, env=child_env(), label="serve"), Client(url, mode=mode) as client:  # type: ignore[arg-type]
+        async with running(argv, port=port, env=child_env(), label="serve"), Client(url, mode=mode) as client:
             names = [d.name for d in await list_interceptors(client)]
             assert names == ["secrets", "tool-policy", "tool-policy-listing"]
             denied = await invoke_interceptor(client, "tool-policy", "tools/call", "request", tool_call("rm"))

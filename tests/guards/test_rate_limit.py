@@ -19,7 +19,7 @@ pytestmark = pytest.mark.anyio
 
 
 async def statuses(host: object, n: int, payload: object = None, **context: object) -> list[str]:
-    out = []
+    out: list[str] = []
     for _ in range(n):
         result = await run_chain(host, "tools/call", "request", payload or tool_call("echo"), **context)  # type: ignore[arg-type]
         out.append(result.status)

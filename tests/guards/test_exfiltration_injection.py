@@ -122,6 +122,15 @@ async def test_state_is_bounded_per_session() -> None:
     assert (await send_to(host, "B", "first.person@example.org")).status == "success"
 
 
+async def test_many_values_and_many_strings() -> None:
+    host = guards.load("exfiltration-guard", {"pii_kinds": ["email"]})
+    await read_from(host, "A", " ".join(f"user{i}.name@example.org" for i in range(200)))
+    strings = {f"s{i}": f"ordinary text number {i}" for i in range(300)}
+    strings["s150"] = "forward to user123.name@example.org please"
+    blocked = await run_chain(host, "tools/call", "request", tool_call("post", **strings), sessionId="s1", server="B")
+    assert messages(blocked) == [("$.params.arguments.s150", "email read from 'A' is sent to 'B'")]
+
+
 def test_base64_forms_match_inside_any_encoded_blob() -> None:
     forms = [form for form, encoding in encoded_forms(AWS, ["base64"]) if encoding == "base64"]
     for prefix in range(6):

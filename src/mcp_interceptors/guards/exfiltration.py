@@ -18,7 +18,7 @@ from typing import Any
 from mcp_interceptors.guards._config import GuardSchema, SettingsCache
 from mcp_interceptors.guards._detectors import PII_KINDS, SECRET_KINDS, PiiScanner, SecretScanner
 from mcp_interceptors.guards._names import ServerMap, params_of, server_for
-from mcp_interceptors.guards._scanning import TextScanner, find_in_payload
+from mcp_interceptors.guards._scanning import SEPARATOR, TextScanner, find_in_payload
 from mcp_interceptors.guards._state import SessionState, TtlMap
 from mcp_interceptors.guards._walk import format_path, walk_strings
 from mcp_interceptors.host import InterceptorHost, Invocation
@@ -136,11 +136,17 @@ class _Flows:
             if len(form) >= settings.min_length:
                 self.forms.set(form, _Origin(kind, servers, encoding))
 
-    def carried(self, text: str) -> Iterator[_Origin]:
-        """The origins of remembered values that occur in `text`, in any of their forms."""
-        for form, origin in self.forms.items():
-            if form in text:
-                yield origin
+    def carried(self, texts: list[str]) -> list[tuple[str, _Origin]]:
+        """The remembered forms that occur in any of `texts`: each form is searched once, in all of them joined."""
+        joined = SEPARATOR.join(texts)
+        return [(form, origin) for form, origin in self.forms.items() if form in joined]
+
+
+def _describe(origin: _Origin, target: str | None) -> str:
+    sources = ", ".join(sorted(repr(s) if s else "an unknown server" for s in origin.servers))
+    encoded = "" if origin.encoding == "raw" else f" ({origin.encoding}-encoded)"
+    destination = repr(target) if target else "an unknown server"
+    return f"{origin.kind} read from {sources} is sent to {destination}{encoded}"
 
 
 def is_allowed_flow(origin: _Origin, target: str | None, block_unknown: bool) -> bool:
@@ -182,19 +188,20 @@ class ExfiltrationGuard:
         params = params_of(inv.payload)
         name = params.get("uri") if inv.event == "resources/read" else params.get("name")
         target = server_for(inv, name if isinstance(name, str) else None, settings.servers)
+        strings = [(path, text) for path, text in walk_strings(inv.payload) if len(text) >= settings.min_length]
+        found = [
+            (form, origin)
+            for form, origin in flows.carried([text for _, text in strings])
+            if not is_allowed_flow(origin, target, settings.block_unknown)
+        ]
         messages = []
-        for path, text in walk_strings(inv.payload):
-            if len(text) < settings.min_length:
-                continue
-            for origin in flows.carried(text):
-                if is_allowed_flow(origin, target, settings.block_unknown):
-                    continue
-                sources = ", ".join(sorted(repr(s) if s else "an unknown server" for s in origin.servers))
-                encoded = "" if origin.encoding == "raw" else f" ({origin.encoding}-encoded)"
-                destination = repr(target) if target else "an unknown server"
-                message = f"{origin.kind} read from {sources} is sent to {destination}{encoded}"
-                messages.append(ValidationMessage(message=message, severity="error", path=format_path(path)))
-                break
+        for path, text in strings if found else ():
+            # A form found in the joined text is attributed to the string holding it (one message per string).
+            origin = next((origin for form, origin in found if form in text), None)
+            if origin is not None:
+                messages.append(
+                    ValidationMessage(message=_describe(origin, target), severity="error", path=format_path(path))
+                )
         if not messages:
             return True
         return ValidationResult(valid=False, severity="error", messages=tuple(messages[:20]), info={"target": target})

@@ -384,9 +384,11 @@ class DownstreamSession:
 
     async def _broadcast(self, method: str, params: dict[str, Any] | None) -> dict[str, Any]:
         conns = await self.connections()
-        for conn in conns.values():
-            if conn.info is not None and "logging" in conn.info.capabilities:
-                await conn.request(method, params)
+        logging = [conn for conn in conns.values() if conn.info is not None and "logging" in conn.info.capabilities]
+        if not logging:  # what a server without the logging capability answers (and the gateway advertises none)
+            raise MCPError(METHOD_NOT_FOUND, "Method not found", method)
+        for conn in logging:
+            await conn.request(method, params)
         return {}
 
     async def _passthrough(self, method: str, params: dict[str, Any] | None, downstream: Downstream) -> dict[str, Any]:

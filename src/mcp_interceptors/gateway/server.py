@@ -41,7 +41,7 @@ from mcp_interceptors.gateway.config import GatewayConfig
 from mcp_interceptors.gateway.legs import Governor
 from mcp_interceptors.gateway.recording import CallRecord
 from mcp_interceptors.gateway.session import DownstreamSession, Era
-from mcp_interceptors.gateway.upstream import UpstreamConnection, UpstreamUnavailableError
+from mcp_interceptors.gateway.upstream import GATEWAY_CLIENT_INFO, UpstreamConnection, UpstreamUnavailableError
 from mcp_interceptors.host import parse_invoke_params
 
 if TYPE_CHECKING:
@@ -125,7 +125,11 @@ class Gateway:
         self.bus = InMemorySubscriptionBus()
         self.bridges = Bridges()
         self.audit_writer = audit_writer
-        self.server: Server[Any] = Server(config.name, on_subscriptions_listen=ListenHandler(self.bus))
+        self.server: Server[Any] = Server(
+            config.name,
+            version=GATEWAY_CLIENT_INFO["version"],  # serverInfo needs one: clients warn on an empty version
+            on_subscriptions_listen=ListenHandler(self.bus),
+        )
         self.server.middleware.append(self.middleware)
         self._register_host_methods()
         self._tg: anyio.abc.TaskGroup | None = None

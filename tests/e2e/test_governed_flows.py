@@ -274,6 +274,7 @@ async def test_extension_capability_is_advertised_in_the_handshake(gateway: Targ
         async with gateway.client(mode) as client:
             capabilities = client.server_capabilities
             version = client.protocol_version
+            info = client.server_info
     settings = {"supportedEvents": STANDARD_EVENTS}
     if mode == "legacy":
         assert version == "2025-11-25"
@@ -282,6 +283,7 @@ async def test_extension_capability_is_advertised_in_the_handshake(gateway: Targ
         assert version == "2026-07-28"
         assert (capabilities.extensions or {}).get(EXTENSION_ID) == settings
     assert capabilities.tools is not None  # the upstream's capabilities are merged in
+    assert (info.name, info.version) == ("mcp-interceptors-gateway", "0.1.0")  # an empty version makes clients warn
 
 
 async def test_execute_chain_runs_the_configured_chain_for_a_client_payload(s: Session) -> None:
@@ -386,3 +388,10 @@ async def test_upstream_errors_pass_through_with_code_message_and_data(s: Sessio
         with pytest.raises(MCPError) as failed:
             await raw_request(s.client, "x-e2e/fail", {"code": code, "message": "custom failure", "data": {"k": 1}})
     assert (failed.value.code, failed.value.message, failed.value.data) == (code, "custom failure", {"k": 1})
+
+
+async def test_logging_set_level_is_method_not_found_when_no_upstream_logs(s: Session) -> None:
+    """The upstream has no logging capability, so it (and the gateway, which advertises none) answers -32601."""
+    with anyio.fail_after(30), pytest.raises(MCPError) as refused:
+        await raw_request(s.client, "logging/setLevel", {"level": "info"})
+    assert (refused.value.code, refused.value.message) == (-32601, "Method not found")

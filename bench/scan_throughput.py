@@ -4,7 +4,7 @@ Usage: python bench/scan_throughput.py [--repeats N] [--slow-repeats N]
 
 Payloads are MCP tool results built from the labelled scan corpus (tests/data/scan_corpus), in two
 densities: "dense" (the corpus itself, about one planted item per 110 bytes) and "typical" (clean logs,
-code, JSON and prose with a planted document every ~10 parts, about one item per 800 bytes). Every
+code, JSON and prose with a planted document every ~8 parts, about one item per 650 bytes). Every
 scanner walks the payload's strings with `guards._walk` and scans each one; MB/s is the payload's JSON
 size over the median wall time (`time.perf_counter`) of the repeats, after one warm-up run; the CPU-time
 figure beside it (`time.process_time`) shows the same run without interference from other processes. Presidio

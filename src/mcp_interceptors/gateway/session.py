@@ -216,6 +216,10 @@ class DownstreamSession:
         self, method: str, params: dict[str, Any] | None, downstream: Downstream, request_id: Any
     ) -> dict[str, Any]:
         governor = self.gateway.governor
+        list_method = CALLS[method][0] if method in CALLS else "prompts/list"
+        if self.gateway.config.advertised_equals_callable and list_method not in self.advertised:
+            # What this session is shown comes first: guards learn from listings (schemas, pins).
+            await self.compute_advertised(list_method)
         route = await self._route(method, params)
         context = self.context(route.upstream, request_id)
         record = self.gateway.new_record(context)
@@ -308,9 +312,9 @@ class DownstreamSession:
         if not isinstance(key, str):
             raise MCPError(INVALID_PARAMS, f"{method}: params.{key_name} must be a string", {"field": key_name})
         enforce = check and self.gateway.config.advertised_equals_callable
-        if enforce and list_method not in self.advertised:
-            await self.compute_advertised(list_method)
         needed = (list_method, "resources/templates/list") if list_method == "resources/list" else (list_method,)
+        if enforce and any(m not in self.advertised for m in needed):
+            await self.compute_advertised(list_method)
         missing = tuple(m for m in needed if self.catalog is None or m not in self.catalog.routes)
         if missing:
             await self.refresh_catalog(missing)
@@ -337,6 +341,8 @@ class DownstreamSession:
         """What this session would be shown: the listing after the response chain, computed on demand."""
         methods = (list_method, "resources/templates/list") if list_method == "resources/list" else (list_method,)
         for method in methods:
+            if method in self.advertised:  # listed by the client already (maybe several pages): keep that
+                continue
             try:
                 await self._list(method, None, None)
             except MCPError as exc:

@@ -190,6 +190,17 @@ async def test_filtered_tool_is_refused_even_before_the_session_listed_tools(gat
     assert (refused.value.code, refused.value.message, refused.value.data) == HIDDEN_REFUSAL
 
 
+@pytest.mark.parametrize("era", ERAS)
+async def test_templated_resource_is_callable_after_listing_only_resources(gateway: Target, era: str) -> None:
+    """A session that listed `resources/list` (not templates) may still read a URI its templates advertise."""
+    with anyio.fail_after(30):
+        async with gateway.client(era) as client:
+            listed = await client.list_resources()
+            read = await client.read_resource("e2e://welcome")
+    assert [resource.uri for resource in listed.resources] == []
+    assert [getattr(content, "text", None) for content in read.contents] == ["Hello from the e2e upstream."]
+
+
 # --------------------------------------------------------------------------- client features, progress, cancel
 
 

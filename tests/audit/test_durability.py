@@ -26,6 +26,7 @@ async def test_sigkill_loses_no_acknowledged_record(tmp_path: Path) -> None:
     async with await anyio.open_process(command, stderr=None) as process:
         assert process.stdout is not None
         lines = BufferedByteReceiveStream(process.stdout)
+        killed = False
         try:
             with anyio.fail_after(60):
                 ready = (await lines.receive_until(b"\n", 1024)).decode()
@@ -33,6 +34,7 @@ async def test_sigkill_loses_no_acknowledged_record(tmp_path: Path) -> None:
                 while len(acknowledged) < 300:
                     acknowledged.append((await lines.receive_until(b"\n", 1024)).decode())
             os.kill(process.pid, signal.SIGKILL)  # mid-run: appends are in flight right now
+            killed = True
             # Ids the child printed before dying are still in the pipe: each was acknowledged.
             with anyio.fail_after(30):
                 while True:
@@ -41,8 +43,10 @@ async def test_sigkill_loses_no_acknowledged_record(tmp_path: Path) -> None:
                     except (anyio.EndOfStream, anyio.IncompleteRead):
                         break
         finally:
-            if process.returncode is None:
-                process.kill()
+            # os.kill, not process.kill(): Popen.kill() polls first and would reap the child behind
+            # asyncio's child watcher, which then reports returncode 255.
+            if not killed:
+                os.kill(process.pid, signal.SIGKILL)
             with anyio.fail_after(30):
                 await process.wait()
     assert process.returncode == -signal.SIGKILL

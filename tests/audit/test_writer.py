@@ -5,7 +5,7 @@ from __future__ import annotations
 import threading
 from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 import anyio
 import orjson
@@ -203,9 +203,13 @@ async def test_append_before_start_and_after_close_raise(
 
 
 class _GatedStore(SqliteStore):
-    """Holds decision batches until the test opens the gate, so records pile up in the queue."""
+    """Holds decision batches in a worker thread until the test opens the gate, so records pile up."""
 
     gate: threading.Event | None = None
+
+    def __init__(self, path: Path) -> None:
+        super().__init__(path)
+        self.inline_commit = False  # the gate must not block the event loop
 
     def append(self, records: Sequence[RecordRow], receipts: Sequence[ReceiptRow]) -> None:
         if self.gate is not None and records[0].seq > 0:
@@ -284,16 +288,59 @@ async def test_submit_queues_now_and_waits_later(
 
 
 @pytest.mark.parametrize(
-    ("target", "synchronous"),
-    [("audit.db", 2), ("sqlite:///{dir}/audit.db", 2), ("sqlite:///{dir}/audit.db?synchronous=normal", 1)],
+    ("target", "needs_sync"),
+    [("audit.db", False), ("sqlite:///{dir}/audit.db", False), ("sqlite:///{dir}/audit.db?synchronous=full", True)],
 )
-def test_open_store_targets(tmp_path: Path, target: str, synchronous: int) -> None:
+def test_open_store_targets(tmp_path: Path, target: str, needs_sync: bool) -> None:
     resolved = target.format(dir=tmp_path) if "{dir}" in target else str(tmp_path / target)
     store = open_store(resolved)
     assert isinstance(store, SqliteStore)
     assert store.path == tmp_path / "audit.db"
-    assert store._conn.execute("PRAGMA synchronous").fetchone() == (synchronous,)
+    assert (store.inline_commit, store.needs_sync) == (True, needs_sync)
+    # Commits never fsync on the loop; FULL durability comes from `sync()` in a worker thread.
+    assert store._conn.execute("PRAGMA synchronous").fetchone() == (1,)
     assert store._conn.execute("PRAGMA journal_mode").fetchone() == ("wal",)
+    assert store._conn.execute("PRAGMA wal_autocheckpoint").fetchone() == (0,)
+    store.close()
+
+
+class _CountingStore(SqliteStore):
+    """Counts `sync()` and `checkpoint()` calls, which the writer makes from worker threads."""
+
+    syncs = 0
+    checkpoints = 0
+
+    def sync(self) -> None:
+        self.syncs += 1
+        super().sync()
+
+    def checkpoint(self) -> None:
+        self.checkpoints += 1
+        super().checkpoint()
+
+
+@pytest.mark.parametrize(("synchronous", "syncs"), [("FULL", 1 + 5), ("NORMAL", 0)])
+async def test_full_syncs_every_batch_before_acknowledging(
+    tmp_path: Path, key: SigningKey, make_decision: Make, synchronous: Literal["FULL", "NORMAL"], syncs: int
+) -> None:
+    store = _CountingStore(tmp_path / "audit.db", synchronous=synchronous)
+    async with open_audit_writer(store, key) as writer:
+        for _ in range(5):
+            await writer.append(make_decision())
+    assert (writer.stats.batches, store.syncs) == (5, syncs)  # FULL: the segment header, then each batch
+    store.close()
+
+
+async def test_checkpoints_run_in_the_background(tmp_path: Path, key: SigningKey, make_decision: Make) -> None:
+    store = _CountingStore(tmp_path / "audit.db", synchronous="FULL")
+    async with open_audit_writer(store, key, checkpoint_every=10) as writer:
+        for _ in range(25):
+            await writer.append(make_decision())
+    assert store.checkpoints == 2  # after records 10 and 20
+    assert writer.stats.records == 25
+    # Everything is in the main database file now, and the trail still verifies.
+    assert store._conn.execute("PRAGMA wal_checkpoint(TRUNCATE)").fetchone()[0] == 0
+    assert verify_source(store, key.trusted()).ok
     store.close()
 
 

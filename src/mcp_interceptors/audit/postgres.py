@@ -84,6 +84,9 @@ def engine_url_for(url: str) -> str:
 class PostgresStore:
     """`Store` over SQLAlchemy Core. Written for PostgreSQL; any SQLAlchemy URL works for comparison."""
 
+    inline_commit = False  # a network round trip: the writer calls `append` in a worker thread
+    needs_sync = False  # a commit is durable when it returns (synchronous_commit = on)
+
     def __init__(self, url: str, *, create: bool = True) -> None:
         self._engine: Engine = create_engine(engine_url_for(url), pool_size=2, max_overflow=2, pool_pre_ping=True)
         self._is_postgres = self._engine.dialect.name == "postgresql"
@@ -106,6 +109,12 @@ class PostgresStore:
             conn.execute(insert(records_table), [_record_values(row) for row in records])
             if receipts:
                 conn.execute(insert(receipts_table), [_receipt_values(row) for row in receipts])
+
+    def sync(self) -> None:
+        pass
+
+    def checkpoint(self) -> None:
+        pass
 
     def lineage_tail(self, key_ids: Collection[str]) -> SegmentTail | None:
         if not key_ids:

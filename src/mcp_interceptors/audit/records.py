@@ -17,15 +17,15 @@ import orjson
 import rfc8785
 
 from mcp_interceptors.audit._diff import json_diff
+from mcp_interceptors.protocol.chain import ChainStatus
 from mcp_interceptors.protocol.errors import InterceptorsError
+from mcp_interceptors.protocol.events import Direction, Phase
 
 FORMAT_VERSION: Final = 1
 GENESIS_HASH: Final = "0" * 64
 
-Phase = Literal["request", "response"]
-Direction = Literal["sending", "receiving"]
 Decision = Literal["allow", "deny", "error"]
-Status = Literal["success", "validation_failed", "mutation_failed", "timeout", "upstream_error"]
+Status = Literal[ChainStatus, "upstream_error"]  # the chain's status, or the upstream failed after it
 RecordKind = Literal["segment", "decision"]
 
 # Per-interceptor keys kept in a record; whole payloads never are (mutators keep a diff instead).

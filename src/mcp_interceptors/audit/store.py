@@ -1,7 +1,8 @@
 """The storage seam: what the writer and the commands need from an audit store, and `open_store`.
 
 `sqlite.py` and `postgres.py` implement `Store`; `JsonlSource` reads an export for offline checks. Stores
-are synchronous: the writer calls them from a worker thread, the commands call them directly.
+are synchronous: the writer calls them on the event loop or in a worker thread (`Store.inline_commit`),
+the commands call them directly.
 """
 
 from __future__ import annotations
@@ -79,9 +80,26 @@ class RecordSource(Protocol):
 
 @runtime_checkable
 class Store(RecordSource, Protocol):
-    """A durable audit store. `append` returns only once the batch is committed and synced."""
+    """A durable audit store: a batch is durable once `append` returned and, if `needs_sync`, `sync()` too."""
 
-    def append(self, records: Sequence[RecordRow], receipts: Sequence[ReceiptRow]) -> None: ...
+    inline_commit: bool
+    """True when `append` never waits on a disk flush or the network, so the writer may call it on the
+    event loop (no thread hop and no GIL hand-off per batch); False sends it to a worker thread."""
+
+    needs_sync: bool
+    """True when committed batches are durable against power loss only after `sync()`."""
+
+    def append(self, records: Sequence[RecordRow], receipts: Sequence[ReceiptRow]) -> None:
+        """Commit one batch in one transaction (all or nothing)."""
+        ...
+
+    def sync(self) -> None:
+        """Flush every committed batch to stable storage (the writer calls it in a worker thread)."""
+        ...
+
+    def checkpoint(self) -> None:
+        """Housekeeping the writer runs in a worker thread every few thousand records."""
+        ...
 
     def lineage_tail(self, key_ids: Collection[str]) -> SegmentTail | None:
         """The last record of the most recently started segment signed by one of `key_ids`."""
@@ -147,7 +165,7 @@ def is_postgres_url(target: str | Path) -> bool:
 
 
 def open_store(target: str | Path, *, create: bool = True) -> Store:
-    """A `postgresql://` URL opens PostgreSQL; a path or `sqlite:///path[?synchronous=normal]` opens SQLite."""
+    """A `postgresql://` URL opens PostgreSQL; a path or `sqlite:///path[?synchronous=full]` opens SQLite."""
     if is_postgres_url(target):
         from mcp_interceptors.audit.postgres import PostgresStore
 
@@ -158,7 +176,7 @@ def open_store(target: str | Path, *, create: bool = True) -> Store:
     if not text.startswith("sqlite:///"):
         return SqliteStore(Path(text).expanduser(), create=create)
     path, _, query = text.removeprefix("sqlite:///").partition("?")
-    synchronous = parse_qs(query).get("synchronous", ["full"])[-1].upper()
+    synchronous = parse_qs(query).get("synchronous", ["normal"])[-1].upper()
     if synchronous not in ("FULL", "NORMAL"):
         raise StoreError(f"{text}: synchronous must be full or normal, not {synchronous.lower()!r}")
     return SqliteStore(

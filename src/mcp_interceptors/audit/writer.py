@@ -7,6 +7,7 @@ It owns one chain segment, opened (and made durable) before `task_status.started
 
 from __future__ import annotations
 
+import logging
 import os
 import socket
 import uuid
@@ -19,6 +20,7 @@ from typing import Any
 
 import anyio
 import anyio.abc
+import anyio.lowlevel
 import orjson
 
 from mcp_interceptors.audit.records import (
@@ -37,6 +39,8 @@ from mcp_interceptors.audit.records import (
 )
 from mcp_interceptors.audit.signing import SigningKey
 from mcp_interceptors.audit.store import ReceiptRow, RecordRow, Store
+
+_log = logging.getLogger(__name__)
 
 
 class AuditWriteError(AuditError):
@@ -98,6 +102,7 @@ class AuditWriter:
         queue_size: int = 8192,
         flush_timeout: float = 5.0,
         open_calls_limit: int = 100_000,
+        checkpoint_every: int = 2000,
     ) -> None:
         self.store = store
         self.key = key
@@ -112,6 +117,9 @@ class AuditWriter:
         self._open_calls: OrderedDict[str, CallEnd] = OrderedDict()
         self._started = False
         self._stopped = anyio.Event()
+        self._checkpoint_every = checkpoint_every
+        self._checkpointed_at = 0
+        self._checkpointing = False
 
     async def append(self, decision: DecisionInput) -> AuditReceipt:
         """Record one chain decision; returns once it is committed and synced (raises `AuditWriteError`
@@ -136,9 +144,11 @@ class AuditWriter:
         try:
             await anyio.to_thread.run_sync(self._open_segment)
             self._started = True
-            task_status.started(self.segment_id)
-            while batch := await self._next_batch():
-                await self._commit(batch)
+            async with anyio.create_task_group() as housekeeping:
+                task_status.started(self.segment_id)
+                while batch := await self._next_batch():
+                    await self._commit(batch)
+                    self._maybe_checkpoint(housekeeping)
         finally:
             # Flush what callers already queued: shielded from our cancellation, bounded by our deadline.
             with anyio.CancelScope(shield=True), anyio.move_on_after(self._flush_timeout):
@@ -164,6 +174,10 @@ class AuditWriter:
             first = await self._receive.receive()
         except anyio.EndOfStream:
             return []
+        if self.store.inline_commit:
+            # No commit runs in a thread while we wait, so let the tasks that are ready now queue theirs:
+            # one loop turn is much cheaper than a transaction per record.
+            await anyio.lowlevel.cancel_shielded_checkpoint()  # `first` must not be lost to a cancel
         return [first, *self._queued_batch(self._max_batch - 1)]
 
     def _queued_batch(self, limit: int | None = None) -> list[PendingRecord]:
@@ -183,10 +197,18 @@ class AuditWriter:
         return leftovers
 
     async def _commit(self, batch: list[PendingRecord]) -> None:
-        # Shielded: once a batch is in the thread it commits, and its callers must hear about it.
+        # Shielded: once a batch is being written it completes, and its callers must hear about it.
         with anyio.CancelScope(shield=True):
             try:
-                receipts = await anyio.to_thread.run_sync(self._write_batch, [p.entry for p in batch])
+                entries = [pending.entry for pending in batch]
+                if self.store.inline_commit:
+                    # On the loop: a worker thread would have to win the GIL back from a busy event
+                    # loop (up to sys.getswitchinterval() per hand-off), which costs more than the commit.
+                    receipts = self._write_batch(entries)
+                else:
+                    receipts = await anyio.to_thread.run_sync(self._write_batch, entries)
+                if self.store.needs_sync:
+                    await anyio.to_thread.run_sync(self.store.sync)
             except Exception as exc:
                 self.stats.failed_batches += 1
                 for pending in batch:
@@ -200,7 +222,23 @@ class AuditWriter:
             pending.receipt = receipt
             pending.done.set()
 
-    # -- in the worker thread -------------------------------------------------------------------------
+    def _maybe_checkpoint(self, housekeeping: anyio.abc.TaskGroup) -> None:
+        if self._checkpointing or self.stats.records - self._checkpointed_at < self._checkpoint_every:
+            return
+        self._checkpointing = True
+        self._checkpointed_at = self.stats.records
+        housekeeping.start_soon(self._checkpoint)
+
+    async def _checkpoint(self) -> None:
+        try:
+            await anyio.to_thread.run_sync(self.store.checkpoint)
+        except Exception:
+            # Housekeeping only: records stay durable without it, so log and try again later.
+            _log.warning("audit store checkpoint failed", exc_info=True)
+        finally:
+            self._checkpointing = False
+
+    # -- batches (on the loop or in a worker thread, per `Store.inline_commit`) -------------------------
 
     def _open_segment(self) -> None:
         tail = self.store.lineage_tail(self.key.trusted().keys())
@@ -238,6 +276,8 @@ class AuditWriter:
             json=sealed.json,
         )
         self.store.append([row], [])
+        if self.store.needs_sync:
+            self.store.sync()
         self._seq, self._prev_hash = 0, sealed.hash
 
     def _write_batch(self, entries: Sequence[PreparedEntry]) -> list[AuditReceipt]:

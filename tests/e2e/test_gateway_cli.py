@@ -29,13 +29,11 @@ EVENTS = [
     "elicitation/create",
     "roots/list",
 ]
-CLIENT_FEATURES = ("sampling/createMessage", "elicitation/create", "roots/list")
 
 
 def _direction(event: str, phase: str) -> str:
-    """The gateway is the server: it receives client requests and sends client-feature requests."""
-    receives = (phase == "request") != (event in CLIENT_FEATURES)
-    return "receiving" if receives else "sending"
+    """By default the gateway governs every message at its sending point: what it forwards."""
+    return "sending"
 
 
 async def test_check_prints_the_resolved_plan_for_every_event_and_phase(write_config: ConfigWriter) -> None:
@@ -48,15 +46,27 @@ async def test_check_prints_the_resolved_plan_for_every_event_and_phase(write_co
     assert "chain deadline: 2500.0 ms" in lines
     rows = [line.strip() for line in lines if line.startswith("  ") and not line.startswith("    ")]
     assert [row.split(" (")[0] for row in rows[1:]] == [f"{e} {p}" for e in EVENTS for p in ("request", "response")]
-    start = lines.index("  tools/call request (receiving):")
+    assert "interception point: send (sending: mutate, then validate; receiving: validate, then mutate)" in lines
+    start = lines.index("  tools/call request (sending):")
     assert lines[start : start + 4] == [
-        "  tools/call request (receiving):",
-        "    1. deny-tools [validation] from e2e-guards: mode=active failOpen=false",
-        "    2. redact-secrets [mutation] from e2e-guards: mode=active failOpen=false priority=0",
+        "  tools/call request (sending):",
+        "    1. redact-secrets [mutation] from e2e-guards: mode=active failOpen=false priority=0",
+        "    2. deny-tools [validation] from e2e-guards: mode=active failOpen=false",
         "  tools/call response (sending): no interceptors",
     ]
     assert "  sampling/createMessage request (sending):" in lines
-    assert "  roots/list response (receiving): no interceptors" in lines
+    assert "  roots/list response (sending): no interceptors" in lines
+
+
+async def test_check_shows_both_points_in_order_when_configured(write_config: ConfigWriter) -> None:
+    config = write_config(standard_config(chain={"points": ["send", "receive"]}))
+    done = await run_cli("gateway", "--check", str(config), env=gateway_env())
+    assert done.returncode == 0, done.stderr.decode()
+    lines = done.stdout.decode().splitlines()
+    receive = lines.index("  tools/call request (receiving):")
+    send = lines.index("  tools/call request (sending):")
+    assert receive < send  # the receiving point gates raw input before the sending point
+    assert lines[receive + 1].strip().startswith("1. deny-tools [validation]")
 
 
 async def test_check_json_is_the_same_plan_as_data(write_config: ConfigWriter) -> None:
@@ -78,15 +88,6 @@ async def test_check_json_is_the_same_plan_as_data(write_config: ConfigWriter) -
     by_key = {(row["event"], row["phase"]): row for row in report["plan"]}
     assert by_key[("tools/call", "request")]["steps"] == [
         {
-            "interceptor": "deny-tools",
-            "source": "e2e-guards",
-            "type": "validation",
-            "mode": "audit",
-            "failOpen": False,
-            "priority": None,
-            "timeoutMs": 750.0,
-        },
-        {
             "interceptor": "redact-secrets",
             "source": "e2e-guards",
             "type": "mutation",
@@ -94,6 +95,15 @@ async def test_check_json_is_the_same_plan_as_data(write_config: ConfigWriter) -
             "failOpen": False,
             "priority": 0,
             "timeoutMs": None,
+        },
+        {
+            "interceptor": "deny-tools",
+            "source": "e2e-guards",
+            "type": "validation",
+            "mode": "audit",
+            "failOpen": False,
+            "priority": None,
+            "timeoutMs": 750.0,
         },
     ]
     assert by_key[("prompts/get", "request")]["steps"] == []

@@ -301,3 +301,45 @@ async def test_sigterm_drains_exits_0_and_stops_every_upstream(write_config: Con
     assert sorted(int(pid) for pid in served) == upstream_pids  # the shared one and the legacy session's own
     assert len(upstream_pids) == 2
     assert [pid for pid in upstream_pids if pid_alive(pid)] == []
+
+
+EVERYTHING = str(Path(__file__).resolve().parent.parent / "interop" / "everything_server.py")
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="the gateway does not validate Mcp-Param-* headers against the tool's x-mcp-header arguments "
+    "(SEP-2243), so a mismatch a direct server refuses with 400/-32020 is forwarded; see report",
+)
+async def test_mcp_param_header_mismatch_is_refused_like_a_direct_server(write_config: ConfigWriter) -> None:
+    envelope = {
+        "io.modelcontextprotocol/protocolVersion": "2026-07-28",
+        "io.modelcontextprotocol/clientCapabilities": {},
+    }
+    body = {
+        "jsonrpc": "2.0",
+        "id": 7,
+        "method": "tools/call",
+        "params": {"name": "test_custom_headers", "arguments": {"region": "eu"}, "_meta": envelope},
+    }
+    headers = {
+        **ACCEPT,
+        "mcp-protocol-version": "2026-07-28",
+        "mcp-method": "tools/call",
+        "mcp-name": "test_custom_headers",
+        "mcp-param-region": "us",  # the body says "eu"
+    }
+    config = write_config({"upstreams": {"everything": {"command": sys.executable, "args": [EVERYTHING]}}})
+    direct_port = free_tcp_port()
+    answers = []
+    with anyio.fail_after(60):
+        async with (
+            running([sys.executable, EVERYTHING, "--http", str(direct_port)], port=direct_port, label="direct"),
+            serve(config) as gateway,
+            httpx2.AsyncClient() as http,
+        ):
+            for base in (f"http://127.0.0.1:{direct_port}", gateway):
+                response = await http.post(f"{base}/mcp", json=body, headers=headers)
+                answers.append((response.status_code, response.json().get("error", {}).get("code")))
+    assert answers[0] == (400, -32020)  # the direct server
+    assert answers[1] == answers[0]

@@ -167,5 +167,5 @@ async def test_guard_shortcut_fronts_one_stdio_server_without_a_config(era: str)
     argv = cli_argv("gateway", "--guard", "secrets", "--", sys.executable, UPSTREAM)
     with anyio.fail_after(30), stderr_log("shortcut gateway") as log:
         async with Client(stdio_transport(argv, log), mode=era) as client:
-            result = await client.call_tool("echo", {"text": "key AKIAIOSFODNN7EXAMPLE"})
+            result = await client.call_tool("echo", {"text": "key AKIAZ7QH4XK2M9PL3TWB"})
     assert text_of(result) == "key [REDACTED:aws_access_key]"

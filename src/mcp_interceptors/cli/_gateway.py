@@ -113,7 +113,7 @@ async def _check(config: GatewayConfig, file: str, as_json: bool) -> int:
         chain = chain_for(config)
         await populate_chain(chain, config, tg, file=file)
         if as_json:
-            print(json.dumps({"file": file, "plan": resolved_plan(chain)}, indent=2))
+            print(json.dumps({"file": file, "plan": resolved_plan(chain, config.chain.directions)}, indent=2))
         else:
             print(render_check(config, chain, file))
         tg.cancel_scope.cancel()

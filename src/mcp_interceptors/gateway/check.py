@@ -7,8 +7,7 @@ from typing import Any
 from mcp_interceptors.gateway.config import GatewayConfig
 from mcp_interceptors.gateway.legs import GOVERNED_EVENTS
 from mcp_interceptors.invoker import Chain
-from mcp_interceptors.planning import direction_for
-from mcp_interceptors.protocol.events import PHASES
+from mcp_interceptors.protocol.events import PHASES, Direction
 
 EVENT_ORDER = [
     "tools/list",
@@ -25,13 +24,12 @@ EVENT_ORDER = [
 ]
 
 
-def resolved_plan(chain: Chain) -> list[dict[str, Any]]:
-    """One row per (event, phase): the direction and the steps in invocation order."""
+def resolved_plan(chain: Chain, directions: tuple[Direction, ...] = ("sending",)) -> list[dict[str, Any]]:
+    """One row per (event, phase, interception point): the direction and the steps in invocation order."""
     assert set(EVENT_ORDER) == set(GOVERNED_EVENTS)
     rows = []
     for event in EVENT_ORDER:
-        for phase in PHASES:
-            direction = direction_for("server", event, phase)
+        for phase, direction in ((phase, direction) for phase in PHASES for direction in directions):
             plan = chain.plan(event, phase, direction=direction)
             rows.append(
                 {
@@ -56,7 +54,9 @@ def render_check(config: GatewayConfig, chain: Chain, file: str) -> str:
         f"chain deadline: {config.chain.deadline_ms} ms" if config.chain.deadline_ms else "chain deadline: none"
     )
     lines.append("plan (mutators by priority; validators run in parallel):")
-    for row in resolved_plan(chain):
+    points = " then ".join(config.chain.points)
+    lines.append(f"interception point: {points} (sending: mutate, then validate; receiving: validate, then mutate)")
+    for row in resolved_plan(chain, config.chain.directions):
         header = f"  {row['event']} {row['phase']} ({row['direction']})"
         if not row["steps"]:
             lines.append(f"{header}: no interceptors")

@@ -19,6 +19,7 @@ from mcp_interceptors.planning import Overrides
 from mcp_interceptors.protocol.errors import InterceptorsError
 from mcp_interceptors.protocol.events import Phase
 
+Point = Literal["receive", "send"]
 _ENV = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)(?::-([^}]*))?\}")
 _NAME = r"^[A-Za-z0-9][A-Za-z0-9_.-]*$"
 
@@ -138,11 +139,24 @@ class InterceptorsConfig(_Model):
 
 class ChainConfig(_Model):
     deadline_ms: Annotated[float, Field(gt=0)] | None = Field(10000, description="Whole-chain deadline.")
+    points: list[Point] = Field(
+        default_factory=lambda: list[Point](["send"]),
+        min_length=1,
+        description=(
+            "Where each forwarded message is governed: `send` (mutate, then validate what is dispatched), "
+            "`receive` (validate raw input, then mutate), or both, in that order."
+        ),
+    )
     severity_rule: Literal["g5", "py"] = "g5"
     deadline_always_blocks: bool = False
     enforce_compat: bool = True
     sinks: bool = False
     include_error_details: bool = Field(False, description="Copy interceptor messages into client errors.")
+
+    @property
+    def directions(self) -> tuple[Literal["receiving", "sending"], ...]:
+        ordered = [point for point in ("receive", "send") if point in self.points]
+        return tuple("receiving" if point == "receive" else "sending" for point in ordered)
 
 
 class JwtConfig(_Model):

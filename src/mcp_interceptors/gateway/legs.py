@@ -1,8 +1,10 @@
 """Run the gateway's chain on one leg of a message and turn a block into the client's JSON-RPC error.
 
-The gateway is the server its clients talk to, so it governs with the server's directions (§5.1):
-it receives what a client sends (requests of server features, answers to sampling/elicitation/
-roots) and sends what it forwards to the client (results, server-initiated requests).
+Every message a gateway handles crosses it: the gateway receives it from one side and sends it on
+to the other. Each leg has a receiving point (validate, then mutate) and a sending point (mutate,
+then validate) (§5.1). By default the chain runs at the sending point, so validators and policy see
+exactly the payload that is dispatched, after every mutation; `chain.points: [receive, send]` runs
+it at both (the receiving point gates raw input first), `[receive]` only on arrival.
 """
 
 from __future__ import annotations
@@ -15,8 +17,7 @@ from mcp import MCPError
 
 from mcp_interceptors.gateway.recording import CallRecord, Leg
 from mcp_interceptors.invoker import Chain, chain_error
-from mcp_interceptors.planning import direction_for
-from mcp_interceptors.protocol.events import CLIENT_INITIATED_EVENTS, SERVER_INITIATED_EVENTS, Phase
+from mcp_interceptors.protocol.events import CLIENT_INITIATED_EVENTS, SERVER_INITIATED_EVENTS, Direction, Phase
 from mcp_interceptors.protocol.invoke import InvocationContext
 
 #: The lifecycle events the gateway governs (spec §1.2 table, minus `llm/completion`).
@@ -31,12 +32,13 @@ class Governor:
     deadline_ms: float | None = None
     include_details: bool = False
     config: Mapping[str, Mapping[str, Any]] | None = None
+    directions: tuple[Direction, ...] = ("sending",)
 
     def is_governed(self, event: str, phase: Phase) -> bool:
         """Whether any interceptor would run: lets the hot path skip building payloads."""
         if event not in GOVERNED_EVENTS:
             return False
-        return bool(self.chain.plan(event, phase, direction=direction_for("server", event, phase)).steps)
+        return any(self.chain.plan(event, phase, direction=direction).steps for direction in self.directions)
 
     async def govern_request(
         self,
@@ -79,23 +81,26 @@ class Governor:
     async def _run(
         self, event: str, phase: Phase, payload: Any, context: InvocationContext, record: CallRecord | None
     ) -> Any:
-        result = await self.chain.execute(
-            event,
-            phase,
-            payload,
-            direction=direction_for("server", event, phase),
-            context=context,
-            timeout_ms=self.deadline_ms,
-            config=self.config,
-        )
-        leg = Leg(event, phase, result, payload)
-        if not result.allowed:
-            if record is not None:
-                await record.denied(leg)
-            raise chain_error(result, include_details=self.include_details)
+        """The chain at each configured point in turn; the first block stops the message."""
+        for direction in self.directions:
+            result = await self.chain.execute(
+                event,
+                phase,
+                payload,
+                direction=direction,
+                context=context,
+                timeout_ms=self.deadline_ms,
+                config=self.config,
+            )
+            leg = Leg(event, phase, result, payload)
+            if not result.allowed:
+                if record is not None:
+                    await record.denied(leg)
+                raise chain_error(result, include_details=self.include_details)
+            payload = result.final_payload
         if record is not None:
             if phase == "request":
                 record.approved_request(leg)
             else:
-                await record.answered(leg, result.final_payload)
-        return result.final_payload
+                await record.answered(leg, payload)
+        return payload

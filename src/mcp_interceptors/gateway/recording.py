@@ -15,7 +15,6 @@ from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 
 from mcp_interceptors.executor import ChainResult
-from mcp_interceptors.planning import direction_for
 from mcp_interceptors.protocol.events import Phase
 from mcp_interceptors.protocol.invoke import InvocationContext
 from mcp_interceptors.protocol.results import MutationResult, ValidationResult
@@ -146,7 +145,7 @@ class CallRecord:
             timestamp=datetime.now(UTC),
             event=leg.event,
             phase=leg.phase,
-            direction=result.direction if result is not None else direction_for("server", leg.event, leg.phase),
+            direction=result.direction if result is not None else "sending",
             decision=decision,  # type: ignore[arg-type]
             status=status,
             session_id=self.context.session_id,

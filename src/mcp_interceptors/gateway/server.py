@@ -117,6 +117,7 @@ class Gateway:
             chain,
             deadline_ms=config.chain.deadline_ms,
             include_details=config.chain.include_error_details,
+            directions=config.chain.directions,
             config=config.interceptors.config or None,
         )
         self.prefixes = {name: config.prefix_for(name) for name in config.upstreams}

@@ -2,7 +2,7 @@
 
 `load(name, config)` returns an `InterceptorHost` with that guard's interceptors, ready for
 `Chain.add_local`, the gateway config, or `mcp-interceptors serve --guard NAME`. Each guard module
-exposes `build(config: Mapping) -> InterceptorHost` and is imported only when loaded.
+exposes `build(name: str, config: Mapping) -> InterceptorHost` and is imported only when loaded.
 """
 
 from __future__ import annotations

@@ -18,6 +18,7 @@ from mcp_interceptors.gateway.serve import BindRefusedError, serve_http, serve_s
 from mcp_interceptors.gateway.server import Gateway
 from mcp_interceptors.gateway.sources import chain_for, populate_chain
 from mcp_interceptors.gateway.upstream import UpstreamUnavailableError
+from mcp_interceptors.invoker import Chain
 from mcp_interceptors.protocol.errors import InterceptorsError
 
 
@@ -121,8 +122,26 @@ async def _check(config: GatewayConfig, file: str, as_json: bool) -> int:
 
 
 async def _serve(config: GatewayConfig, file: str, http: tuple[str, int] | None, insecure_no_auth: bool) -> None:
+    chain = chain_for(config)
+    try:
+        await _run_gateway(chain, config, file, http, insecure_no_auth)
+    finally:
+        await close_sources(chain)
+
+
+async def close_sources(chain: Chain) -> None:
+    """Give in-process hosts that hold resources (a Redis pool, say) the chance to release them."""
+    with anyio.CancelScope(shield=True), anyio.move_on_after(5):
+        for source in chain.sources.values():
+            closer = getattr(source, "aclose", None)
+            if callable(closer):
+                await closer()
+
+
+async def _run_gateway(
+    chain: Chain, config: GatewayConfig, file: str, http: tuple[str, int] | None, insecure_no_auth: bool
+) -> None:
     async with anyio.create_task_group() as tg:
-        chain = chain_for(config)
         await populate_chain(chain, config, tg, file=file)
         gateway = Gateway(config, chain)
         await gateway.start(tg)

@@ -114,6 +114,16 @@ NEGATIVES = [
     "a[::2]",
     "css a::before",
     "::",
+    # Seen in real code (site-packages):
+    "rng = np.random.default_rng(6581432544381372042)",  # 19 digits, Luhn and a prefix by chance
+    "[1, 1, 4, 108, 27648, 86400000, 4031078400000]",
+    "w[1::2] = 1",
+    're.sub(r"(\\b|:+)", r"[\\1]", "a::bc")',
+    "magn. mom. ratio   1.520 993 1551 e-3",  # a table of decimals
+    "42.576 384 74",
+    "Processing Systems 35 (2022): 26966-26979.",  # a page range, not a 5-5 US number
+    "223 3000234 <message-id>",  # an NNTP status line
+    "Decimal('+35236450.6')",
     "commit 3f2a9c1e0b7d6a5f4e3d2c1b0a9f8e7d6c5b4a39",
     "request_id=123e4567-e89b-12d3-a456-426614174000",
 ]

@@ -36,8 +36,5 @@ def test_hostile_input_scans_in_linear_time(engine: str, name: str) -> None:
     text = HOSTILE[name]
     secrets = SecretScanner(engine=engine).scan(text)  # type: ignore[arg-type]
     pii = PiiScanner(engine=engine).scan(text)  # type: ignore[arg-type]
-    if name == "BEGIN lines":
-        assert [f.kind for f in secrets] == ["private_key"] * 6_000  # each header alone, truncated
-    else:
-        assert secrets == []
+    assert secrets == []  # "BEGIN lines": headers without key material are not keys
     assert all(f.kind == "ip_address" for f in pii) if "colon" in name else pii == []

@@ -127,6 +127,19 @@ NEGATIVES = [
     "http://u:pass@host/",
     "commit 3f2a9c1e0b7d6a5f4e3d2c1b0a9f8e7d6c5b4a39",
     "request_id=123e4567-e89b-12d3-a456-426614174000",
+    # Seen in real code (site-packages):
+    "AKIAIOSFODNN7EXAMPLE",  # AWS documentation's sample key
+    "aws_secret_access_key = wJalrXUtnFEMI/K7MDENG/bPxRfiCYEXAMPLEKEY",
+    "refresh_token: RefreshTokenT,",  # a type parameter
+    "Token = _TokenType()",
+    "token = make_token(user)",
+    "async def set_tokens(self, tokens: OAuthToken) -> None:",
+    "def __init__(self, keep_all_tokens: bool=False, expand1: bool=False):",
+    '"arn:aws:secretsmanager:*:*:secret:events!connection/AmazonSecurityLake-*"',
+    'publicKeyToken="1fc8b3b9a1e18e3b"',
+    '"arn:aws:secretsmanager:*:*:secret:do-not-delete-rds-custom-*"',
+    "when your file has '-----BEGIN RSA PRIVATE KEY-----' and '-----END RSA PRIVATE KEY-----'",
+    '_SK_START = b"-----BEGIN OPENSSH PRIVATE KEY-----"',
     "data:image/png;base64,iVBORw0KGgoAAAANSUhEUgAAAAEAAAABCAYAAAAfFcSJAAAADUlEQVR42mNkYPhfDwAChwGA60e6kgAAAABJRU5ErkJggg==",
 ]
 

@@ -48,11 +48,15 @@ _LOWER = frozenset(string.ascii_lowercase)
 _UPPER = frozenset(string.ascii_uppercase)
 _DIGITS = frozenset(string.digits)
 _ALNUM = _LOWER | _UPPER | _DIGITS
+_NAME_CHARS = _LOWER | _UPPER | frozenset("_-.")
+_NAME_PAIR = re.compile(r"[A-Za-z_]+=[A-Za-z_]")
 # Templates and references: ${VAR}, {{ var }}, <your-key>, %(x)s, $VAR, [hidden], env:NAME, vault:...
 _TEMPLATE = re.compile(r"^(?:\$|%|<|\{|\[|@|env:|vault:|secret:|ref:|file:)|[<>{}]$", re.IGNORECASE)
-# Code rather than a literal: dotted names (settings.API_KEY), calls, identifiers (user_password, apiKey).
+# Code rather than a literal: dotted names (settings.API_KEY), snake/kebab/camel identifiers and type names
+# (user_password, do-not-delete, RefreshTokenT, _TokenType). Random strings almost never take these shapes.
 _EXPRESSION = re.compile(
-    r"^(?:[A-Za-z_][A-Za-z0-9_]*(?:\.[A-Za-z_][A-Za-z0-9_]*)+|[a-z_]+|[A-Z_]+|(?:[A-Z]?[a-z]+_?)+)$"
+    r"^(?:[A-Za-z_][A-Za-z0-9_]*(?:\.[A-Za-z_][A-Za-z0-9_]*)+|[a-z_]+|[A-Z_]+|_*(?:[A-Z]?[a-z]+_?)+[A-Z]?"
+    r"|[a-z]+(?:-[a-z]+)+[-*]*)$"
 )
 _PATHLIKE = re.compile(r"^(?:/|\./|\.\./|~/|[A-Za-z]:\\|[a-z][a-z0-9+.-]*://)")
 
@@ -83,6 +87,13 @@ def is_random_value(value: str, *, min_length: int = 8) -> bool:
     chars = set(value)
     classes = bool(chars & _LOWER) + bool(chars & _UPPER) + bool(chars & _DIGITS) + bool(chars - _ALNUM)
     if classes < 2:
+        return False
+    # Letters only (plus _ - .) and shorter than 16: a name such as OAuthToken, not a generated value
+    # (a random 12-char base62 string has a digit 88 % of the time; longer names meet _EXPRESSION).
+    if len(value) < 16 and not chars & _DIGITS and chars <= _NAME_CHARS:
+        return False
+    # A trailing glob or a name=name pair: ARN patterns and keyword arguments (secret:events!*, bool=False).
+    if value.endswith("*") or _NAME_PAIR.match(value):
         return False
     # A random string of length n has up to log2(n) bits/char; ask for most of that, capped at 3.0.
     if shannon_entropy(value) < min(3.0, math.log2(len(value)) - 0.6):

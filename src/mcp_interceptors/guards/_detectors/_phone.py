@@ -36,6 +36,7 @@ _DATE = re.compile(r"^(?:[0-9]{4}[-/.][0-9]{1,2}[-/.][0-9]{1,2}|[0-9]{1,2}[-/.][
 _DOTTED_QUAD = re.compile(r"^[0-9]{1,3}(?:\.[0-9]{1,3}){3}")
 _SSN_SHAPE = re.compile(r"^[0-9]{3}-[0-9]{2}-[0-9]{4}$")
 _NON_SPACE = re.compile(r"\S+")
+_DIGIT_GROUPS = re.compile(r"[0-9]+")
 _MAX_CACHE = 65536
 _MAX_PARSES = 6
 
@@ -79,9 +80,11 @@ class PhoneJudge:
         digits = "".join(c for c in candidate if c.isdigit())
         if not 7 <= len(digits) <= 15:
             return False
-        if candidate[0] == "+":
-            return _is_valid_international(digits, candidate)
-        if candidate.startswith("00"):
+        if candidate[0] == "+" or candidate.startswith("00"):
+            if [c for c in candidate[1:] if not c.isdigit()] == ["."]:
+                return False  # a signed decimal: +35236450.6
+            if candidate[0] == "+":
+                return _is_valid_international(digits, candidate)
             return _is_valid_international(digits[2:], "+" + candidate[2:])
         formatted = len(digits) != len(candidate)
         if not (formatted or in_context) or not _has_phone_shape(candidate):
@@ -116,6 +119,8 @@ class _NationalShape:
             return False
         if digits[0] == "0":  # a significant leading zero (Italy and others): let parse() handle it
             return _is_valid(candidate, self.region)
+        if self._country_code == 1 and not _is_nanp_grouping(candidate):
+            return False
         return _is_valid_number(self._country_code, digits)
 
 
@@ -127,8 +132,19 @@ def _is_valid_international(digits: str, candidate: str) -> bool:
             national = digits[size:]
             if national[:1] in ("0", ""):  # "+49 (0)30 ..." or a leading-zero plan: parse() knows
                 return _is_valid(candidate, None)
+            if code == 1 and not _is_nanp_grouping(candidate):
+                return False
             return _is_valid_number(code, national)
     return False
+
+
+def _is_nanp_grouping(candidate: str) -> bool:
+    """North American numbers are written 3-3-4 or ungrouped (after an optional 1), never 5-5 or 3-7:
+    page ranges ("26966-26979") and protocol lines ("223 3000234") are valid numbers otherwise."""
+    groups = [len(g) for g in _DIGIT_GROUPS.findall(candidate)]
+    if groups[:1] == [1]:
+        groups = groups[1:]
+    return groups in ([3, 3, 4], [10], [11], [])
 
 
 def _is_valid_number(country_code: int, national: str) -> bool:
@@ -150,7 +166,8 @@ def _has_phone_shape(candidate: str) -> bool:
     if _DATE.match(candidate) or _DOTTED_QUAD.match(candidate) or _SSN_SHAPE.match(candidate):
         return False
     separators = [c for c in candidate if not c.isdigit()]
-    return separators != ["."]
+    # A lone "." is a decimal; "." mixed with spaces is a table of decimals ("1.520 993 1551").
+    return separators != ["."] and not ("." in separators and " " in separators)
 
 
 def _group_windows(candidate: str) -> list[tuple[int, int]]:

@@ -105,7 +105,10 @@ def _check_card(text: str, start: int, end: int) -> tuple[int, int] | None:
                 continue
             left, right = window[0][0], window[-1][1]
             digits = "".join(text[s:e] for s, e in window)
-            if 13 <= len(digits) <= 19 and is_card_number(digits):
+            # Ungrouped, only the common 14-16-digit lengths: other long integers (seeds, ids) pass Luhn
+            # and an issuer prefix by chance about once in thirty.
+            lengths = range(14, 17) if size == 1 else range(13, 20)
+            if len(digits) in lengths and is_card_number(digits):
                 return left, right
     return None
 
@@ -168,7 +171,10 @@ def _ip_check(include_private: bool) -> tuple[Check, Check]:
             end -= 1  # a sentence-ending "." or a "key:" after the address
         candidate = text[start:end]
         groups = [g for g in _V6_GROUP_SPLIT.split(candidate) if g]
-        if len(groups) < 2 or _is_glued(text, start, end, _WORD | {".", ":"}, _WORD | {":"}):
+        # Two short groups are a slice or a scope (`a[1::2]`, `"a::bc"`), not an address; `fe80::1` passes.
+        if len(groups) < 2 or (len(groups) == 2 and max(map(len, groups)) < 3):
+            return None
+        if _is_glued(text, start, end, _WORD | {".", ":"}, _WORD | {":"}):
             return None
         try:
             address = ipaddress.IPv6Address(candidate)

@@ -73,11 +73,17 @@ def _fenced(chars: str) -> Check:
 
 _ALNUM = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789"
 _B64 = _ALNUM + "+/"
+_fence_alnum = _fenced(_ALNUM)
+
+
+def _check_aws_access_key(text: str, start: int, end: int) -> tuple[int, int] | None:
+    # AWS documentation's sample keys end in EXAMPLE (AKIAIOSFODNN7EXAMPLE); they are public.
+    return None if text.endswith("EXAMPLE", start, end) else _fence_alnum(text, start, end)
 
 
 def _check_aws_secret(text: str, start: int, end: int) -> tuple[int, int] | None:
     value = text[start:end]
-    if end < len(text) and text[end] in _B64:
+    if (end < len(text) and text[end] in _B64) or value.endswith("EXAMPLEKEY"):
         return None
     return (start, end) if shannon_entropy(value) >= 4.0 else None
 
@@ -96,6 +102,7 @@ def _check_jwt(text: str, start: int, end: int) -> tuple[int, int] | None:
 # Between BEGIN and END: base64, whitespace, `Proc-Type:`-style headers, JSON-escaped newlines.
 _PEM_FILLER = re.compile(r"(?:[A-Za-z0-9+/=:,. \t\r\n-]|\\[nr])*")
 _PEM_END = re.compile(r"-----END[A-Z0-9 ]{0,40}PRIVATE KEY(?: BLOCK)?-----")
+_PEM_KEY_CHARS = re.compile(r"[A-Za-z0-9+/=]")
 # A block cut off before its END: only whole base64 (or header) lines, so following prose stays out.
 _PEM_TRUNCATED = re.compile(
     r"(?:(?:\r?\n|\\r\\n|\\n)[ \t]*(?:[A-Za-z0-9+/=]{1,100}|[A-Za-z-]+: [^\r\n\\]*)(?=[\r\n]|\\[rn]|$))*"
@@ -111,12 +118,22 @@ def _check_private_key(text: str, start: int, end: int) -> tuple[int, int] | Non
     limit = next_begin if next_begin >= 0 else limit
     closing = _PEM_END.search(text, end, limit)
     if closing and _PEM_FILLER.fullmatch(text, end, closing.start()):
-        return start, closing.end()
-    body = _PEM_TRUNCATED.match(text, end, limit)
-    return start, body.end() if body else end
+        stop = closing.start()
+    else:
+        body = _PEM_TRUNCATED.match(text, end, limit)
+        stop = body.end() if body else end
+    # Key material, not a header quoted in docs or code ("when your file has '-----BEGIN ...'").
+    if len(_PEM_KEY_CHARS.findall(text, end, stop)) < 16:
+        return None
+    return start, closing.end() if closing and stop == closing.start() else stop
 
 
 def _check_generic(text: str, start: int, end: int) -> tuple[int, int] | None:
+    if end < len(text) and text[end] == "(":
+        return None  # `token = make_token(...)`: a call, not a literal
+    line_start = text.rfind("\n", max(0, start - 48), start) + 1
+    if "public" in text[max(line_start, start - 48) : start].lower():
+        return None  # publicKeyToken, public_key: published on purpose
     return (start, end) if is_random_value(text[start:end]) else None
 
 
@@ -140,7 +157,7 @@ _RULES: tuple[_Rule, ...] = (
         "aws_access_key",
         r"(?:A3T[A-Z0-9]|AKIA|ASIA|ABIA|ACCA)[A-Z0-9]{16}",
         ("A3T", "AKIA", "ASIA", "ABIA", "ACCA"),
-        check=_fenced(_ALNUM),
+        check=_check_aws_access_key,
         prefer="re",
     ),
     _Rule(

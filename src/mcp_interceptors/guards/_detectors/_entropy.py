@@ -56,7 +56,7 @@ _TEMPLATE = re.compile(r"^(?:\$|%|<|\{|\[|@|env:|vault:|secret:|ref:|file:)|[<>{
 # (user_password, do-not-delete, RefreshTokenT, _TokenType). Random strings almost never take these shapes.
 _EXPRESSION = re.compile(
     r"^(?:[A-Za-z_][A-Za-z0-9_]*(?:\.[A-Za-z_][A-Za-z0-9_]*)+|[a-z_]+|[A-Z_]+|_*(?:[A-Z]?[a-z]+_?)+[A-Z]?"
-    r"|[a-z]+(?:-[a-z]+)+[-*]*)$"
+    r"|[A-Za-z]+(?:-[A-Za-z]+)+[-*]*)$"
 )
 _PATHLIKE = re.compile(r"^(?:/|\./|\.\./|~/|[A-Za-z]:\\|[a-z][a-z0-9+.-]*://)")
 
@@ -85,6 +85,8 @@ def is_random_value(value: str, *, min_length: int = 8) -> bool:
     if not min_length <= len(value) <= 512:
         return False
     chars = set(value)
+    if " " in chars or "\t" in chars:
+        return False  # prose ("Invalid token", "development key"); generated secrets have no blanks
     classes = bool(chars & _LOWER) + bool(chars & _UPPER) + bool(chars & _DIGITS) + bool(chars - _ALNUM)
     if classes < 2:
         return False

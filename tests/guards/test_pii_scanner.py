@@ -121,6 +121,7 @@ NEGATIVES = [
     're.sub(r"(\\b|:+)", r"[\\1]", "a::bc")',
     "magn. mom. ratio   1.520 993 1551 e-3",  # a table of decimals
     "42.576 384 74",
+    "('2020-06-01T04:05:06.111111-0400', self",
     "Processing Systems 35 (2022): 26966-26979.",  # a page range, not a 5-5 US number
     "223 3000234 <message-id>",  # an NNTP status line
     "Decimal('+35236450.6')",

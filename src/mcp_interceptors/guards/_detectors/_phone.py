@@ -166,8 +166,9 @@ def _has_phone_shape(candidate: str) -> bool:
     if _DATE.match(candidate) or _DOTTED_QUAD.match(candidate) or _SSN_SHAPE.match(candidate):
         return False
     separators = [c for c in candidate if not c.isdigit()]
-    # A lone "." is a decimal; "." mixed with spaces is a table of decimals ("1.520 993 1551").
-    return separators != ["."] and not ("." in separators and " " in separators)
+    # A lone "." is a decimal; "." mixed with other separators is a table of decimals ("1.520 993 1551")
+    # or a timestamp ("06.111111-0400"): dotted numbers use dots only.
+    return separators != ["."] and not ("." in separators and set(separators) & {" ", "-", "/"})
 
 
 def _group_windows(candidate: str) -> list[tuple[int, int]]:

@@ -36,6 +36,7 @@ from mcp_interceptors.audit.store import (
     RecordRow,
     SegmentTail,
     StoreError,
+    split_record_id,
 )
 
 _SCHEMA_LOCK: Final = 0x6D637069  # "mcpi": serialises CREATE TABLE across replicas starting together
@@ -47,7 +48,7 @@ records_table = Table(
     RECORDS_TABLE,
     _metadata,
     Column("pos", _pos, primary_key=True, autoincrement=True),
-    Column("id", Text, nullable=False, unique=True),
+    Column("id", Text, nullable=False),  # segment_id-seq: the (segment_id, seq) index serves lookups
     Column("segment_id", Text, nullable=False),
     Column("seq", BigInteger, nullable=False),
     Column("kind", Text, nullable=False),
@@ -147,7 +148,11 @@ class PostgresStore:
         return None if row is None else CallEnd(id=row.id, hash=row.hash, time=row.time)
 
     def get_record(self, record_id: str) -> bytes | None:
-        return self._scalar(select(records_table.c.record).where(records_table.c.id == record_id))
+        key = split_record_id(record_id)
+        if key is None:
+            return None
+        r = records_table.c
+        return self._scalar(select(r.record).where(r.segment_id == key[0], r.seq == key[1]))
 
     def get_receipt(self, record_id: str) -> bytes | None:
         return self._scalar(select(receipts_table.c.receipt).where(receipts_table.c.id == record_id))

@@ -9,9 +9,9 @@ from __future__ import annotations
 
 import hashlib
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from datetime import UTC, datetime
-from typing import Any, Final, Literal, get_args
+from typing import Any, Final, Literal, NamedTuple, get_args
 
 import orjson
 import rfc8785
@@ -103,8 +103,7 @@ class CallEnd:
         return {"id": self.id, "hash": self.hash, "time": self.time}
 
 
-@dataclass(frozen=True)
-class PreparedEntry:
+class PreparedEntry(NamedTuple):
     """A decision body already in canonical bytes (a snapshot: later mutation of inputs can't change it)."""
 
     body: bytes
@@ -115,8 +114,7 @@ class PreparedEntry:
     closes_call: bool
 
 
-@dataclass(frozen=True)
-class SealedRecord:
+class SealedRecord(NamedTuple):
     """A linked and signed record: its id, hash, signature and the exact JSON to store."""
 
     id: str
@@ -215,7 +213,7 @@ def payload_hash(payload: Any) -> str | None:
 
 def format_time(moment: datetime) -> str:
     """RFC 3339 UTC with microseconds, e.g. `2026-09-01T10:00:00.000000Z`."""
-    return moment.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+    return moment.astimezone(UTC).isoformat(timespec="microseconds").removesuffix("+00:00") + "Z"
 
 
 # -- decision bodies ------------------------------------------------------------------------------------
@@ -381,4 +379,4 @@ def seal_receipt(
         id=closing_id, call_id=call_id, key_id=key_id, request=request, response=response, hash="", signature=""
     )
     digest = hashlib.sha256(canonical_json(draft.unsigned_dict())).digest()
-    return replace(draft, hash=digest.hex(), signature=sign(digest))
+    return CompoundReceipt(closing_id, call_id, key_id, request, response, digest.hex(), sign(digest))

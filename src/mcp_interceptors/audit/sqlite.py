@@ -24,6 +24,7 @@ from mcp_interceptors.audit.store import (
     RecordRow,
     SegmentTail,
     StoreError,
+    split_record_id,
 )
 
 Synchronous = Literal["FULL", "NORMAL"]
@@ -31,7 +32,7 @@ Synchronous = Literal["FULL", "NORMAL"]
 _SCHEMA = f"""
 CREATE TABLE IF NOT EXISTS {RECORDS_TABLE} (
     pos INTEGER PRIMARY KEY,
-    id TEXT NOT NULL UNIQUE,
+    id TEXT NOT NULL,  -- always segment_id-seq, so the (segment_id, seq) index serves lookups by id
     segment_id TEXT NOT NULL,
     seq INTEGER NOT NULL,
     kind TEXT NOT NULL,
@@ -171,7 +172,14 @@ class SqliteStore:
         return None if row is None else CallEnd(id=row[0], hash=row[1], time=row[2])
 
     def get_record(self, record_id: str) -> bytes | None:
-        return self._one(f"SELECT record FROM {RECORDS_TABLE} WHERE id = ?", record_id)
+        key = split_record_id(record_id)
+        if key is None:
+            return None
+        with self._lock:
+            row = self._conn.execute(
+                f"SELECT record FROM {RECORDS_TABLE} WHERE segment_id = ? AND seq = ?", key
+            ).fetchone()
+        return None if row is None else str(row[0]).encode()
 
     def get_receipt(self, record_id: str) -> bytes | None:
         return self._one(f"SELECT receipt FROM {RECEIPTS_TABLE} WHERE id = ?", record_id)

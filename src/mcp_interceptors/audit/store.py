@@ -10,7 +10,7 @@ from __future__ import annotations
 from collections.abc import Collection, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Literal, Protocol, runtime_checkable
+from typing import Literal, NamedTuple, Protocol, runtime_checkable
 from urllib.parse import parse_qs
 
 import orjson
@@ -26,8 +26,7 @@ class StoreError(AuditError):
     """The store is missing, unreadable, or refused a write."""
 
 
-@dataclass(frozen=True)
-class RecordRow:
+class RecordRow(NamedTuple):
     """One record as the store keeps it: the exact JSON plus the columns it is looked up by."""
 
     id: str
@@ -42,8 +41,7 @@ class RecordRow:
     json: bytes
 
 
-@dataclass(frozen=True)
-class ReceiptRow:
+class ReceiptRow(NamedTuple):
     id: str
     call_id: str
     key_id: str
@@ -158,6 +156,12 @@ def _kind_of(line: bytes) -> object:
     except orjson.JSONDecodeError:
         return None
     return data.get("kind") if isinstance(data, dict) else None
+
+
+def split_record_id(record_id: str) -> tuple[str, int] | None:
+    """`"<segment_id>-<seq>"` → (segment_id, seq), or None when it is not a record id."""
+    segment_id, _, seq = record_id.rpartition("-")
+    return (segment_id, int(seq)) if segment_id and seq.isdigit() else None
 
 
 def is_postgres_url(target: str | Path) -> bool:

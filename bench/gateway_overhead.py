@@ -274,7 +274,7 @@ async def main(args: argparse.Namespace) -> None:
                     argv = echo_argv() if variant == "direct" else gateway_argv(configs[variant])
                     clients[variant] = await stack.enter_async_context(stdio_client_for(argv, args.mode))
                 cells += await run_cells("stdio", clients, 1, args.calls, args.repeats)
-                print(report(cells), flush=True)
+                print(report(cells), flush=True)  # progress: a full run takes minutes
         if "http" in args.transports:
             with ExitStack() as processes:
                 urls = {}
@@ -291,8 +291,9 @@ async def main(args: argparse.Namespace) -> None:
                             variant: await stack.enter_async_context(Client(url, mode=args.mode))  # type: ignore[arg-type]
                             for variant, url in urls.items()
                         }
-                        cells += await run_cells("http", clients, concurrency, args.calls, args.repeats)
-                    print(report([c for c in cells if c.transport == "http"]), flush=True)
+                        fresh = await run_cells("http", clients, concurrency, args.calls, args.repeats)
+                    cells += fresh
+                    print("\n".join(report(fresh).splitlines()[1:]), flush=True)
     print()
     print(f"{args.calls} calls per cell, median of {args.repeats} repeats, mode {args.mode}")
     print(report(cells))

@@ -10,8 +10,8 @@ from pathlib import Path
 
 import anyio
 import pytest
-from e2e_support import UPSTREAM, ConfigWriter, gateway_env, standard_config, text_of
-from helpers import cli_argv, run_cli, stderr_log, stdio_transport
+from e2e_support import UPSTREAM, ConfigWriter, gateway_env, standard_config, text_of, upstream_entry
+from helpers import cli_argv, pid_alive, run_cli, stderr_log, stdio_transport
 from mcp import Client
 
 pytestmark = [pytest.mark.anyio, pytest.mark.e2e]
@@ -169,3 +169,17 @@ async def test_guard_shortcut_fronts_one_stdio_server_without_a_config(era: str)
         async with Client(stdio_transport(argv, log), mode=era) as client:
             result = await client.call_tool("echo", {"text": "key AKIAZ7QH4XK2M9PL3TWB"})
     assert text_of(result) == "key [REDACTED:aws_access_key]"
+
+
+async def test_stdio_gateway_exits_0_on_end_of_input_and_stops_its_upstreams(
+    write_config: ConfigWriter, tmp_path: Path
+) -> None:
+    """A desktop client closing the gateway's stdin is the stdio shutdown: exit 0, no upstream left."""
+    pid_dir = tmp_path / "pids"
+    pid_dir.mkdir()
+    config = write_config(standard_config(upstreams={"e2e": upstream_entry(env={"E2E_PID_DIR": str(pid_dir)})}))
+    done = await run_cli("gateway", "--config", str(config), env=gateway_env())  # stdin is /dev/null
+    upstream_pids = [int(path.stem) for path in pid_dir.glob("*.pid")]
+    assert done.returncode == 0, done.stderr.decode()
+    assert len(upstream_pids) == 1  # started before serving, so the catalog could be checked
+    assert [pid for pid in upstream_pids if pid_alive(pid)] == []

@@ -306,11 +306,6 @@ async def test_sigterm_drains_exits_0_and_stops_every_upstream(write_config: Con
 EVERYTHING = str(Path(__file__).resolve().parent.parent / "interop" / "everything_server.py")
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="the gateway does not validate Mcp-Param-* headers against the tool's x-mcp-header arguments "
-    "(SEP-2243), so a mismatch a direct server refuses with 400/-32020 is forwarded; see report",
-)
 async def test_mcp_param_header_mismatch_is_refused_like_a_direct_server(write_config: ConfigWriter) -> None:
     envelope = {
         "io.modelcontextprotocol/protocolVersion": "2026-07-28",

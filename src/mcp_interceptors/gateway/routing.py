@@ -59,6 +59,11 @@ class Catalog:
     def listing(self, method: str) -> list[dict[str, Any]]:
         return self.items.get(method, [])
 
+    def item(self, method: str, key: str) -> dict[str, Any] | None:
+        """The exposed item named `key` (a tool or prompt name, a resource URI) in a listing."""
+        _, key_name = LISTS[method]
+        return next((item for item in self.items.get(method, []) if item.get(key_name) == key), None)
+
     def route(self, call_method: str, key: str) -> Route | None:
         """Where a call for `key` (an exposed tool/prompt name or a resource URI) goes."""
         list_method, _ = CALLS[call_method]

@@ -40,6 +40,7 @@ from mcp_interceptors.gateway.bridge import Bridges
 from mcp_interceptors.gateway.config import GatewayConfig
 from mcp_interceptors.gateway.legs import Governor
 from mcp_interceptors.gateway.recording import CallRecord
+from mcp_interceptors.gateway.routing import Catalog
 from mcp_interceptors.gateway.session import DownstreamSession, Era
 from mcp_interceptors.gateway.upstream import GATEWAY_CLIENT_INFO, UpstreamConnection, UpstreamUnavailableError
 from mcp_interceptors.host import parse_invoke_params
@@ -125,6 +126,7 @@ class Gateway:
         self.sessions: dict[str, DownstreamSession] = {}
         self.bus = InMemorySubscriptionBus()
         self.bridges = Bridges()
+        self.startup_catalog: Catalog | None = None
         self.audit_writer = audit_writer
         self.server: Server[Any] = Server(
             config.name,
@@ -132,10 +134,22 @@ class Gateway:
             on_subscriptions_listen=ListenHandler(self.bus),
         )
         self.server.middleware.append(self.middleware)
+        # mcp validates `Mcp-Param-*` headers (SEP-2243) against the called tool's schema before dispatch.
+        self.server.get_tool_input_schema = self.tool_input_schema
         self._register_host_methods()
         self._tg: anyio.abc.TaskGroup | None = None
 
     # ------------------------------------------------------------------ lifecycle
+
+    def tool_input_schema(self, name: str) -> Mapping[str, Any] | None:
+        """The `inputSchema` of an exposed tool, from the freshest listing any session holds."""
+        catalogs = [session.catalog for session in reversed(self.sessions.values())] + [self.startup_catalog]
+        for catalog in catalogs:
+            tool = catalog.item("tools/list", name) if catalog is not None else None
+            if tool is not None and isinstance(tool.get("inputSchema"), Mapping):
+                schema: Mapping[str, Any] = tool["inputSchema"]
+                return schema
+        return None
 
     def new_record(self, context: InvocationContext) -> CallRecord:
         """The audit record of one call (inert when auditing is off)."""
@@ -159,6 +173,7 @@ class Gateway:
             self.shared[name] = conn
         probe = DownstreamSession(self, key="startup", era="2026-07-28")
         await probe.refresh_catalog()  # raises RoutingError on a collision
+        self.startup_catalog = probe.catalog
         tg.start_soon(self.sweep_idle_sessions, self.config.http.session_idle_s)
 
     async def sweep_idle_sessions(self, idle_s: float, *, every_s: float = 60.0) -> None:

@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING, Any, Literal, Protocol
 
 import anyio
 from mcp import MCPError
+from mcp.shared.inbound import mcp_param_headers, x_mcp_header_map
 from mcp_types.methods import CACHEABLE_METHODS
 
 from mcp_interceptors.gateway.legs import GOVERNED_EVENTS
@@ -241,7 +242,8 @@ class DownstreamSession:
         }
         await record.dispatched(executed=sent, intent=approved)
         try:
-            result = await self._forward(conn, method, upstream_params, context, downstream, relay, record)
+            headers = self._param_headers(conn, method, (params or {}).get("name"), upstream_params.get("arguments"))
+            result = await self._forward(conn, method, upstream_params, context, downstream, relay, record, headers)
         except MCPError as exc:
             await record.failed(method, exc.code, exc.message)
             await record.settle()
@@ -257,13 +259,14 @@ class DownstreamSession:
         downstream: Downstream,
         relay: Callable[..., Awaitable[None]] | None,
         record: CallRecord,
+        headers: dict[str, str],
     ) -> dict[str, Any]:
         """Send the call and govern what comes back, including `input_required` rounds."""
         governor = self.gateway.governor
         if self.era == "2026-07-28" and conn.era == "legacy":
             result = await self._bridged_call(conn, method, upstream_params, context)
         else:
-            result = await conn.request(method, upstream_params, on_progress=relay)
+            result = await conn.request(method, upstream_params, on_progress=relay, headers=headers)
         for _ in range(MAX_INPUT_ROUNDS):
             if result.get("resultType") != "input_required":
                 return await governor.govern_response(method, result, context, record)
@@ -274,7 +277,7 @@ class DownstreamSession:
             # Bridge: a handshake-era client gets the embedded requests as ordinary server requests.
             answers = await self._ask_client(governed.get("inputRequests") or {}, downstream, context, record)
             retry = {**upstream_params, "inputResponses": answers, "requestState": result.get("requestState")}
-            result = await conn.request(method, retry, on_progress=relay)
+            result = await conn.request(method, retry, on_progress=relay, headers=headers)
         raise MCPError(-32603, f"{method}: upstream asked for input more than {MAX_INPUT_ROUNDS} times")
 
     async def _bridged_call(
@@ -290,6 +293,16 @@ class DownstreamSession:
             body = {k: v for k, v in params.items() if k not in ("inputResponses", "requestState")}
             bridged = bridges.start(self.gateway.task_group, self.key, conn.name, lambda: conn.request(method, body))
         return await bridged.next_reply()
+
+    def _param_headers(self, conn: UpstreamConnection, method: str, exposed: Any, arguments: Any) -> dict[str, str]:
+        """`Mcp-Param-*` headers a 2026-07-28 HTTP upstream expects for a tool's `x-mcp-header` arguments."""
+        if method != "tools/call" or not conn.is_http or conn.era != "2026-07-28" or self.catalog is None:
+            return {}
+        tool = self.catalog.item("tools/list", exposed) if isinstance(exposed, str) else None
+        schema = tool.get("inputSchema") if tool is not None else None
+        if not isinstance(schema, Mapping) or not isinstance(arguments, Mapping):
+            return {}
+        return mcp_param_headers(x_mcp_header_map(schema), arguments)
 
     async def _ask_client(
         self, requests: Mapping[str, Any], downstream: Downstream, context: InvocationContext, record: CallRecord

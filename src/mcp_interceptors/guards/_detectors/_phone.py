@@ -1,9 +1,9 @@
 """Decides whether a digit run found by the PII regexes is a phone number, validating with `phonenumbers`.
 
 `PhoneNumberMatcher` walks every character and gets slow on big text, so the scanner finds candidates with
-a regex and this module rejects cheap shapes (dates, decimals, dotted quads, glued ids) before paying for
-`phonenumbers.parse` (~25 us). National formats are tried per configured region; numbers starting with
-`+` or `00` are parsed as international.
+a regex and this module rejects cheap shapes (dates, decimals, dotted quads, glued ids, odd groupings),
+then checks each configured region's numbering plan and validates with `phonenumbers.is_valid_number`
+(building the number directly; `parse` only for leading-zero plans). `+`/`00` numbers are international.
 """
 
 from __future__ import annotations

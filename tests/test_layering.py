@@ -22,6 +22,8 @@ ALLOWED_INTERNAL: dict[str, set[str]] = {
     "protocol": {"protocol"},
     "planning": {"planning", "protocol"},
     "executor": {"executor", "planning", "protocol"},
+    "canonical": {"canonical", "protocol"},
+    "signatures": {"signatures", "canonical", "protocol"},
 }
 #: Layers with a deny-list of our own layers; every layer but `cli` and `__main__` also never imports `cli`.
 FORBIDDEN_INTERNAL: dict[str, set[str]] = {
@@ -37,11 +39,14 @@ ALLOWED_THIRD_PARTY: dict[str, set[str]] = {
     "protocol": {"pydantic", "pydantic_core", "mcp_types"},
     "planning": set(),
     "executor": {"anyio"},
+    "canonical": {"orjson", "rfc8785"},
+    "signatures": {"cryptography"},
 }
 #: Standard-library modules that would bring IO, clocks or logging into a pure layer.
 FORBIDDEN_STDLIB: dict[str, set[str]] = {
     "protocol": {"asyncio", "time", "socket", "subprocess", "logging", "random", "threading"},
     "planning": {"asyncio", "time", "socket", "subprocess", "logging", "random", "threading"},
+    "canonical": {"asyncio", "time", "socket", "subprocess", "logging", "random", "threading"},
 }
 
 
@@ -137,6 +142,9 @@ def test_every_existing_layer_is_known() -> None:
         ("from mcp_interceptors.invoker import Chain", "mcp_interceptors.guards.policy", "(invoker)"),
         ("from mcp_interceptors.cli import main", "mcp_interceptors.newthing.x", "(cli)"),
         ("import mcp.server", "mcp_interceptors.executor", "imports third-party mcp.server"),
+        ("from mcp_interceptors.audit import records", "mcp_interceptors.signatures", "(audit)"),
+        ("from mcp_interceptors.executor import Call", "mcp_interceptors.canonical", "(executor)"),
+        ("import anyio", "mcp_interceptors.signatures", "imports third-party anyio"),
     ],
 )
 def test_the_scanner_catches_upward_imports(source: str, module: str, problem: str) -> None:
@@ -149,3 +157,5 @@ def test_the_scanner_allows_downward_imports() -> None:
     assert violations_of("from .events import Phase", "mcp_interceptors.protocol.descriptors") == []
     assert violations_of("from mcp_interceptors.cli import main", "mcp_interceptors.__main__") == []
     assert violations_of("import anyio", "mcp_interceptors.executor") == []
+    assert violations_of("from mcp_interceptors.signatures import sign_result", "mcp_interceptors.host") == []
+    assert violations_of("from mcp_interceptors.canonical import canonical_json", "mcp_interceptors.audit.x") == []

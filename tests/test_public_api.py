@@ -77,3 +77,29 @@ def test_exceptions_share_one_root_and_carry_a_code() -> None:
     for error in errors:
         assert issubclass(error, mcp_interceptors.InterceptorsError), error
         assert isinstance(error.code, int)
+
+
+SIGNATURES_API = [
+    "ALGORITHM",
+    "UNSIGNED_KEYS",
+    "SignatureError",
+    "SigningKeyLike",
+    "VerifyKeyLike",
+    "check_result_signature",
+    "generate_signing_key",
+    "load_signing_key",
+    "load_verify_key",
+    "public_key_text",
+    "sign_result",
+    "signed_bytes",
+    "signing_key_from",
+    "verify_key_from",
+]
+
+
+def test_signatures_api_is_pinned() -> None:
+    from mcp_interceptors import signatures
+
+    assert list(signatures.__all__) == SIGNATURES_API
+    assert issubclass(signatures.SignatureError, mcp_interceptors.InterceptorsError)
+    assert signatures.SignatureError.code == -32603

@@ -55,6 +55,7 @@ from mcp_interceptors.protocol.results import (
     ValidationMessage,
     ValidationResult,
 )
+from mcp_interceptors.signatures import SigningKeyLike, public_key_text, sign_result, signing_key_from
 
 logger = logging.getLogger(__name__)
 
@@ -100,6 +101,8 @@ class InterceptorHost(Extension):
     `copy_payloads=False` skips the per-invocation deep copy for handlers known not to mutate
     their input (the built-in guards). `timeout_code` picks G4's `-32000` or G5's `-32603`.
     `strict_list_filter` rejects wildcard `interceptors/list` filters with `-32602` (R10).
+    `signing_key` (an Ed25519 key, its raw or base64url bytes, or PEM; see `mcp_interceptors.signatures`)
+    signs every validation result this host sends over the wire; `public_key` is what invokers configure.
     """
 
     identifier = EXTENSION_ID
@@ -111,8 +114,10 @@ class InterceptorHost(Extension):
         copy_payloads: bool = True,
         timeout_code: TimeoutCodeStyle = "g4",
         strict_list_filter: bool = False,
+        signing_key: SigningKeyLike | None = None,
     ) -> None:
         self.name = name
+        self.signing_key = signing_key_from(signing_key) if signing_key is not None else None
         self.copy_payloads = copy_payloads
         self.timeout_code: TimeoutCodeStyle = timeout_code
         self.strict_list_filter = strict_list_filter
@@ -162,6 +167,11 @@ class InterceptorHost(Extension):
     def concurrent(self) -> bool:
         """Whether parallel invocation helps: only when some handler runs in a worker thread."""
         return any(not registered.is_async for registered in self._registry.values())
+
+    @property
+    def public_key(self) -> str | None:
+        """The base64url public half of `signing_key`, for invokers' `verify_key` (None: results unsigned)."""
+        return public_key_text(self.signing_key) if self.signing_key is not None else None
 
     # ------------------------------------------------------------------ discovery
 
@@ -291,10 +301,13 @@ class InterceptorHost(Extension):
         except InterceptorsError as exc:
             raise MCPError(exc.code, exc.message, exc.data) from None
         try:
-            return result.to_wire()
+            body = result.to_wire()
         except PydanticSerializationError as exc:  # e.g. a mutator returned an object that is not JSON
             error = InterceptorExecutionError(parsed.name, f"result is not JSON-serialisable: {exc}")
             raise MCPError(error.code, error.message, error.data) from None
+        if self.signing_key is not None and isinstance(result, ValidationResult):
+            body = sign_result(body, self.signing_key)  # over the body exactly as it goes on the wire
+        return body
 
     async def capability_middleware(self, ctx: ServerRequestContext[Any, Any], call_next: CallNext) -> HandlerResult:
         """Server middleware that repeats the capability under `experimental` in `initialize` results.

@@ -42,6 +42,7 @@ from mcp_interceptors.protocol.errors import (
 from mcp_interceptors.protocol.events import Direction, Phase, Role
 from mcp_interceptors.protocol.invoke import InvocationContext, InvokeRequest, ListRequest, RawParams
 from mcp_interceptors.protocol.results import InterceptorResult, parse_result
+from mcp_interceptors.signatures import VerifyKeyLike, check_result_signature, verify_key_from
 
 logger = logging.getLogger(__name__)
 
@@ -85,12 +86,15 @@ async def invoke_interceptor(
     timeout_ms: float | None = None,
     context: InvocationContext | Mapping[str, Any] | None = None,
     type: InterceptorType | None = None,
+    verify_key: VerifyKeyLike | None = None,
 ) -> InterceptorResult:
     """Send one `interceptor/invoke`. Host errors raise `MCPError`; a malformed result raises
-    `MalformedResultError`. `type` is the declared type (inferred from the result when omitted)."""
+    `MalformedResultError`. `type` is the declared type (inferred from the result when omitted).
+    With `verify_key` (the host's public key), a validation result without a valid signature by it
+    raises `SignatureError`."""
     body = invoke_body(name, event, phase, payload, config=config, timeout_ms=timeout_ms, context=context)
     raw = await client.session.send_request(InvokeRequest(params=RawParams.model_validate(body)), _RAW_RESULT)
-    return read_invoke_result(raw, name, phase, type)
+    return read_invoke_result(raw, name, phase, type, verify_key=verify_key)
 
 
 def invoke_body(
@@ -115,11 +119,19 @@ def invoke_body(
     return body
 
 
-def read_invoke_result(raw: Any, name: str, phase: Phase, declared: str | None = None) -> InterceptorResult:
-    """Parse an `interceptor/invoke` result; `declared` is the descriptor's type (else inferred)."""
+def read_invoke_result(
+    raw: Any, name: str, phase: Phase, declared: str | None = None, *, verify_key: VerifyKeyLike | None = None
+) -> InterceptorResult:
+    """Parse an `interceptor/invoke` result; `declared` is the descriptor's type (else inferred).
+
+    With `verify_key`, a validation result's signature is checked on the raw body, before parsing
+    drops anything (`SignatureError` if it is missing or invalid).
+    """
     kind = declared or (_infer_type(raw) if isinstance(raw, Mapping) else None)
     if kind is None:
         raise MalformedResultError(name, "result has no recognisable type")
+    if verify_key is not None and kind == "validation" and isinstance(raw, Mapping):
+        check_result_signature(raw, verify_key_from(verify_key), name)
     return parse_result(raw, interceptor=name, type=kind, phase=phase)
 
 
@@ -133,10 +145,15 @@ def _infer_type(raw: Mapping[str, Any]) -> str | None:
 
 
 class RemoteSource:
-    """A `Source` that routes every invoke to the connection that advertised the descriptor (R65)."""
+    """A `Source` that routes every invoke to the connection that advertised the descriptor (R65).
 
-    def __init__(self, client: Client) -> None:
+    With `verify_key` (the host's Ed25519 public key), every validation result must carry the host's
+    signature; a missing or invalid one is an invocation failure, routed by mode/failOpen.
+    """
+
+    def __init__(self, client: Client, *, verify_key: VerifyKeyLike | None = None) -> None:
         self.client = client
+        self.verify_key = verify_key_from(verify_key) if verify_key is not None else None
 
     async def invoke(self, call: Call) -> InterceptorResult:
         try:
@@ -150,6 +167,7 @@ class RemoteSource:
                 timeout_ms=call.timeout_ms,
                 context=call.context,
                 type=call.type,  # type: ignore[arg-type]
+                verify_key=self.verify_key,
             )
         except MCPError as exc:
             data = exc.data if isinstance(exc.data, Mapping) else {}
@@ -277,6 +295,7 @@ class Chain:
         overrides: OverridesArg = None,
         required: Iterable[RequiredInterceptor] = (),
         strict_overrides: bool = True,
+        verify_key: VerifyKeyLike | None = None,
     ) -> list[Entry]:
         """Discover a remote host's interceptors with `interceptors/list` and route invokes to it.
 
@@ -285,9 +304,10 @@ class Chain:
         pinned interceptor missing from a successful listing is planned the same way. With
         `strict_overrides=False`, overrides naming interceptors this host does not advertise are
         ignored (a caller spreading one override map over several hosts checks them itself).
+        With `verify_key`, the host's validation results must be signed by that key (see `RemoteSource`).
         """
         return await self.add_discovered(
-            RemoteSource(client),
+            RemoteSource(client, verify_key=verify_key),
             lambda: list_interceptors(client),
             name=name,
             overrides=overrides,
@@ -305,7 +325,10 @@ class Chain:
         required: Iterable[RequiredInterceptor] = (),
         strict_overrides: bool = True,
     ) -> list[Entry]:
-        """`add_server` for any source with its own discovery call (e.g. a supervised connection)."""
+        """`add_server` for any source with its own discovery call (e.g. a supervised connection).
+
+        Signature checks belong to the source: it passes its host's key to `read_invoke_result`.
+        """
         order = self._next_order()  # host order is fixed at call time, never by discovery timing (R36)
         host_name = name or f"server-{order}"
         pinned = {r.name: r for r in required}

@@ -5,15 +5,7 @@ functions in `commands` read a store back.
 """
 
 from mcp_interceptors.audit._diff import apply_json_diff, json_diff
-from mcp_interceptors.audit.records import (
-    AuditError,
-    CallEnd,
-    CanonicalizationError,
-    CompoundReceipt,
-    DecisionInput,
-    canonical_json,
-    payload_hash,
-)
+from mcp_interceptors.audit.records import AuditError, CallEnd, CompoundReceipt, DecisionInput, payload_hash
 from mcp_interceptors.audit.signing import (
     DEFAULT_KEY_PATH,
     KeyFileError,
@@ -35,6 +27,7 @@ from mcp_interceptors.audit.writer import (
     WriterStats,
     open_audit_writer,
 )
+from mcp_interceptors.canonical import CanonicalizationError, canonical_json
 
 __all__ = [
     "DEFAULT_KEY_PATH",

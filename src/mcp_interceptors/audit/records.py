@@ -1,8 +1,8 @@
-"""Pure audit records: a neutral decision input, RFC 8785 canonical JSON, hashes, JSON diffs and receipts.
+"""Pure audit records: a neutral decision input, hashes, JSON diffs and receipts.
 
 No IO, no clock, no keys: the writer above supplies time, segment and a signing function; verify reuses the
-same hashing. Canonical bytes come from orjson with RFC 8785's ordering and number rules (see
-`canonical_json`), cross-checked against the `rfc8785` package by the tests.
+same hashing. Canonical bytes come from `mcp_interceptors.canonical` (RFC 8785), shared with the signed
+validation results.
 """
 
 from __future__ import annotations
@@ -14,9 +14,9 @@ from datetime import UTC, datetime
 from typing import Any, Final, Literal, NamedTuple, get_args
 
 import orjson
-import rfc8785
 
 from mcp_interceptors.audit._diff import json_diff
+from mcp_interceptors.canonical import canonical_json
 from mcp_interceptors.protocol.chain import ChainStatus
 from mcp_interceptors.protocol.errors import InterceptorsError
 from mcp_interceptors.protocol.events import Direction, Phase
@@ -45,16 +45,11 @@ _WORDS: Final = tuple(
     (name, frozenset(get_args(kind)))
     for name, kind in (("phase", Phase), ("direction", Direction), ("decision", Decision), ("status", Status))
 )
-_MAX_SAFE_INT: Final = 2**53 - 1
 _UNSIGNED_FIELDS: Final = frozenset({"hash", "signature"})
 
 
 class AuditError(InterceptorsError):
     """Root of the audit package's errors."""
-
-
-class CanonicalizationError(AuditError, ValueError):
-    """A value has no RFC 8785 form (NaN, infinity, a non-JSON type or a non-string key)."""
 
 
 @dataclass(frozen=True)
@@ -121,85 +116,6 @@ class SealedRecord(NamedTuple):
     hash: str
     signature: str
     json: bytes
-
-
-# -- canonical JSON -------------------------------------------------------------------------------------
-
-
-def canonical_json(value: Any) -> bytes:
-    """RFC 8785 bytes for a JSON value; tuples count as arrays, integers beyond 2**53 as IEEE doubles."""
-    try:
-        return orjson.dumps(_prepare(value), option=orjson.OPT_SORT_KEYS)
-    except _AstralKeyError:
-        # orjson sorts keys by code point; RFC 8785 sorts by UTF-16 unit. They differ only past U+FFFF.
-        return _canonical_slow(value)
-    except orjson.JSONEncodeError as exc:
-        raise CanonicalizationError(str(exc)) from exc
-
-
-class _AstralKeyError(Exception):
-    pass
-
-
-def _prepare(value: Any) -> Any:
-    """Return `value` unchanged when orjson already emits RFC 8785 bytes for it, else a patched copy."""
-    kind = type(value)
-    if kind is str or kind is bool or value is None:
-        return value
-    if kind is int:
-        return value if -_MAX_SAFE_INT <= value <= _MAX_SAFE_INT else _number_fragment(float(value))
-    if kind is float:
-        return _number_fragment(value)
-    if kind is dict:
-        patched: dict[str, Any] | None = None
-        for key, item in value.items():
-            if type(key) is not str:
-                raise CanonicalizationError(f"object key {key!r} is not a string")
-            if not key.isascii() and max(key) > "\uffff":
-                raise _AstralKeyError
-            new = _prepare(item)
-            if new is not item:
-                patched = patched if patched is not None else dict(value)
-                patched[key] = new
-        return value if patched is None else patched
-    if kind is list or kind is tuple:
-        items: list[Any] | None = None
-        for index, item in enumerate(value):
-            new = _prepare(item)
-            if new is not item:
-                items = items if items is not None else list(value)
-                items[index] = new
-        return value if items is None else items
-    raise CanonicalizationError(f"{kind.__name__} is not a JSON value")
-
-
-def _number_fragment(number: float) -> orjson.Fragment:
-    if 1e-4 <= abs(number) < 1e16:
-        # Here repr() already gives ECMAScript's shortest round-trip digits in plain notation,
-        # except that it keeps a ".0" on integral values.
-        text = repr(number)
-        return orjson.Fragment(text[:-2] if text.endswith(".0") else text)
-    try:
-        return orjson.Fragment(rfc8785.dumps(number))
-    except rfc8785.CanonicalizationError as exc:
-        raise CanonicalizationError(str(exc)) from exc
-
-
-def _coerce_big_ints(value: Any) -> Any:
-    if type(value) is int and not -_MAX_SAFE_INT <= value <= _MAX_SAFE_INT:
-        return float(value)
-    if isinstance(value, dict):
-        return {key: _coerce_big_ints(item) for key, item in value.items()}
-    if isinstance(value, list | tuple):
-        return [_coerce_big_ints(item) for item in value]
-    return value
-
-
-def _canonical_slow(value: Any) -> bytes:
-    try:
-        return rfc8785.dumps(_coerce_big_ints(value))
-    except rfc8785.CanonicalizationError as exc:
-        raise CanonicalizationError(str(exc)) from exc
 
 
 def sha256_hex(data: bytes) -> str:

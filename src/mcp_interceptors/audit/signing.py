@@ -23,7 +23,8 @@ from cryptography.exceptions import InvalidSignature
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey, Ed25519PublicKey
 from cryptography.hazmat.primitives.serialization import Encoding, NoEncryption, PrivateFormat, PublicFormat
 
-from mcp_interceptors.audit.records import AuditError, canonical_json, format_time
+from mcp_interceptors.audit.records import AuditError, format_time
+from mcp_interceptors.canonical import canonical_json
 
 DEFAULT_KEY_PATH: Final = Path("~/.mcp-interceptors/audit-key")
 _KEY_FILE_VERSION: Final = 1

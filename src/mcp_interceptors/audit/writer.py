@@ -30,7 +30,6 @@ from mcp_interceptors.audit.records import (
     CompoundReceipt,
     DecisionInput,
     PreparedEntry,
-    canonical_json,
     format_time,
     prepare_entry,
     seal_receipt,
@@ -39,6 +38,7 @@ from mcp_interceptors.audit.records import (
 )
 from mcp_interceptors.audit.signing import SigningKey
 from mcp_interceptors.audit.store import ReceiptRow, RecordRow, Store
+from mcp_interceptors.canonical import canonical_json
 
 _log = logging.getLogger(__name__)
 

@@ -86,6 +86,13 @@ class InterceptorServerConfig(TransportConfig):
 
     name: Annotated[str, Field(pattern=_NAME)]
     required: list[RequiredConfig] = Field(default_factory=list)
+    public_key: str | None = Field(
+        None,
+        description=(
+            "The host's Ed25519 public key (base64url of the 32 raw bytes, or a file holding it or a PEM key, "
+            "relative to this file): its validation results must then be signed by it, or the invocation fails."
+        ),
+    )
 
 
 class HostConfig(_Model):

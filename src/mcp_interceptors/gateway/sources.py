@@ -10,9 +10,11 @@ import importlib
 import logging
 import sys
 from collections.abc import Mapping
+from pathlib import Path
 from typing import Any
 
 import anyio.abc
+from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PublicKey
 from mcp import MCPError
 
 from mcp_interceptors.executor import Call
@@ -32,6 +34,7 @@ from mcp_interceptors.protocol.descriptors import InterceptorDescriptor, parse_d
 from mcp_interceptors.protocol.errors import InterceptorsError
 from mcp_interceptors.protocol.invoke import INVOKE_METHOD, LIST_METHOD
 from mcp_interceptors.protocol.results import InterceptorResult
+from mcp_interceptors.signatures import load_verify_key, verify_key_from
 
 logger = logging.getLogger(__name__)
 
@@ -111,8 +114,9 @@ async def populate_chain(chain: Chain, config: GatewayConfig, tg: anyio.abc.Task
         host = load_host(host_config.module, file, index, config.base_dir)
         name = host_config.name or getattr(host, "name", None) or host_config.module
         chain.add_local(host, name=_unique(chain, name), overrides=_pick(overrides, host))
-    for server in config.interceptors.servers:
-        await _add_server(chain, server, overrides, tg)
+    for index, server in enumerate(config.interceptors.servers):
+        verify_key = verify_key_for(server, file, index, config.base_dir)
+        await _add_server(chain, server, overrides, tg, verify_key)
     advertised = {entry.name for entry in chain.entries}
     for index, name in enumerate(config.interceptors.overrides):
         if name not in advertised:
@@ -126,10 +130,12 @@ async def populate_chain(chain: Chain, config: GatewayConfig, tg: anyio.abc.Task
 
 class ConnectionSource:
     """A remote interceptor host over a supervised connection: it reconnects with backoff after a
-    crash, and meanwhile its invocations fail and are routed by mode/failOpen."""
+    crash, and meanwhile its invocations fail and are routed by mode/failOpen. With `verify_key`,
+    its validation results must be signed by that key (else the invocation fails, too)."""
 
-    def __init__(self, conn: UpstreamConnection) -> None:
+    def __init__(self, conn: UpstreamConnection, *, verify_key: Ed25519PublicKey | None = None) -> None:
         self.conn = conn
+        self.verify_key = verify_key
 
     async def discover(self) -> list[InterceptorDescriptor]:
         raw = await self.conn.request(LIST_METHOD, None)
@@ -155,11 +161,40 @@ class ConnectionSource:
         except MCPError as exc:
             data = exc.data if isinstance(exc.data, Mapping) else {}
             raise InterceptorsError(exc.message, data=data, code=exc.code) from None
-        return read_invoke_result(raw, call.name, call.phase, call.type)
+        return read_invoke_result(raw, call.name, call.phase, call.type, verify_key=self.verify_key)
+
+
+def verify_key_for(
+    server: InterceptorServerConfig, file: str, index: int, base_dir: str | None
+) -> Ed25519PublicKey | None:
+    """`public_key`: the base64url raw key itself, else a file (relative to the config's folder) holding one."""
+    value = server.public_key
+    if value is None:
+        return None
+    where = f"interceptors.servers[{index}].public_key"
+    try:
+        return verify_key_from(value)
+    except ValueError:
+        pass  # not a key: a file name
+    path = Path(value).expanduser()
+    if base_dir is not None and not path.is_absolute():
+        path = Path(base_dir) / path
+    try:
+        return load_verify_key(path)
+    except OSError as exc:
+        fix = "give the host's base64url public key (43 characters) or the path of a file holding it"
+        raise ConfigError(file, where, f"not a key, and cannot read {str(path)!r} ({exc.strerror})", fix) from None
+    except ValueError as exc:
+        problem = f"{path} holds no Ed25519 public key: {exc}"
+        raise ConfigError(file, where, problem, "put the host's public key in it (base64url or PEM)") from None
 
 
 async def _add_server(
-    chain: Chain, server: InterceptorServerConfig, overrides: dict[str, Overrides], tg: anyio.abc.TaskGroup
+    chain: Chain,
+    server: InterceptorServerConfig,
+    overrides: dict[str, Overrides],
+    tg: anyio.abc.TaskGroup,
+    verify_key: Ed25519PublicKey | None = None,
 ) -> None:
     required = required_for(server.required)
     conn = UpstreamConnection(server.name, server)
@@ -171,7 +206,7 @@ async def _add_server(
             raise ConfigError("<runtime>", where, exc.message, "start it, or pin `required` interceptors") from None
         chain.add_source(UnavailableSource(exc.message), [r.placeholder() for r in required], name=server.name)
         return
-    source = ConnectionSource(conn)
+    source = ConnectionSource(conn, verify_key=verify_key)
     await chain.add_discovered(
         source, source.discover, name=server.name, overrides=overrides, required=required, strict_overrides=False
     )

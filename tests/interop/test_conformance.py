@@ -23,9 +23,6 @@ KNOWN_DIFFERENCES = {
         "calls `test_reconnection`, which the server does not have: it answers an isError result, "
         "the gateway refuses the unadvertised tool with JSON-RPC -32602 (advertised == callable)"
     ),
-    ("2026-07-28", "http-custom-header-server-validation"): (
-        "the gateway does not validate Mcp-Param-* headers against x-mcp-header arguments (SEP-2243)"
-    ),
 }
 
 

@@ -1,18 +1,18 @@
 """One session with one upstream MCP server: connect once, reuse, reconnect with backoff.
 
-The wire stays raw: mcp's transports carry JSON-RPC, a `JSONRPCDispatcher` correlates ids, and
-params/results are plain dicts so unknown methods and fields survive. The connection performs the
-era's handshake itself (`initialize` or `server/discover`) and stamps the routing headers a
-Streamable-HTTP upstream needs.
+The wire stays raw: stdio servers speak through our lean `JsonRpcPeer`, HTTP ones through mcp's
+transports under a `JSONRPCDispatcher`; params and results are plain dicts so unknown methods and
+fields survive. The connection performs the era's handshake itself (`initialize` or
+`server/discover`) and stamps the routing headers a Streamable-HTTP upstream needs.
 """
 
 from __future__ import annotations
 
 import logging
-from collections.abc import Awaitable, Callable, Mapping
-from contextlib import AbstractAsyncContextManager
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
+from contextlib import AbstractAsyncContextManager, asynccontextmanager
 from dataclasses import dataclass, field
-from typing import Any, Literal
+from typing import Any, Literal, Protocol
 
 import anyio
 import anyio.abc
@@ -41,6 +41,7 @@ from mcp_types import (
 from mcp_types.version import HANDSHAKE_PROTOCOL_VERSIONS, LATEST_HANDSHAKE_VERSION, LATEST_MODERN_VERSION
 
 from mcp_interceptors.gateway.config import TransportConfig
+from mcp_interceptors.gateway.jsonrpc import stdio_peer
 
 logger = logging.getLogger(__name__)
 
@@ -94,6 +95,30 @@ class UpstreamUnavailableError(MCPError):
     """The upstream is down or reconnecting; in-flight and new calls get this instead of hanging."""
 
 
+class Wire(Protocol):
+    """What a connection needs from its JSON-RPC layer: mcp's dispatcher, or our lean stdio peer."""
+
+    async def run(self, on_request: Any, on_notify: Any, *, task_status: anyio.abc.TaskStatus[None]) -> None: ...
+
+    async def send_raw_request(
+        self, method: str, params: Mapping[str, Any] | None, opts: CallOptions | None = None
+    ) -> dict[str, Any]: ...
+
+    async def notify(self, method: str, params: Mapping[str, Any] | None, opts: CallOptions | None = None) -> None: ...
+
+
+@asynccontextmanager
+async def open_wire(config: TransportConfig) -> AsyncIterator[Wire]:
+    """A stdio server gets the lean `JsonRpcPeer` (dicts end to end); HTTP and SSE use mcp's
+    transports under its `JSONRPCDispatcher`."""
+    if config.command is not None:
+        async with stdio_peer(config.command, list(config.args), env=config.env or None, cwd=config.cwd) as peer:
+            yield peer
+        return
+    async with open_transport(config) as (read, write):
+        yield JSONRPCDispatcher(read, write)
+
+
 def open_transport(config: TransportConfig) -> AbstractAsyncContextManager[Any]:
     """The mcp client transport for a configured server."""
     if config.command is not None:
@@ -136,7 +161,7 @@ class UpstreamConnection:
         self.info: UpstreamInfo | None = None
         self.restarts = 0
         self._listens = 0
-        self._dispatcher: JSONRPCDispatcher[Any] | None = None
+        self._dispatcher: Wire | None = None
         self._connected = anyio.Event()
         self._closed = False
         self._last_error: str | None = None
@@ -193,8 +218,7 @@ class UpstreamConnection:
 
     async def _connect_once(self, on_ready: Callable[[], None]) -> None:
         """One connection's life: open, handshake, serve until EOF (the upstream exited or hung up)."""
-        async with open_transport(self.config) as (read, write):
-            dispatcher: JSONRPCDispatcher[Any] = JSONRPCDispatcher(read, write)
+        async with open_wire(self.config) as dispatcher:
             ended = anyio.Event()
             async with anyio.create_task_group() as tg:
                 await tg.start(self._pump, dispatcher, ended)
@@ -209,9 +233,7 @@ class UpstreamConnection:
                 self._mark_down()  # before the transport's teardown: new requests wait for the reconnect
                 tg.cancel_scope.cancel()
 
-    async def _pump(
-        self, dispatcher: JSONRPCDispatcher[Any], ended: anyio.Event, *, task_status: anyio.abc.TaskStatus[None]
-    ) -> None:
+    async def _pump(self, dispatcher: Wire, ended: anyio.Event, *, task_status: anyio.abc.TaskStatus[None]) -> None:
         try:
             await dispatcher.run(self._on_request, self._on_notify, task_status=task_status)
         finally:
@@ -255,7 +277,7 @@ class UpstreamConnection:
 
     # ------------------------------------------------------------------ handshake
 
-    async def _handshake(self, dispatcher: JSONRPCDispatcher[Any]) -> UpstreamInfo:
+    async def _handshake(self, dispatcher: Wire) -> UpstreamInfo:
         if self.era_preference in ("auto", "2026-07-28"):
             try:
                 return await self._discover(dispatcher)
@@ -268,7 +290,7 @@ class UpstreamConnection:
                 raise _EraRefused from None
         return await self._initialize(dispatcher)
 
-    async def _discover(self, dispatcher: JSONRPCDispatcher[Any]) -> UpstreamInfo:
+    async def _discover(self, dispatcher: Wire) -> UpstreamInfo:
         params = {"_meta": self.envelope()}
         opts: CallOptions = {"timeout": self.config.timeout_ms / 1000}
         if self.is_http:
@@ -286,7 +308,7 @@ class UpstreamConnection:
             instructions=result.get("instructions"),
         )
 
-    async def _initialize(self, dispatcher: JSONRPCDispatcher[Any]) -> UpstreamInfo:
+    async def _initialize(self, dispatcher: Wire) -> UpstreamInfo:
         params = {
             "protocolVersion": self.client_params.get("protocolVersion", LATEST_HANDSHAKE_VERSION),
             "capabilities": self.client_params.get("capabilities", DEFAULT_CLIENT_CAPABILITIES),
@@ -317,7 +339,7 @@ class UpstreamConnection:
 
     # ------------------------------------------------------------------ traffic
 
-    async def _ready(self) -> JSONRPCDispatcher[Any]:
+    async def _ready(self) -> Wire:
         dispatcher = self._dispatcher
         if dispatcher is not None:
             return dispatcher

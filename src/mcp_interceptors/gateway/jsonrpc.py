@@ -1,0 +1,276 @@
+"""A lean JSON-RPC peer over newline-delimited byte streams: the gateway's fast stdio path.
+
+Messages stay dicts end to end (one `orjson` parse and one dump per message), with no per-message
+model validation, tracing span or extra task hop. It offers the subset of mcp's dispatcher API the
+gateway uses (`run`, `send_raw_request`, `notify`), with ids, progress and cancellation.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
+from contextlib import asynccontextmanager
+from dataclasses import dataclass, field
+from typing import Any
+
+import anyio
+import anyio.abc
+import orjson
+from mcp import MCPError
+from mcp.client.stdio import get_default_environment
+from mcp.shared.dispatcher import CallOptions
+
+logger = logging.getLogger(__name__)
+
+Message = dict[str, Any]
+OnRequest = Callable[[Any, str, dict[str, Any] | None], Awaitable[Any]]
+OnNotify = Callable[[Any, str, dict[str, Any] | None], Awaitable[None]]
+#: Messages this peer does not handle itself (answers to someone else's requests, say).
+OnForeign = Callable[[Message], Awaitable[None]]
+ReadChunk = Callable[[], Awaitable[bytes]]
+WriteBytes = Callable[[bytes], Awaitable[None]]
+
+CONNECTION_CLOSED = -32000
+REQUEST_TIMEOUT = -32001
+PARSE_ERROR = -32700
+INTERNAL_ERROR = -32603
+
+
+@dataclass
+class _Pending:
+    done: anyio.Event = field(default_factory=anyio.Event)
+    outcome: Message | None = None
+    on_progress: Any = None
+
+
+class JsonRpcPeer:
+    """One side of a JSON-RPC connection. Our request ids are strings (`<prefix>-N`) so they never
+    collide with a peer that numbers its own."""
+
+    def __init__(self, read: ReadChunk, write: WriteBytes, *, id_prefix: str = "gw") -> None:
+        self._read = read
+        self._write = write
+        self._prefix = id_prefix
+        self._next = 0
+        self._pending: dict[Any, _Pending] = {}
+        self._handlers: dict[Any, anyio.CancelScope] = {}
+        self._write_lock = anyio.Lock()
+        self._closed = False
+        self._tg: anyio.abc.TaskGroup | None = None
+
+    @property
+    def closed(self) -> bool:
+        return self._closed
+
+    async def run(
+        self,
+        on_request: OnRequest,
+        on_notify: OnNotify,
+        *,
+        on_foreign: OnForeign | None = None,
+        task_status: anyio.abc.TaskStatus[None] = anyio.TASK_STATUS_IGNORED,
+    ) -> None:
+        """Read and dispatch until end of input; then every pending request fails as closed."""
+        try:
+            async with anyio.create_task_group() as tg:
+                self._tg = tg
+                task_status.started()
+                buffer = b""
+                while True:
+                    chunk = await self._read()
+                    if not chunk:
+                        break
+                    buffer += chunk
+                    *lines, buffer = buffer.split(b"\n")
+                    for line in lines:
+                        if line.strip():
+                            await self._dispatch(line, on_request, on_notify, on_foreign)
+                tg.cancel_scope.cancel()
+        finally:
+            self._closed = True
+            for pending in self._pending.values():
+                pending.outcome = {"error": {"code": CONNECTION_CLOSED, "message": "Connection closed"}}
+                pending.done.set()
+
+    async def _dispatch(
+        self, line: bytes, on_request: OnRequest, on_notify: OnNotify, on_foreign: OnForeign | None
+    ) -> None:
+        try:
+            message = orjson.loads(line)
+        except orjson.JSONDecodeError:
+            await self._send({"jsonrpc": "2.0", "id": None, "error": {"code": PARSE_ERROR, "message": "Parse error"}})
+            return
+        if not isinstance(message, dict):
+            return
+        method = message.get("method")
+        if not isinstance(method, str):
+            pending = self._pending.get(message.get("id"))
+            if pending is not None:
+                pending.outcome = message
+                pending.done.set()
+            elif on_foreign is not None:
+                await on_foreign(message)
+            return
+        params = message.get("params")
+        params = params if isinstance(params, dict) else None
+        if "id" not in message:
+            await self._on_notification(method, params, on_notify)
+            return
+        assert self._tg is not None
+        self._tg.start_soon(self._serve, message["id"], method, params, on_request)
+
+    async def _on_notification(self, method: str, params: dict[str, Any] | None, on_notify: OnNotify) -> None:
+        if method == "notifications/cancelled":
+            scope = self._handlers.get((params or {}).get("requestId"))
+            if scope is not None:
+                scope.cancel()
+            return
+        if method == "notifications/progress":
+            pending = self._pending.get((params or {}).get("progressToken"))
+            if pending is not None and pending.on_progress is not None:
+                p = params or {}
+                await pending.on_progress(p.get("progress", 0), p.get("total"), p.get("message"))
+            return
+        try:
+            await on_notify(None, method, params)
+        except Exception:  # a bad notification fails alone
+            logger.exception("notification handler for %s raised", method)
+
+    async def _serve(self, request_id: Any, method: str, params: dict[str, Any] | None, on_request: OnRequest) -> None:
+        reply: Message
+        with anyio.CancelScope() as scope:
+            self._handlers[request_id] = scope
+            try:
+                result = await on_request(request_id, method, params)
+                reply = {"jsonrpc": "2.0", "id": request_id, "result": result if result is not None else {}}
+            except MCPError as exc:
+                reply = {"jsonrpc": "2.0", "id": request_id, "error": _error_body(exc.code, exc.message, exc.data)}
+            except Exception as exc:  # one bad message never takes the connection down
+                logger.exception("request handler for %s raised", method)
+                reply = {"jsonrpc": "2.0", "id": request_id, "error": _error_body(INTERNAL_ERROR, str(exc), None)}
+            finally:
+                self._handlers.pop(request_id, None)
+        if scope.cancelled_caught:
+            return  # cancelled by the peer: it expects no answer
+        await self._send(reply)
+
+    async def send_raw_request(
+        self, method: str, params: Mapping[str, Any] | None, opts: CallOptions | None = None
+    ) -> dict[str, Any]:
+        """Send a request and await its result; a JSON-RPC error raises `MCPError` unchanged."""
+        if self._closed:
+            raise MCPError(CONNECTION_CLOSED, "Connection closed")
+        opts = opts or {}
+        self._next += 1
+        request_id = f"{self._prefix}-{self._next}"
+        pending = _Pending(on_progress=opts.get("on_progress"))
+        body = dict(params) if params is not None else None
+        if pending.on_progress is not None:
+            body = dict(body or {})
+            body["_meta"] = {**(body.get("_meta") or {}), "progressToken": request_id}
+        message: Message = {"jsonrpc": "2.0", "id": request_id, "method": method}
+        if body is not None:
+            message["params"] = body
+        self._pending[request_id] = pending
+        try:
+            await self._send(message)
+            timeout = opts.get("timeout")
+            with anyio.fail_after(timeout) if timeout is not None else anyio.CancelScope():
+                await pending.done.wait()
+        except TimeoutError:
+            await self._cancel_remote(request_id, "timed out", opts)
+            raise MCPError(REQUEST_TIMEOUT, f"Request {method!r} timed out") from None
+        except anyio.get_cancelled_exc_class():
+            with anyio.CancelScope(shield=True):
+                await self._cancel_remote(request_id, "caller cancelled", opts)
+            raise
+        finally:
+            self._pending.pop(request_id, None)
+        outcome = pending.outcome or {}
+        error = outcome.get("error")
+        if error is not None:
+            error = error if isinstance(error, dict) else {}
+            raise MCPError(int(error.get("code", INTERNAL_ERROR)), str(error.get("message", "")), error.get("data"))
+        result = outcome.get("result")
+        return result if isinstance(result, dict) else {}
+
+    async def _cancel_remote(self, request_id: str, reason: str, opts: CallOptions) -> None:
+        if opts.get("cancel_on_abandon", True) and not self._closed:
+            with anyio.move_on_after(1):
+                await self.notify("notifications/cancelled", {"requestId": request_id, "reason": reason})
+
+    async def notify(self, method: str, params: Mapping[str, Any] | None, opts: CallOptions | None = None) -> None:
+        message: Message = {"jsonrpc": "2.0", "method": method}
+        if params is not None:
+            message["params"] = dict(params)
+        await self._send(message)
+
+    async def send_message(self, message: Message) -> None:
+        """Write an already-formed message (a response relayed from elsewhere)."""
+        await self._send(message)
+
+    async def _send(self, message: Message) -> None:
+        data = encode_line(message)
+        async with self._write_lock:
+            try:
+                await self._write(data)
+            except (anyio.BrokenResourceError, anyio.ClosedResourceError, BrokenPipeError, ConnectionError):
+                self._closed = True
+                raise MCPError(CONNECTION_CLOSED, "Connection closed") from None
+
+
+def encode_line(message: Message) -> bytes:
+    """One JSON line; the stdlib encoder covers what orjson refuses (integers beyond 64 bits)."""
+    try:
+        return orjson.dumps(message) + b"\n"
+    except TypeError:
+        return json.dumps(message, ensure_ascii=False, separators=(",", ":")).encode() + b"\n"
+
+
+@asynccontextmanager
+async def stdio_peer(
+    command: str, args: list[str], *, env: Mapping[str, str] | None = None, cwd: str | None = None
+) -> AsyncIterator[JsonRpcPeer]:
+    """Spawn a stdio server and talk to it through a `JsonRpcPeer`; on exit it is stopped politely,
+    then terminated, then killed, each step bounded."""
+    environment = {**get_default_environment(), **(env or {})}
+    process = await anyio.open_process([command, *args], env=environment, cwd=cwd, stderr=None)
+    assert process.stdin is not None and process.stdout is not None
+    stdout, stdin = process.stdout, process.stdin
+
+    async def read() -> bytes:
+        try:
+            return await stdout.receive(1 << 16)
+        except (anyio.EndOfStream, anyio.ClosedResourceError, anyio.BrokenResourceError):
+            return b""
+
+    try:
+        yield JsonRpcPeer(read, stdin.send, id_prefix="gw")
+    finally:
+        with anyio.CancelScope(shield=True):
+            await _stop(process)
+
+
+async def _stop(process: anyio.abc.Process) -> None:
+    if process.stdin is not None:
+        with anyio.move_on_after(1):
+            await process.stdin.aclose()
+    with anyio.move_on_after(2):
+        await process.wait()
+        return
+    if process.returncode is None:
+        process.terminate()
+        with anyio.move_on_after(2):
+            await process.wait()
+            return
+        process.kill()
+        with anyio.move_on_after(2):
+            await process.wait()
+
+
+def _error_body(code: int, message: str, data: Any) -> dict[str, Any]:
+    body: dict[str, Any] = {"code": code, "message": message}
+    if data is not None:
+        body["data"] = data
+    return body

@@ -28,6 +28,8 @@ OnRequest = Callable[[Any, str, dict[str, Any] | None], Awaitable[Any]]
 OnNotify = Callable[[Any, str, dict[str, Any] | None], Awaitable[None]]
 #: Messages this peer does not handle itself (answers to someone else's requests, say).
 OnForeign = Callable[[Message], Awaitable[None]]
+#: Claims a message before the peer looks at it (True: someone else answers it).
+Divert = Callable[[Message], Awaitable[bool]]
 ReadChunk = Callable[[], Awaitable[bytes]]
 WriteBytes = Callable[[bytes], Awaitable[None]]
 
@@ -69,6 +71,7 @@ class JsonRpcPeer:
         on_notify: OnNotify,
         *,
         on_foreign: OnForeign | None = None,
+        divert: Divert | None = None,
         task_status: anyio.abc.TaskStatus[None] = anyio.TASK_STATUS_IGNORED,
     ) -> None:
         """Read and dispatch until end of input; then every pending request fails as closed."""
@@ -85,7 +88,7 @@ class JsonRpcPeer:
                     *lines, buffer = buffer.split(b"\n")
                     for line in lines:
                         if line.strip():
-                            await self._dispatch(line, on_request, on_notify, on_foreign)
+                            await self._dispatch(line, on_request, on_notify, on_foreign, divert)
                 tg.cancel_scope.cancel()
         finally:
             self._closed = True
@@ -94,7 +97,12 @@ class JsonRpcPeer:
                 pending.done.set()
 
     async def _dispatch(
-        self, line: bytes, on_request: OnRequest, on_notify: OnNotify, on_foreign: OnForeign | None
+        self,
+        line: bytes,
+        on_request: OnRequest,
+        on_notify: OnNotify,
+        on_foreign: OnForeign | None,
+        divert: Divert | None,
     ) -> None:
         try:
             message = orjson.loads(line)
@@ -102,6 +110,8 @@ class JsonRpcPeer:
             await self._send({"jsonrpc": "2.0", "id": None, "error": {"code": PARSE_ERROR, "message": "Parse error"}})
             return
         if not isinstance(message, dict):
+            return
+        if divert is not None and await divert(message):
             return
         method = message.get("method")
         if not isinstance(method, str):
@@ -209,6 +219,19 @@ class JsonRpcPeer:
     async def send_message(self, message: Message) -> None:
         """Write an already-formed message (a response relayed from elsewhere)."""
         await self._send(message)
+
+    async def send_line(self, data: bytes) -> None:
+        """Write one already-encoded JSON line, keeping lines whole against our own writes."""
+        async with self._write_lock:
+            await self._write(data)
+
+    def is_pending(self, request_id: Any) -> bool:
+        """Whether `request_id` is one of our requests still awaiting its answer."""
+        return request_id in self._pending
+
+    def is_serving(self, request_id: Any) -> bool:
+        """Whether `request_id` is a request of the peer's that we are still handling."""
+        return request_id in self._handlers
 
     async def _send(self, message: Message) -> None:
         data = encode_line(message)

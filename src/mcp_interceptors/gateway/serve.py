@@ -21,7 +21,7 @@ from mcp.server.transport_security import TransportSecuritySettings
 from mcp_interceptors.gateway.auth import build_auth
 from mcp_interceptors.gateway.config import GatewayConfig
 from mcp_interceptors.gateway.server import Gateway
-from mcp_interceptors.gateway.stdio import fd_stdio_server
+from mcp_interceptors.gateway.stdio import serve_stdio_fast
 
 logger = logging.getLogger(__name__)
 LOOPBACK = ("127.0.0.1", "localhost", "::1")
@@ -34,9 +34,11 @@ class BindRefusedError(ValueError):
 
 
 async def serve_stdio(gateway: Gateway) -> None:
-    server = gateway.server
-    transport = stdio_server() if sys.platform == "win32" else fd_stdio_server()
-    async with transport as (read, write):
+    if sys.platform != "win32":
+        await serve_stdio_fast(gateway)
+        return
+    server = gateway.server  # Windows pipes cannot be awaited: mcp's threaded transport
+    async with stdio_server() as (read, write):
         await server.run(read, write, server.create_initialization_options())
 
 

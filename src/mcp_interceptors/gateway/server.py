@@ -259,25 +259,28 @@ class Gateway:
 
     def session_for(self, ctx: ServerRequestContext[Any, Any]) -> DownstreamSession:
         era: Era = "2026-07-28" if ctx.protocol_version in MODERN_PROTOCOL_VERSIONS else "legacy"
-        principal = _principal()
+        request = ctx.request
+        header = request.headers.get("mcp-session-id") if request is not None and era == "legacy" else None
+        client_params = ctx.session.client_params
+        params = client_params.model_dump(by_alias=True, mode="json", exclude_none=True) if client_params else None
+        return self.session(era, header, _principal(), params)
+
+    def session(
+        self,
+        era: Era,
+        transport_session: str | None,
+        principal: Principal | None,
+        client_params: dict[str, Any] | None,
+    ) -> DownstreamSession:
+        """The session a request belongs to: a handshake-era client's by its transport session (one
+        `default` session on stdio), 2026-07-28 requests by principal."""
         if era == "legacy":
-            request = ctx.request
-            header = request.headers.get("mcp-session-id") if request is not None else None
-            key = header or "default"
+            key = transport_session or "default"
         else:
-            key = "modern:" + (principal.id or "anonymous" if principal is not None else "anonymous")
+            key = "modern:" + ((principal.id or "anonymous") if principal is not None else "anonymous")
         session = self.sessions.get(key)
         if session is None:
-            client_params = ctx.session.client_params
-            session = DownstreamSession(
-                self,
-                key=key,
-                era=era,
-                principal=principal,
-                client_params=client_params.model_dump(by_alias=True, mode="json", exclude_none=True)
-                if client_params is not None
-                else None,
-            )
+            session = DownstreamSession(self, key=key, era=era, principal=principal, client_params=client_params)
             if era == "legacy" and self._can_share(session):
                 session.upstreams = dict(self.shared)
             self.sessions[key] = session

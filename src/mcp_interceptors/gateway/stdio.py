@@ -1,10 +1,11 @@
-"""A lean stdio server transport: the same streams as mcp's `stdio_server()`, without worker threads.
+"""Serving the gateway on stdio, lean: no worker threads, and forwarded requests kept as dicts.
 
-mcp reads stdin and writes stdout through `anyio.wrap_file`, one thread hop per line each way;
-on a gateway that is most of the per-call cost. Here the descriptors are non-blocking and
-awaited with `anyio.wait_readable`/`wait_writable` on the event loop. As with mcp, fd 0 and fd 1
-are diverted (to /dev/null and stderr) while serving, so stray prints and child processes never
-touch the wire, and restored on exit.
+mcp's `stdio_server()` reads stdin and writes stdout through `anyio.wrap_file`, one thread hop per
+line each way, and its runner validates every message into models; on a gateway that is most of
+the per-call cost. Here the descriptors are non-blocking and awaited on the event loop, and
+`serve_stdio_fast` hands forwarded requests to the session as parsed dicts, leaving the handshake
+and the gateway's own methods to its mcp `Server`. As with mcp, fd 0 and fd 1 are diverted (to
+/dev/null and stderr) while serving, so stray prints and child processes never touch the wire.
 """
 
 from __future__ import annotations
@@ -13,12 +14,23 @@ import os
 import sys
 from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager, suppress
+from functools import partial
+from typing import TYPE_CHECKING, Any
 
 import anyio
 import anyio.abc
 import mcp_types as types
 from anyio.streams.memory import MemoryObjectReceiveStream, MemoryObjectSendStream
+from mcp import MCPError
 from mcp.shared.message import SessionMessage
+from mcp_types import PROTOCOL_VERSION_META_KEY
+
+from mcp_interceptors.gateway.jsonrpc import JsonRpcPeer, encode_line
+from mcp_interceptors.gateway.server import LOCAL_METHODS
+from mcp_interceptors.protocol.errors import InterceptorsError
+
+if TYPE_CHECKING:
+    from mcp_interceptors.gateway.server import Gateway
 
 _CHUNK = 1 << 16
 
@@ -100,3 +112,143 @@ async def _write_lines(fd: int, source: MemoryObjectReceiveStream[SessionMessage
                 except BrokenPipeError:
                     return
                 data = data[written:]
+
+
+class PeerDownstream:
+    """The client of the lean stdio front, as the session sees it."""
+
+    def __init__(self, peer: JsonRpcPeer, progress_token: Any = None) -> None:
+        self.peer = peer
+        self.progress_token = progress_token
+
+    async def request(self, method: str, params: dict[str, Any] | None) -> dict[str, Any]:
+        return await self.peer.send_raw_request(method, params)
+
+    async def notify(self, method: str, params: dict[str, Any] | None) -> None:
+        await self.peer.notify(method, params)
+
+    async def progress(self, progress: float, total: float | None, message: str | None) -> None:
+        if self.progress_token is None:
+            return
+        body: dict[str, Any] = {"progressToken": self.progress_token, "progress": progress}
+        if total is not None:
+            body["total"] = total
+        if message is not None:
+            body["message"] = message
+        await self.peer.notify("notifications/progress", body)
+
+
+class StdioFront:
+    """The gateway on stdio with a lean hot path.
+
+    Forwarded requests go straight from our `JsonRpcPeer` to the session. The gateway's mcp
+    `Server` still answers everything it owns (the handshake, discovery, ping, listen, the
+    interceptor-host methods) and anything before the handshake, over in-memory streams, so the
+    protocol's rules for those stay mcp's.
+    """
+
+    def __init__(self, gateway: Gateway, peer: JsonRpcPeer, to_server: MemoryObjectSendStream[Any]) -> None:
+        self.gateway = gateway
+        self.peer = peer
+        self.to_server = to_server
+        self.era: str | None = None
+        self.client_params: dict[str, Any] | None = None
+        self._initialize_id: Any = None
+
+    async def divert(self, message: dict[str, Any]) -> bool:
+        method = message.get("method")
+        if method is None:  # an answer: ours, or to a request the mcp server sent
+            if self.peer.is_pending(message.get("id")):
+                return False
+            return await self._to_server(message)
+        if "id" not in message:
+            if method == "notifications/cancelled":
+                request_id = (message.get("params") or {}).get("requestId")
+                return False if self.peer.is_serving(request_id) else await self._to_server(message)
+            return await self._to_server(message) if method == "notifications/initialized" else False
+        if method == "initialize":
+            self._initialize_id = message.get("id")
+            params = message.get("params")
+            self.client_params = params if isinstance(params, dict) else None
+            return await self._to_server(message)
+        if method in LOCAL_METHODS or self._era_of(message) is None:
+            return await self._to_server(message)
+        return False
+
+    def _era_of(self, message: dict[str, Any]) -> str | None:
+        meta = (message.get("params") or {}).get("_meta")
+        if isinstance(meta, dict) and PROTOCOL_VERSION_META_KEY in meta:
+            return "2026-07-28"
+        return self.era
+
+    async def _to_server(self, message: dict[str, Any]) -> bool:
+        try:
+            parsed: Any = SessionMessage(types.jsonrpc_message_adapter.validate_python(message, by_name=False))
+        except Exception as exc:  # let mcp answer malformed input the way it always does
+            parsed = exc
+        await self.to_server.send(parsed)
+        return True
+
+    async def from_server(self, receive: MemoryObjectReceiveStream[SessionMessage]) -> None:
+        """Relay the mcp server's messages to the client; note the era its handshake settled."""
+        async with receive:
+            async for session_message in receive:
+                body = session_message.message.model_dump(by_alias=True, mode="json", exclude_unset=True)
+                if self._initialize_id is not None and body.get("id") == self._initialize_id and "result" in body:
+                    self.era = "legacy"
+                await self.peer.send_line(encode_line(body))
+
+    async def on_request(self, request_id: Any, method: str, params: dict[str, Any] | None) -> Any:
+        era = self._era_of({"params": params})
+        session = self.gateway.session(
+            "2026-07-28" if era == "2026-07-28" else "legacy", None, None, self.client_params
+        )
+        meta = (params or {}).get("_meta")
+        token = meta.get("progressToken") if isinstance(meta, dict) else None
+        try:
+            return await session.handle(method, params, PeerDownstream(self.peer, token), request_id)
+        except InterceptorsError as exc:
+            raise MCPError(exc.code, exc.message, exc.data) from None
+
+    async def on_notify(self, request_id: Any, method: str, params: dict[str, Any] | None) -> None:
+        era = self.era if self.era is not None else "legacy"
+        session = self.gateway.session("legacy" if era == "legacy" else "2026-07-28", None, None, self.client_params)
+        await session.client_notification(method, params)
+
+
+async def serve_stdio_fast(gateway: Gateway, stdin_fd: int = 0, stdout_fd: int = 1) -> None:
+    """Serve `gateway` on the process's stdin/stdout until the client closes stdin."""
+    read_fd, restore_in = _divert(stdin_fd, os.open(os.devnull, os.O_RDONLY))
+    write_fd, restore_out = _divert(stdout_fd, os.dup(2))
+    try:
+        peer = JsonRpcPeer(partial(_read_chunk, read_fd), partial(_write_all, write_fd), id_prefix="gw")
+        to_server, server_in = anyio.create_memory_object_stream[Any](32)
+        server_out, from_server = anyio.create_memory_object_stream[SessionMessage](32)
+        front = StdioFront(gateway, peer, to_server)
+        server = gateway.server
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(server.run, server_in, server_out, server.create_initialization_options())
+            tg.start_soon(front.from_server, from_server)
+            await peer.run(front.on_request, front.on_notify, divert=front.divert)
+            tg.cancel_scope.cancel()
+    finally:
+        restore_in()
+        restore_out()
+
+
+async def _read_chunk(fd: int) -> bytes:
+    while True:
+        try:
+            return os.read(fd, _CHUNK)
+        except BlockingIOError:
+            await anyio.wait_readable(fd)
+
+
+async def _write_all(fd: int, data: bytes) -> None:
+    while data:
+        try:
+            written = os.write(fd, data)
+        except BlockingIOError:
+            await anyio.wait_writable(fd)
+            continue
+        data = data[written:]

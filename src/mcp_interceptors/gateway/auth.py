@@ -115,5 +115,7 @@ def build_auth(config: GatewayConfig, host: str, port: int) -> tuple[AuthSetting
         issuer_url=issuer,
         resource_server_url=resource,
         required_scopes=auth.required_scopes or None,
+        # Static tokens name no resource, and the JWT verifier checks `aud` itself.
+        validate_token_resource=False,
     )
     return settings, verifier

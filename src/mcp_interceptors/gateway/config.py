@@ -14,6 +14,7 @@ from typing import Annotated, Any, Literal
 
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+from pydantic.json_schema import SkipJsonSchema
 
 from mcp_interceptors.planning import Overrides
 from mcp_interceptors.protocol.errors import InterceptorsError
@@ -221,8 +222,8 @@ class GatewayConfig(_Model):
     auth: AuthConfig = Field(default_factory=AuthConfig)
     http: HttpConfig = Field(default_factory=HttpConfig)
     audit: AuditConfig = Field(default_factory=AuditConfig)
-    #: The folder relative paths resolve against (the config file's); set by `load_config`.
-    base_dir: str | None = None
+    #: The folder relative paths resolve against (the config file's); set by `load_config`, not by users.
+    base_dir: SkipJsonSchema[str | None] = None
 
     @field_validator("upstreams")
     @classmethod

@@ -133,7 +133,9 @@ class Gateway:
             version=GATEWAY_CLIENT_INFO["version"],  # serverInfo needs one: clients warn on an empty version
             on_subscriptions_listen=ListenHandler(self.bus),
         )
-        self.server.middleware.append(self.middleware)
+        # mcp installs a tracing middleware by default; it costs on every forwarded message and the
+        # gateway records its own decisions, so the gateway's middleware is the only one.
+        self.server.middleware[:] = [self.middleware]
         # mcp validates `Mcp-Param-*` headers (SEP-2243) against the called tool's schema before dispatch.
         self.server.get_tool_input_schema = self.tool_input_schema
         self._register_host_methods()

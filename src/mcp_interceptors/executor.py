@@ -9,12 +9,13 @@ from __future__ import annotations
 import math
 import time
 from collections.abc import Mapping
+from contextlib import nullcontext
 from dataclasses import dataclass, field
-from typing import Any, Protocol
+from typing import Any, Protocol, cast
 
 import anyio
 
-from mcp_interceptors.planning import ChainRun, Outcome, Plan, SeverityRule, Step
+from mcp_interceptors.planning import Batch, ChainRun, Outcome, Plan, SeverityRule, Step
 from mcp_interceptors.protocol.chain import (
     AbortedAt,
     ChainExecutionResult,
@@ -100,18 +101,29 @@ async def execute_plan(
     severity_rule: SeverityRule = "g5",
     deadline_always_blocks: bool = False,
 ) -> ChainResult:
-    """Execute `plan` on `payload`. `timeout_ms` is the whole-chain deadline (R60)."""
+    """Execute `plan` on `payload`. `timeout_ms` is the whole-chain deadline (R60).
+
+    One cancel scope carries the deadline for the whole run. When it fires, the invocations in
+    flight and every one not yet started resolve as deadline failures, routed by their own mode
+    and failOpen (G5); a per-invocation scope exists only for an interceptor's own, shorter timeout.
+    """
     started = time.perf_counter()
     deadline = anyio.current_time() + timeout_ms / 1000 if timeout_ms is not None else None
     run = ChainRun(plan, payload, severity_rule=severity_rule, deadline_always_blocks=deadline_always_blocks)
     invoker = _Invoker(plan, sources, config or {}, context, deadline)
-    while (batch := run.next_batch()) is not None:
-        snapshot = run.snapshot(batch)
-        if len(batch.steps) == 1:
-            outcomes = [await invoker.invoke(batch.steps[0], snapshot)]
-        else:
-            outcomes = await invoker.invoke_all(batch.steps, snapshot)
-        run.record(batch, outcomes)
+    cut: tuple[Batch, list[Outcome | None]] | None = None
+    with anyio.CancelScope(deadline=deadline) if deadline is not None else nullcontext():
+        while (batch := run.next_batch()) is not None:
+            outcomes: list[Outcome | None] = [None] * len(batch.steps)
+            cut = (batch, outcomes)
+            await invoker.fill(batch, run.snapshot(batch), outcomes)
+            run.record(batch, cast("list[Outcome]", outcomes))
+            cut = None
+    if cut is not None:  # the deadline passed mid-batch
+        batch, outcomes = cut
+        run.record(batch, [outcome or DEADLINE for outcome in outcomes])
+        while (batch := run.next_batch()) is not None:
+            run.record(batch, [DEADLINE] * len(batch.steps))
     outcome = run.result()
     return ChainResult(
         status=outcome.status,
@@ -128,6 +140,10 @@ async def execute_plan(
     )
 
 
+#: The outcome of an invocation the chain deadline cut short or never started.
+DEADLINE = Outcome(code=TIMEOUT_G4, reason="chain deadline exceeded", timeout=True, deadline=True)
+
+
 @dataclass(slots=True)
 class _Invoker:
     plan: Plan
@@ -136,15 +152,17 @@ class _Invoker:
     context: InvocationContext | None
     deadline: float | None
 
-    async def invoke_all(self, steps: tuple[Step, ...], snapshot: Any) -> list[Outcome]:
-        """Invoke every step; outcomes come back in step order, whatever finished first (R43).
+    async def fill(self, batch: Batch, snapshot: Any, outcomes: list[Outcome | None]) -> None:
+        """Invoke every step of `batch`, writing each outcome at its step's index (R43).
 
         Validators run concurrently, except when every source says concurrency buys nothing (in-process
         async handlers): then they run one after another, which is cheaper than a task group.
         """
-        if not any(getattr(self.sources.get(step.source), "concurrent", True) for step in steps):
-            return [await self.invoke(step, snapshot) for step in steps]
-        outcomes: list[Outcome] = [Outcome()] * len(steps)
+        steps = batch.steps
+        if len(steps) == 1 or not any(getattr(self.sources.get(step.source), "concurrent", True) for step in steps):
+            for index, step in enumerate(steps):
+                outcomes[index] = await self.invoke(step, snapshot)
+            return
 
         async def run_one(index: int, step: Step) -> None:
             outcomes[index] = await self.invoke(step, snapshot)
@@ -152,18 +170,20 @@ class _Invoker:
         async with anyio.create_task_group() as tg:
             for index, step in enumerate(steps):
                 tg.start_soon(run_one, index, step)
-        return outcomes
 
     async def invoke(self, step: Step, payload: Any) -> Outcome:
         own = step.policy.timeout_ms / 1000 if step.policy.timeout_ms is not None else None
         remaining = self.deadline - anyio.current_time() if self.deadline is not None else None
         if remaining is not None and remaining <= 0:
-            return Outcome(code=TIMEOUT_G4, reason="chain deadline exceeded", deadline=True)
+            return DEADLINE
         chain_bound = remaining is not None and (own is None or remaining <= own)
-        limit = remaining if chain_bound else own
         source = self.sources.get(step.source)
         if source is None:
             return Outcome(code=-32603, reason=f"host {step.source!r} is not connected")
+        # A remote host is sent the budget it has, so it stops work we have given up on; an
+        # in-process host is cancelled by our scopes directly and needs none of its own.
+        budget = remaining if chain_bound else own
+        sent = None if getattr(source, "local", False) else budget
         call = Call(
             name=step.name,
             type=step.type,
@@ -171,16 +191,16 @@ class _Invoker:
             phase=self.plan.phase,
             payload=payload,
             config=self.config.get(step.name),
-            timeout_ms=math.ceil(limit * 1000) if limit is not None else None,
+            timeout_ms=math.ceil(sent * 1000) if sent is not None else None,
             context=self.context,
         )
-        if limit is None:  # no deadline: skip the cancel scope, which costs more than a small interceptor
+        if own is None or chain_bound:  # the chain's scope (if any) bounds it
             return await _attempt(source, call, chain_bound, None)
         outcome = None
-        with anyio.move_on_after(limit) as scope:
-            outcome = await _attempt(source, call, chain_bound, scope)
+        with anyio.move_on_after(own) as scope:
+            outcome = await _attempt(source, call, False, scope)
         if scope.cancelled_caught or outcome is None:
-            return Outcome(code=TIMEOUT_G4, reason="timeout", timeout=True, deadline=chain_bound)
+            return Outcome(code=TIMEOUT_G4, reason="timeout", timeout=True)
         return outcome
 
 

@@ -163,6 +163,9 @@ class InterceptorHost(Extension):
 
         return register
 
+    #: In-process: the executor's cancel scopes bound it, so it is not sent the chain's budget.
+    local = True
+
     @property
     def concurrent(self) -> bool:
         """Whether parallel invocation helps: only when some handler runs in a worker thread."""

@@ -21,7 +21,7 @@ from mcp_interceptors.gateway.legs import GOVERNED_EVENTS
 from mcp_interceptors.gateway.recording import RECEIPT_META_KEY, CallRecord, Leg, receipt_meta
 from mcp_interceptors.gateway.routing import CALLS, LISTS, Catalog, Route, advertised_keys, build_catalog
 from mcp_interceptors.gateway.upstream import UpstreamConnection
-from mcp_interceptors.protocol.invoke import InvocationContext, Principal
+from mcp_interceptors.protocol.invoke import InvocationContext, Principal, now_iso
 
 if TYPE_CHECKING:
     from mcp_interceptors.gateway.server import Gateway
@@ -90,6 +90,7 @@ class DownstreamSession:
             session_id=self.key,
             server=upstream,
             trace_id=None if request_id is None else str(request_id),
+            timestamp=now_iso(),  # stamped once here rather than copied per chain
         )
 
     def invalidate(self, list_method: str | None = None) -> None:

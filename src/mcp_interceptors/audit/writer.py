@@ -83,7 +83,8 @@ class PendingRecord:
     error: Exception | None = None
 
     async def wait(self) -> AuditReceipt:
-        await self.done.wait()
+        if not self.done.is_set():  # already durable (the usual case by the time a caller settles): no loop turn
+            await self.done.wait()
         if self.error is not None:
             raise AuditWriteError(f"audit record not written: {self.error}") from self.error
         assert self.receipt is not None  # set together with `done`
@@ -134,7 +135,11 @@ class AuditWriter:
             raise AuditWriteError("the audit writer is not running; start it with `await tg.start(writer.run)`")
         pending = PendingRecord(prepare_entry(decision))
         try:
-            await self._send.send(pending)
+            try:
+                # No loop turn while the queue has room: the caller goes on (e.g. forwards upstream) at once.
+                self._send.send_nowait(pending)
+            except anyio.WouldBlock:
+                await self._send.send(pending)  # the queue is full: wait for room (backpressure)
         except (anyio.ClosedResourceError, anyio.BrokenResourceError) as exc:
             raise AuditWriteError("the audit writer has stopped; the record was not written") from exc
         return pending

@@ -1,0 +1,71 @@
+"""`gateway/recording.py`: the request leg's intent and executed payloads, and the shortcut that hashes them once."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import anyio
+import orjson
+import pytest
+
+from mcp_interceptors.audit import SqliteStore, load_or_create_key, open_audit_writer
+from mcp_interceptors.gateway.recording import CallRecord, Leg, is_same_json
+from mcp_interceptors.protocol.invoke import InvocationContext
+
+pytestmark = pytest.mark.anyio
+
+ARGUMENTS = {"text": "hi", "n": 1, "ratio": 0.5, "tags": ["a", {"b": None}]}
+
+
+@pytest.mark.parametrize(
+    ("a", "b", "same"),
+    [
+        (ARGUMENTS, ARGUMENTS, True),
+        ({"params": ARGUMENTS, "name": "echo"}, {"name": "echo", "params": ARGUMENTS}, True),
+        (orjson.loads(orjson.dumps(ARGUMENTS)), ARGUMENTS, True),  # equal leaves, no shared objects
+        ({"flag": True}, {"flag": 1}, False),  # equal in Python, not in JSON
+        ({"n": 1}, {"n": 1.0}, False),  # same JSON value, but left to the hashes
+        ({"a": [1, 2]}, {"a": [1, 2, 3]}, False),
+        ({"a": "x"}, {"b": "x"}, False),
+        (None, None, True),
+        (float("nan"), float("nan"), False),
+    ],
+)
+def test_is_same_json_is_exact_or_declines(a: Any, b: Any, same: bool) -> None:
+    assert is_same_json(a, b) is same
+
+
+async def request_body(tmp_path: Path, executed: Any, intent: Any) -> dict[str, Any]:
+    """Record one dispatched request and read its record body back from the store."""
+    store = SqliteStore(tmp_path / "audit.db")
+    key = load_or_create_key(tmp_path / "audit-key")
+    try:
+        with anyio.fail_after(10):
+            async with open_audit_writer(store, key) as writer:
+                record = CallRecord(writer, InvocationContext(session_id="s", server="echo"))
+                record.approved_request(Leg("tools/call", "request", None, intent))
+                await record.dispatched(executed=executed, intent=intent)
+                (receipt,) = await record.settle()
+        raw = store.get_record(receipt.id)
+    finally:
+        store.close()
+    assert raw is not None
+    body: dict[str, Any] = orjson.loads(raw)["body"]
+    return body
+
+
+async def test_dispatched_equal_payloads_get_one_hash_and_no_drift(tmp_path: Path) -> None:
+    params = {"name": "echo", "arguments": ARGUMENTS}
+    sent, approved = {"method": "tools/call", "params": dict(params)}, {"method": "tools/call", "params": dict(params)}
+    body = await request_body(tmp_path, sent, approved)
+    assert body["intent_hash"] == body["executed_hash"] is not None
+    assert body["drift"] is False
+
+
+async def test_dispatched_changed_payload_is_drift(tmp_path: Path) -> None:
+    intent = {"method": "tools/call", "params": {"name": "echo", "arguments": ARGUMENTS}}
+    executed = {"method": "tools/call", "params": {"name": "echo", "arguments": {**ARGUMENTS, "text": "changed"}}}
+    body = await request_body(tmp_path, executed, intent)
+    assert body["intent_hash"] != body["executed_hash"]
+    assert body["drift"] is True

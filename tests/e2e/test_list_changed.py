@@ -1,0 +1,59 @@
+"""`list_changed` from an upstream reaches clients through the gateway, and the new tool is callable.
+
+Handshake-era clients get the notification on their session; 2026-07-28 clients on their
+`subscriptions/listen` stream (the gateway listens to the upstream and republishes).
+"""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import anyio
+import mcp_types as types
+import pytest
+from e2e_support import ConfigWriter, gateway_env, text_of, unique
+from helpers import cli_argv, stderr_log, stdio_transport
+from mcp import Client
+
+pytestmark = [pytest.mark.anyio, pytest.mark.e2e]
+GROWING = str(Path(__file__).resolve().parent / "growing_upstream.py")
+
+
+def _config(write_config: ConfigWriter) -> Path:
+    return write_config({"upstreams": {"growing": {"command": sys.executable, "args": [GROWING]}}})
+
+
+async def test_tools_list_changed_reaches_a_handshake_era_client(write_config: ConfigWriter) -> None:
+    changed = anyio.Event()
+
+    async def on_message(message: object) -> None:
+        if isinstance(message, types.ToolListChangedNotification):
+            changed.set()
+
+    argv = cli_argv("gateway", "--config", str(_config(write_config)))
+    name = unique("fresh").replace("-", "_")
+    with anyio.fail_after(30), stderr_log("gateway") as log:
+        transport = stdio_transport(argv, log, env=gateway_env())
+        async with Client(transport, mode="legacy", message_handler=on_message) as client:
+            assert name not in {tool.name for tool in (await client.list_tools()).tools}
+            assert text_of(await client.call_tool("grow", {"name": name, "reply": "hello"})) == f"grew {name}"
+            await changed.wait()
+            assert name in {tool.name for tool in (await client.list_tools()).tools}
+            assert text_of(await client.call_tool(name, {})) == "hello"
+
+
+async def test_tools_list_changed_reaches_a_2026_client_on_its_listen_stream(write_config: ConfigWriter) -> None:
+    argv = cli_argv("gateway", "--config", str(_config(write_config)))
+    name = unique("fresh").replace("-", "_")
+    with anyio.fail_after(30), stderr_log("gateway") as log:
+        transport = stdio_transport(argv, log, env=gateway_env())
+        async with Client(transport, mode="2026-07-28") as client:
+            assert name not in {tool.name for tool in (await client.list_tools()).tools}
+            async with client.listen(tools_list_changed=True) as subscription:
+                await client.call_tool("grow", {"name": name, "reply": "hi"})
+                async for _event in subscription:
+                    break
+            tools = await client.list_tools(cache_mode="refresh")
+            assert name in {tool.name for tool in tools.tools}
+            assert text_of(await client.call_tool(name, {})) == "hi"

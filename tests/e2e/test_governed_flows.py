@@ -357,11 +357,6 @@ async def test_upstream_log_notification_reaches_a_legacy_client(s: Session) -> 
     assert [(p.level, p.logger, p.data) for p in s.callbacks.logs] == [("info", "e2e", "hello from upstream")]
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="2026-07-28: upstream request-scoped notifications/message are sent to the session's first "
-    "(long finished) request instead of the in-flight one, so they never reach the client; see report",
-)
 @pytest.mark.parametrize("transport", ["stdio", "http"])
 async def test_upstream_log_notification_reaches_a_modern_client(
     transport: str, standard_file: Path, standard_http: str

@@ -104,6 +104,10 @@ class ServerSessionDownstream:
     async def notify(self, method: str, params: dict[str, Any] | None) -> None:
         await self.ctx.session.send_notification(RawNotification(method=method, params=params))  # type: ignore[arg-type]
 
+    async def notify_related(self, method: str, params: dict[str, Any] | None) -> None:
+        notification = RawNotification(method=method, params=params)
+        await self.ctx.session.send_notification(notification, related_request_id=self.ctx.request_id)  # type: ignore[arg-type]
+
     async def progress(self, progress: float, total: float | None, message: str | None) -> None:
         await self.ctx.session.report_progress(progress, total, message)
 

@@ -52,6 +52,10 @@ class Downstream(Protocol):
 
     async def progress(self, progress: float, total: float | None, message: str | None) -> None: ...
 
+    async def notify_related(self, method: str, params: dict[str, Any] | None) -> None:
+        """A notification about this request, on its own stream (logging, say)."""
+        ...
+
 
 @dataclass
 class DownstreamSession:
@@ -267,7 +271,9 @@ class DownstreamSession:
         if self.era == "2026-07-28" and conn.era == "legacy":
             result = await self._bridged_call(conn, method, upstream_params, context)
         else:
-            result = await conn.request(method, upstream_params, on_progress=relay, headers=headers)
+            result = await conn.request(
+                method, upstream_params, on_progress=relay, headers=headers, on_notify=downstream.notify_related
+            )
         for _ in range(MAX_INPUT_ROUNDS):
             if result.get("resultType") != "input_required":
                 return await governor.govern_response(method, result, context, record)
@@ -420,7 +426,9 @@ class DownstreamSession:
                 method,
             )
         conn = next(iter(conns.values()))
-        return await conn.request(method, params, on_progress=_relay(downstream, params))
+        return await conn.request(
+            method, params, on_progress=_relay(downstream, params), on_notify=downstream.notify_related
+        )
 
     # ------------------------------------------------------------------ from the upstreams
 

@@ -127,6 +127,9 @@ class PeerDownstream:
     async def notify(self, method: str, params: dict[str, Any] | None) -> None:
         await self.peer.notify(method, params)
 
+    async def notify_related(self, method: str, params: dict[str, Any] | None) -> None:
+        await self.peer.notify(method, params)  # stdio has one stream
+
     async def progress(self, progress: float, total: float | None, message: str | None) -> None:
         if self.progress_token is None:
             return

@@ -161,6 +161,7 @@ class UpstreamConnection:
         self.info: UpstreamInfo | None = None
         self.restarts = 0
         self._listens = 0
+        self._receivers: dict[object, OnUpstreamNotify] = {}
         self._dispatcher: Wire | None = None
         self._connected = anyio.Event()
         self._closed = False
@@ -359,12 +360,32 @@ class UpstreamConnection:
         on_progress: Any = None,
         headers: Mapping[str, str] | None = None,
         timeout_s: float | None = None,
+        on_notify: OnUpstreamNotify | None = None,
     ) -> dict[str, Any]:
         """Send one request in this connection's era and return the raw result dict.
 
         Upstream JSON-RPC errors propagate as `MCPError` unchanged; a dropped connection becomes
-        an error naming the upstream.
+        an error naming the upstream. `on_notify` receives the upstream's request-scoped
+        notifications (logging, say) while this is the only request with a receiver in flight.
         """
+        if on_notify is None:
+            return await self._request(method, params, request_id, on_progress, headers, timeout_s)
+        token = object()
+        self._receivers[token] = on_notify
+        try:
+            return await self._request(method, params, request_id, on_progress, headers, timeout_s)
+        finally:
+            del self._receivers[token]
+
+    async def _request(
+        self,
+        method: str,
+        params: Mapping[str, Any] | None,
+        request_id: Any,
+        on_progress: Any,
+        headers: Mapping[str, str] | None,
+        timeout_s: float | None,
+    ) -> dict[str, Any]:
         dispatcher = await self._ready()
         body = dict(params) if params is not None else {}
         if self.era == "2026-07-28":
@@ -396,7 +417,7 @@ class UpstreamConnection:
         except ValueError:
             if request_id is None:
                 raise
-            return await self.request(method, params, on_progress=on_progress, headers=headers, timeout_s=timeout_s)
+            return await self._request(method, params, None, on_progress, headers, timeout_s)
 
     async def notify(self, method: str, params: Mapping[str, Any] | None) -> None:
         dispatcher = self._dispatcher
@@ -432,9 +453,17 @@ class UpstreamConnection:
 
     async def _on_notify(self, dctx: DispatchContext[Any], method: str, params: Mapping[str, Any] | None) -> None:
         # Progress reaches the caller through `on_progress`; cancellation is applied by the dispatcher.
-        if method in ("notifications/progress", "notifications/cancelled") or self.on_notify is None:
+        if method in ("notifications/progress", "notifications/cancelled"):
             return
-        await self.on_notify(method, dict(params) if params is not None else None)
+        body = dict(params) if params is not None else None
+        # A request-scoped notification (a log line, say) goes to the one request waiting for them;
+        # with several in flight it cannot be attributed, so it takes the connection-wide path.
+        scoped = not method.endswith("list_changed") and not method.startswith("notifications/resources/")
+        if scoped and len(self._receivers) == 1:
+            await next(iter(self._receivers.values()))(method, body)
+            return
+        if self.on_notify is not None:
+            await self.on_notify(method, body)
 
 
 def _is_local_close(exc: MCPError) -> bool:

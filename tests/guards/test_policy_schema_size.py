@@ -205,3 +205,20 @@ async def test_size_limit_caps_bytes_and_string_length_per_event() -> None:
 async def test_size_limit_near_misses_pass(payload: Any) -> None:
     host = guards.load("size-limit", {"max_payload_bytes": 2000, "max_string_length": 500})
     assert (await run_chain(host, "tools/call", "request", payload)).status == "success"
+
+
+@pytest.mark.parametrize(
+    "payload",
+    [
+        {"a": "é", "b": [1, 2.5, None, True], "c": {"d": "x"}},
+        {1: "int key", "s": {2.5: "float key", None: "null key"}},
+        {"obj": object.__new__(type("Opaque", (), {"__str__": lambda self: "opaque"}))},
+    ],
+)
+def test_payload_size_is_the_compact_json_size_with_or_without_non_string_keys(payload: Any) -> None:
+    import orjson
+
+    from mcp_interceptors.guards.size import payload_size
+
+    expected = orjson.dumps(payload, default=str, option=orjson.OPT_NON_STR_KEYS)
+    assert payload_size(payload) == len(expected)

@@ -17,6 +17,7 @@ from mcp_interceptors.guards._walk import (
     format_path,
     iter_strings,
     replace_strings,
+    string_values,
     walk_strings,
 )
 
@@ -199,3 +200,34 @@ def test_deep_nesting_does_not_recurse() -> None:
     for _ in range(depth):
         node = node[0]
     assert node == "LEAF"
+
+
+@given(json_values)
+def test_path_free_walk_returns_the_same_strings_in_the_same_order(payload: Any) -> None:
+    for include_keys in (False, True):
+        expected = [value for _, value in walk_strings(payload, include_keys=include_keys)]
+        assert string_values(payload, include_keys=include_keys) == expected
+
+
+class _Text(str):
+    pass
+
+
+class _Mapping(dict):  # type: ignore[type-arg]
+    pass
+
+
+def test_path_free_walk_follows_subclasses_and_skips_other_values() -> None:
+    payload = {"a": _Text("sub"), "b": _Mapping(c=["x", 1, 2.5, True, None, ("tuple",), b"bytes"]), "d": "y"}
+    assert string_values(payload) == [value for _, value in walk_strings(payload)] == ["sub", "x", "y"]
+    assert string_values("top") == ["top"]
+    assert string_values(7) == []
+
+
+@pytest.mark.parametrize("depth", [10, 64, 65, 3_000])
+def test_path_free_walk_handles_any_depth(depth: int) -> None:
+    payload: Any = "leaf"
+    for level in range(depth):
+        payload = [payload, f"s{level}"] if level % 2 else {"k": payload, "t": f"s{level}"}
+    assert string_values(payload) == [value for _, value in walk_strings(payload)]
+    assert len(string_values(payload)) == depth + 1

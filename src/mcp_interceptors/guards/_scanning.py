@@ -11,10 +11,11 @@ from bisect import bisect_right
 from collections import Counter
 from collections.abc import Collection, Iterator, Sequence
 from dataclasses import dataclass
+from itertools import accumulate
 from typing import Any, Protocol
 
 from mcp_interceptors.guards._detectors import Finding, redact
-from mcp_interceptors.guards._walk import Path, format_path, replace_strings, walk_strings
+from mcp_interceptors.guards._walk import Path, format_path, replace_strings, string_values, walk_strings
 from mcp_interceptors.protocol.results import ValidationMessage, ValidationResult
 
 __all__ = [
@@ -70,26 +71,38 @@ class TextScanner:
     def findings_many(self, texts: Sequence[str]) -> list[list[Finding]]:
         """`[findings(t) for t in texts]`, from one scan of the texts joined when the scanner is batchable."""
         result: list[list[Finding]] = [[] for _ in texts]
-        picked = [i for i, text in enumerate(texts) if len(text) >= self.min_length]
-        if len(picked) < 2 or not self.batchable:
-            for i in picked:
-                result[i] = self.findings(texts[i])
-            return result
-        starts, offset = [], 0
-        for i in picked:
-            starts.append(offset)
-            offset += len(texts[i]) + len(SEPARATOR)
+        for index, found in self.findings_by_index(texts).items():
+            result[index] = found
+        return result
+
+    def findings_by_index(self, texts: Sequence[str]) -> dict[int, list[Finding]]:
+        """`{i: findings(texts[i])}` for the texts with findings, from one scan of the long enough texts
+        joined; their indices and offsets are only worked out when the joined scan found something."""
+        if not self.batchable:
+            return {i: found for i, text in enumerate(texts) if (found := self.findings(text))}
+        minimum = self.min_length
+        picked_texts = [text for text in texts if len(text) >= minimum]
+        if len(picked_texts) < 2:
+            return {i: found for i, text in enumerate(texts) if len(text) >= minimum and (found := self.findings(text))}
+        found_all = self.scanner.scan(SEPARATOR.join(picked_texts))
+        if not found_all:
+            return {}
+        picked = [i for i, text in enumerate(texts) if len(text) >= minimum]
+        starts = list(accumulate((len(text) + len(SEPARATOR) for text in picked_texts[:-1]), initial=0))
+        result: dict[int, list[Finding]] = {}
         rescan: set[int] = set()
-        for finding in self.scanner.scan(SEPARATOR.join(texts[i] for i in picked)):
+        for finding in found_all:
             k = bisect_right(starts, finding.start) - 1
-            text = texts[picked[k]]
+            text = picked_texts[k]
             local = Finding(finding.kind, finding.start - starts[k], finding.end - starts[k])
             if local.end > len(text):  # cannot happen with our scanners; if it does, scan those strings alone
                 rescan.update(range(k, bisect_right(starts, finding.end - 1)))
             elif self._keeps(local, text):
-                result[picked[k]].append(local)
+                result.setdefault(picked[k], []).append(local)
         for k in rescan:
-            result[picked[k]] = self.findings(texts[picked[k]])
+            result.pop(picked[k], None)
+            if found := self.findings(picked_texts[k]):
+                result[picked[k]] = found
         return result
 
     def _keeps(self, finding: Finding, text: str) -> bool:
@@ -108,24 +121,32 @@ class Hit:
 
 
 def find_in_payload(payload: Any, scanner: TextScanner, *, include_keys: bool = False) -> Iterator[Hit]:
-    strings = list(walk_strings(payload, include_keys=include_keys))
-    found = scanner.findings_many([text for _, text in strings])
-    for (path, text), findings in zip(strings, found, strict=True):
-        for finding in findings:
+    texts = string_values(payload, include_keys=include_keys)
+    found = scanner.findings_by_index(texts)
+    if not found:
+        return
+    for index, (path, text) in enumerate(walk_strings(payload, include_keys=include_keys)):
+        for finding in found.get(index, ()):
             yield Hit(path, finding.kind, text[finding.start : finding.end])
 
 
 def redact_payload(payload: Any, scanner: TextScanner, placeholder: str) -> tuple[Any, Counter[str], list[str]]:
-    """`(new_payload, counts by kind, paths)`; the payload is returned as is when nothing was found."""
+    """`(new_payload, counts by kind, paths)`; the payload is returned as is when nothing was found.
+
+    Strings are read without their paths; the paths of the strings with findings come from a second
+    walk, which only a payload that needs redacting pays for.
+    """
     counts: Counter[str] = Counter()
-    strings = list(walk_strings(payload))
-    replacements: dict[Path, str] = {}
-    for (path, text), found in zip(strings, scanner.findings_many([text for _, text in strings]), strict=True):
-        if found:
-            counts.update(f.kind for f in found)
-            replacements[path] = redact(text, found, lambda f: placeholder.replace("{kind}", f.kind))
-    if not replacements:
+    texts = string_values(payload)
+    found = scanner.findings_by_index(texts)
+    if not found:
         return payload, counts, []
+    replacements: dict[Path, str] = {}
+    for index, (path, text) in enumerate(walk_strings(payload)):
+        findings = found.get(index)
+        if findings:
+            counts.update(f.kind for f in findings)
+            replacements[path] = redact(text, findings, lambda f: placeholder.replace("{kind}", f.kind))
     new, _ = replace_strings(payload, lambda path, _text: replacements.get(path))
     return new, counts, [format_path(path) for path in replacements]
 

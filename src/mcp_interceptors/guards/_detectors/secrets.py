@@ -12,11 +12,20 @@ import base64
 import binascii
 import json
 import re
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Literal
 
-from ._engine import CompiledPattern, Engine, ScanText, compile_user_pattern, engine_for, resolve_engine
+from ._engine import (
+    CompiledPattern,
+    Engine,
+    ScanText,
+    compile_set,
+    compile_user_pattern,
+    engine_for,
+    re2_escape,
+    resolve_engine,
+)
 from ._entropy import is_placeholder, is_random_value, shannon_entropy
 from .findings import Finding, merge_findings
 
@@ -267,24 +276,18 @@ class SecretScanner:
         literals = sorted({re.escape(literal) for rule, _ in self._rules for literal in rule.literals})
         self._literals = re.compile("|".join(literals) or "(?!)")
         self._keywords = sorted({keyword for rule, _ in self._rules for keyword in rule.keywords})
+        self._triggers, self._needs = _trigger_set([rule for rule, _ in self._rules])
         extra_engine = resolve_engine(engine)
         self._extras = [_compile_extra(kind, source, extra_engine) for kind, source in (extra_patterns or {}).items()]
 
     def scan(self, text: str) -> list[Finding]:
         """Return the credentials found in `text`."""
-        if not self._extras and (len(text) < _SHORTEST or (len(text) <= 4096 and not self._is_triggered(text))):
-            return []  # most strings in a payload are short and hold none of the rules' literals
+        if not self._extras and len(text) < _SHORTEST:
+            return []
         scan = ScanText(text)
-        lowered: str | None = None
+        rules = self._triggered_rules(scan)
         found: list[Finding] = []
-        for rule, pattern in self._rules:
-            if rule.literals and not any(literal in text for literal in rule.literals):
-                continue
-            if rule.keywords:
-                if lowered is None:
-                    lowered = text.lower()
-                if not any(keyword in lowered for keyword in rule.keywords):
-                    continue
+        for rule, pattern in rules:
             for start, end in pattern.spans(scan, rule.groups):
                 span = rule.check(text, start, end) if rule.check else (start, end)
                 if span is not None:
@@ -296,11 +299,51 @@ class SecretScanner:
                     found.append(Finding(kind, start, end))
         return merge_findings(found, _RANK) if found else found
 
+    def _triggered_rules(self, scan: ScanText) -> list[tuple[_Rule, CompiledPattern]]:
+        """The rules whose literals and keywords occur in the text (most strings in a payload hold none)."""
+        text = scan.text
+        if self._triggers is not None:
+            # One pass for all rules. RE2's `(?i:keyword)` folds case as the keyword rules' own RE2
+            # patterns do (on ASCII text, exactly like `keyword in text.lower()`), so a rule is skipped
+            # only where its pattern cannot match, and a joined scan of many strings skips nothing a
+            # scan of each string would run.
+            matched = frozenset(self._triggers.Match(scan.data) or ())
+            return [rule for rule, needs in zip(self._rules, self._needs, strict=True) if needs <= matched]
+        if not self._extras and len(text) <= 4096 and not self._is_triggered(text):
+            return []
+        lowered: str | None = None
+        rules = []
+        for rule, pattern in self._rules:
+            if rule.literals and not any(literal in text for literal in rule.literals):
+                continue
+            if rule.keywords:
+                if lowered is None:
+                    lowered = text.lower()
+                if not any(keyword in lowered for keyword in rule.keywords):
+                    continue
+            rules.append((rule, pattern))
+        return rules
+
     def _is_triggered(self, text: str) -> bool:
         if self._literals.search(text):
             return True
         lowered = text.lower()
         return any(keyword in lowered for keyword in self._keywords)
+
+
+def _trigger_set(rules: Sequence[_Rule]) -> tuple[Any, list[frozenset[int]]]:
+    """An RE2 set with one entry per distinct literal or keyword alternation, and per rule the entries
+    it needs; (None, ...) without google-re2."""
+    entries: dict[str, int] = {}
+    needs: list[frozenset[int]] = []
+    for rule in rules:
+        sources = []
+        if rule.literals:
+            sources.append("|".join(re2_escape(literal) for literal in rule.literals))
+        if rule.keywords:
+            sources.append("(?i:" + "|".join(re2_escape(keyword) for keyword in rule.keywords) + ")")
+        needs.append(frozenset(entries.setdefault(source, len(entries)) for source in sources))
+    return compile_set(list(entries)), needs
 
 
 def _compile_extra(kind: str, source: str, engine: Engine) -> tuple[str, Any, int]:

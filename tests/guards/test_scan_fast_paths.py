@@ -1,0 +1,149 @@
+"""The scanners' fast paths give exactly what the plain paths give: the secrets trigger set, the PII
+one-pass prefilter, and the joined scan over every string of a payload (short ones included).
+
+Each fast path is switched off on a second scanner and both must agree finding for finding, on the
+labelled corpus, on the hostile inputs and on case-folding and non-ASCII edge cases.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from mcp_interceptors.guards._detectors import PiiScanner, SecretScanner
+from mcp_interceptors.guards._detectors._engine import re2
+from mcp_interceptors.guards._scanning import TextScanner, find_in_payload, redact_payload
+from mcp_interceptors.guards._walk import format_path, walk_strings
+
+pytestmark = pytest.mark.skipif(re2 is None, reason="the fast paths need google-re2")
+
+CORPUS_DIR = Path(__file__).parents[1] / "data" / "scan_corpus"
+AWS = "AKIAQYLPMN5HHHFPZAM2"
+EDGE_TEXTS = [
+    "",
+    "token",
+    "api_key = 'Zx8kq2LmP9wR4tYvB7nQ'",
+    "API_KEY=Zx8kq2LmP9wR4tYvB7nQ",
+    "\u212aey = Zx8kq2LmP9wR4tYvB7nQ",  # Kelvin sign: lower() turns it into "k"
+    "\u017fecret = Zx8kq2LmP9wR4tYvB7nQ",  # long s: lower() keeps it
+    "pàssword: Zx8kq2LmP9wR4tYvB7nQ and password: Zx8kq2LmP9wR4tYvB7nQ",
+    f"café {AWS} naïve",
+    "call +44 20 7946 0958 or mail jane.roe@example.org",
+    "SSN: 123456789, \u017f\u017fn 123456789, Ssn 078-05-1120",
+    "card 4111 1111 1111 1111 at 10.0.0.1 and fe80::1",
+    "réf DE89 3704 0044 0532 0130 00 — tél 06 12 34 56 78",
+    "Bearer abcdefghijklmnopqrstuvwxyz012345",
+    "-----BEGIN RSA PRIVATE KEY-----\nMIIEowIBAAKCAQEA7abcdefghijklmnopqrstuv\n-----END RSA PRIVATE KEY-----",
+]
+
+
+def _corpus_texts() -> list[str]:
+    spec = importlib.util.spec_from_file_location("scan_corpus_generate_fast", CORPUS_DIR / "generate.py")
+    assert spec and spec.loader
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module
+    spec.loader.exec_module(module)
+    return [doc["text"] for doc in module.load_corpus()]
+
+
+@pytest.fixture(scope="module")
+def texts() -> list[str]:
+    from test_scanner_hostile_inputs import HOSTILE
+
+    return [*_corpus_texts(), *EDGE_TEXTS, *HOSTILE.values()]
+
+
+def _plain_secrets() -> SecretScanner:
+    scanner = SecretScanner()
+    scanner._triggers = None  # the per-rule literal and keyword checks (`keyword in text.lower()`)
+    return scanner
+
+
+def _exhaustive_secrets() -> SecretScanner:
+    scanner = SecretScanner()
+    scanner._triggered_rules = lambda scan: scanner._rules  # type: ignore[method-assign]
+    return scanner
+
+
+def _plain_pii() -> PiiScanner:
+    scanner = PiiScanner()
+    scanner._any = None  # every rule's own pass
+    return scanner
+
+
+def test_secrets_trigger_set_skips_only_rules_that_cannot_match(texts: list[str]) -> None:
+    fast, exhaustive = SecretScanner(), _exhaustive_secrets()
+    assert fast._triggers is not None
+    for text in texts:
+        assert fast.scan(text) == exhaustive.scan(text), text[:200]
+
+
+def test_secrets_trigger_set_finds_what_the_per_rule_checks_find_on_ascii(texts: list[str]) -> None:
+    fast, plain = SecretScanner(), _plain_secrets()
+    for text in texts:
+        if text.isascii():
+            assert fast.scan(text) == plain.scan(text), text[:200]
+
+
+def test_secrets_keyword_trigger_folds_case_like_the_rule() -> None:
+    # `"secret" in "\u017fecret".lower()` is False (long s), yet the rule's own RE2 pattern matches: the
+    # per-rule check skipped it on its own but not when another string in a joined scan said "token".
+    text = "\u017fecret = Zx8kq2LmP9wR4tYvB7nQ"
+    assert _plain_secrets().scan(text) == []
+    assert [f.kind for f in SecretScanner().scan(text)] == ["generic_secret"]
+    assert [f.kind for f in _plain_secrets().scan("my token value\n\x00\n" + text)] == ["generic_secret"]
+
+
+def test_pii_prefilter_finds_what_the_per_rule_passes_find(texts: list[str]) -> None:
+    fast, plain = PiiScanner(), _plain_pii()
+    assert fast._any is not None
+    for text in texts:
+        assert fast.scan(text) == plain.scan(text), text[:200]
+
+
+@pytest.mark.parametrize("kinds", [["email"], ["phone", "us_ssn"], ["credit_card", "iban", "ip_address"]])
+def test_pii_prefilter_covers_only_the_configured_kinds(kinds: list[str]) -> None:
+    fast, plain = PiiScanner(kinds), PiiScanner(kinds)
+    plain._any = None
+    for text in EDGE_TEXTS:
+        assert fast.scan(text) == plain.scan(text)
+
+
+payload_texts = st.lists(
+    st.sampled_from([*EDGE_TEXTS, "a", "ab", "row-1", "12", "x@y.io", "1.2.3.4", "sk", "tok"]) | st.text(max_size=8),
+    max_size=12,
+)
+
+
+@given(payload_texts)
+def test_joined_scan_of_all_strings_equals_scanning_each_long_string(strings: list[str]) -> None:
+    for scanner in (TextScanner(SecretScanner(), min_length=12), TextScanner(PiiScanner(), min_length=6)):
+        expected = {i: found for i, text in enumerate(strings) if (found := scanner.findings(text))}
+        assert scanner.findings_by_index(strings) == expected
+        assert scanner.findings_many(strings) == [scanner.findings(text) for text in strings]
+
+
+def test_redaction_and_hits_name_the_right_strings_among_many_short_ones() -> None:
+    scanner = TextScanner(SecretScanner(), min_length=12)
+    payload: dict[str, Any] = {
+        "rows": [{"id": i, "name": f"r{i}", "note": "plain words here"} for i in range(50)],
+        "deep": {"list": ["x", {"key": f"use {AWS} now"}]},
+    }
+    payload["rows"][7]["note"] = f"leaked {AWS}"
+    new, counts, paths = redact_payload(payload, scanner, "[{kind}]")
+    assert counts == {"aws_access_key": 2}
+    assert paths == ["$.rows[7].note", "$.deep.list[1].key"]
+    assert new["rows"][7]["note"] == "leaked [aws_access_key]"
+    assert new["deep"]["list"][1]["key"] == "use [aws_access_key] now"
+    assert new["rows"][6] is payload["rows"][6]
+    hits = list(find_in_payload(payload, scanner))
+    found = [(format_path(hit.path), hit.value) for hit in hits]
+    assert found == [("$.rows[7].note", AWS), ("$.deep.list[1].key", AWS)]
+    for hit in hits:
+        assert any(path == hit.path for path, _ in walk_strings(payload))

@@ -25,7 +25,7 @@ from mcp_interceptors.protocol.chain import (
 )
 from mcp_interceptors.protocol.errors import TIMEOUT_G4, InterceptorsError, is_timeout_error
 from mcp_interceptors.protocol.events import Direction, Phase
-from mcp_interceptors.protocol.invoke import InvocationContext
+from mcp_interceptors.protocol.invoke import InvocationContext, InvokeParams
 from mcp_interceptors.protocol.results import InterceptorResult
 
 
@@ -41,6 +41,20 @@ class Call:
     config: Mapping[str, Any] | None = None
     timeout_ms: float | None = None
     context: InvocationContext | None = None
+
+    @classmethod
+    def for_params(cls, params: InvokeParams, type: str) -> Call:
+        """The call an `interceptor/invoke` request asks for, for an interceptor declared as `type`."""
+        return cls(
+            name=params.name,
+            type=type,
+            event=params.event,
+            phase=params.phase,
+            payload=params.payload,
+            config=params.config,
+            timeout_ms=params.timeout_ms,
+            context=params.context,
+        )
 
 
 class Source(Protocol):

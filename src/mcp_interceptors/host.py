@@ -208,17 +208,7 @@ class InterceptorHost(Extension):
     async def invoke_params(self, params: InvokeParams) -> InterceptorResult:
         """Run one interceptor for parsed `interceptor/invoke` params."""
         registered = self._lookup(params.name)
-        call = Call(
-            name=params.name,
-            type=registered.descriptor.type,
-            event=params.event,
-            phase=params.phase,
-            payload=params.payload,
-            config=params.config,
-            timeout_ms=params.timeout_ms,
-            context=params.context,
-        )
-        return await self.invoke(call)
+        return await self.invoke(Call.for_params(params, registered.descriptor.type))
 
     def _lookup(self, name: str) -> _Registered:
         registered = self._registry.get(name)

@@ -170,8 +170,13 @@ class RemoteSource:
                 verify_key=self.verify_key,
             )
         except MCPError as exc:
-            data = exc.data if isinstance(exc.data, Mapping) else {}
-            raise InterceptorsError(exc.message, data=data, code=exc.code) from None
+            raise invocation_error(exc) from None
+
+
+def invocation_error(exc: MCPError) -> InterceptorsError:
+    """A host's JSON-RPC error as the invocation failure the executor routes (code and data kept)."""
+    data = exc.data if isinstance(exc.data, Mapping) else {}
+    return InterceptorsError(exc.message, data=data, code=exc.code)
 
 
 class UnavailableSource:

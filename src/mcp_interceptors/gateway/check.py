@@ -7,21 +7,10 @@ from typing import Any
 from mcp_interceptors.gateway.config import GatewayConfig
 from mcp_interceptors.gateway.legs import GOVERNED_EVENTS
 from mcp_interceptors.invoker import Chain
-from mcp_interceptors.protocol.events import PHASES, Direction
+from mcp_interceptors.protocol.events import CLIENT_FEATURE_EVENTS, PHASES, SERVER_FEATURE_EVENTS, Direction
 
-EVENT_ORDER = [
-    "tools/list",
-    "tools/call",
-    "prompts/list",
-    "prompts/get",
-    "resources/list",
-    "resources/templates/list",
-    "resources/read",
-    "resources/subscribe",
-    "sampling/createMessage",
-    "elicitation/create",
-    "roots/list",
-]
+#: Every event the gateway governs, in the spec's table order.
+EVENT_ORDER = (*SERVER_FEATURE_EVENTS, *CLIENT_FEATURE_EVENTS)
 
 
 def resolved_plan(chain: Chain, directions: tuple[Direction, ...] = ("sending",)) -> list[dict[str, Any]]:

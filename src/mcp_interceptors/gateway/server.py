@@ -387,17 +387,7 @@ class Gateway:
             if entry is None:
                 raise InterceptorNotFoundError(parsed.name)
             source = self.chain.sources[entry.source]
-            call = Call(
-                name=parsed.name,
-                type=entry.descriptor.type,
-                event=parsed.event,
-                phase=parsed.phase,
-                payload=parsed.payload,
-                config=parsed.config,
-                timeout_ms=parsed.timeout_ms,
-                context=parsed.context,
-            )
-            result = await source.invoke(call)
+            result = await source.invoke(Call.for_params(parsed, entry.descriptor.type))
         except InterceptorsError as exc:
             raise MCPError(exc.code, exc.message, exc.data) from None
         return result.to_wire()

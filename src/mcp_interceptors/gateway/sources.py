@@ -26,12 +26,12 @@ from mcp_interceptors.invoker import (
     LocalHost,
     RequiredInterceptor,
     UnavailableSource,
+    invocation_error,
     invoke_body,
     read_invoke_result,
 )
 from mcp_interceptors.planning import Overrides
 from mcp_interceptors.protocol.descriptors import InterceptorDescriptor, parse_descriptors
-from mcp_interceptors.protocol.errors import InterceptorsError
 from mcp_interceptors.protocol.invoke import INVOKE_METHOD, LIST_METHOD
 from mcp_interceptors.protocol.results import InterceptorResult
 from mcp_interceptors.signatures import load_verify_key, verify_key_from
@@ -159,8 +159,7 @@ class ConnectionSource:
         try:
             raw = await self.conn.request(INVOKE_METHOD, body)
         except MCPError as exc:
-            data = exc.data if isinstance(exc.data, Mapping) else {}
-            raise InterceptorsError(exc.message, data=data, code=exc.code) from None
+            raise invocation_error(exc) from None
         return read_invoke_result(raw, call.name, call.phase, call.type, verify_key=self.verify_key)
 
 

@@ -18,21 +18,21 @@ PHASES: tuple[Phase, Phase] = ("request", "response")
 WILDCARD = "*"
 EXTENSION_ID = "io.modelcontextprotocol/interceptors"
 
-#: Server features: the client initiates the governed request.
-CLIENT_INITIATED_EVENTS = frozenset(
-    {
-        "tools/list",
-        "tools/call",
-        "prompts/list",
-        "prompts/get",
-        "resources/list",
-        "resources/templates/list",
-        "resources/read",
-        "resources/subscribe",
-    }
+#: Server features, in the spec's table order: the client initiates the governed request.
+SERVER_FEATURE_EVENTS: tuple[str, ...] = (
+    "tools/list",
+    "tools/call",
+    "prompts/list",
+    "prompts/get",
+    "resources/list",
+    "resources/templates/list",
+    "resources/read",
+    "resources/subscribe",
 )
 #: Client features: the server initiates the governed request, so roles swap (§5.1).
-SERVER_INITIATED_EVENTS = frozenset({"sampling/createMessage", "elicitation/create", "roots/list"})
+CLIENT_FEATURE_EVENTS: tuple[str, ...] = ("sampling/createMessage", "elicitation/create", "roots/list")
+CLIENT_INITIATED_EVENTS = frozenset(SERVER_FEATURE_EVENTS)
+SERVER_INITIATED_EVENTS = frozenset(CLIENT_FEATURE_EVENTS)
 LLM_COMPLETION = "llm/completion"
 CORE_EVENTS = CLIENT_INITIATED_EVENTS | SERVER_INITIATED_EVENTS | {LLM_COMPLETION}
 #: Never interceptable, not even through `*` (§1.2).

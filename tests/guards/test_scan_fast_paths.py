@@ -107,6 +107,20 @@ def test_pii_prefilter_finds_what_the_per_rule_passes_find(texts: list[str]) -> 
         assert fast.scan(text) == plain.scan(text), text[:200]
 
 
+class _GaveUp:
+    """An RE2 set whose DFA ran out of memory: it reports no match at all."""
+
+    def Match(self, data: bytes) -> None:  # RE2's method name
+        return None
+
+
+def test_pii_rule_set_reporting_nothing_runs_every_rule(texts: list[str]) -> None:
+    gave_up, plain = PiiScanner(), _plain_pii()
+    gave_up._which = _GaveUp()
+    for text in [*EDGE_TEXTS, *texts[:50]]:
+        assert gave_up.scan(text) == plain.scan(text), text[:200]
+
+
 @pytest.mark.parametrize("kinds", [["email"], ["phone", "us_ssn"], ["credit_card", "iban", "ip_address"]])
 def test_pii_prefilter_covers_only_the_configured_kinds(kinds: list[str]) -> None:
     fast, plain = PiiScanner(kinds), PiiScanner(kinds)

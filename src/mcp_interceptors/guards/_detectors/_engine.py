@@ -138,11 +138,14 @@ def re2_escape(literal: str) -> str:
 
 def compile_set(sources: list[str]) -> Any:
     """An RE2 set searching for all `sources` in one pass (`.Match(data)` gives the indices of those found,
-    or None), or None without google-re2. Only for literal alternations: a set has no NFA to fall back on,
-    so a set whose DFA outgrew its memory would report no match (a literal trie stays a few hundred states)."""
+    or None), or None without google-re2. A set has no NFA to fall back on: when its DFA outgrows its
+    memory, `Match` reports nothing. A non-empty answer is complete; an empty one is final only for
+    literal alternations (a literal trie stays a few hundred states), else it means "unknown"."""
     if re2 is None or not sources:
         return None
-    compiled = re2.Set.SearchSet(re2.Options())
+    options = re2.Options()
+    options.max_mem = 32 << 20
+    compiled = re2.Set.SearchSet(options)
     for source in sources:
         compiled.Add(source)
     compiled.Compile()

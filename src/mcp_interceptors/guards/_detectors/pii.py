@@ -14,7 +14,7 @@ from collections.abc import Callable, Iterable, Sequence
 from typing import Literal
 
 from ._checksums import IBAN_LENGTHS, is_card_number, is_iban, is_us_ssn
-from ._engine import CompiledPattern, ScanText, compile_prefilter, engine_for, resolve_engine
+from ._engine import CompiledPattern, ScanText, compile_prefilter, compile_set, engine_for, resolve_engine
 from ._phone import CONTEXT_PATTERN, FORMATTED_PATTERN, PhoneJudge
 from .findings import Finding, merge_findings
 
@@ -239,22 +239,40 @@ class PiiScanner:
             if kind in wanted
         ]
         self._needs = [(char, digits) for kind, _, _, _, char, digits in rules if kind in wanted]
-        self._any = compile_prefilter([pattern for kind, pattern, *_ in rules if kind in wanted])
+        patterns = [pattern for kind, pattern, *_ in rules if kind in wanted]
+        self._any = compile_prefilter(patterns)
+        self._which = compile_set(patterns)
+
+    def _active_rules(self, scan: ScanText) -> frozenset[int] | None:
+        """The indices of the rules whose pattern matches somewhere in the text, or None for "run them all".
+
+        Only on ASCII text, where every rule's engine agrees with RE2 on where a pattern can match. One
+        regex pass answers "no candidate at all" for most text (and is always right: a regex falls back
+        to the NFA); only then does the set say which rules have one. An empty answer from the set can
+        also mean its DFA ran out of memory on hostile text, so it counts as "unknown".
+        """
+        if self._any is None or not scan.is_ascii:
+            return None
+        if self._any.search(scan.data) is None:
+            return frozenset()
+        matched = self._which.Match(scan.data) if self._which is not None else None
+        return frozenset(matched) if matched else None
 
     def scan(self, text: str) -> list[Finding]:
         """Return the personal data found in `text`."""
         if len(text) < _SHORTEST:
             return []
         scan = ScanText(text)
-        # One pass of all the patterns together answers "no candidate at all" for most text; it runs on
-        # ASCII text only, where every rule's engine agrees with re2 on where a pattern can match.
-        if self._any is not None and scan.is_ascii and self._any.search(scan.data) is None:
+        active = self._active_rules(scan)
+        if active is not None and not active:
             return []
         # UTF-8 bytes hold ASCII digits only as themselves; past 64 KB nearly every text has enough.
         digits = len(scan.data.translate(None, _NOT_DIGITS)) if len(text) <= 65536 else len(text)
         found: list[Finding] = []
-        for (kind, pattern, groups, check), (char, min_digits) in zip(self._rules, self._needs, strict=True):
-            if digits < min_digits or (char and char not in text):
+        for index, ((kind, pattern, groups, check), (char, min_digits)) in enumerate(
+            zip(self._rules, self._needs, strict=True)
+        ):
+            if (active is not None and index not in active) or digits < min_digits or (char and char not in text):
                 continue
             for start, end in pattern.spans(scan, groups):
                 span = check(text, start, end)

@@ -55,6 +55,8 @@ _IPV6 = (
 )
 _VERSION_BEFORE = re.compile(r"(?:version|ver\.?|release|build|[Vv]|[=<>~!]=)[ :=]*$", re.IGNORECASE)
 _V6_GROUP_SPLIT = re.compile(r"[:.]")
+# ~1,900 RE2 instructions make a DFA state of at most ~8 KB; 32 MB holds ~3,800 of them.
+_SET_FINAL_BYTES = 1024
 _NOT_DIGITS = bytes(b for b in range(256) if not 0x30 <= b <= 0x39)
 _WORD = frozenset("ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789_")
 
@@ -246,17 +248,21 @@ class PiiScanner:
     def _active_rules(self, scan: ScanText) -> frozenset[int] | None:
         """The indices of the rules whose pattern matches somewhere in the text, or None for "run them all".
 
-        Only on ASCII text, where every rule's engine agrees with RE2 on where a pattern can match. One
-        regex pass answers "no candidate at all" for most text (and is always right: a regex falls back
-        to the NFA); only then does the set say which rules have one. An empty answer from the set can
-        also mean its DFA ran out of memory on hostile text, so it counts as "unknown".
+        Only on ASCII text, where every rule's engine agrees with RE2 on where a pattern can match. The
+        RE2 set answers in one DFA pass; its answer is final when it names rules, or when the text is
+        short (each byte adds at most one DFA state, and _SET_FINAL_BYTES states fit its memory several
+        times over). On a longer text an empty answer could mean the DFA ran out of memory, so a regex
+        pass (which falls back to the NFA) decides between "nothing" and "run them all".
         """
-        if self._any is None or not scan.is_ascii:
+        if self._which is None or self._any is None or not scan.is_ascii:
             return None
-        if self._any.search(scan.data) is None:
+        data = scan.data
+        matched = self._which.Match(data)
+        if matched:
+            return frozenset(matched)
+        if len(data) <= _SET_FINAL_BYTES or self._any.search(data) is None:
             return frozenset()
-        matched = self._which.Match(scan.data) if self._which is not None else None
-        return frozenset(matched) if matched else None
+        return None
 
     def scan(self, text: str) -> list[Finding]:
         """Return the personal data found in `text`."""

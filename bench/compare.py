@@ -388,6 +388,25 @@ def write_csv(out: Path, cells: Sequence[Cell], args: argparse.Namespace) -> Non
                 writer.writerow([*row, f"{s.p99_ms:.3f}"])
 
 
+def write_markdown(out: Path, cells: Sequence[Cell], chain_rows: Sequence[tuple[str, float, float]]) -> None:
+    """compare.md: the tables as Markdown, for docs/benchmarks.md."""
+    lines = [
+        "| topology | c | variant | req/s | p50 ms | p99 ms | req/s ÷ direct | p50 ÷ direct | p99 ÷ direct |",
+        "|---|---:|---|---:|---:|---:|---:|---:|---:|",
+    ]
+    for cell in cells:
+        m = cell.median
+        name = f"**{cell.variant}**" if cell.variant == GUARDED else cell.variant
+        lines.append(
+            f"| {cell.topology} | {cell.concurrency} | {name} | {m.rate:.0f} | {m.p50_ms:.2f} | {m.p99_ms:.2f} "
+            f"| {cell.ratio(0):.2f} | {cell.ratio(1):.2f} | {cell.ratio(2):.2f} |"
+        )
+    if chain_rows:
+        lines += ["", "| in-process case | µs per call | share of a direct in-memory call |", "|---|---:|---:|"]
+        lines += [f"| {label} | {value:.1f} | {ratio:.0%} |" for label, value, ratio in chain_rows]
+    (out / "compare.md").write_text("\n".join(lines) + "\n")
+
+
 def write_inprocess_csv(out: Path, rows: Sequence[tuple[str, float, float]]) -> None:
     with (out / "inprocess.csv").open("w", newline="") as f:
         writer = csv.writer(f)
@@ -439,8 +458,12 @@ def plot(out: Path, cells: Sequence[Cell]) -> list[Path]:
                 ax.set_yscale("log")
             ax.grid(axis="y", alpha=0.3)
         axes[0][0].set_ylabel(ylabel)
-        handles, labels = axes[0][0].get_legend_handles_labels()
-        fig.legend(handles, labels, loc="lower center", ncol=len(variants), fontsize="small", frameon=False)
+        legend: dict[str, Any] = {}
+        for ax in axes[0]:
+            for handle, label in zip(*ax.get_legend_handles_labels(), strict=True):
+                legend.setdefault(label, handle)
+        ordered = [v for v in variants if v in legend]
+        fig.legend([legend[v] for v in ordered], ordered, loc="lower center", ncol=len(ordered), frameon=False)
         fig.tight_layout(rect=(0, 0.08, 1, 1))
         path = out / filename
         fig.savefig(path, dpi=110)
@@ -488,6 +511,7 @@ def main(args: argparse.Namespace) -> None:
     print()
     print("\n".join(lines))
     write_csv(out, cells, args)
+    write_markdown(out, cells, chain_rows)
     if chain_rows:
         write_inprocess_csv(out, chain_rows)
     (out / "environment.txt").write_text("\n".join([*environment, *lines]) + "\n")

@@ -186,14 +186,27 @@ class _Invoker:
                 tg.start_soon(run_one, index, step)
 
     async def invoke(self, step: Step, payload: Any) -> Outcome:
+        source = self.sources.get(step.source)
+        if source is None:
+            return Outcome(code=-32603, reason=f"host {step.source!r} is not connected")
+        if step.policy.timeout_ms is None and getattr(source, "local", False):
+            # The hot path: an in-process host with no timeout of its own; the chain's scope bounds it.
+            call = Call(
+                step.name,
+                step.type,
+                self.plan.event,
+                self.plan.phase,
+                payload,
+                self.config.get(step.name),
+                None,
+                self.context,
+            )
+            return await _attempt(source, call, self.deadline is not None, None)
         own = step.policy.timeout_ms / 1000 if step.policy.timeout_ms is not None else None
         remaining = self.deadline - anyio.current_time() if self.deadline is not None else None
         if remaining is not None and remaining <= 0:
             return DEADLINE
         chain_bound = remaining is not None and (own is None or remaining <= own)
-        source = self.sources.get(step.source)
-        if source is None:
-            return Outcome(code=-32603, reason=f"host {step.source!r} is not connected")
         # A remote host is sent the budget it has, so it stops work we have given up on; an
         # in-process host is cancelled by our scopes directly and needs none of its own.
         budget = remaining if chain_bound else own

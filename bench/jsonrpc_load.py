@@ -289,7 +289,7 @@ async def http_session(url: str) -> AsyncIterator[HttpSession]:
 
 def payload_text(prefix: str, index: int, size: int) -> str:
     """Distinct per call; padded with prose to `size` characters (nothing any guard would redact)."""
-    head = f"{prefix}-{index} payload for call number {index}"
+    head = f"{prefix}-{index} payload for request number {index}"
     if len(head) >= size:
         return head
     filler = " the request carries a value for the server to return unchanged"
@@ -299,7 +299,8 @@ def payload_text(prefix: str, index: int, size: int) -> str:
 async def measure(session: Session, tool: str, calls: int, concurrency: int, size: int = 0) -> Sample:
     """`calls` echo calls spread over `concurrency` workers, each with its own arguments."""
     latencies: list[float] = []
-    prefix = uuid.uuid4().hex[:8]
+    # Letters only: a digit prefix such as "00492086-10" is a valid German phone number to the PII guards.
+    prefix = "".join(chr(ord("a") + int(digit, 16)) for digit in uuid.uuid4().hex[:8])
     counter = iter(range(calls))
 
     async def worker() -> None:

@@ -20,7 +20,7 @@ from mcp_interceptors.guards._detectors import PII_KINDS, SECRET_KINDS, PiiScann
 from mcp_interceptors.guards._names import ServerMap, params_of, server_for
 from mcp_interceptors.guards._scanning import SEPARATOR, TextScanner, find_in_payload
 from mcp_interceptors.guards._state import SessionState, TtlMap
-from mcp_interceptors.guards._walk import format_path, walk_strings
+from mcp_interceptors.guards._walk import format_path, string_values, walk_strings
 from mcp_interceptors.host import InterceptorHost, Invocation
 from mcp_interceptors.protocol.results import ValidationMessage, ValidationResult
 
@@ -188,14 +188,15 @@ class ExfiltrationGuard:
         params = params_of(inv.payload)
         name = params.get("uri") if inv.event == "resources/read" else params.get("name")
         target = server_for(inv, name if isinstance(name, str) else None, settings.servers)
-        strings = [(path, text) for path, text in walk_strings(inv.payload) if len(text) >= settings.min_length]
+        minimum = settings.min_length
         found = [
             (form, origin)
-            for form, origin in flows.carried([text for _, text in strings])
+            for form, origin in flows.carried([text for text in string_values(inv.payload) if len(text) >= minimum])
             if not is_allowed_flow(origin, target, settings.block_unknown)
         ]
         messages = []
-        for path, text in strings if found else ():
+        strings = [(path, text) for path, text in walk_strings(inv.payload) if len(text) >= minimum] if found else []
+        for path, text in strings:
             # A form found in the joined text is attributed to the string holding it (one message per string).
             origin = next((origin for form, origin in found if form in text), None)
             if origin is not None:

@@ -22,7 +22,8 @@ from typing import Any, Protocol, runtime_checkable
 
 from mcp_interceptors.guards._config import GuardSchema, SettingsCache
 from mcp_interceptors.guards._names import Glob
-from mcp_interceptors.guards._walk import Path, format_path, walk_strings
+from mcp_interceptors.guards._scanning import SEPARATOR
+from mcp_interceptors.guards._walk import format_path, string_values, walk_strings
 from mcp_interceptors.host import InterceptorHost, Invocation
 from mcp_interceptors.protocol.results import ValidationMessage, ValidationResult
 
@@ -131,19 +132,19 @@ class _PhraseMatcher:
             (Signal(kind, score, detail), re.compile(source, re.IGNORECASE), keywords)
             for kind, score, detail, source, keywords in phrases
         ]
-        self._any: Any = None
+        self.any: Any = None
         if _re2 is not None and phrases:
             options = _re2.Options()
             options.case_sensitive = False
             options.log_errors = False  # a configured phrase re2 rejects (lookaround) falls back to `re`
             try:
-                self._any = _re2.compile("|".join(f"(?:{source})" for _, _, _, source, _ in phrases), options)
+                self.any = _re2.compile("|".join(f"(?:{source})" for _, _, _, source, _ in phrases), options)
             except _re2.error:
-                self._any = None
+                self.any = None
 
     def search(self, text: str) -> list[Signal]:
-        if self._any is not None:
-            if self._any.search(text) is None:
+        if self.any is not None:
+            if self.any.search(text) is None:
                 return []
             return [signal for signal, pattern, _ in self._each if pattern.search(text)]
         low = text.lower()
@@ -167,7 +168,26 @@ class HeuristicDetector:
         self.enabled = frozenset(CHECKS) - frozenset(disabled)
         phrases = [p for p in _PHRASES if p[0] in self.enabled]
         phrases += [("phrase", 0.8, f"configured phrase #{i}", p, ()) for i, p in enumerate(extra_phrases)]
+        self._extra = bool(extra_phrases)
         self._phrases = _PhraseMatcher(phrases)
+
+    def is_clean(self, texts: Sequence[str]) -> bool:
+        """True when no check can fire on any of `texts`, decided on them joined (one RE2 pass for the
+        phrases). The separator starts and ends with a newline, which the built-in phrases accept where
+        they accept a text's start or end; configured phrases may not, so with any, this says False."""
+        if self._extra or self._phrases.any is None:
+            return False
+        if not texts:
+            return True
+        joined = SEPARATOR.join(texts)
+        enabled = self.enabled
+        if self._phrases.any.search(joined) is not None:
+            return False
+        if "unicode" in enabled and not joined.isascii():
+            return False
+        if "exfil_link" in enabled and ("](" in joined or "<img" in joined or "<IMG" in joined):
+            return False
+        return "encoded" not in enabled or _BASE64_TOKEN.search(joined) is None
 
     def detect(self, text: str) -> list[Signal]:
         signals = self.phrases(text)
@@ -311,23 +331,31 @@ class InjectionGuard:
 
     async def check(self, inv: Invocation) -> ValidationResult | bool:
         settings = self.settings.for_config(inv.config)
-        found: list[tuple[Path, Signal]] = []
-        for path, text in walk_strings(inv.payload):
+        texts = string_values(inv.payload)
+        if not self.detectors and settings.heuristics.is_clean([text for text in texts if len(text) >= 8]):
+            return True
+        found: list[tuple[int, Signal]] = []
+        for index, text in enumerate(texts):
             if len(text) < 8:
                 continue
-            found.extend((path, signal) for signal in settings.heuristics.detect(text))
+            found.extend((index, signal) for signal in settings.heuristics.detect(text))
             for detector in self.detectors:
                 outcome = detector.detect(text)
                 if inspect.isawaitable(outcome):
                     outcome = await outcome
-                found.extend((path, signal) for signal in outcome)
+                found.extend((index, signal) for signal in outcome)
         score = combine([signal.score for _, signal in found])
         if score < settings.warn:
             return True
         severity = "error" if score >= settings.block else "warn"
+        top = sorted(found, key=lambda item: -item[1].score)[:10]
+        wanted = {index for index, _ in top}
+        paths = {i: path for i, (path, _) in enumerate(walk_strings(inv.payload)) if i in wanted}
         messages = tuple(
-            ValidationMessage(message=f"{s.kind}: {s.detail} (score {s.score})", severity=severity, path=format_path(p))
-            for p, s in sorted(found, key=lambda item: -item[1].score)[:10]
+            ValidationMessage(
+                message=f"{s.kind}: {s.detail} (score {s.score})", severity=severity, path=format_path(paths[i])
+            )
+            for i, s in top
         )
         return ValidationResult(valid=False, severity=severity, messages=messages, info={"score": score})
 

@@ -13,6 +13,7 @@ from guard_support import E2E_TIMEOUT_S, ERAS, UPSTREAM, served_client, tool_cal
 from helpers import child_env, cli_argv, free_tcp_port, run_cli, running
 from mcp import Client, MCPError
 
+import mcp_interceptors
 from mcp_interceptors import (
     EXTENSION_ID,
     MutationResult,
@@ -174,6 +175,23 @@ async def test_served_guard_checks_invocation_config_against_its_schema() -> Non
                 client, "size-limit", "tools/call", "request", tool_call("x" * 50), config={"max_payload_bytes": 10}
             )
             assert isinstance(tight, ValidationResult) and tight.valid is False
+
+
+@pytest.mark.parametrize("mode", ERAS)
+async def test_served_over_stdio_in_both_eras_with_a_versioned_server_info(mode: str) -> None:
+    with anyio.fail_after(E2E_TIMEOUT_S):
+        async with served_client({"secrets": None, "size-limit": None}, mode=mode) as client:
+            if mode == "legacy":  # a 2026-07-28 client that discovers lazily keeps no server info
+                assert client.server_info is not None and client.server_info.name == "mcp-interceptors-guards"
+                assert client.server_info.version == mcp_interceptors.__version__  # clients warn on an empty one
+                assert EXTENSION_ID in (client.server_capabilities.experimental or {})
+            names = [d.name for d in await list_interceptors(client)]
+            assert names == ["secrets", "size-limit"]
+            redacted = await invoke_interceptor(client, "secrets", "tools/call", "response", {"t": AWS})
+            assert isinstance(redacted, MutationResult) and redacted.payload == {"t": "[REDACTED:aws_access_key]"}
+            with pytest.raises(MCPError) as caught:
+                await invoke_interceptor(client, "nope", "tools/call", "request", {})
+            assert caught.value.code == -32602
 
 
 @pytest.mark.parametrize("mode", ERAS)

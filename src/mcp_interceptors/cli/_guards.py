@@ -16,13 +16,16 @@ import anyio
 import mcp_types as types
 import uvicorn
 from mcp import Client
+from mcp.server.lowlevel.server import Server
+from mcp.server.stdio import stdio_server
 from pydantic import TypeAdapter
 
-from mcp_interceptors import guards
+from mcp_interceptors import __version__, guards
 from mcp_interceptors.cli._common import CommandError, add_target_arguments, build_client, read_json_argument
 from mcp_interceptors.cli._core import _run
 from mcp_interceptors.cli._gateway import _parse_http
 from mcp_interceptors.executor import Call
+from mcp_interceptors.gateway.stdio import fd_stdio_server
 from mcp_interceptors.guards.pinning import pin_document
 from mcp_interceptors.host import InterceptorHost, Invocation
 from mcp_interceptors.protocol.descriptors import InterceptorDescriptor
@@ -115,10 +118,10 @@ def run_serve(args: argparse.Namespace) -> int:
     if args.stdio_command:
         raise CommandError("serve takes no command after --", 2)
     host = combined_host(args.guard, parse_guard_configs(args.config_json, args.guard))
-    server = host.create_server()
     if args.http is None:
-        anyio.run(server.run_stdio_async)
+        anyio.run(_serve_stdio, interceptor_server(host))
         return 0
+    server = host.create_server()
     bind, port = _parse_http(args.http)
     if bind not in LOOPBACK and not args.insecure_no_auth:
         raise CommandError(f"refusing to serve {bind}:{port} without authentication; pass --insecure-no-auth", 2)
@@ -126,6 +129,32 @@ def run_serve(args: argparse.Namespace) -> int:
     ready = f"serving {', '.join(args.guard)} on http://{bind}:{port}/mcp"
     anyio.run(_serve_http, app, bind, port, ready)
     return 0
+
+
+def interceptor_server(host: InterceptorHost) -> Server[Any]:
+    """A low-level mcp `Server` hosting only `host`'s methods, advertised in both eras.
+
+    It registers what `MCPServer(extensions=[host])` does for an extension without tools, through the
+    low-level server's public surface, and leaves out mcp's tracing middleware, which costs on every
+    invocation of a server that does nothing else.
+    """
+    server: Server[Any] = Server(host.name, version=__version__)
+    for method in host.methods():
+        server.add_request_handler(method.method, method.params_type, method.handler)
+    server.extensions[host.identifier] = host.settings()
+    server.middleware[:] = [host.capability_middleware]
+    return server
+
+
+async def _serve_stdio(server: Server[Any]) -> None:
+    # mcp's `stdio_server()` hops to a worker thread for every line read and written; an interceptor
+    # server answers many small invocations per call, so it reads and writes on the event loop.
+    if sys.platform == "win32":  # pragma: no cover - pipes cannot be awaited there
+        async with stdio_server() as (read, write):
+            await server.run(read, write, server.create_initialization_options())
+        return
+    async with fd_stdio_server() as (read, write):
+        await server.run(read, write, server.create_initialization_options())
 
 
 async def _serve_http(app: Any, host: str, port: int, ready: str) -> None:

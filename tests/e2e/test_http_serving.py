@@ -4,6 +4,7 @@ protection, the body limit, the legacy SSE endpoint, bind rules, bad messages an
 
 from __future__ import annotations
 
+import json
 import signal
 import sys
 import time
@@ -244,6 +245,46 @@ async def test_http_answers_match_a_direct_server_for_era_foreign_and_unknown_re
                     answers[name].append((response.status_code, response.json()))
     assert answers["gateway"] == answers["direct"]
     assert [status for status, _ in answers["direct"]] == [404, 404]
+
+
+MODERN_ENVELOPE = {
+    "io.modelcontextprotocol/protocolVersion": "2026-07-28",
+    "io.modelcontextprotocol/clientCapabilities": {},
+    "io.modelcontextprotocol/clientInfo": {"name": "t", "version": "1"},
+}
+
+
+@pytest.mark.parametrize("progress", [False, True], ids=["silent", "with-progress"])
+async def test_modern_http_call_gets_a_json_body_unless_it_streams_progress(plain_gateway: str, progress: bool) -> None:
+    """2026-07-28 over HTTP: a call that emits nothing is one `application/json` body; a call with a
+    `progressToken` switches to `text/event-stream` so the relayed progress comes before the result.
+
+    The gateway leaves mcp's `json_response` off: this per-request choice is what mcp's default already
+    makes for this era, and `json_response=True` would drop the progress (and the disconnect watch that
+    cancels a call the client gave up on).
+    """
+    tool, arguments = ("countdown", {"steps": 2}) if progress else ("echo", {"text": "plain"})
+    meta: dict[str, Any] = {**MODERN_ENVELOPE, **({"progressToken": "p1"} if progress else {})}
+    body = {"jsonrpc": "2.0", "id": 7, "method": "tools/call", "params": {"name": tool, "arguments": arguments}}
+    body["params"]["_meta"] = meta
+    headers = {**ACCEPT, "mcp-protocol-version": "2026-07-28", "mcp-method": "tools/call", "mcp-name": tool}
+    with anyio.fail_after(30):
+        async with httpx2.AsyncClient() as http:
+            response = await http.post(f"{plain_gateway}/mcp", json=body, headers=headers)
+    assert response.status_code == 200
+    content_type = response.headers["content-type"].split(";")[0]
+    if not progress:
+        assert content_type == "application/json"
+        assert response.json()["result"]["content"] == [{"type": "text", "text": "plain"}]
+        return
+    assert content_type == "text/event-stream"
+    events = [json.loads(line[len("data:") :]) for line in response.text.splitlines() if line.startswith("data:")]
+    assert [(e.get("method"), e.get("params", {}).get("progress")) for e in events] == [
+        ("notifications/progress", 1),
+        ("notifications/progress", 2),
+        (None, None),
+    ]
+    assert events[-1]["result"]["content"] == [{"type": "text", "text": "done"}]
 
 
 # --------------------------------------------------------------------------- bind rules, shutdown

@@ -59,6 +59,10 @@ def http_app(gateway: Gateway, host: str, port: int, *, insecure_no_auth: bool =
     )
     auth_settings, verifier = build_auth(config, host, port)
     routes = sse_routes(gateway, security, config.http.max_body_bytes) if config.http.sse else []
+    # `json_response` stays off. For 2026-07-28 requests mcp already answers with a JSON body unless the
+    # call emits a notification first. For the handshake era the flag covers every session of the manager,
+    # and it drops the progress, log and sampling/elicitation traffic relayed during a call
+    # (docs/benchmarks.md, "JSON responses").
     app = gateway.server.streamable_http_app(
         streamable_http_path=config.http.path,
         max_request_body_size=config.http.max_body_bytes,

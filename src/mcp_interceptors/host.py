@@ -124,6 +124,7 @@ class InterceptorHost(Extension):
         self._registry: dict[str, _Registered] = {}
         self._wire_list: list[dict[str, Any]] | None = None
         self._covered: dict[tuple[str, str, str], bool] = {}
+        self._has_sync = False
 
     # ------------------------------------------------------------------ authoring
 
@@ -134,12 +135,14 @@ class InterceptorHost(Extension):
         schema = descriptor.config_schema
         if schema is not None:
             Draft202012Validator.check_schema(schema)
-        self._registry[descriptor.name] = _Registered(
+        registered = _Registered(
             descriptor=descriptor,
             handler=handler,
             is_async=_is_async(handler),
             config_validator=Draft202012Validator(schema) if schema is not None else None,
         )
+        self._registry[descriptor.name] = registered
+        self._has_sync = self._has_sync or not registered.is_async
         self._wire_list = None
 
     def validator(self, name: str, **options: Any) -> Callable[[F], F]:
@@ -169,7 +172,7 @@ class InterceptorHost(Extension):
     @property
     def concurrent(self) -> bool:
         """Whether parallel invocation helps: only when some handler runs in a worker thread."""
-        return any(not registered.is_async for registered in self._registry.values())
+        return self._has_sync
 
     @property
     def public_key(self) -> str | None:
@@ -203,7 +206,23 @@ class InterceptorHost(Extension):
     async def invoke(self, call: Call) -> InterceptorResult:
         """Run one interceptor (the `Source` protocol used by `Chain.add_local`, and the wire handler)."""
         payload = fast_copy(call.payload) if self.copy_payloads else call.payload
-        return await self._run(call, payload)
+        registered = self._checked(call)
+        config = dict(call.config) if call.config is not None else {}
+        if call.config is not None and registered.config_validator is not None:
+            _check_config(call.name, registered.config_validator, config)  # R23
+        invocation = Invocation(call.name, call.event, call.phase, payload, config, call.context)
+        started = time.perf_counter()
+        if call.timeout_ms is None and registered.is_async:  # the hot path: no scope, no thread, one frame
+            try:
+                outcome = await registered.handler(invocation)
+            except InterceptorsError:
+                raise
+            except Exception as exc:
+                raise self._crash(invocation, exc, None, None) from None
+        else:
+            outcome = await self._call_handler(registered, invocation, call.timeout_ms)
+        duration_ms = (time.perf_counter() - started) * 1000
+        return _normalise(registered.descriptor, outcome, call.payload, call.phase, duration_ms)
 
     async def invoke_params(self, params: InvokeParams) -> InterceptorResult:
         """Run one interceptor for parsed `interceptor/invoke` params."""
@@ -216,27 +235,20 @@ class InterceptorHost(Extension):
             raise InterceptorNotFoundError(name)  # R21
         return registered
 
-    async def _run(self, call: Call, payload: Any) -> InterceptorResult:
+    def _checked(self, call: Call) -> _Registered:
+        """The registered interceptor `call` names, if one of its hooks covers the call (R21/R22)."""
         registered = self._lookup(call.name)
-        descriptor = registered.descriptor
         key = (call.name, call.event, call.phase)
         covered = self._covered.get(key)
         if covered is None:
-            covered = self._covered[key] = descriptor.covers(call.event, call.phase)
+            covered = self._covered[key] = registered.descriptor.covers(call.event, call.phase)
         if not covered:
-            advertised = [entry.to_wire() for entry in descriptor.hooks]
+            advertised = [entry.to_wire() for entry in registered.descriptor.hooks]
             raise HookMismatchError(call.name, call.event, call.phase, advertised)  # R22
-        config = dict(call.config) if call.config is not None else {}
-        if call.config is not None and registered.config_validator is not None:
-            _check_config(call.name, registered.config_validator, config)  # R23
-        invocation = Invocation(call.name, call.event, call.phase, payload, config, call.context)
-        started = time.perf_counter()
-        outcome = await self._call_handler(registered, invocation, call.timeout_ms)
-        stamp = {"interceptor": call.name, "phase": call.phase, "duration_ms": (time.perf_counter() - started) * 1000}
-        return _normalise(descriptor, outcome, call.payload, stamp)
+        return registered
 
     async def _call_handler(self, registered: _Registered, invocation: Invocation, timeout_ms: float | None) -> Any:
-        if timeout_ms is None:  # no deadline: no cancel scope on the hot path
+        if timeout_ms is None:  # no deadline: no cancel scope
             return await self._run_handler(registered, invocation, None, None)
         with anyio.move_on_after(timeout_ms / 1000) as scope:
             return await self._run_handler(registered, invocation, scope, timeout_ms)
@@ -257,13 +269,17 @@ class InterceptorHost(Extension):
         except InterceptorsError:
             raise
         except Exception as exc:
-            name = invocation.name
-            if scope is not None and scope.cancel_called:
-                raise InterceptorTimeoutError(
-                    name, timeout_ms or 0, invocation.phase, style=self.timeout_code
-                ) from None
-            logger.warning("interceptor %r raised", name, exc_info=True)
-            raise InterceptorExecutionError(name, f"{type(exc).__name__}: {exc}") from None  # R24/R25
+            raise self._crash(invocation, exc, scope, timeout_ms) from None
+
+    def _crash(
+        self, invocation: Invocation, exc: Exception, scope: anyio.CancelScope | None, timeout_ms: float | None
+    ) -> InterceptorsError:
+        """The error for a handler that raised: a timeout if our own deadline caused it (R26-R28), else -32603."""
+        name = invocation.name
+        if scope is not None and scope.cancel_called:
+            return InterceptorTimeoutError(name, timeout_ms or 0, invocation.phase, style=self.timeout_code)
+        logger.warning("interceptor %r raised", name, exc_info=exc)
+        return InterceptorExecutionError(name, f"{type(exc).__name__}: {exc}")  # R24/R25
 
     # ------------------------------------------------------------------ mcp wiring
 
@@ -348,17 +364,23 @@ def _check_config(name: str, validator: Draft202012Validator, config: Mapping[st
 
 
 def _normalise(
-    descriptor: InterceptorDescriptor, value: Any, original_payload: Any, stamp: dict[str, Any]
+    descriptor: InterceptorDescriptor, value: Any, original_payload: Any, phase: Phase, duration_ms: float
 ) -> InterceptorResult:
     """Turn a handler's return into the stamped result of its declared type, or fail with -32603.
 
-    Short returns are built directly (pydantic's init is several times faster than `model_construct`).
+    The common returns (a bool, a new payload, None) are built with `trusted`: the stamps are ours and
+    the value's type was just checked, so validating them again would only cost time.
     """
     name = descriptor.name
     if descriptor.type == "validation":
-        return _as_validation(name, value, stamp)
+        if isinstance(value, bool):
+            return ValidationResult.trusted(
+                interceptor=name, phase=phase, duration_ms=duration_ms, valid=value, severity=None if value else "error"
+            )
+        return _as_validation(name, value, {"interceptor": name, "phase": phase, "duration_ms": duration_ms})
     if descriptor.type == "mutation":
-        return _as_mutation(name, value, original_payload, stamp)
+        return _as_mutation(name, value, original_payload, phase, duration_ms)
+    stamp = {"interceptor": name, "phase": phase, "duration_ms": duration_ms}
     if value is None or isinstance(value, bool):
         return SinkResult(recorded=value is not False, **stamp)
     if isinstance(value, SinkResult):
@@ -367,8 +389,6 @@ def _normalise(
 
 
 def _as_validation(name: str, value: Any, stamp: dict[str, Any]) -> ValidationResult:
-    if isinstance(value, bool):
-        return ValidationResult(valid=value, severity=None if value else "error", **stamp)
     if isinstance(value, ValidationResult):
         return value.model_copy(update=stamp)
     if isinstance(value, tuple) and len(value) == 2 and isinstance(value[0], bool):
@@ -394,7 +414,8 @@ def _as_validation(name: str, value: Any, stamp: dict[str, Any]) -> ValidationRe
     )
 
 
-def _as_mutation(name: str, value: Any, original_payload: Any, stamp: dict[str, Any]) -> MutationResult:
+def _as_mutation(name: str, value: Any, original_payload: Any, phase: Phase, duration_ms: float) -> MutationResult:
+    stamp = {"interceptor": name, "phase": phase, "duration_ms": duration_ms}
     if isinstance(value, MutationResult):
         if not value.modified and value.payload != original_payload:
             raise InterceptorExecutionError(name, "mutator returned modified=false with a changed payload")
@@ -402,8 +423,11 @@ def _as_mutation(name: str, value: Any, original_payload: Any, stamp: dict[str, 
     if isinstance(value, ValidationResult | SinkResult):
         raise InterceptorExecutionError(name, f"mutator returned a {value.type} result, expected a mutation result")
     if value is None:
-        return MutationResult(modified=False, payload=original_payload, **stamp)
-    return MutationResult(modified=value != original_payload, payload=value, **stamp)
+        return MutationResult.trusted(modified=False, payload=original_payload, **stamp)
+    modified = value != original_payload
+    if type(modified) is not bool:  # an exotic payload's comparison: let the model judge it
+        return MutationResult(modified=modified, payload=value, **stamp)
+    return MutationResult.trusted(modified=modified, payload=value, **stamp)
 
 
 def build_descriptor(

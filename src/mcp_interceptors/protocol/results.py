@@ -8,7 +8,7 @@ treats a present, mismatching echo as malformed (§5.9).
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import Annotated, Any, Literal
+from typing import Annotated, Any, ClassVar, Literal, Self
 
 from pydantic import Strict, ValidationError
 
@@ -51,6 +51,31 @@ class _ResultBase(WireModel):
     info: dict[str, Any] | None = None
     #: SDK aggregate marker for results of audit-mode interceptors; never sent by a host.
     mode: Literal["audit"] | None = None
+
+    #: Every field in declaration order, at its default (None for required ones), for `trusted`.
+    _defaults: ClassVar[dict[str, Any]] = {}
+
+    @classmethod
+    def __pydantic_init_subclass__(cls, **kwargs: Any) -> None:
+        super().__pydantic_init_subclass__(**kwargs)
+        cls._defaults = {name: None if info.is_required() else info.default for name, info in cls.model_fields.items()}
+
+    @classmethod
+    def trusted(cls, **values: Any) -> Self:
+        """A result from values the caller already knows are valid (snake_case names, every required
+        field given): no validation.
+
+        For the host's own stamps on a handler's bool or payload; equal to the validated result, and
+        about twice as fast to build (`model_construct` is slower than validating).
+        """
+        result = object.__new__(cls)
+        fields = dict(cls._defaults)
+        fields.update(values)
+        object.__setattr__(result, "__dict__", fields)
+        object.__setattr__(result, "__pydantic_fields_set__", set(values))
+        object.__setattr__(result, "__pydantic_extra__", None)
+        object.__setattr__(result, "__pydantic_private__", None)
+        return result
 
     def to_wire(self) -> dict[str, Any]:
         """The flat JSON body; echo fields and `type` are always present once stamped."""

@@ -191,17 +191,12 @@ class _Invoker:
             return Outcome(code=-32603, reason=f"host {step.source!r} is not connected")
         if step.policy.timeout_ms is None and getattr(source, "local", False):
             # The hot path: an in-process host with no timeout of its own; the chain's scope bounds it.
-            call = Call(
-                step.name,
-                step.type,
-                self.plan.event,
-                self.plan.phase,
-                payload,
-                self.config.get(step.name),
-                None,
-                self.context,
-            )
-            return await _attempt(source, call, self.deadline is not None, None)
+            plan, name = self.plan, step.name
+            call = Call(name, step.type, plan.event, plan.phase, payload, self.config.get(name), None, self.context)
+            try:
+                return Outcome(await source.invoke(call))
+            except Exception as exc:  # never a cancellation
+                return _failure(exc, self.deadline is not None, None)
         own = step.policy.timeout_ms / 1000 if step.policy.timeout_ms is not None else None
         remaining = self.deadline - anyio.current_time() if self.deadline is not None else None
         if remaining is not None and remaining <= 0:
@@ -234,14 +229,17 @@ class _Invoker:
 async def _attempt(source: Source, call: Call, chain_bound: bool, scope: anyio.CancelScope | None) -> Outcome:
     """One invocation; every exception (never a cancellation) becomes a failure outcome."""
     try:
-        return Outcome(result=await source.invoke(call))
-    except InterceptorsError as exc:
-        if scope is not None and scope.cancel_called:  # our deadline fired and the source turned it into an error
-            return Outcome(code=TIMEOUT_G4, reason="timeout", timeout=True, deadline=chain_bound)
+        return Outcome(await source.invoke(call))
+    except Exception as exc:
+        return _failure(exc, chain_bound, scope)
+
+
+def _failure(exc: Exception, chain_bound: bool, scope: anyio.CancelScope | None) -> Outcome:
+    """The outcome of an invocation that raised: a crashing source is a failure, never a verdict."""
+    if scope is not None and scope.cancel_called:  # our deadline fired and the source turned it into an error
+        return Outcome(code=TIMEOUT_G4, reason="timeout", timeout=True, deadline=chain_bound)
+    if isinstance(exc, InterceptorsError):
         timed_out = is_timeout_error(exc.code, exc.data)
         reason = str(exc.data.get("reason") or exc.message)
         return Outcome(code=exc.code, reason=reason, timeout=timed_out, deadline=timed_out and chain_bound)
-    except Exception as exc:  # a crashing source is an invocation failure, never a verdict
-        if scope is not None and scope.cancel_called:
-            return Outcome(code=TIMEOUT_G4, reason="timeout", timeout=True, deadline=chain_bound)
-        return Outcome(code=-32603, reason=f"{type(exc).__name__}: {exc}")
+    return Outcome(code=-32603, reason=f"{type(exc).__name__}: {exc}")

@@ -47,10 +47,12 @@ INVOKE_KEYS = {"name", "event", "phase", "payload", "config", "timeoutMs", "cont
 
 class Hang:
     def __init__(self) -> None:
+        self.started = False
         self.cancelled = anyio.Event()
         self.finished = False
 
     async def __call__(self, inv: Invocation) -> bool:
+        self.started = True
         try:
             await anyio.sleep(5)  # deadlines in these tests are 200 ms: 25x shorter
         except anyio.get_cancelled_exc_class():
@@ -429,7 +431,11 @@ async def test_r60_remote_invokes_carry_the_remaining_budget_and_the_host_stops_
             chain = Chain(role="client")
             await chain.add_server(client)
             result = await chain.execute("tools/call", "request", CALL, timeout_ms=200)
-            await hang.cancelled.wait()  # the host cancelled its handler: the invoker had given up on it
+            # The host cancels its handler once the budget it was sent runs out; on a loaded machine the
+            # invoker's cancellation can also reach the host before the handler starts, so none runs.
+            with anyio.move_on_after(2):
+                await hang.cancelled.wait()
+    assert hang.cancelled.is_set() or not hang.started
     assert not hang.finished
     assert result.status == "timeout"
     assert result.aborted_at is not None

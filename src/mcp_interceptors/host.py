@@ -64,9 +64,12 @@ Handler = Callable[["Invocation"], Any]
 F = TypeVar("F", bound=Handler)
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(frozen=True, init=False)
 class Invocation:
-    """What a handler receives. `payload` is the handler's own copy; `config` is `{}` when omitted."""
+    """What a handler receives. `payload` is the handler's own copy; `config` is `{}` when omitted.
+
+    Frozen; `__init__` fills `__dict__` in one step (one is built per invocation, see `Call`).
+    """
 
     name: str
     event: str
@@ -74,6 +77,21 @@ class Invocation:
     payload: Any
     config: Mapping[str, Any]
     context: InvocationContext | None
+
+    def __init__(
+        self,
+        name: str,
+        event: str,
+        phase: Phase,
+        payload: Any,
+        config: Mapping[str, Any],
+        context: InvocationContext | None,
+    ) -> None:
+        object.__setattr__(
+            self,
+            "__dict__",
+            {"name": name, "event": event, "phase": phase, "payload": payload, "config": config, "context": context},
+        )
 
     @property
     def session_id(self) -> str | None:

@@ -383,12 +383,12 @@ class Chain:
         protocol_version: str | None = None,
     ) -> Plan:
         """The (cached) plan for one interception point."""
-        resolved_direction = self._direction(event, phase, direction)
         names = tuple(sorted(interceptors)) if interceptors is not None else None
         version = protocol_version or self.protocol_version
-        key = (event, phase, resolved_direction, names, version)
+        key = (event, phase, direction, self.role, names, version)  # the direction follows from the role
         plan = self._plans.get(key)
         if plan is None:
+            resolved_direction = self._direction(event, phase, direction)
             plan = plan_for(
                 self._entries,
                 event,

@@ -190,3 +190,28 @@ def test_config_rejected_by_schema_fails_with_one_line() -> None:
 def test_usage_errors_exit_2_with_one_line(args: tuple[str, ...], message: str) -> None:
     line = one_line_error(cli(*args), 2)
     assert line == f"mcp-interceptors {args[0]}: error: {message}"
+
+
+@pytest.mark.parametrize(
+    "args",
+    [("config-schema",), ("gateway", "--check", "examples/gateway.yaml"), ("list", "--", *VALIDATORS)],
+    ids=["config-schema", "gateway-check", "list"],
+)
+def test_closed_stdout_stops_quietly(args: tuple[str, ...]) -> None:
+    """`mcp-interceptors ... | head`: the reader is gone; no traceback, SIGPIPE's shell status."""
+    read_end, write_end = os.pipe()
+    os.close(read_end)  # every write to stdout fails with EPIPE
+    try:
+        done = subprocess.run(
+            [sys.executable, "-m", "mcp_interceptors", *args],
+            cwd=ROOT,
+            stdin=subprocess.DEVNULL,
+            stdout=write_end,
+            stderr=subprocess.PIPE,
+            text=True,
+            timeout=60,
+            check=False,
+        )
+    finally:
+        os.close(write_end)
+    assert (done.returncode, done.stderr) == (141, "")

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 from collections.abc import Sequence
 from typing import Any
@@ -46,7 +47,19 @@ def main(argv: Sequence[str] | None = None) -> int:
         return exc.exit_code
     except KeyboardInterrupt:
         return 130
+    except BrokenPipeError:
+        return stdout_closed()
     return code
+
+
+def stdout_closed() -> int:
+    """The reader of our stdout went away (`... | head`): stop quietly with SIGPIPE's shell status."""
+    try:  # the interpreter flushes stdout at exit: point it at /dev/null so that flush cannot fail again
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+    except (OSError, ValueError):
+        pass
+    return 141
 
 
 if __name__ == "__main__":

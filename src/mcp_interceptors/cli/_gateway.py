@@ -89,12 +89,19 @@ def run_gateway(args: argparse.Namespace) -> int:
     except UpstreamUnavailableError as exc:
         raise CommandError(exc.message) from None
     except BaseExceptionGroup as group:
+        if isinstance(_leaf(group), BrokenPipeError):  # `gateway --check ... | head`: main() stops quietly
+            raise BrokenPipeError from None
         raise CommandError(_first_message(group)) from None
 
 
-def _first_message(group: BaseException) -> str:
+def _leaf(group: BaseException) -> BaseException:
     while isinstance(group, BaseExceptionGroup) and group.exceptions:
         group = group.exceptions[0]
+    return group
+
+
+def _first_message(group: BaseException) -> str:
+    group = _leaf(group)
     if isinstance(group, UpstreamUnavailableError):
         return group.message
     if isinstance(group, InterceptorsError | BindRefusedError):

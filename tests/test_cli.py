@@ -182,6 +182,10 @@ def test_config_rejected_by_schema_fails_with_one_line() -> None:
         (("list",), "missing TARGET: an http(s):// URL, or a stdio server command after --"),
         (("list", "http://127.0.0.1:9/mcp", "--", "x"), "give either a URL target or a command after --, not both"),
         (
+            ("invoke", "max-size", "http://127.0.0.1:9/mcp", "--event", "e", "--phase", "request", "--payload", "{}"),
+            "the URL comes before the interceptor name: invoke http://127.0.0.1:9/mcp max-size ...",
+        ),
+        (
             ("invoke", "x", "--event", "e", "--phase", "request", "--payload", "{}", "--config", "[1]", "--", "x"),
             "--config must be a JSON object",
         ),

@@ -62,6 +62,9 @@ def run_list(args: argparse.Namespace) -> int:
 
 
 def run_invoke(args: argparse.Namespace) -> int:
+    urls = ("http://", "https://")
+    if args.target and args.name.startswith(urls) and not args.target.startswith(urls):
+        raise CommandError(f"the URL comes before the interceptor name: invoke {args.name} {args.target} ...", 2)
     payload = read_json_argument(args.payload, "--payload")
     config = read_json_argument(args.config, "--config") if args.config else None
     if config is not None and not isinstance(config, dict):

@@ -219,3 +219,19 @@ def test_closed_stdout_stops_quietly(args: tuple[str, ...]) -> None:
     finally:
         os.close(write_end)
     assert (done.returncode, done.stderr) == (141, "")
+
+
+@pytest.mark.parametrize(
+    ("options", "upstream"),
+    [(("serve", "--guard", "secrets"), ()), (("gateway", "--guard", "secrets"), ("--", *VALIDATORS))],
+    ids=["serve", "gateway"],
+)
+def test_http_port_in_use_fails_with_one_line(options: tuple[str, ...], upstream: tuple[str, ...]) -> None:
+    """uvicorn only logs a failed bind and raises SystemExit(3): the CLI checks the address first."""
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        done = cli(*options, "--http", f"127.0.0.1:{port}", *upstream)
+    line = one_line_error(done, 1)
+    assert line == f"mcp-interceptors {options[0]}: error: cannot listen on 127.0.0.1:{port}: Address already in use"

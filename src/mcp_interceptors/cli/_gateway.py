@@ -14,7 +14,7 @@ from mcp_interceptors.cli._common import CommandError, print_json
 from mcp_interceptors.gateway.check import render_check, resolved_plan
 from mcp_interceptors.gateway.config import ConfigError, GatewayConfig, config_json_schema, load_config, parse_config
 from mcp_interceptors.gateway.routing import RoutingError
-from mcp_interceptors.gateway.serve import BindRefusedError, serve_http, serve_stdio
+from mcp_interceptors.gateway.serve import BindRefusedError, ListenError, check_listen, serve_http, serve_stdio
 from mcp_interceptors.gateway.server import Gateway
 from mcp_interceptors.gateway.sources import chain_for, populate_chain
 from mcp_interceptors.gateway.upstream import UpstreamUnavailableError
@@ -82,9 +82,11 @@ def run_gateway(args: argparse.Namespace) -> int:
         if args.check:
             return anyio.run(_check, config, file, args.json)
         http = _parse_http(args.http) if args.http else None
+        if http is not None:
+            check_listen(*http)  # before any upstream starts
         anyio.run(_serve, config, file, http, args.insecure_no_auth)
         return 0
-    except (ConfigError, RoutingError, BindRefusedError) as exc:
+    except (ConfigError, RoutingError, BindRefusedError, ListenError) as exc:
         raise CommandError(str(exc)) from None
     except UpstreamUnavailableError as exc:
         raise CommandError(exc.message) from None
@@ -104,7 +106,7 @@ def _first_message(group: BaseException) -> str:
     group = _leaf(group)
     if isinstance(group, UpstreamUnavailableError):
         return group.message
-    if isinstance(group, InterceptorsError | BindRefusedError):
+    if isinstance(group, InterceptorsError | BindRefusedError | ListenError):
         return str(group)
     return f"{type(group).__name__}: {group}"
 

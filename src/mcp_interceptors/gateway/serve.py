@@ -9,6 +9,7 @@ from __future__ import annotations
 import contextlib
 import logging
 import signal
+import socket
 import sys
 from collections.abc import Callable, Iterator
 from typing import Any
@@ -31,6 +32,34 @@ _DRAIN_S = 3.0
 
 class BindRefusedError(ValueError):
     """A non-loopback bind without authentication."""
+
+
+class ListenError(OSError):
+    """The HTTP front cannot listen on HOST:PORT (the port is taken, the host is not this machine's, ...)."""
+
+
+def check_listen(host: str, port: int) -> None:
+    """Raise `ListenError` with the reason if HOST:PORT cannot be bound, as asyncio's `create_server` binds it.
+
+    Checked before uvicorn starts: uvicorn only logs a failed bind and raises `SystemExit`.
+    """
+    try:
+        addresses = socket.getaddrinfo(host or None, port, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE)
+    except OSError as exc:
+        raise ListenError(f"cannot listen on {host}:{port}: {exc.strerror or exc}") from None
+    for family, kind, proto, _, address in addresses:
+        try:
+            probe = socket.socket(family, kind, proto)
+        except OSError:  # a family this machine lacks: asyncio skips it too
+            continue
+        with probe:
+            try:
+                probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+                if family == socket.AF_INET6:
+                    probe.setsockopt(socket.IPPROTO_IPV6, socket.IPV6_V6ONLY, 1)
+                probe.bind(address)
+            except OSError as exc:
+                raise ListenError(f"cannot listen on {host}:{port}: {exc.strerror or exc}") from None
 
 
 async def serve_stdio(gateway: Gateway) -> None:
@@ -162,6 +191,8 @@ class _Server(uvicorn.Server):
     async def serve(self, sockets: Any = None) -> None:
         try:
             await super().serve(sockets)
+        except SystemExit as exc:  # uvicorn's start-up failure (a bind lost to a race, say); it logged why
+            raise ListenError(f"the HTTP server did not start (uvicorn exit status {exc.code})") from None
         finally:
             self.finished.set()
 

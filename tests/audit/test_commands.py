@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import io
+import socket
 import sqlite3
 import threading
 from collections.abc import Callable
@@ -139,6 +140,18 @@ def test_show_unknown_id_and_missing_database(sqlite_store: SqliteStore, trail: 
     assert show(tmp_path / "missing.db", "x", io.StringIO(), err=err) == EXIT_ERROR
     assert "does not exist" in err.getvalue()
     assert not (tmp_path / "missing.db").exists()
+
+
+def test_unreachable_postgres_is_one_line_without_the_password() -> None:
+    pytest.importorskip("psycopg")
+    with socket.socket() as probe:  # a port nothing listens on
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    err = io.StringIO()
+    assert tail(f"postgresql://audit:s3cret@127.0.0.1:{port}/db", io.StringIO(), err=err) == EXIT_ERROR
+    message = err.getvalue()
+    assert message.startswith(f"error: cannot open the audit database postgresql://audit:***@127.0.0.1:{port}/db: ")
+    assert message.count("\n") == 1 and "s3cret" not in message and "sqlalche.me" not in message
 
 
 def test_commands_refuse_files_that_are_not_audit_databases(tmp_path: Path) -> None:

@@ -100,7 +100,10 @@ class PostgresStore:
                 elif not self._engine.dialect.has_table(conn, RECORDS_TABLE):
                     raise StoreError(f"no audit tables at {make_url(url).render_as_string()}")
         except SQLAlchemyError as exc:
-            raise StoreError(f"cannot open the audit database: {exc}") from exc
+            # the driver's own message, on one line (psycopg's spans several; SQLAlchemy appends a link)
+            reason = " ".join(str(getattr(exc, "orig", None) or exc).split())
+            where = make_url(url).render_as_string()  # password hidden
+            raise StoreError(f"cannot open the audit database {where}: {reason}") from exc
 
     def append(self, records: Sequence[RecordRow], receipts: Sequence[ReceiptRow]) -> None:
         with self._engine.begin() as conn:

@@ -11,7 +11,7 @@ import time
 from collections.abc import Mapping
 from contextlib import nullcontext
 from dataclasses import dataclass, field
-from typing import Any, Protocol, cast
+from typing import Any, Protocol
 
 import anyio
 
@@ -153,12 +153,12 @@ async def execute_plan(
     run = ChainRun(plan, payload, severity_rule=severity_rule, deadline_always_blocks=deadline_always_blocks)
     invoker = _Invoker(plan, sources, config or {}, context, deadline)
     cut: tuple[Batch, list[Outcome | None]] | None = None
-    with anyio.CancelScope(deadline=deadline) if deadline is not None else nullcontext():
+    with anyio.CancelScope(deadline=deadline) if deadline is not None else _NO_SCOPE:
         while (batch := run.next_batch()) is not None:
-            outcomes: list[Outcome | None] = [None] * len(batch.steps)
+            outcomes: list[Any] = [None] * len(batch.steps)  # an Outcome per step once filled
             cut = (batch, outcomes)
             await invoker.fill(batch, run.snapshot(batch), outcomes)
-            run.record(batch, cast("list[Outcome]", outcomes))
+            run.record(batch, outcomes)
             cut = None
     if cut is not None:  # the deadline passed mid-batch
         batch, outcomes = cut
@@ -180,6 +180,9 @@ async def execute_plan(
         plan=plan,
     )
 
+
+#: Stands in for the chain's cancel scope when it has no deadline (reusable: it does nothing).
+_NO_SCOPE = nullcontext()
 
 #: The outcome of an invocation the chain deadline cut short or never started.
 DEADLINE = Outcome(code=TIMEOUT_G4, reason="chain deadline exceeded", timeout=True, deadline=True)

@@ -224,7 +224,16 @@ class InterceptorHost(Extension):
     async def invoke(self, call: Call) -> InterceptorResult:
         """Run one interceptor (the `Source` protocol used by `Chain.add_local`, and the wire handler)."""
         payload = fast_copy(call.payload) if self.copy_payloads else call.payload
-        registered = self._checked(call)
+        registered = self._registry.get(call.name)
+        if registered is None:
+            raise InterceptorNotFoundError(call.name)  # R21
+        key = (call.name, call.event, call.phase)
+        covered = self._covered.get(key)
+        if covered is None:
+            covered = self._covered[key] = registered.descriptor.covers(call.event, call.phase)
+        if not covered:
+            advertised = [entry.to_wire() for entry in registered.descriptor.hooks]
+            raise HookMismatchError(call.name, call.event, call.phase, advertised)  # R22
         config = dict(call.config) if call.config is not None else {}
         if call.config is not None and registered.config_validator is not None:
             _check_config(call.name, registered.config_validator, config)  # R23
@@ -251,18 +260,6 @@ class InterceptorHost(Extension):
         registered = self._registry.get(name)
         if registered is None:
             raise InterceptorNotFoundError(name)  # R21
-        return registered
-
-    def _checked(self, call: Call) -> _Registered:
-        """The registered interceptor `call` names, if one of its hooks covers the call (R21/R22)."""
-        registered = self._lookup(call.name)
-        key = (call.name, call.event, call.phase)
-        covered = self._covered.get(key)
-        if covered is None:
-            covered = self._covered[key] = registered.descriptor.covers(call.event, call.phase)
-        if not covered:
-            advertised = [entry.to_wire() for entry in registered.descriptor.hooks]
-            raise HookMismatchError(call.name, call.event, call.phase, advertised)  # R22
         return registered
 
     async def _call_handler(self, registered: _Registered, invocation: Invocation, timeout_ms: float | None) -> Any:

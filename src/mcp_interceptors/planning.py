@@ -309,6 +309,11 @@ def summary_for(errors: int, warnings: int, infos: int) -> ValidationSummary:
     return ValidationSummary(errors=errors, warnings=warnings, infos=infos)
 
 
+NO_FINDINGS = ValidationSummary()
+#: Where a message severity is counted in the summary; any other severity counts as an error (§5.10).
+_SUMMARY_SLOT = {"error": 0, "warn": 1, "info": 2}
+
+
 def is_blocking_verdict(result: ValidationResult, rule: SeverityRule = "g5") -> bool:
     """§5.5 for a successful invocation of an active validator.
 
@@ -439,18 +444,21 @@ class ChainRun:
                 self._record_sink(step, outcome)
 
     def result(self) -> RunResult:
-        counts = {"error": 0, "warn": 0, "info": 0}
+        counts = [0, 0, 0]  # errors, warnings, infos
         for result in self._results:
-            if isinstance(result, ValidationResult):
-                for severity in message_severities(result):
-                    counts[severity if severity in ("warn", "info") else "error"] += 1
+            if not isinstance(result, ValidationResult):
+                continue
+            if result.valid and not result.messages and result.severity is None:
+                continue  # a bare `valid: true` counts nothing
+            for severity in message_severities(result):
+                counts[_SUMMARY_SLOT.get(severity, 0)] += 1
         return RunResult(
-            status=self._status,
-            final_payload=None if self.blocked else self._current,
-            results=self._results,
-            failures=self._failures,
-            validation_summary=summary_for(counts["error"], counts["warn"], counts["info"]),
-            aborted_at=self._aborted_at,
+            self._status,
+            None if self.blocked else self._current,
+            self._results,
+            self._failures,
+            summary_for(*counts) if any(counts) else NO_FINDINGS,
+            self._aborted_at,
         )
 
     # ---- internals

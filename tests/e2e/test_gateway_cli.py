@@ -146,8 +146,13 @@ async def test_config_schema_prints_a_json_schema_of_the_config() -> None:
             "upstreams: Value error, at least one upstream server is needed "
             "(fix: see `mcp-interceptors config-schema`)",
         ),
+        (
+            "name: no-upstreams-key\n",
+            "upstreams: Value error, at least one upstream server is needed "
+            "(fix: see `mcp-interceptors config-schema`)",
+        ),
     ],
-    ids=["unknown-key", "missing-env", "bad-url", "unknown-guard", "no-upstream"],
+    ids=["unknown-key", "missing-env", "bad-url", "unknown-guard", "no-upstream", "no-upstreams-key"],
 )
 @pytest.mark.parametrize("flag", ["--config", "--check"])
 async def test_config_errors_name_the_file_the_field_and_the_fix(

@@ -214,7 +214,10 @@ class GatewayConfig(_Model):
     """The whole `gateway.yaml`."""
 
     name: str = "mcp-interceptors-gateway"
-    upstreams: dict[Annotated[str, Field(pattern=_NAME)], UpstreamConfig] = Field(default_factory=dict)
+    upstreams: dict[Annotated[str, Field(pattern=_NAME)], UpstreamConfig] = Field(
+        default_factory=dict,
+        validate_default=True,  # a file without `upstreams:` is refused too
+    )
     interceptors: InterceptorsConfig = Field(default_factory=InterceptorsConfig)
     chain: ChainConfig = Field(default_factory=ChainConfig)
     expose_execute_chain: bool = False

@@ -394,6 +394,13 @@ def _normalise(
             )
         return _as_validation(name, value, {"interceptor": name, "phase": phase, "duration_ms": duration_ms})
     if descriptor.type == "mutation":
+        if not isinstance(value, _RESULT_TYPES):  # None (unchanged) or the new payload
+            modified = value is not None and value != original_payload
+            if type(modified) is bool:  # else an exotic payload's comparison: let the model judge it
+                payload = original_payload if value is None else value
+                return MutationResult.trusted(
+                    interceptor=name, phase=phase, duration_ms=duration_ms, modified=modified, payload=payload
+                )
         return _as_mutation(name, value, original_payload, phase, duration_ms)
     stamp = {"interceptor": name, "phase": phase, "duration_ms": duration_ms}
     if value is None or isinstance(value, bool):
@@ -401,6 +408,9 @@ def _normalise(
     if isinstance(value, SinkResult):
         return value.model_copy(update=stamp)
     raise InterceptorExecutionError(name, f"sink returned {type(value).__name__}, expected SinkResult, bool or None")
+
+
+_RESULT_TYPES = (ValidationResult, MutationResult, SinkResult)
 
 
 def _as_validation(name: str, value: Any, stamp: dict[str, Any]) -> ValidationResult:
@@ -437,12 +447,7 @@ def _as_mutation(name: str, value: Any, original_payload: Any, phase: Phase, dur
         return value.model_copy(update=stamp)
     if isinstance(value, ValidationResult | SinkResult):
         raise InterceptorExecutionError(name, f"mutator returned a {value.type} result, expected a mutation result")
-    if value is None:
-        return MutationResult.trusted(modified=False, payload=original_payload, **stamp)
-    modified = value != original_payload
-    if type(modified) is not bool:  # an exotic payload's comparison: let the model judge it
-        return MutationResult(modified=modified, payload=value, **stamp)
-    return MutationResult.trusted(modified=modified, payload=value, **stamp)
+    return MutationResult(modified=value != original_payload, payload=value, **stamp)
 
 
 def build_descriptor(

@@ -153,6 +153,8 @@ async def _run_gateway(
     async with anyio.create_task_group() as tg:
         await populate_chain(chain, config, tg, file=file)
         gateway = Gateway(config, chain)
+        if http is None:
+            gateway.await_stdio_client()
         await gateway.start(tg)
         if http is None:
             await serve_stdio(gateway)

@@ -68,6 +68,8 @@ logger = logging.getLogger(__name__)
 LOCAL_METHODS = frozenset(
     {"initialize", "server/discover", "ping", "subscriptions/listen", LIST_METHOD, INVOKE_METHOD, EXECUTE_CHAIN_METHOD}
 )
+#: How long a request an upstream sends before the stdio client's handshake waits for that client.
+_STDIO_CLIENT_WAIT_S = 30.0
 _CAPABILITY_KEYS = ("tools", "prompts", "resources", "logging", "completions")
 
 
@@ -132,6 +134,7 @@ class Gateway:
         self.bridges = Bridges()
         self.startup_catalog: Catalog | None = None
         self.audit_writer = audit_writer
+        self._stdio_client: anyio.Event | None = None
         self.server: Server[Any] = Server(
             config.name,
             version=GATEWAY_CLIENT_INFO["version"],  # serverInfo needs one: clients warn on an empty version
@@ -299,6 +302,19 @@ class Gateway:
 
     # ------------------------------------------------------------------ shared connections
 
+    def await_stdio_client(self) -> None:
+        """Serving one stdio client: requests the upstreams send before its handshake wait for it.
+
+        Servers ask for roots (say) right after their own handshake, which the gateway makes at start,
+        before the client that will answer has connected.
+        """
+        self._stdio_client = anyio.Event()
+
+    def stdio_client_ready(self) -> None:
+        """The stdio client finished its handshake (or sent a first request): held requests go on."""
+        if self._stdio_client is not None:
+            self._stdio_client.set()
+
     def _shared_request_handler(self, upstream: str) -> Any:
         """A request from a shared connection: to a bridged 2026-07-28 call, else to the stdio client."""
 
@@ -306,6 +322,10 @@ class Gateway:
             bridged = self.bridges.active(upstream)
             if bridged is not None:
                 return await bridged.ask(method, params)
+            waiting = self._stdio_client
+            if waiting is not None and not waiting.is_set():
+                with anyio.move_on_after(_STDIO_CLIENT_WAIT_S):
+                    await waiting.wait()
             session = self.sessions.get("default")
             if session is None or session.era != "legacy":
                 raise MCPError(-32600, f"no downstream session can answer {method} from {upstream!r}")

@@ -168,7 +168,16 @@ class StdioFront:
             if method == "notifications/cancelled":
                 request_id = (message.get("params") or {}).get("requestId")
                 return False if self.peer.is_serving(request_id) else await self._to_server(message)
-            return await self._to_server(message) if method == "notifications/initialized" else False
+            if method != "notifications/initialized":
+                return False
+            forwarded = await self._to_server(message)
+            if self.era == "legacy":
+                # The client can take requests now, before its first own request gives the session a channel.
+                session = self.gateway.session("legacy", None, None, self.client_params)
+                if session.standalone is None:
+                    session.standalone = PeerDownstream(self.peer)
+            self.gateway.stdio_client_ready()
+            return forwarded
         if method == "initialize":
             self._initialize_id = message.get("id")
             params = message.get("params")
@@ -202,6 +211,7 @@ class StdioFront:
                 await self.peer.send_line(encode_line(body))
 
     async def on_request(self, request_id: Any, method: str, params: dict[str, Any] | None) -> Any:
+        self.gateway.stdio_client_ready()  # a 2026-07-28 client makes no handshake: its first request counts
         era = self._era_of({"params": params})
         session = self.gateway.session(
             "2026-07-28" if era == "2026-07-28" else "legacy", None, None, self.client_params

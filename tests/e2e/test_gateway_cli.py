@@ -117,6 +117,7 @@ async def test_config_schema_prints_a_json_schema_of_the_config() -> None:
     assert schema["title"] == "mcp-interceptors gateway configuration"
     assert schema["additionalProperties"] is False
     assert {"upstreams", "interceptors", "chain", "auth", "http", "expose_execute_chain"} <= set(schema["properties"])
+    assert schema["required"] == ["upstreams"] and schema["properties"]["upstreams"]["minProperties"] == 1
 
 
 @pytest.mark.parametrize(

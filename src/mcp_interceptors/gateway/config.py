@@ -210,13 +210,20 @@ class AuditConfig(_Model):
     receipts: bool = Field(False, description="Return record id and signature in result _meta.")
 
 
+def _require_upstreams(schema: dict[str, Any]) -> None:
+    schema["required"] = ["upstreams"]  # a default keeps pydantic's error ours; the schema tells editors
+
+
 class GatewayConfig(_Model):
     """The whole `gateway.yaml`."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True, json_schema_extra=_require_upstreams)
 
     name: str = "mcp-interceptors-gateway"
     upstreams: dict[Annotated[str, Field(pattern=_NAME)], UpstreamConfig] = Field(
         default_factory=dict,
         validate_default=True,  # a file without `upstreams:` is refused too
+        json_schema_extra={"minProperties": 1},
     )
     interceptors: InterceptorsConfig = Field(default_factory=InterceptorsConfig)
     chain: ChainConfig = Field(default_factory=ChainConfig)

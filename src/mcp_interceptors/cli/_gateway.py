@@ -12,7 +12,14 @@ import anyio
 
 from mcp_interceptors.cli._common import CommandError, print_json
 from mcp_interceptors.gateway.check import render_check, resolved_plan
-from mcp_interceptors.gateway.config import ConfigError, GatewayConfig, config_json_schema, load_config, parse_config
+from mcp_interceptors.gateway.config import (
+    ConfigError,
+    GatewayConfig,
+    authority,
+    config_json_schema,
+    load_config,
+    parse_config,
+)
 from mcp_interceptors.gateway.routing import RoutingError
 from mcp_interceptors.gateway.serve import BindRefusedError, ListenError, check_listen, serve_http, serve_stdio
 from mcp_interceptors.gateway.server import Gateway
@@ -160,7 +167,7 @@ async def _run_gateway(
             await serve_stdio(gateway)
         else:
             host, port = http
-            url = f"http://{host}:{port}{config.http.path}"
+            url = f"http://{authority(host, port)}{config.http.path}"
 
             def ready() -> None:
                 print(f"gateway listening on {url}", file=sys.stderr, flush=True)

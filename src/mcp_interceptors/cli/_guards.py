@@ -25,6 +25,7 @@ from mcp_interceptors.cli._common import CommandError, add_target_arguments, bui
 from mcp_interceptors.cli._core import _run
 from mcp_interceptors.cli._gateway import _parse_http
 from mcp_interceptors.executor import Call
+from mcp_interceptors.gateway.config import authority
 from mcp_interceptors.gateway.serve import ListenError, check_listen
 from mcp_interceptors.gateway.stdio import fd_stdio_server
 from mcp_interceptors.guards.pinning import pin_document
@@ -131,7 +132,7 @@ def run_serve(args: argparse.Namespace) -> int:
     except ListenError as exc:
         raise CommandError(str(exc)) from None
     app = server.streamable_http_app(host=bind)
-    ready = f"serving {', '.join(args.guard)} on http://{bind}:{port}/mcp"
+    ready = f"serving {', '.join(args.guard)} on http://{authority(bind, port)}/mcp"
     anyio.run(_serve_http, app, bind, port, ready)
     return 0
 

@@ -15,7 +15,7 @@ import jwt
 from mcp.server.auth.provider import AccessToken, TokenVerifier
 from mcp.server.auth.settings import AuthSettings
 
-from mcp_interceptors.gateway.config import AuthConfig, ConfigError, GatewayConfig
+from mcp_interceptors.gateway.config import AuthConfig, ConfigError, GatewayConfig, authority
 
 #: Claims passed on to interceptors as `principal.claims` (send only what policy needs).
 _FORWARDED_CLAIMS = frozenset({"iss", "aud", "sub", "azp", "client_id", "groups", "roles"})
@@ -103,7 +103,7 @@ def build_auth(config: GatewayConfig, host: str, port: int) -> tuple[AuthSetting
     auth = config.auth
     if not auth.enabled:
         return None, None
-    resource = auth.resource_server_url or f"http://{host}:{port}{config.http.path}"
+    resource = auth.resource_server_url or f"http://{authority(host, port)}{config.http.path}"
     verifier: TokenVerifier
     if auth.jwt is not None:
         verifier = JwtVerifier(auth)

@@ -33,6 +33,11 @@ class ConfigError(InterceptorsError, ValueError):
         self.file, self.path, self.problem, self.fix = file, path, problem, fix
 
 
+def authority(host: str, port: int) -> str:
+    """`host:port` as a URL writes it: an IPv6 address in brackets."""
+    return f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
+
+
 class _Model(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
 

@@ -20,7 +20,7 @@ from mcp.server.stdio import stdio_server
 from mcp.server.transport_security import TransportSecuritySettings
 
 from mcp_interceptors.gateway.auth import build_auth
-from mcp_interceptors.gateway.config import GatewayConfig
+from mcp_interceptors.gateway.config import GatewayConfig, authority
 from mcp_interceptors.gateway.server import Gateway
 from mcp_interceptors.gateway.stdio import serve_stdio_fast
 
@@ -81,7 +81,7 @@ def http_app(gateway: Gateway, host: str, port: int, *, insecure_no_auth: bool =
         )
     allowed_hosts = [f"{h}:*" for h in ("127.0.0.1", "localhost", "[::1]")] + list(config.http.allowed_hosts)
     if host not in LOOPBACK:
-        allowed_hosts.append(f"{host}:{port}")
+        allowed_hosts.append(authority(host, port))
     allowed_origins = [f"http://{h}:*" for h in ("127.0.0.1", "localhost", "[::1]")] + list(config.http.allowed_origins)
     security = TransportSecuritySettings(
         enable_dns_rebinding_protection=True, allowed_hosts=allowed_hosts, allowed_origins=allowed_origins

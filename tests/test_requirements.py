@@ -60,3 +60,35 @@ def test_every_row_names_at_least_one_test_for_its_requirement() -> None:
         for low, high in (m for name in tests for m in re.findall(r"_r(\d+)_to_r(\d+)", name)):
             numbers |= set(range(int(low), int(high) + 1))
         assert int(requirement[1:]) in numbers, line
+
+
+CODE_REF = re.compile(r"`((?:[\w/]+/)?[a-z_]+\.py):([\w.]+)`")
+SRC = ROOT / "src" / "mcp_interceptors"
+
+
+def defined_names(path: Path) -> set[str]:
+    """Dotted names (`Class`, `Class.method`, `function`, `CONSTANT`) defined at module or class level."""
+    names: set[str] = set()
+    for node in ast.parse(path.read_text(encoding="utf-8")).body:
+        if isinstance(node, ast.ClassDef):
+            names.add(node.name)
+            for item in node.body:
+                if isinstance(item, ast.FunctionDef | ast.AsyncFunctionDef):
+                    names.add(f"{node.name}.{item.name}")
+                elif isinstance(item, ast.AnnAssign) and isinstance(item.target, ast.Name):
+                    names.add(f"{node.name}.{item.target.id}")
+        elif isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef):
+            names.add(node.name)
+        elif isinstance(node, ast.Assign | ast.AnnAssign):
+            targets = node.targets if isinstance(node, ast.Assign) else [node.target]
+            names.update(target.id for target in targets if isinstance(target, ast.Name))
+    return names
+
+
+def test_every_code_location_the_document_names_exists() -> None:
+    stale = []
+    for file, name in CODE_REF.findall(DOC.read_text(encoding="utf-8")):
+        path = SRC / file if (SRC / file).exists() else TESTS / file
+        if not path.exists() or name not in defined_names(path):
+            stale.append(f"{file}:{name}")
+    assert stale == []

@@ -389,8 +389,9 @@ def _normalise(
     name = descriptor.name
     if descriptor.type == "validation":
         if isinstance(value, bool):
+            severity = None if value else "error"
             return ValidationResult.trusted(
-                interceptor=name, phase=phase, duration_ms=duration_ms, valid=value, severity=None if value else "error"
+                {"interceptor": name, "phase": phase, "duration_ms": duration_ms, "valid": value, "severity": severity}
             )
         return _as_validation(name, value, {"interceptor": name, "phase": phase, "duration_ms": duration_ms})
     if descriptor.type == "mutation":
@@ -399,7 +400,13 @@ def _normalise(
             if type(modified) is bool:  # else an exotic payload's comparison: let the model judge it
                 payload = original_payload if value is None else value
                 return MutationResult.trusted(
-                    interceptor=name, phase=phase, duration_ms=duration_ms, modified=modified, payload=payload
+                    {
+                        "interceptor": name,
+                        "phase": phase,
+                        "duration_ms": duration_ms,
+                        "modified": modified,
+                        "payload": payload,
+                    }
                 )
         return _as_mutation(name, value, original_payload, phase, duration_ms)
     stamp = {"interceptor": name, "phase": phase, "duration_ms": duration_ms}

@@ -187,6 +187,40 @@ def test_r29_property_mutation_result_round_trip(result: MutationResult) -> None
     assert parse_result(wire, interceptor=str(result.interceptor), type="mutation", phase=result.phase) == result  # type: ignore[arg-type]
 
 
+@pytest.mark.parametrize(
+    ("model", "values"),
+    [
+        (
+            ValidationResult,
+            {"interceptor": "v", "phase": "request", "duration_ms": 0.5, "valid": True, "severity": None},
+        ),
+        (
+            ValidationResult,
+            {"interceptor": "v", "phase": "response", "duration_ms": 1.0, "valid": False, "severity": "error"},
+        ),
+        (
+            MutationResult,
+            {"interceptor": "m", "phase": "request", "duration_ms": 0.1, "modified": True, "payload": {"a": [1]}},
+        ),
+        (
+            MutationResult,
+            {"interceptor": "m", "phase": "request", "duration_ms": 0.1, "modified": False, "payload": None},
+        ),
+        (SinkResult, {"interceptor": "s", "phase": "response", "duration_ms": 2.0, "recorded": False}),
+    ],
+)
+def test_trusted_result_is_the_validated_result(model: Any, values: dict[str, Any]) -> None:
+    """`trusted` skips validation only: value, field order, fields set, wire body and copies all match."""
+    trusted, validated = model.trusted(values), model(**values)
+    assert trusted == validated
+    assert repr(trusted) == repr(validated)
+    assert trusted.model_fields_set == validated.model_fields_set
+    assert trusted.to_wire() == validated.to_wire()
+    assert trusted.model_copy(update={"mode": "audit"}) == validated.model_copy(update={"mode": "audit"})
+    with pytest.raises(ValidationError):
+        trusted.interceptor = "other"  # still frozen
+
+
 # --------------------------------------------------------------------------- errors (§3)
 
 

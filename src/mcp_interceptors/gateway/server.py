@@ -246,6 +246,10 @@ class Gateway:
         params = dict(ctx.params) if ctx.params is not None else None
         self._check_surface(method, ctx.protocol_version, params)
         session = self.session_for(ctx)
+        if session.standalone is None:
+            # What the upstreams send outside any call (roots/list after a list_changed, say) goes on the
+            # connection's own channel (the GET stream on HTTP): a request's stream closes with its request.
+            session.standalone = ServerSessionDownstream(ctx, scoped=False)
         try:
             return await session.handle(method, params, ServerSessionDownstream(ctx), ctx.request_id)
         except InterceptorsError as exc:

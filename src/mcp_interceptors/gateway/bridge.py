@@ -41,6 +41,18 @@ class BridgedCall:
     receive: MemoryObjectReceiveStream[tuple[str, Any]]
     questions: dict[str, _Question] = field(default_factory=dict)
     scope: anyio.CancelScope = field(default_factory=anyio.CancelScope)
+    #: The client request now waiting on this call (the first one, then each retry): where the
+    #: upstream's progress and request-scoped notifications go; None between rounds.
+    on_progress: Callable[[float, float | None, str | None], Awaitable[None]] | None = None
+    on_notify: Callable[[str, dict[str, Any] | None], Awaitable[None]] | None = None
+
+    async def progress(self, progress: float, total: float | None, message: str | None) -> None:
+        if self.on_progress is not None:
+            await self.on_progress(progress, total, message)
+
+    async def notify(self, method: str, params: dict[str, Any] | None) -> None:
+        if self.on_notify is not None:
+            await self.on_notify(method, params)
 
     async def ask(self, method: str, params: dict[str, Any] | None) -> dict[str, Any]:
         """Called for each upstream request: park it until the client's retry answers it."""
@@ -95,7 +107,7 @@ class Bridges:
         tg: anyio.abc.TaskGroup,
         owner: str,
         upstream: str,
-        call: Callable[[], Awaitable[dict[str, Any]]],
+        call: Callable[[BridgedCall], Awaitable[dict[str, Any]]],
     ) -> BridgedCall:
         send, receive = anyio.create_memory_object_stream[tuple[str, Any]](16)
         bridged = BridgedCall(secrets.token_urlsafe(24), owner, upstream, send, receive)
@@ -104,11 +116,11 @@ class Bridges:
         tg.start_soon(self._run, bridged, call)
         return bridged
 
-    async def _run(self, bridged: BridgedCall, call: Callable[[], Awaitable[dict[str, Any]]]) -> None:
+    async def _run(self, bridged: BridgedCall, call: Callable[[BridgedCall], Awaitable[dict[str, Any]]]) -> None:
         try:
             with bridged.scope, anyio.move_on_after(BRIDGE_TIMEOUT_S):
                 try:
-                    result = await call()
+                    result = await call(bridged)
                     await bridged.send.send(("result", result))
                 except MCPError as exc:
                     await bridged.send.send(("error", exc))

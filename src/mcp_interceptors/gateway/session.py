@@ -17,6 +17,7 @@ from mcp import MCPError
 from mcp.shared.inbound import mcp_param_headers, x_mcp_header_map
 from mcp_types.methods import CACHEABLE_METHODS
 
+from mcp_interceptors.gateway.bridge import BridgedCall
 from mcp_interceptors.gateway.legs import GOVERNED_EVENTS
 from mcp_interceptors.gateway.recording import RECEIPT_META_KEY, CallRecord, Leg, receipt_meta
 from mcp_interceptors.gateway.routing import CALLS, LISTS, Catalog, Route, advertised_keys, build_catalog
@@ -269,7 +270,7 @@ class DownstreamSession:
         """Send the call and govern what comes back, including `input_required` rounds."""
         governor = self.gateway.governor
         if self.era == "2026-07-28" and conn.era == "legacy":
-            result = await self._bridged_call(conn, method, upstream_params, context)
+            result = await self._bridged_call(conn, method, upstream_params, downstream, relay)
         else:
             result = await conn.request(
                 method, upstream_params, on_progress=relay, headers=headers, on_notify=downstream.notify_related
@@ -288,18 +289,37 @@ class DownstreamSession:
         raise MCPError(-32603, f"{method}: upstream asked for input more than {MAX_INPUT_ROUNDS} times")
 
     async def _bridged_call(
-        self, conn: UpstreamConnection, method: str, params: dict[str, Any], context: InvocationContext
+        self,
+        conn: UpstreamConnection,
+        method: str,
+        params: dict[str, Any],
+        downstream: Downstream,
+        relay: Callable[..., Awaitable[None]] | None,
     ) -> dict[str, Any]:
-        """A 2026-07-28 client on a handshake-era upstream: its requests to the client become input requests."""
+        """A 2026-07-28 client on a handshake-era upstream: its requests to the client become input requests.
+
+        The request now waiting (the first, then each retry) gets the upstream's progress and log lines;
+        if it is cancelled, so is the upstream call.
+        """
         bridges = self.gateway.bridges
         bridged = bridges.find(params.get("requestState"), self.key)
-        if bridged is not None:
-            answers = params.get("inputResponses")
-            bridged.deliver(answers if isinstance(answers, dict) else {})
-        else:
+        if bridged is None:
             body = {k: v for k, v in params.items() if k not in ("inputResponses", "requestState")}
-            bridged = bridges.start(self.gateway.task_group, self.key, conn.name, lambda: conn.request(method, body))
-        return await bridged.next_reply()
+
+            async def call(bridged: BridgedCall) -> dict[str, Any]:
+                return await conn.request(method, body, on_progress=bridged.progress, on_notify=bridged.notify)
+
+            bridged = bridges.start(self.gateway.task_group, self.key, conn.name, call)
+        bridged.on_progress, bridged.on_notify = relay, downstream.notify_related
+        answers = params.get("inputResponses")
+        bridged.deliver(answers if isinstance(answers, dict) else {})
+        try:
+            return await bridged.next_reply()
+        except anyio.get_cancelled_exc_class():
+            bridged.scope.cancel()  # the client gave up on the call: so does the upstream
+            raise
+        finally:
+            bridged.on_progress = bridged.on_notify = None
 
     def _param_headers(self, conn: UpstreamConnection, method: str, exposed: Any, arguments: Any) -> dict[str, str]:
         """`Mcp-Param-*` headers a 2026-07-28 HTTP upstream expects for a tool's `x-mcp-header` arguments."""

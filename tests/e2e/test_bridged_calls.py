@@ -1,0 +1,55 @@
+"""A 2026-07-28 client calling a handshake-era-only upstream (every TypeScript-SDK server today).
+
+The gateway bridges such a call: the upstream's sampling/elicitation/roots requests travel to the
+client as `input_required` rounds. The call must otherwise behave as a direct one: the upstream's
+progress reaches the request the client is waiting on, and a cancelled call is cancelled upstream.
+"""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+from typing import Any
+
+import anyio
+import pytest
+from e2e_support import ConfigWriter, Sampler, fresh_gateway, text_of, unique
+from mcp import MCPError
+
+HANDSHAKE_UPSTREAM = str(Path(__file__).resolve().parent / "handshake_upstream.py")
+
+pytestmark = pytest.mark.anyio
+
+
+def handshake_config() -> dict[str, Any]:
+    return {"upstreams": {"legacy": {"command": sys.executable, "args": [HANDSHAKE_UPSTREAM]}}}
+
+
+@pytest.mark.parametrize("transport", ["stdio", "http"])
+async def test_progress_of_a_bridged_call_reaches_the_client(write_config: ConfigWriter, transport: str) -> None:
+    seen: list[tuple[float, float | None, str | None]] = []
+
+    async def on_progress(progress: float, total: float | None, message: str | None) -> None:
+        seen.append((progress, total, message))
+
+    config = write_config(handshake_config())
+    with anyio.fail_after(60):
+        async with fresh_gateway(transport, config, "2026-07-28", sampling_callback=Sampler()) as client:
+            result = await client.call_tool("countdown", {"steps": 3}, progress_callback=on_progress)
+            asked = await client.call_tool("ask", {"question": "q"})  # the bridge itself still works
+    assert text_of(result) == "done"
+    assert text_of(asked) == "model says: 42"
+    assert seen == [(1, 3, "step 1"), (2, 3, "step 2"), (3, 3, "step 3")]
+
+
+@pytest.mark.parametrize("transport", ["stdio", "http"])
+async def test_a_cancelled_bridged_call_is_cancelled_upstream(write_config: ConfigWriter, transport: str) -> None:
+    token = unique("bridged")
+    config = write_config(handshake_config())
+    with anyio.fail_after(60):
+        async with fresh_gateway(transport, config, "2026-07-28") as client:
+            await client.list_tools()  # the gateway is up: the timeout below measures the call alone
+            with pytest.raises(MCPError):
+                await client.call_tool("sleep", {"seconds": 60, "token": token}, read_timeout_seconds=1)
+            verdict = await client.call_tool("was_cancelled", {"token": token, "wait": 10})
+    assert text_of(verdict) == "cancelled"

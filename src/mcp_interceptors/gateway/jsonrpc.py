@@ -128,7 +128,9 @@ class JsonRpcPeer:
             await self._on_notification(method, params, on_notify)
             return
         assert self._tg is not None
-        self._tg.start_soon(self._serve, message["id"], method, params, on_request)
+        # Registered before the handler task runs: a cancellation read in the same chunk still finds it.
+        scope = self._handlers[message["id"]] = anyio.CancelScope()
+        self._tg.start_soon(self._serve, message["id"], method, params, on_request, scope)
 
     async def _on_notification(self, method: str, params: dict[str, Any] | None, on_notify: OnNotify) -> None:
         if method == "notifications/cancelled":
@@ -147,10 +149,16 @@ class JsonRpcPeer:
         except Exception:  # a bad notification fails alone
             logger.exception("notification handler for %s raised", method)
 
-    async def _serve(self, request_id: Any, method: str, params: dict[str, Any] | None, on_request: OnRequest) -> None:
+    async def _serve(
+        self,
+        request_id: Any,
+        method: str,
+        params: dict[str, Any] | None,
+        on_request: OnRequest,
+        scope: anyio.CancelScope,
+    ) -> None:
         reply: Message
-        with anyio.CancelScope() as scope:
-            self._handlers[request_id] = scope
+        with scope:
             try:
                 result = await on_request(request_id, method, params)
                 reply = {"jsonrpc": "2.0", "id": request_id, "result": result if result is not None else {}}

@@ -78,3 +78,16 @@ async def test_roots_asked_at_start_get_the_client_s_own_error_when_it_has_no_ro
         async with fresh_gateway("stdio", config, "legacy") as client:
             seen = await roots_seen(client)
     assert isinstance(seen, dict) and "code" in seen  # the client's refusal, relayed as a JSON-RPC error
+
+
+async def test_an_upstream_pinned_to_the_handshake_era_starts_once_and_is_never_probed(
+    write_config: ConfigWriter, tmp_path: Path
+) -> None:
+    pids = tmp_path / "pids"
+    config = roots_config(pids)
+    config["upstreams"]["files"]["era"] = "legacy"
+    with anyio.fail_after(60):
+        async with fresh_gateway("stdio", write_config(config), "legacy") as client:
+            seen = await roots_seen(client)
+    assert isinstance(seen, dict) and "code" in seen  # no roots callback: the client's own refusal
+    assert len(pids.read_text().split()) == 1  # `era: auto` would have started one more for its discover probe

@@ -54,6 +54,13 @@ class TransportConfig(_Model):
     headers: dict[str, str] = Field(default_factory=dict)
     bearer_token: str | None = Field(None, description="Sent as `Authorization: Bearer ...`.")
     timeout_ms: Annotated[float, Field(gt=0)] = Field(60000, description="Per-request timeout towards it.")
+    era: Literal["auto", "legacy", "2026-07-28"] = Field(
+        "auto",
+        description=(
+            "Protocol era to speak: `auto` tries `server/discover` (2026-07-28) and falls back to `initialize`; "
+            "`legacy` goes straight to `initialize`, so a handshake-era stdio server starts once."
+        ),
+    )
 
     @model_validator(mode="after")
     def _one_transport(self) -> TransportConfig:

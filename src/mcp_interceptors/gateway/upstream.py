@@ -154,7 +154,7 @@ class UpstreamConnection:
     ) -> None:
         self.name = name
         self.config = config
-        self.era_preference: EraPreference = era
+        self.era_preference: EraPreference = config.era if era == "auto" else era
         self.client_params = dict(client_params or {})
         self.on_request = on_request
         self.on_notify = on_notify

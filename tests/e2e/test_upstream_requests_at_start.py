@@ -63,7 +63,6 @@ async def test_roots_asked_at_upstream_start_reach_the_stdio_client_through_its_
             roots.uris.append(PROJECT + "/sub")
             await client.send_roots_list_changed()
             second = await roots_seen(client, unlike=first)
-            # The gateway may have started one more (a probe for the 2026-07-28 era, refused): it is gone.
             alive = [pid for pid in pids.read_text().split() if pid_alive(int(pid))]
     assert [root["uri"] for root in first] == [PROJECT]  # the guard filtered the other root out
     assert [root["uri"] for root in second] == [PROJECT, PROJECT + "/sub"]
@@ -80,14 +79,14 @@ async def test_roots_asked_at_start_get_the_client_s_own_error_when_it_has_no_ro
     assert isinstance(seen, dict) and "code" in seen  # the client's refusal, relayed as a JSON-RPC error
 
 
-async def test_an_upstream_pinned_to_the_handshake_era_starts_once_and_is_never_probed(
-    write_config: ConfigWriter, tmp_path: Path
-) -> None:
+@pytest.mark.parametrize("era", ["auto", "legacy"])
+async def test_a_handshake_era_stdio_upstream_starts_once(write_config: ConfigWriter, tmp_path: Path, era: str) -> None:
+    """`auto` probes with `server/discover` and, refused, makes its `initialize` on the same connection."""
     pids = tmp_path / "pids"
     config = roots_config(pids)
-    config["upstreams"]["files"]["era"] = "legacy"
+    config["upstreams"]["files"]["era"] = era
     with anyio.fail_after(60):
         async with fresh_gateway("stdio", write_config(config), "legacy") as client:
             seen = await roots_seen(client)
     assert isinstance(seen, dict) and "code" in seen  # no roots callback: the client's own refusal
-    assert len(pids.read_text().split()) == 1  # `era: auto` would have started one more for its discover probe
+    assert len(pids.read_text().split()) == 1

@@ -58,7 +58,7 @@ class TransportConfig(_Model):
         "auto",
         description=(
             "Protocol era to speak: `auto` tries `server/discover` (2026-07-28) and falls back to `initialize`; "
-            "`legacy` goes straight to `initialize`, so a handshake-era stdio server starts once."
+            "`legacy` goes straight to `initialize`."
         ),
     )
 

@@ -285,9 +285,15 @@ class UpstreamConnection:
             except MCPError as exc:
                 if self.era_preference == "2026-07-28":
                     raise
-                # Some servers fix a connection's era with its first message: start over on a fresh one.
                 logger.debug("upstream %r: server/discover failed (%s); using initialize", self.name, exc.message)
                 self.era_preference = "legacy"
+                if self.is_http:
+                    raise _EraRefused from None  # a fresh HTTP transport costs nothing
+            try:
+                # Handshake-era SDKs answer the unknown method and go on; a stdio server is not started twice.
+                return await self._initialize(dispatcher)
+            except MCPError:
+                # Some servers fix a connection's era with its first message: start over on a fresh one.
                 raise _EraRefused from None
         return await self._initialize(dispatcher)
 

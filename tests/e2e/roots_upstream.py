@@ -1,8 +1,9 @@
 """A handshake-era-only upstream that asks its client for roots right after the handshake, as the
 filesystem reference server does, and again on `notifications/roots/list_changed`.
 
-Raw JSON lines on stdio, so it can send a request outside of any request it serves. Its one tool,
-`roots`, answers what the last `roots/list` returned. With `--pids FILE` each process appends its pid.
+Raw JSON lines on stdio, so it can send a request outside of any request it serves. Its tool `roots`
+answers what the last `roots/list` returned; `capabilities`, the client capabilities of its handshake.
+With `--pids FILE` each process appends its pid.
 """
 
 from __future__ import annotations
@@ -13,7 +14,7 @@ import os
 import sys
 from typing import Any
 
-state: dict[str, Any] = {"roots": "pending", "wants_roots": False}
+state: dict[str, Any] = {"roots": "pending", "wants_roots": False, "capabilities": None}
 ids = itertools.count(1)
 
 
@@ -31,16 +32,22 @@ def answer(message: dict[str, Any]) -> None:
     method, request_id = message["method"], message["id"]
     params = message.get("params") or {}
     if method == "initialize":
-        state["wants_roots"] = "roots" in (params.get("capabilities") or {})
+        state["capabilities"] = params.get("capabilities")
+        state["wants_roots"] = "roots" in (state["capabilities"] or {})
         result: dict[str, Any] = {
             "protocolVersion": params.get("protocolVersion", "2025-11-25"),
             "capabilities": {"tools": {}},
             "serverInfo": {"name": "roots-upstream", "version": "1.0.0"},
         }
     elif method == "tools/list":
-        result = {"tools": [{"name": "roots", "description": "the client's roots", "inputSchema": {"type": "object"}}]}
+        result = {
+            "tools": [
+                {"name": name, "description": f"the client's {name}", "inputSchema": {"type": "object"}}
+                for name in ("roots", "capabilities")
+            ]
+        }
     elif method == "tools/call":
-        result = {"content": [{"type": "text", "text": json.dumps(state["roots"])}]}
+        result = {"content": [{"type": "text", "text": json.dumps(state[params.get("name", "roots")])}]}
     elif method == "ping":
         result = {}
     else:  # server/discover included: this server only speaks the handshake era

@@ -90,3 +90,15 @@ async def test_a_handshake_era_stdio_upstream_starts_once(write_config: ConfigWr
             seen = await roots_seen(client)
     assert isinstance(seen, dict) and "code" in seen  # no roots callback: the client's own refusal
     assert len(pids.read_text().split()) == 1
+
+
+async def test_upstreams_started_with_a_stdio_gateway_see_every_client_feature_it_relays(
+    write_config: ConfigWriter, tmp_path: Path
+) -> None:
+    """So a server that chooses its tools by client capability offers all of them through the gateway."""
+    with anyio.fail_after(60):
+        async with fresh_gateway("stdio", write_config(roots_config(tmp_path / "pids")), "legacy") as client:
+            seen = json.loads(text_of(await client.call_tool("capabilities", {})))
+    assert seen["roots"] == {"listChanged": True}
+    assert seen["sampling"] == {"context": {}, "tools": {}}
+    assert seen["elicitation"] == {"form": {}, "url": {}}

@@ -55,8 +55,14 @@ ENVELOPE_KEYS = frozenset(
     {PROTOCOL_VERSION_META_KEY, CLIENT_INFO_META_KEY, CLIENT_CAPABILITIES_META_KEY, LOG_LEVEL_META_KEY}
 )
 GATEWAY_CLIENT_INFO = {"name": "mcp-interceptors-gateway", "version": "0.1.0"}
-#: What the gateway presents when it has no downstream client to speak for.
-DEFAULT_CLIENT_CAPABILITIES: dict[str, Any] = {"roots": {"listChanged": True}, "sampling": {}, "elicitation": {}}
+#: What the gateway presents when it has no downstream client to speak for (the connections it makes at
+#: start, which a stdio client's session adopts): every client feature it can relay, so a server offers
+#: all it would offer some client; a request the client cannot serve gets that client's own error.
+DEFAULT_CLIENT_CAPABILITIES: dict[str, Any] = {
+    "roots": {"listChanged": True},
+    "sampling": {"context": {}, "tools": {}},
+    "elicitation": {"form": {}, "url": {}},
+}
 _BACKOFF_FIRST_S = 0.2
 _BACKOFF_MAX_S = 10.0
 _CONNECT_WAIT_S = 10.0

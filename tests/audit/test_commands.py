@@ -142,6 +142,13 @@ def test_show_unknown_id_and_missing_database(sqlite_store: SqliteStore, trail: 
     assert not (tmp_path / "missing.db").exists()
 
 
+def test_verify_with_a_missing_trust_file_names_it(sqlite_store: SqliteStore, trail: list[str], tmp_path: Path) -> None:
+    err = io.StringIO()
+    missing = tmp_path / "anchors.jsonl"
+    assert verify(sqlite_store.path, io.StringIO(), trusted_keys=[missing], err=err) == EXIT_ERROR
+    assert err.getvalue() == f"error: cannot read trust file {missing}: No such file or directory\n"
+
+
 def test_unreachable_postgres_is_one_line_without_the_password() -> None:
     pytest.importorskip("psycopg")
     with socket.socket() as probe:  # a port nothing listens on

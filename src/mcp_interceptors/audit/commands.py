@@ -190,7 +190,10 @@ def _trust_anchors(trusted_keys: Sequence[Path], key_path: Path | None) -> dict[
     if trusted_keys:
         anchors: dict[str, PublicKey] = {}
         for path in trusted_keys:
-            anchors.update(read_public_keys(path))
+            try:
+                anchors.update(read_public_keys(path))
+            except OSError as exc:
+                raise AuditError(f"cannot read trust file {path}: {exc.strerror or exc}") from None
         return anchors
     if key_path is not None and key_path.expanduser().exists():
         return load_key(key_path).trusted()

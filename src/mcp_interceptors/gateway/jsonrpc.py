@@ -36,7 +36,18 @@ WriteBytes = Callable[[bytes], Awaitable[None]]
 CONNECTION_CLOSED = -32000
 REQUEST_TIMEOUT = -32001
 PARSE_ERROR = -32700
+INVALID_REQUEST = -32600
 INTERNAL_ERROR = -32603
+
+
+def is_request_id(value: object) -> bool:
+    """MCP ids (and progress tokens) are strings or integers; anything else is refused, never looked up."""
+    return type(value) is str or type(value) is int
+
+
+def _invalid_request(reason: str, request_id: str | int | None = None) -> Message:
+    error = {"code": INVALID_REQUEST, "message": f"Invalid Request: {reason}"}
+    return {"jsonrpc": "2.0", "id": request_id, "error": error}
 
 
 @dataclass
@@ -109,7 +120,18 @@ class JsonRpcPeer:
         except orjson.JSONDecodeError:
             await self._send({"jsonrpc": "2.0", "id": None, "error": {"code": PARSE_ERROR, "message": "Parse error"}})
             return
-        if not isinstance(message, dict):
+        if not isinstance(message, dict):  # a batch, or a bare value: MCP has no batches
+            await self._send(_invalid_request("a message must be a JSON object"))
+            return
+        if "id" in message and not is_request_id(message["id"]):
+            if isinstance(message.get("method"), str):
+                await self._send(_invalid_request("id must be a string or an integer"))
+            else:  # an answer we cannot match (a peer's parse error carries id null): nothing to reply to
+                logger.debug("dropping an answer with id %r", message["id"])
+            return
+        if "method" in message and not isinstance(message["method"], str):
+            if "id" in message:
+                await self._send(_invalid_request("method must be a string", message["id"]))
             return
         if divert is not None and await divert(message):
             return
@@ -134,12 +156,14 @@ class JsonRpcPeer:
 
     async def _on_notification(self, method: str, params: dict[str, Any] | None, on_notify: OnNotify) -> None:
         if method == "notifications/cancelled":
-            scope = self._handlers.get((params or {}).get("requestId"))
+            request_id = (params or {}).get("requestId")
+            scope = self._handlers.get(request_id) if is_request_id(request_id) else None
             if scope is not None:
                 scope.cancel()
             return
         if method == "notifications/progress":
-            pending = self._pending.get((params or {}).get("progressToken"))
+            token = (params or {}).get("progressToken")
+            pending = self._pending.get(token) if is_request_id(token) else None
             if pending is not None and pending.on_progress is not None:
                 p = params or {}
                 await pending.on_progress(p.get("progress", 0), p.get("total"), p.get("message"))
@@ -235,11 +259,11 @@ class JsonRpcPeer:
 
     def is_pending(self, request_id: Any) -> bool:
         """Whether `request_id` is one of our requests still awaiting its answer."""
-        return request_id in self._pending
+        return is_request_id(request_id) and request_id in self._pending
 
     def is_serving(self, request_id: Any) -> bool:
         """Whether `request_id` is a request of the peer's that we are still handling."""
-        return request_id in self._handlers
+        return is_request_id(request_id) and request_id in self._handlers
 
     async def _send(self, message: Message) -> None:
         data = encode_line(message)

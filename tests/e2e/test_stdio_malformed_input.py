@@ -1,0 +1,58 @@
+"""The stdio gateway answers malformed JSON-RPC as a server must and keeps serving.
+
+Every line here once either went unanswered or, with an unhashable id, took the gateway down.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import anyio
+import pytest
+from anyio.streams.buffered import BufferedByteReceiveStream
+from e2e_support import ConfigWriter, gateway_env, upstream_entry
+from helpers import cli_argv
+from mcp_types import CLIENT_CAPABILITIES_META_KEY, CLIENT_INFO_META_KEY, PROTOCOL_VERSION_META_KEY
+
+pytestmark = pytest.mark.anyio
+
+META = {
+    PROTOCOL_VERSION_META_KEY: "2026-07-28",
+    CLIENT_INFO_META_KEY: {"name": "raw-client", "version": "1.0.0"},
+    CLIENT_CAPABILITIES_META_KEY: {},
+}
+MALFORMED: list[tuple[bytes, Any]] = [
+    (b"{not json", {"code": -32700, "id": None}),
+    (b"[]", {"code": -32600, "id": None}),  # MCP has no batches
+    (b'[{"jsonrpc": "2.0", "id": 1, "method": "ping"}]', {"code": -32600, "id": None}),
+    (b'"text"', {"code": -32600, "id": None}),
+    (b'{"jsonrpc": "2.0", "id": {"a": 1}, "method": "tools/list"}', {"code": -32600, "id": None}),
+    (b'{"jsonrpc": "2.0", "id": [1], "method": "ping"}', {"code": -32600, "id": None}),
+    (b'{"jsonrpc": "2.0", "id": 1.5, "method": "ping"}', {"code": -32600, "id": None}),
+    (b'{"jsonrpc": "2.0", "id": 7, "method": 123}', {"code": -32600, "id": 7}),
+    # Silently ignored: notifications whose ids are not ids, and answers nobody asked for.
+    (b'{"jsonrpc": "2.0", "method": "notifications/cancelled", "params": {"requestId": {"x": 1}}}', None),
+    (b'{"jsonrpc": "2.0", "method": "notifications/progress", "params": {"progressToken": [1], "progress": 1}}', None),
+    (b'{"jsonrpc": "2.0", "id": {"a": 1}, "result": {}}', None),
+]
+
+
+async def test_malformed_lines_get_json_rpc_errors_and_the_gateway_keeps_serving(write_config: ConfigWriter) -> None:
+    config = write_config({"upstreams": {"e2e": upstream_entry()}})
+    final = {"jsonrpc": "2.0", "id": "last", "method": "tools/call"}
+    final["params"] = {"name": "echo", "arguments": {"text": "still serving"}, "_meta": META}
+    chunk = b"".join(line + b"\n" for line, _ in MALFORMED) + json.dumps(final).encode() + b"\n"
+    replies: list[dict[str, Any]] = []
+    with anyio.fail_after(60):
+        async with await anyio.open_process(cli_argv("gateway", "--config", str(config)), env=gateway_env()) as proc:
+            assert proc.stdin is not None and proc.stdout is not None
+            await proc.stdin.send(chunk)
+            reader = BufferedByteReceiveStream(proc.stdout)
+            while not replies or replies[-1].get("id") != "last":
+                replies.append(json.loads(await reader.receive_until(b"\n", 1 << 20)))
+            await proc.stdin.aclose()
+            assert await proc.wait() == 0
+    errors = [{"code": reply["error"]["code"], "id": reply["id"]} for reply in replies[:-1]]
+    assert errors == [expected for _, expected in MALFORMED if expected is not None]
+    assert replies[-1]["result"]["content"][0]["text"] == "still serving"

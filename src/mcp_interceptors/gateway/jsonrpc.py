@@ -232,10 +232,14 @@ class JsonRpcPeer:
         outcome = pending.outcome or {}
         error = outcome.get("error")
         if error is not None:
-            error = error if isinstance(error, dict) else {}
-            raise MCPError(int(error.get("code", INTERNAL_ERROR)), str(error.get("message", "")), error.get("data"))
+            if isinstance(error, dict) and type(error.get("code")) is int and isinstance(error.get("message"), str):
+                raise MCPError(error["code"], error["message"], error.get("data"))
+            raise MCPError(INTERNAL_ERROR, f"malformed error answer to {method!r}", {"error": error})
         result = outcome.get("result")
-        return result if isinstance(result, dict) else {}
+        if not isinstance(result, dict):  # every MCP result is an object; a peer that says otherwise is broken
+            kind = "no result" if "result" not in outcome else f"a result of type {type(result).__name__}"
+            raise MCPError(INTERNAL_ERROR, f"malformed answer to {method!r}: {kind}, not an object")
+        return result
 
     async def _cancel_remote(self, request_id: str, reason: str, opts: CallOptions) -> None:
         if opts.get("cancel_on_abandon", True) and not self._closed:

@@ -56,3 +56,41 @@ async def test_malformed_lines_get_json_rpc_errors_and_the_gateway_keeps_serving
     errors = [{"code": reply["error"]["code"], "id": reply["id"]} for reply in replies[:-1]]
     assert errors == [expected for _, expected in MALFORMED if expected is not None]
     assert replies[-1]["result"]["content"][0]["text"] == "still serving"
+
+
+SERVE_MALFORMED: list[tuple[bytes, Any]] = [
+    *MALFORMED[:8],
+    (b'{"jsonrpc": "2.0", "id": 8, "method": "interceptors/list", "params": []}', {"code": -32600, "id": 8}),
+    (b'{"jsonrpc": "1.0", "id": 9, "method": "interceptors/list"}', {"code": -32600, "id": 9}),
+    (b'{"jsonrpc": "2.0", "method": "notifications/cancelled", "params": {"requestId": {"x": 1}}}', None),
+    (b'{"jsonrpc": "2.0", "id": 10, "result": {}}', None),
+]
+
+
+async def test_serve_answers_every_malformed_request_and_keeps_serving() -> None:
+    """mcp's server drops a line its models reject (and reads an object id as a notification): the
+    client would wait for an answer forever."""
+    initialize = {"protocolVersion": "2025-11-25", "capabilities": {}, "clientInfo": {"name": "raw", "version": "1"}}
+    lines = [
+        json.dumps({"jsonrpc": "2.0", "id": "init", "method": "initialize", "params": initialize}).encode(),
+        b'{"jsonrpc": "2.0", "method": "notifications/initialized"}',
+        *(line for line, _ in SERVE_MALFORMED),
+        json.dumps({"jsonrpc": "2.0", "id": "last", "method": "interceptors/list", "params": {}}).encode(),
+    ]
+    replies: list[dict[str, Any]] = []
+    with anyio.fail_after(60):
+        async with await anyio.open_process(cli_argv("serve", "--guard", "secrets"), env=gateway_env()) as proc:
+            assert proc.stdin is not None and proc.stdout is not None
+            await proc.stdin.send(b"".join(line + b"\n" for line in lines))
+            reader = BufferedByteReceiveStream(proc.stdout)
+            while not replies or replies[-1].get("id") != "last":
+                replies.append(json.loads(await reader.receive_until(b"\n", 1 << 20)))
+            await proc.stdin.aclose()
+            assert await proc.wait() == 0
+    by_id = {reply["id"]: reply for reply in replies if reply["id"] in ("init", "last")}
+    assert "result" in by_id["init"]
+    assert [d["name"] for d in by_id["last"]["result"]["interceptors"]] == ["secrets"]
+    # Refusals are written as lines are read, so they may overtake the answers the server is composing.
+    errors = [(reply["error"]["code"], str(reply["id"])) for reply in replies if reply["id"] not in ("init", "last")]
+    expected = [(e["code"], str(e["id"])) for _, e in SERVE_MALFORMED if e is not None]
+    assert sorted(errors) == sorted(expected)

@@ -20,12 +20,13 @@ from typing import TYPE_CHECKING, Any
 import anyio
 import anyio.abc
 import mcp_types as types
+import orjson
 from anyio.streams.memory import MemoryObjectReceiveStream, MemoryObjectSendStream
 from mcp import MCPError
 from mcp.shared.message import SessionMessage
 from mcp_types import PROTOCOL_VERSION_META_KEY
 
-from mcp_interceptors.gateway.jsonrpc import JsonRpcPeer, encode_line
+from mcp_interceptors.gateway.jsonrpc import JsonRpcPeer, encode_line, is_request_id
 from mcp_interceptors.gateway.server import LOCAL_METHODS
 from mcp_interceptors.protocol.errors import InterceptorsError
 
@@ -50,7 +51,7 @@ async def fd_stdio_server(
     write_send, write_receive = anyio.create_memory_object_stream[SessionMessage](16)
     try:
         async with anyio.create_task_group() as tg:
-            tg.start_soon(_read_lines, read_fd, read_send)
+            tg.start_soon(_read_lines, read_fd, read_send, write_send.clone())
             tg.start_soon(_write_lines, write_fd, write_receive)
             yield read_receive, write_send
             tg.cancel_scope.cancel()
@@ -75,9 +76,11 @@ def _divert(fd: int, replacement: int) -> tuple[int, Callable[[], None]]:
     return private, restore
 
 
-async def _read_lines(fd: int, sink: MemoryObjectSendStream[SessionMessage | Exception]) -> None:
+async def _read_lines(
+    fd: int, sink: MemoryObjectSendStream[SessionMessage | Exception], replies: MemoryObjectSendStream[SessionMessage]
+) -> None:
     pending = b""
-    async with sink:
+    async with sink, replies:
         while True:
             try:
                 chunk = os.read(fd, _CHUNK)
@@ -92,11 +95,38 @@ async def _read_lines(fd: int, sink: MemoryObjectSendStream[SessionMessage | Exc
                 if not line.strip():
                     continue
                 try:
-                    message = types.jsonrpc_message_adapter.validate_json(line, by_name=False)
+                    raw = orjson.loads(line)
+                except orjson.JSONDecodeError as exc:
+                    await replies.send(SessionMessage(_error(None, -32700, "Parse error")))
+                    await sink.send(exc)
+                    continue
+                refusal = _refusal(raw)
+                if refusal is not None:  # mcp's server would only log it, and the client wait forever
+                    await replies.send(SessionMessage(refusal))
+                    continue
+                try:
+                    message = types.jsonrpc_message_adapter.validate_python(raw, by_name=False)
                 except Exception as exc:  # a bad line fails alone, as in mcp's transport
+                    if "method" in raw and "id" in raw:
+                        await replies.send(SessionMessage(_error(raw["id"], -32600, "Invalid Request")))
                     await sink.send(exc)
                     continue
                 await sink.send(SessionMessage(message))
+
+
+def _refusal(raw: Any) -> types.JSONRPCError | None:
+    """The answer to a parsed line mcp's models would drop or misread (an object id reads as a notification)."""
+    if not isinstance(raw, dict):
+        return _error(None, -32600, "Invalid Request: a message must be a JSON object")
+    if "id" in raw and "method" in raw and not is_request_id(raw["id"]):
+        return _error(None, -32600, "Invalid Request: id must be a string or an integer")
+    if "id" in raw and "method" in raw and not isinstance(raw["method"], str):
+        return _error(raw["id"], -32600, "Invalid Request: method must be a string")
+    return None
+
+
+def _error(request_id: str | int | None, code: int, message: str) -> types.JSONRPCError:
+    return types.JSONRPCError(jsonrpc="2.0", id=request_id, error=types.ErrorData(code=code, message=message))
 
 
 async def _write_lines(fd: int, source: MemoryObjectReceiveStream[SessionMessage]) -> None:

@@ -58,6 +58,17 @@ async def test_check_prints_the_resolved_plan_for_every_event_and_phase(write_co
     assert "  roots/list response (sending): no interceptors" in lines
 
 
+async def test_check_warns_about_stdio_commands_this_machine_cannot_find(write_config: ConfigWriter) -> None:
+    upstreams = {"found": upstream_entry(), "missing": {"command": "no-such-server-xyz"}, "gone": {"command": "./x.sh"}}
+    config = write_config({"upstreams": upstreams})
+    done = await run_cli("gateway", "--check", str(config), env=gateway_env())
+    assert done.returncode == 0  # a config may be checked on another machine than the one that runs it
+    assert done.stderr.decode().splitlines() == [
+        "warning: upstreams.missing.command: 'no-such-server-xyz' was not found (on PATH, or executable)",
+        "warning: upstreams.gone.command: './x.sh' was not found (on PATH, or executable)",
+    ]
+
+
 async def test_check_shows_both_points_in_order_when_configured(write_config: ConfigWriter) -> None:
     config = write_config(standard_config(chain={"points": ["send", "receive"]}))
     done = await run_cli("gateway", "--check", str(config), env=gateway_env())

@@ -11,7 +11,7 @@ from typing import Any
 import anyio
 
 from mcp_interceptors.cli._common import CommandError, print_json
-from mcp_interceptors.gateway.check import render_check, resolved_plan
+from mcp_interceptors.gateway.check import missing_commands, render_check, resolved_plan
 from mcp_interceptors.gateway.config import (
     ConfigError,
     GatewayConfig,
@@ -133,6 +133,8 @@ async def _check(config: GatewayConfig, file: str, as_json: bool) -> int:
             print(json.dumps({"file": file, "plan": resolved_plan(chain, config.chain.directions)}, indent=2))
         else:
             print(render_check(config, chain, file))
+        for warning in missing_commands(config):
+            print(warning, file=sys.stderr)
         tg.cancel_scope.cancel()
     return 0
 

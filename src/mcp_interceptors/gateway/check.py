@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import os
+import shutil
 from typing import Any
 
 from mcp_interceptors.gateway.config import GatewayConfig
@@ -61,3 +63,21 @@ def render_check(config: GatewayConfig, chain: Chain, file: str) -> str:
         for skipped in row["skipped"]:
             lines.append(f"    - skipped {skipped['interceptor']}: {skipped['reason']}")
     return "\n".join(lines)
+
+
+def missing_commands(config: GatewayConfig) -> list[str]:
+    """Warnings for stdio upstreams whose command this machine cannot find (the gateway would fail at start).
+
+    Interceptor servers need none: `--check` discovers them, so a missing one is already an error.
+    """
+    warnings = []
+    for where, server in ((f"upstreams.{name}", up) for name, up in config.upstreams.items()):
+        if server.command is None:
+            continue
+        base = server.cwd or config.base_dir
+        command = server.command
+        if base is not None and os.sep in command and not os.path.isabs(command):
+            command = os.path.join(base, command)
+        if shutil.which(command, path=server.env.get("PATH")) is None:
+            warnings.append(f"warning: {where}.command: {server.command!r} was not found (on PATH, or executable)")
+    return warnings

@@ -79,5 +79,5 @@ def missing_commands(config: GatewayConfig) -> list[str]:
         if base is not None and os.sep in command and not os.path.isabs(command):
             command = os.path.join(base, command)
         if shutil.which(command, path=server.env.get("PATH")) is None:
-            warnings.append(f"warning: {where}.command: {server.command!r} was not found (on PATH, or executable)")
+            warnings.append(f"warning: {where}.command: {server.command!r} was not found on PATH or is not executable")
     return warnings

@@ -45,9 +45,26 @@ def is_request_id(value: object) -> bool:
     return type(value) is str or type(value) is int
 
 
-def _invalid_request(reason: str, request_id: str | int | None = None) -> Message:
-    error = {"code": INVALID_REQUEST, "message": f"Invalid Request: {reason}"}
+def error_response(request_id: Any, code: int, message: str, data: Any = None) -> Message:
+    """A JSON-RPC error answer (`data` only when there is some)."""
+    error: dict[str, Any] = {"code": code, "message": message}
+    if data is not None:
+        error["data"] = data
     return {"jsonrpc": "2.0", "id": request_id, "error": error}
+
+
+def refusal(message: Any) -> Message | None:
+    """The -32600 answer to a parsed message no handler may see, else None: MCP has no batches, a
+    request's id is a string or an integer (an object id reads as a notification to mcp's models, and
+    cannot key a table), and its method a string."""
+    if not isinstance(message, dict):
+        return error_response(None, INVALID_REQUEST, "Invalid Request: a message must be a JSON object")
+    if "id" in message and "method" in message:
+        if not is_request_id(message["id"]):
+            return error_response(None, INVALID_REQUEST, "Invalid Request: id must be a string or an integer")
+        if not isinstance(message["method"], str):
+            return error_response(message["id"], INVALID_REQUEST, "Invalid Request: method must be a string")
+    return None
 
 
 @dataclass
@@ -118,21 +135,18 @@ class JsonRpcPeer:
         try:
             message = orjson.loads(line)
         except orjson.JSONDecodeError:
-            await self._send({"jsonrpc": "2.0", "id": None, "error": {"code": PARSE_ERROR, "message": "Parse error"}})
+            await self._send(error_response(None, PARSE_ERROR, "Parse error"))
             return
-        if not isinstance(message, dict):  # a batch, or a bare value: MCP has no batches
-            await self._send(_invalid_request("a message must be a JSON object"))
+        refused = refusal(message)
+        if refused is not None:
+            await self._send(refused)
             return
         if "id" in message and not is_request_id(message["id"]):
-            if isinstance(message.get("method"), str):
-                await self._send(_invalid_request("id must be a string or an integer"))
-            else:  # an answer we cannot match (a peer's parse error carries id null): nothing to reply to
-                logger.debug("dropping an answer with id %r", message["id"])
+            # an answer we cannot match (a peer's parse error carries id null): nothing to reply to
+            logger.debug("dropping an answer with id %r", message["id"])
             return
         if "method" in message and not isinstance(message["method"], str):
-            if "id" in message:
-                await self._send(_invalid_request("method must be a string", message["id"]))
-            return
+            return  # a notification with no usable method: nothing to do or say
         if divert is not None and await divert(message):
             return
         method = message.get("method")
@@ -187,10 +201,10 @@ class JsonRpcPeer:
                 result = await on_request(request_id, method, params)
                 reply = {"jsonrpc": "2.0", "id": request_id, "result": result if result is not None else {}}
             except MCPError as exc:
-                reply = {"jsonrpc": "2.0", "id": request_id, "error": _error_body(exc.code, exc.message, exc.data)}
+                reply = error_response(request_id, exc.code, exc.message, exc.data)
             except Exception as exc:  # one bad message never takes the connection down
                 logger.exception("request handler for %s raised", method)
-                reply = {"jsonrpc": "2.0", "id": request_id, "error": _error_body(INTERNAL_ERROR, str(exc), None)}
+                reply = error_response(request_id, INTERNAL_ERROR, str(exc))
             finally:
                 self._handlers.pop(request_id, None)
         if scope.cancelled_caught:
@@ -326,10 +340,3 @@ async def _stop(process: anyio.abc.Process) -> None:
         process.kill()
         with anyio.move_on_after(2):
             await process.wait()
-
-
-def _error_body(code: int, message: str, data: Any) -> dict[str, Any]:
-    body: dict[str, Any] = {"code": code, "message": message}
-    if data is not None:
-        body["data"] = data
-    return body

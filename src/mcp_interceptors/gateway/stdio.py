@@ -26,7 +26,14 @@ from mcp import MCPError
 from mcp.shared.message import SessionMessage
 from mcp_types import PROTOCOL_VERSION_META_KEY
 
-from mcp_interceptors.gateway.jsonrpc import JsonRpcPeer, encode_line, is_request_id
+from mcp_interceptors.gateway.jsonrpc import (
+    INVALID_REQUEST,
+    PARSE_ERROR,
+    JsonRpcPeer,
+    encode_line,
+    error_response,
+    refusal,
+)
 from mcp_interceptors.gateway.server import LOCAL_METHODS
 from mcp_interceptors.protocol.errors import InterceptorsError
 
@@ -81,67 +88,53 @@ async def _read_lines(
 ) -> None:
     pending = b""
     async with sink, replies:
-        while True:
-            try:
-                chunk = os.read(fd, _CHUNK)
-            except BlockingIOError:
-                await anyio.wait_readable(fd)
-                continue
-            if not chunk:
-                break  # EOF: the client went away
+        while chunk := await _read_chunk(fd):  # b"" at EOF: the client went away
             pending += chunk
             *lines, pending = pending.split(b"\n")
             for line in lines:
-                if not line.strip():
-                    continue
-                try:
-                    raw = orjson.loads(line)
-                except orjson.JSONDecodeError as exc:
-                    await replies.send(SessionMessage(_error(None, -32700, "Parse error")))
-                    await sink.send(exc)
-                    continue
-                refusal = _refusal(raw)
-                if refusal is not None:  # mcp's server would only log it, and the client wait forever
-                    await replies.send(SessionMessage(refusal))
-                    continue
-                try:
-                    message = types.jsonrpc_message_adapter.validate_python(raw, by_name=False)
-                except Exception as exc:  # a bad line fails alone, as in mcp's transport
-                    if "method" in raw and "id" in raw:
-                        await replies.send(SessionMessage(_error(raw["id"], -32600, "Invalid Request")))
-                    await sink.send(exc)
-                    continue
-                await sink.send(SessionMessage(message))
+                if line.strip():
+                    await _read_line(line, sink, replies)
 
 
-def _refusal(raw: Any) -> types.JSONRPCError | None:
-    """The answer to a parsed line mcp's models would drop or misread (an object id reads as a notification)."""
-    if not isinstance(raw, dict):
-        return _error(None, -32600, "Invalid Request: a message must be a JSON object")
-    if "id" in raw and "method" in raw and not is_request_id(raw["id"]):
-        return _error(None, -32600, "Invalid Request: id must be a string or an integer")
-    if "id" in raw and "method" in raw and not isinstance(raw["method"], str):
-        return _error(raw["id"], -32600, "Invalid Request: method must be a string")
-    return None
+async def _read_line(
+    line: bytes,
+    sink: MemoryObjectSendStream[SessionMessage | Exception],
+    replies: MemoryObjectSendStream[SessionMessage],
+) -> None:
+    """Hand one line to mcp's server; answer here what its models would drop or misread, so no client
+    waits forever for a reply that mcp's server would only log."""
+    try:
+        raw = orjson.loads(line)
+    except orjson.JSONDecodeError as exc:
+        await replies.send(_as_session_message(error_response(None, PARSE_ERROR, "Parse error")))
+        await sink.send(exc)
+        return
+    refused = refusal(raw)
+    if refused is not None:
+        await replies.send(_as_session_message(refused))
+        return
+    try:
+        message = types.jsonrpc_message_adapter.validate_python(raw, by_name=False)
+    except Exception as exc:  # a bad line fails alone, as in mcp's transport
+        if "method" in raw and "id" in raw:
+            await replies.send(_as_session_message(error_response(raw["id"], INVALID_REQUEST, "Invalid Request")))
+        await sink.send(exc)
+        return
+    await sink.send(SessionMessage(message))
 
 
-def _error(request_id: str | int | None, code: int, message: str) -> types.JSONRPCError:
-    return types.JSONRPCError(jsonrpc="2.0", id=request_id, error=types.ErrorData(code=code, message=message))
+def _as_session_message(body: dict[str, Any]) -> SessionMessage:
+    return SessionMessage(types.jsonrpc_message_adapter.validate_python(body, by_name=False))
 
 
 async def _write_lines(fd: int, source: MemoryObjectReceiveStream[SessionMessage]) -> None:
     async with source:
         async for session_message in source:
             data = session_message.message.model_dump_json(by_alias=True, exclude_unset=True).encode() + b"\n"
-            while data:
-                try:
-                    written = os.write(fd, data)
-                except BlockingIOError:
-                    await anyio.wait_writable(fd)
-                    continue
-                except BrokenPipeError:
-                    return
-                data = data[written:]
+            try:
+                await _write_all(fd, data)
+            except BrokenPipeError:
+                return
 
 
 class PeerDownstream:

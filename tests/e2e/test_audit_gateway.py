@@ -20,7 +20,7 @@ import anyio
 import orjson
 import pytest
 from e2e_support import ConfigWriter, gateway_env, text_of, upstream_entry
-from helpers import Child, cli_argv, free_tcp_port, run_cli, spawn, stop, wait_http_ready
+from helpers import Child, cli_argv, free_tcp_port, run_cli, running
 from mcp import Client
 
 from mcp_interceptors.gateway.recording import RECEIPT_META_KEY
@@ -43,15 +43,8 @@ async def http_gateway(config: Path, label: str) -> AsyncIterator[tuple[Child, s
     """A gateway process on a free port; the caller may kill it, and the block's end stops what is left."""
     port = free_tcp_port()
     argv = cli_argv("gateway", "--config", str(config), "--http", f"127.0.0.1:{port}")
-    child = spawn(argv, env=gateway_env(), label=label)
-    try:
-        await wait_http_ready(child, port)
+    async with running(argv, port=port, env=gateway_env(), label=label) as child:
         yield child, f"http://127.0.0.1:{port}/mcp"
-    except BaseException as exc:
-        exc.add_note(child.describe())
-        raise
-    finally:
-        stop(child)
 
 
 @dataclass

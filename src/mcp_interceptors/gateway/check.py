@@ -74,10 +74,9 @@ def missing_commands(config: GatewayConfig) -> list[str]:
     for where, server in ((f"upstreams.{name}", up) for name, up in config.upstreams.items()):
         if server.command is None:
             continue
-        base = server.cwd or config.base_dir
         command = server.command
-        if base is not None and os.sep in command and not os.path.isabs(command):
-            command = os.path.join(base, command)
+        if server.cwd is not None and os.sep in command and not os.path.isabs(command):
+            command = os.path.join(server.cwd, command)  # where the gateway starts it (load_config sets cwd)
         if shutil.which(command, path=server.env.get("PATH")) is None:
             warnings.append(f"warning: {where}.command: {server.command!r} was not found on PATH or is not executable")
     return warnings

@@ -8,6 +8,7 @@ answers with fields no spec model knows. With `E2E_PID_DIR` set it writes `<pid>
 
 from __future__ import annotations
 
+import json
 import os
 import sys
 from collections.abc import Sequence
@@ -120,6 +121,18 @@ async def crash() -> str:
 async def log(message: str, ctx: Context) -> str:
     await ctx.info(message, logger_name="e2e")
     return "logged"
+
+
+@server.tool(description="The client this server sees: its name, capabilities and protocol version.")
+async def whoami(ctx: Context) -> str:
+    params = ctx.session.client_params
+    capabilities = ctx.client_capabilities
+    seen = {
+        "client": params.client_info.name if params is not None else None,
+        "capabilities": sorted(capabilities.model_dump(exclude_none=True)) if capabilities is not None else [],
+        "protocol": ctx.protocol_version,
+    }
+    return json.dumps(seen)
 
 
 @server.tool(description="This process's id (tells upstream sessions apart).")

@@ -296,13 +296,19 @@ class Gateway:
             session = DownstreamSession(self, key=key, era=era, principal=principal, client_params=client_params)
             if era == "legacy" and self._can_share(session):
                 session.upstreams = dict(self.shared)
+                for conn in self.shared.values():
+                    conn.speak_for(client_params)
             self.sessions[key] = session
         session.last_used = time.monotonic()
         return session
 
     def _can_share(self, session: DownstreamSession) -> bool:
-        """A stdio gateway has one client: it may adopt the startup connections when eras match."""
-        return session.key == "default" and all(conn.era == "legacy" for conn in self.shared.values())
+        """A stdio gateway has one client: it adopts the startup connections, so each upstream runs once.
+
+        A 2026-07-28 connection serves a handshake-era client through the bridge (its `input_required`
+        rounds become server requests), as it does for an upstream that speaks only 2026-07-28.
+        """
+        return session.key == "default"
 
     # ------------------------------------------------------------------ shared connections
 

@@ -10,11 +10,12 @@ from __future__ import annotations
 import logging
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Literal, Protocol
+from typing import TYPE_CHECKING, Any, Literal, Protocol, get_args
 
 import anyio
 from mcp import MCPError
 from mcp.shared.inbound import mcp_param_headers, x_mcp_header_map
+from mcp_types import LoggingLevel
 from mcp_types.methods import CACHEABLE_METHODS
 
 from mcp_interceptors.gateway.bridge import BridgedCall
@@ -32,6 +33,7 @@ logger = logging.getLogger(__name__)
 Era = Literal["legacy", "2026-07-28"]
 METHOD_NOT_FOUND = -32601
 INVALID_PARAMS = -32602
+LOG_LEVELS: tuple[str, ...] = get_args(LoggingLevel)
 INVALID_REQUEST = -32600
 #: Bound on `input_required` round trips bridged for one handshake-era call (as mcp's client does).
 MAX_INPUT_ROUNDS = 10
@@ -433,8 +435,15 @@ class DownstreamSession:
         logging = [conn for conn in conns.values() if conn.info is not None and "logging" in conn.info.capabilities]
         if not logging:  # what a server without the logging capability answers (and the gateway advertises none)
             raise MCPError(METHOD_NOT_FOUND, "Method not found", method)
+        level = (params or {}).get("level")
         for conn in logging:
-            await conn.request(method, params)
+            if conn.era == "2026-07-28" and self.era == "legacy":
+                # 2026-07-28 has no logging/setLevel: the level travels in each request's envelope.
+                if level not in LOG_LEVELS:
+                    raise MCPError(INVALID_PARAMS, f"level must be one of {', '.join(LOG_LEVELS)}", {"field": "level"})
+                conn.log_level = level
+            else:
+                await conn.request(method, params)
         return {}
 
     async def _passthrough(self, method: str, params: dict[str, Any] | None, downstream: Downstream) -> dict[str, Any]:

@@ -162,6 +162,8 @@ class UpstreamConnection:
         self.config = config
         self.era_preference: EraPreference = config.era if era == "auto" else era
         self.client_params = dict(client_params or {})
+        #: The log level a handshake-era client asked of a 2026-07-28 connection, sent with each request.
+        self.log_level: str | None = None
         self.on_request = on_request
         self.on_notify = on_notify
         self.info: UpstreamInfo | None = None
@@ -340,9 +342,20 @@ class UpstreamConnection:
             instructions=result.get("instructions"),
         )
 
+    def speak_for(self, client_params: Mapping[str, Any] | None) -> None:
+        """Present a stdio gateway's one handshake-era client from now on: its identity and capabilities
+        in every 2026-07-28 request and in the `initialize` of a reconnection, and its logs unfiltered
+        (a handshake-era server may log before `logging/setLevel`) until it sets a level."""
+        if client_params:
+            self.client_params = dict(client_params)
+        if self.log_level is None:
+            self.log_level = "debug"
+
     def envelope(self, client_meta: Mapping[str, Any] | None = None) -> dict[str, Any]:
         """The 2026-07-28 `_meta` envelope: the downstream client's if it sent one, else the gateway's."""
         meta = dict(client_meta or {})
+        if self.log_level is not None:
+            meta.setdefault(LOG_LEVEL_META_KEY, self.log_level)
         meta.setdefault(PROTOCOL_VERSION_META_KEY, LATEST_MODERN_VERSION)
         meta.setdefault(CLIENT_INFO_META_KEY, self.client_params.get("clientInfo", GATEWAY_CLIENT_INFO))
         meta.setdefault(

@@ -1,0 +1,91 @@
+"""A stdio gateway's handshake-era client on an upstream that speaks both eras.
+
+The gateway connects its upstreams at start, in the 2026-07-28 era when they offer it. Its one stdio
+client adopts those connections whatever era it speaks, so each configured server runs once; a
+handshake-era client reaches a 2026-07-28 connection through the bridge and is presented to the server
+as itself (its identity, capabilities and log level travel in each request's envelope).
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+
+import anyio
+import mcp_types as types
+import pytest
+from e2e_support import UPSTREAM, ConfigWriter, fresh_gateway, raw_request, text_of, unique, upstream_entry
+from helpers import stderr_log, stdio_transport
+from mcp.client.client import Client
+from mcp.shared.exceptions import MCPError
+
+pytestmark = pytest.mark.anyio
+
+LOGGING_UPSTREAM = str(Path(__file__).resolve().parent / "logging_upstream.py")
+
+CLIENT = types.Implementation(name="e2e-probe-client", version="7.1")
+
+
+def processes_marked(mark: str) -> list[int]:
+    """Ids of live processes whose environment carries `E2E_MARK=mark`."""
+    found = []
+    for proc in Path("/proc").iterdir():
+        if not proc.name.isdigit():
+            continue
+        try:
+            environ = (proc / "environ").read_bytes()
+        except OSError:
+            continue
+        if f"E2E_MARK={mark}".encode() in environ.split(b"\0"):
+            found.append(int(proc.name))
+    return found
+
+
+def marked_config(mark: str) -> dict[str, object]:
+    return {"upstreams": {"e2e": upstream_entry(env={"E2E_MARK": mark})}}
+
+
+async def seen_by_upstream(client: Client) -> dict[str, object]:
+    seen: dict[str, object] = json.loads(text_of(await client.call_tool("whoami", {})))
+    return seen
+
+
+async def test_legacy_stdio_client_runs_each_dual_era_upstream_once(write_config: ConfigWriter) -> None:
+    mark = unique("shared")
+    config = write_config(marked_config(mark))
+    with anyio.fail_after(60):
+        async with fresh_gateway("stdio", config, "legacy") as client:
+            first = text_of(await client.call_tool("pid", {}))
+            again = text_of(await client.call_tool("pid", {}))
+            assert processes_marked(mark) == [int(first)]
+    assert again == first
+
+
+async def test_legacy_stdio_client_is_presented_to_the_upstream_as_itself(write_config: ConfigWriter) -> None:
+    config = write_config(marked_config(unique("identity")))
+    with anyio.fail_after(60), stderr_log("direct upstream") as log:
+        async with Client(
+            stdio_transport([sys.executable, UPSTREAM], log), mode="legacy", client_info=CLIENT
+        ) as direct:
+            expected = await seen_by_upstream(direct)
+        async with fresh_gateway("stdio", config, "legacy", client_info=CLIENT) as client:
+            seen = await seen_by_upstream(client)
+    assert seen["client"] == expected["client"] == CLIENT.name
+    # Not the gateway's defaults (roots, sampling, elicitation): the client declared none of them.
+    assert seen["capabilities"] == expected["capabilities"]
+
+
+@pytest.mark.filterwarnings("ignore::mcp.shared.exceptions.MCPDeprecationWarning")  # logging, as of 2026-07-28
+async def test_legacy_set_level_reaches_a_2026_upstream_in_each_request(write_config: ConfigWriter) -> None:
+    config = write_config({"upstreams": {"logs": {"command": sys.executable, "args": [LOGGING_UPSTREAM]}}})
+    with anyio.fail_after(60):
+        async with fresh_gateway("stdio", config, "legacy") as client:
+            before = text_of(await client.call_tool("level", {}))
+            await client.set_logging_level("error")
+            after = text_of(await client.call_tool("level", {}))
+            with pytest.raises(MCPError) as refused:
+                await raw_request(client, "logging/setLevel", {"level": "loud"})
+            unchanged = text_of(await client.call_tool("level", {}))
+    assert (before, after, unchanged) == ("debug", "error", "error")  # unfiltered until the client sets a level
+    assert refused.value.error.code == -32602

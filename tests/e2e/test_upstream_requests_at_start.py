@@ -1,8 +1,9 @@
-"""Requests an upstream sends right after its handshake, before the stdio client has connected.
+"""Requests an upstream sends right after its handshake, before the stdio client's handshake is done.
 
-The gateway makes its upstream handshakes at start; servers such as the filesystem reference server
-ask for `roots/list` as soon as theirs completes. A stdio gateway holds those requests for the client
-that spawned it, governs them like any other, and the upstream sees the client's own roots.
+A stdio gateway makes its upstream handshakes while its client's `initialize` waits; servers such as
+the filesystem reference server ask for `roots/list` as soon as theirs completes. The gateway holds
+those requests for the client until its handshake is done, governs them like any other, and the
+upstream sees the client's own roots.
 """
 
 from __future__ import annotations
@@ -69,14 +70,14 @@ async def test_roots_asked_at_upstream_start_reach_the_stdio_client_through_its_
     assert len(alive) == 1  # the client's session adopted the upstream the gateway started
 
 
-async def test_roots_asked_at_start_get_the_client_s_own_error_when_it_has_no_roots(
-    write_config: ConfigWriter, tmp_path: Path
-) -> None:
+async def test_a_client_without_roots_is_not_asked_for_them(write_config: ConfigWriter, tmp_path: Path) -> None:
     config = write_config(roots_config(tmp_path / "pids"))
     with anyio.fail_after(60):
         async with fresh_gateway("stdio", config, "legacy") as client:
-            seen = await roots_seen(client)
-    assert isinstance(seen, dict) and "code" in seen  # the client's refusal, relayed as a JSON-RPC error
+            capabilities = json.loads(text_of(await client.call_tool("capabilities", {})))
+            seen = json.loads(text_of(await client.call_tool("roots", {})))
+    assert "roots" not in capabilities  # the upstream met the client, not the gateway's defaults
+    assert seen == "pending"
 
 
 @pytest.mark.parametrize("era", ["auto", "legacy"])
@@ -86,19 +87,20 @@ async def test_a_handshake_era_stdio_upstream_starts_once(write_config: ConfigWr
     config = roots_config(pids)
     config["upstreams"]["files"]["era"] = era
     with anyio.fail_after(60):
-        async with fresh_gateway("stdio", write_config(config), "legacy") as client:
+        async with fresh_gateway("stdio", write_config(config), "legacy", list_roots_callback=Roots(PROJECT)) as client:
             seen = await roots_seen(client)
-    assert isinstance(seen, dict) and "code" in seen  # no roots callback: the client's own refusal
+    assert [root["uri"] for root in seen] == [PROJECT]
     assert len(pids.read_text().split()) == 1
 
 
-async def test_upstreams_started_with_a_stdio_gateway_see_every_client_feature_it_relays(
+async def test_upstreams_of_a_stdio_gateway_see_the_client_s_own_capabilities(
     write_config: ConfigWriter, tmp_path: Path
 ) -> None:
-    """So a server that chooses its tools by client capability offers all of them through the gateway."""
+    """Not every client feature the gateway could relay: a server choosing its tools by client capability
+    offers what it would offer this client directly."""
+    config = write_config(roots_config(tmp_path / "pids"))
     with anyio.fail_after(60):
-        async with fresh_gateway("stdio", write_config(roots_config(tmp_path / "pids")), "legacy") as client:
+        async with fresh_gateway("stdio", config, "legacy", list_roots_callback=Roots(PROJECT)) as client:
             seen = json.loads(text_of(await client.call_tool("capabilities", {})))
-    assert seen["roots"] == {"listChanged": True}
-    assert seen["sampling"] == {"context": {}, "tools": {}}
-    assert seen["elicitation"] == {"form": {}, "url": {}}
+    assert "roots" in seen
+    assert "sampling" not in seen and "elicitation" not in seen

@@ -113,7 +113,7 @@ def _first_message(group: BaseException) -> str:
     group = _leaf(group)
     if isinstance(group, UpstreamUnavailableError):
         return group.message
-    if isinstance(group, InterceptorsError | BindRefusedError | ListenError):
+    if isinstance(group, InterceptorsError | RoutingError | BindRefusedError | ListenError):
         return str(group)
     return f"{type(group).__name__}: {group}"
 
@@ -164,7 +164,8 @@ async def _run_gateway(
         gateway = Gateway(config, chain)
         if http is None:
             gateway.await_stdio_client()
-        await gateway.start(tg)
+        # A stdio gateway has one client: it connects the upstreams when that client says who it is.
+        await gateway.start(tg, connect=http is not None)
         if http is None:
             await serve_stdio(gateway)
         else:

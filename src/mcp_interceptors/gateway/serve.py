@@ -66,6 +66,8 @@ async def serve_stdio(gateway: Gateway) -> None:
     if sys.platform != "win32":
         await serve_stdio_fast(gateway)
         return
+    if not gateway.connected:
+        await gateway.connect_upstreams()  # no first message to read ahead of mcp's transport
     server = gateway.server  # Windows pipes cannot be awaited: mcp's threaded transport
     async with stdio_server() as (read, write):
         await server.run(read, write, server.create_initialization_options())

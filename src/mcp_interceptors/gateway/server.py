@@ -133,6 +133,7 @@ class Gateway:
         self.bus = InMemorySubscriptionBus()
         self.bridges = Bridges()
         self.startup_catalog: Catalog | None = None
+        self.connected = False  # the upstreams are connected (a stdio gateway waits for its client)
         self.audit_writer = audit_writer
         self._stdio_client: anyio.Event | None = None
         self.server: Server[Any] = Server(
@@ -166,24 +167,37 @@ class Gateway:
             return CallRecord(None, context, call_id="")
         return CallRecord(self.audit_writer, context)
 
-    async def start(self, tg: anyio.abc.TaskGroup) -> None:
-        """Connect every upstream (failing with a clear error if one cannot start) and check collisions."""
+    async def start(self, tg: anyio.abc.TaskGroup, *, connect: bool = True) -> None:
+        """Start the audit writer and, unless `connect` is false (a stdio gateway waits for its client
+        to say who it is), connect the upstreams."""
         self._tg = tg
         if self.audit_writer is None and self.config.audit.enabled:
             self.audit_writer = await start_audit_writer(self.config, tg)
+        if connect:
+            await self.connect_upstreams()
+        tg.start_soon(self.sweep_idle_sessions, self.config.http.session_idle_s)
+
+    async def connect_upstreams(self, client_params: Mapping[str, Any] | None = None) -> None:
+        """Connect every upstream (failing with a clear error if one cannot start) and check collisions.
+
+        `client_params` are the `initialize` params the connections present: a stdio gateway's one
+        client's, else the gateway's own identity and every client feature it relays.
+        """
+        assert self._tg is not None, "gateway not started"
         for name, upstream_config in self.config.upstreams.items():
             conn = UpstreamConnection(
                 name,
                 upstream_config,
+                client_params=client_params,
                 on_request=self._shared_request_handler(name),
                 on_notify=self._shared_notify_handler(name),
             )
-            await tg.start(conn.run)
+            await self._tg.start(conn.run)
             self.shared[name] = conn
         probe = DownstreamSession(self, key="startup", era="2026-07-28")
         await probe.refresh_catalog()  # raises RoutingError on a collision
         self.startup_catalog = probe.catalog
-        tg.start_soon(self.sweep_idle_sessions, self.config.http.session_idle_s)
+        self.connected = True
 
     async def sweep_idle_sessions(self, idle_s: float, *, every_s: float = 60.0) -> None:
         """Close handshake-era sessions (and their upstream sessions) unused for `idle_s` seconds."""

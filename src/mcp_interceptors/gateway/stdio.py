@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import os
 import sys
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager, suppress
 from functools import partial
 from typing import TYPE_CHECKING, Any
@@ -24,14 +24,16 @@ import orjson
 from anyio.streams.memory import MemoryObjectReceiveStream, MemoryObjectSendStream
 from mcp import MCPError
 from mcp.shared.message import SessionMessage
-from mcp_types import PROTOCOL_VERSION_META_KEY
+from mcp_types import CLIENT_CAPABILITIES_META_KEY, CLIENT_INFO_META_KEY, PROTOCOL_VERSION_META_KEY
 
 from mcp_interceptors.gateway.jsonrpc import (
+    INTERNAL_ERROR,
     INVALID_REQUEST,
     PARSE_ERROR,
     JsonRpcPeer,
     encode_line,
     error_response,
+    is_request_id,
     refusal,
 )
 from mcp_interceptors.gateway.server import LOCAL_METHODS
@@ -41,6 +43,8 @@ if TYPE_CHECKING:
     from mcp_interceptors.gateway.server import Gateway
 
 _CHUNK = 1 << 16
+#: How long a stdio gateway waits for its client's first message before connecting its upstreams.
+FIRST_MESSAGE_WAIT_S = 2.0
 
 
 @asynccontextmanager
@@ -252,12 +256,76 @@ class StdioFront:
         await session.client_notification(method, params)
 
 
+async def connect_for_first_message(
+    gateway: Gateway, read: Callable[[], Awaitable[bytes]], write: Callable[[bytes], Awaitable[None]]
+) -> Callable[[], Awaitable[bytes]]:
+    """Connect the upstreams presenting the client that the first message names; return a reader that
+    gives back what was read for it.
+
+    A client writes its `initialize` (or a 2026-07-28 request with its envelope) as soon as it has
+    spawned the gateway, so it is normally waiting by now. End of input, or nothing within
+    `FIRST_MESSAGE_WAIT_S`, connects at once with the gateway's own identity, as at start. If the
+    upstreams cannot be connected, the first request gets the reason and the error stops the gateway.
+    """
+    received = b""
+    with anyio.move_on_after(FIRST_MESSAGE_WAIT_S):
+        while b"\n" not in received:
+            chunk = await read()
+            if not chunk:
+                break
+            received += chunk
+    first = _parsed(received.split(b"\n", 1)[0])
+    try:
+        await gateway.connect_upstreams(presented_client(first) if first is not None else None)
+    except Exception as exc:
+        if first is not None and isinstance(first.get("method"), str) and is_request_id(first.get("id")):
+            reason = f"the gateway could not connect its upstreams: {exc}"
+            data = exc.data if isinstance(exc, InterceptorsError | MCPError) else None
+            await write(encode_line(error_response(first["id"], INTERNAL_ERROR, reason, data)))
+        raise
+    replay = [received] if received else []
+
+    async def read_again() -> bytes:
+        return replay.pop() if replay else await read()
+
+    return read_again
+
+
+def _parsed(line: bytes) -> dict[str, Any] | None:
+    try:
+        message = orjson.loads(line) if line.strip() else None
+    except orjson.JSONDecodeError:
+        return None
+    return message if isinstance(message, dict) else None
+
+
+def presented_client(message: dict[str, Any]) -> dict[str, Any] | None:
+    """The `initialize` params a client's first request stands for: its own, or its envelope's parts."""
+    params = message.get("params")
+    if not isinstance(params, dict):
+        return None
+    if message.get("method") == "initialize":
+        return params
+    meta = params.get("_meta")
+    if not isinstance(meta, dict):
+        return None
+    presented = {"clientInfo": meta.get(CLIENT_INFO_META_KEY), "capabilities": meta.get(CLIENT_CAPABILITIES_META_KEY)}
+    return {key: value for key, value in presented.items() if isinstance(value, dict)} or None
+
+
 async def serve_stdio_fast(gateway: Gateway, stdin_fd: int = 0, stdout_fd: int = 1) -> None:
-    """Serve `gateway` on the process's stdin/stdout until the client closes stdin."""
+    """Serve `gateway` on the process's stdin/stdout until the client closes stdin.
+
+    Unless the gateway is connected already, its upstreams are connected first, presenting the client
+    its first message names (see `connect_for_first_message`).
+    """
     read_fd, restore_in = _divert(stdin_fd, os.open(os.devnull, os.O_RDONLY))
     write_fd, restore_out = _divert(stdout_fd, os.dup(2))
     try:
-        peer = JsonRpcPeer(partial(_read_chunk, read_fd), partial(_write_all, write_fd), id_prefix="gw")
+        read: Callable[[], Awaitable[bytes]] = partial(_read_chunk, read_fd)
+        if not gateway.connected:
+            read = await connect_for_first_message(gateway, read, partial(_write_all, write_fd))
+        peer = JsonRpcPeer(read, partial(_write_all, write_fd), id_prefix="gw")
         to_server, server_in = anyio.create_memory_object_stream[Any](32)
         server_out, from_server = anyio.create_memory_object_stream[SessionMessage](32)
         front = StdioFront(gateway, peer, to_server)

@@ -1,9 +1,10 @@
-"""A stdio gateway's handshake-era client on an upstream that speaks both eras.
+"""How a stdio gateway connects its upstreams: for its one client, as that client.
 
-The gateway connects its upstreams at start, in the 2026-07-28 era when they offer it. Its one stdio
-client adopts those connections whatever era it speaks, so each configured server runs once; a
-handshake-era client reaches a 2026-07-28 connection through the bridge and is presented to the server
-as itself (its identity, capabilities and log level travel in each request's envelope).
+The gateway connects its upstreams when the client's first message (its `initialize`, or a 2026-07-28
+request's envelope) says who the client is, so each server meets the client's own identity and
+capabilities, in whichever era the server prefers. The client's session adopts those connections, so
+each configured server runs once; a handshake-era client reaches a 2026-07-28 connection through the
+bridge, with its log level in each request's envelope.
 """
 
 from __future__ import annotations
@@ -15,14 +16,15 @@ from pathlib import Path
 import anyio
 import mcp_types as types
 import pytest
-from e2e_support import UPSTREAM, ConfigWriter, fresh_gateway, raw_request, text_of, unique, upstream_entry
-from helpers import stderr_log, stdio_transport
+from e2e_support import UPSTREAM, ConfigWriter, fresh_gateway, gateway_env, raw_request, text_of, unique, upstream_entry
+from helpers import cli_argv, stderr_log, stdio_transport
 from mcp.client.client import Client
 from mcp.shared.exceptions import MCPError
 
 pytestmark = pytest.mark.anyio
 
 LOGGING_UPSTREAM = str(Path(__file__).resolve().parent / "logging_upstream.py")
+HANDSHAKE_UPSTREAM = str(Path(__file__).resolve().parent / "handshake_upstream.py")
 
 CLIENT = types.Implementation(name="e2e-probe-client", version="7.1")
 
@@ -62,14 +64,16 @@ async def test_legacy_stdio_client_runs_each_dual_era_upstream_once(write_config
     assert again == first
 
 
-async def test_legacy_stdio_client_is_presented_to_the_upstream_as_itself(write_config: ConfigWriter) -> None:
-    config = write_config(marked_config(unique("identity")))
+@pytest.mark.parametrize("mode", ["legacy", "2026-07-28"])
+@pytest.mark.parametrize("upstream", [UPSTREAM, HANDSHAKE_UPSTREAM], ids=["dual-era", "handshake-only"])
+async def test_stdio_client_is_presented_to_the_upstream_as_itself(
+    write_config: ConfigWriter, upstream: str, mode: str
+) -> None:
+    config = write_config({"upstreams": {"e2e": {"command": sys.executable, "args": [upstream]}}})
     with anyio.fail_after(60), stderr_log("direct upstream") as log:
-        async with Client(
-            stdio_transport([sys.executable, UPSTREAM], log), mode="legacy", client_info=CLIENT
-        ) as direct:
+        async with Client(stdio_transport([sys.executable, UPSTREAM], log), mode=mode, client_info=CLIENT) as direct:
             expected = await seen_by_upstream(direct)
-        async with fresh_gateway("stdio", config, "legacy", client_info=CLIENT) as client:
+        async with fresh_gateway("stdio", config, mode, client_info=CLIENT) as client:
             seen = await seen_by_upstream(client)
     assert seen["client"] == expected["client"] == CLIENT.name
     # Not the gateway's defaults (roots, sampling, elicitation): the client declared none of them.
@@ -89,3 +93,29 @@ async def test_legacy_set_level_reaches_a_2026_upstream_in_each_request(write_co
             unchanged = text_of(await client.call_tool("level", {}))
     assert (before, after, unchanged) == ("debug", "error", "error")  # unfiltered until the client sets a level
     assert refused.value.error.code == -32602
+
+
+async def test_upstream_that_cannot_start_fails_the_first_request_with_the_reason_and_exits_1(
+    write_config: ConfigWriter, tmp_path: Path
+) -> None:
+    missing = tmp_path / "no_such_server"
+    config = write_config({"upstreams": {"broken": {"command": str(missing)}}})
+    initialize = {
+        "jsonrpc": "2.0",
+        "id": 1,
+        "method": "initialize",
+        "params": {"protocolVersion": "2025-11-25", "capabilities": {}, "clientInfo": CLIENT.model_dump()},
+    }
+    with anyio.fail_after(60):
+        done = await anyio.run_process(
+            cli_argv("gateway", "--config", str(config)),
+            input=json.dumps(initialize).encode() + b"\n",
+            env=gateway_env(),
+            check=False,
+        )
+    answer = json.loads(done.stdout.decode().splitlines()[0])
+    assert answer["id"] == 1
+    assert answer["error"]["code"] == -32603
+    assert "broken" in answer["error"]["message"]
+    assert done.returncode == 1
+    assert done.stderr.decode().strip().splitlines()[-1].startswith("mcp-interceptors gateway: error: ")

@@ -1,4 +1,5 @@
-"""A low-level upstream that declares `logging` and reports the log level each call asked for.
+"""A low-level upstream that declares `logging` and reports the log level each call asked for
+(`--2026-only`: it refuses `initialize`).
 
 Over 2026-07-28 the level rides in the request's `_meta` envelope; `logging/setLevel` (handshake era)
 is remembered per connection. The `level` tool answers with whichever applies, so a test can see
@@ -7,11 +8,13 @@ what a handshake-era client's `logging/setLevel` became on the way through the g
 
 from __future__ import annotations
 
+import sys
 import warnings
 from typing import Any
 
 import anyio
 import mcp_types as types
+from mcp import MCPError
 from mcp.server import Server
 from mcp.server.stdio import stdio_server
 from mcp_types import LOG_LEVEL_META_KEY as LOG_LEVEL_KEY
@@ -42,6 +45,16 @@ with warnings.catch_warnings():
     server = Server(
         "logging-upstream", on_list_tools=list_tools, on_call_tool=call_tool, on_set_logging_level=set_level
     )
+
+
+async def refuse_initialize(ctx: Any, call_next: Any) -> Any:
+    if ctx.method == "initialize":
+        raise MCPError(-32601, "Method not found", ctx.method)
+    return await call_next(ctx)
+
+
+if "--2026-only" in sys.argv:
+    server.middleware.insert(0, refuse_initialize)
 
 
 async def main() -> None:

@@ -25,6 +25,7 @@ pytestmark = pytest.mark.anyio
 
 LOGGING_UPSTREAM = str(Path(__file__).resolve().parent / "logging_upstream.py")
 HANDSHAKE_UPSTREAM = str(Path(__file__).resolve().parent / "handshake_upstream.py")
+MODERN_UPSTREAM = str(Path(__file__).resolve().parent / "modern_upstream.py")
 
 CLIENT = types.Implementation(name="e2e-probe-client", version="7.1")
 
@@ -65,7 +66,9 @@ async def test_legacy_stdio_client_runs_each_dual_era_upstream_once(write_config
 
 
 @pytest.mark.parametrize("mode", ["legacy", "2026-07-28"])
-@pytest.mark.parametrize("upstream", [UPSTREAM, HANDSHAKE_UPSTREAM], ids=["dual-era", "handshake-only"])
+@pytest.mark.parametrize(
+    "upstream", [UPSTREAM, HANDSHAKE_UPSTREAM, MODERN_UPSTREAM], ids=["dual-era", "handshake-only", "2026-only"]
+)
 async def test_stdio_client_is_presented_to_the_upstream_as_itself(
     write_config: ConfigWriter, upstream: str, mode: str
 ) -> None:
@@ -78,11 +81,23 @@ async def test_stdio_client_is_presented_to_the_upstream_as_itself(
     assert seen["client"] == expected["client"] == CLIENT.name
     # Not the gateway's defaults (roots, sampling, elicitation): the client declared none of them.
     assert seen["capabilities"] == expected["capabilities"]
+    if upstream == UPSTREAM:  # a server that speaks both eras meets the client in the client's own
+        assert seen["protocol"] == expected["protocol"]
 
 
 @pytest.mark.filterwarnings("ignore::mcp.shared.exceptions.MCPDeprecationWarning")  # logging, as of 2026-07-28
-async def test_legacy_set_level_reaches_a_2026_upstream_in_each_request(write_config: ConfigWriter) -> None:
-    config = write_config({"upstreams": {"logs": {"command": sys.executable, "args": [LOGGING_UPSTREAM]}}})
+@pytest.mark.parametrize(
+    ("flags", "unset"),
+    [([], "unset"), (["--2026-only"], "debug")],
+    ids=["handshake-era-connection", "2026-07-28-connection"],
+)
+async def test_legacy_set_level_reaches_the_upstream_in_its_era(
+    write_config: ConfigWriter, flags: list[str], unset: str
+) -> None:
+    """Natively on a handshake-era connection; in each request's envelope on a 2026-07-28 one, where
+    the client's logs go unfiltered until it sets a level (as a handshake-era server may log freely)."""
+    upstream = {"command": sys.executable, "args": [LOGGING_UPSTREAM, *flags]}
+    config = write_config({"upstreams": {"logs": upstream}})
     with anyio.fail_after(60):
         async with fresh_gateway("stdio", config, "legacy") as client:
             before = text_of(await client.call_tool("level", {}))
@@ -91,7 +106,7 @@ async def test_legacy_set_level_reaches_a_2026_upstream_in_each_request(write_co
             with pytest.raises(MCPError) as refused:
                 await raw_request(client, "logging/setLevel", {"level": "loud"})
             unchanged = text_of(await client.call_tool("level", {}))
-    assert (before, after, unchanged) == ("debug", "error", "error")  # unfiltered until the client sets a level
+    assert (before, after, unchanged) == (unset, "error", "error")
     assert refused.value.error.code == -32602
 
 

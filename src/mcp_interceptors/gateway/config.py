@@ -57,8 +57,9 @@ class TransportConfig(_Model):
     era: Literal["auto", "legacy", "2026-07-28"] = Field(
         "auto",
         description=(
-            "Protocol era to speak: `auto` tries `server/discover` (2026-07-28) and falls back to `initialize`; "
-            "`legacy` goes straight to `initialize`."
+            "Protocol era to speak: `auto` tries `server/discover` (2026-07-28) and falls back to `initialize` "
+            "(a stdio gateway whose client made an `initialize` tries that first); `legacy` goes straight to "
+            "`initialize`."
         ),
     )
 

@@ -177,17 +177,21 @@ class Gateway:
             await self.connect_upstreams()
         tg.start_soon(self.sweep_idle_sessions, self.config.http.session_idle_s)
 
-    async def connect_upstreams(self, client_params: Mapping[str, Any] | None = None) -> None:
+    async def connect_upstreams(
+        self, client_params: Mapping[str, Any] | None = None, client_era: Era | None = None
+    ) -> None:
         """Connect every upstream (failing with a clear error if one cannot start) and check collisions.
 
-        `client_params` are the `initialize` params the connections present: a stdio gateway's one
-        client's, else the gateway's own identity and every client feature it relays.
+        `client_params` are the `initialize` params the connections present and `client_era` the era
+        that `era: auto` upstreams try first: a stdio gateway's one client's, else the gateway's own
+        identity, every client feature it relays, and 2026-07-28 first.
         """
         assert self._tg is not None, "gateway not started"
         for name, upstream_config in self.config.upstreams.items():
             conn = UpstreamConnection(
                 name,
                 upstream_config,
+                era="legacy-first" if client_era == "legacy" and upstream_config.era == "auto" else "auto",
                 client_params=client_params,
                 on_request=self._shared_request_handler(name),
                 on_notify=self._shared_notify_handler(name),

@@ -276,7 +276,11 @@ async def connect_for_first_message(
             received += chunk
     first = _parsed(received.split(b"\n", 1)[0])
     try:
-        await gateway.connect_upstreams(presented_client(first) if first is not None else None)
+        if first is None:
+            await gateway.connect_upstreams()
+        else:
+            legacy = first.get("method") == "initialize"
+            await gateway.connect_upstreams(presented_client(first), "legacy" if legacy else "2026-07-28")
     except Exception as exc:
         if first is not None and isinstance(first.get("method"), str) and is_request_id(first.get("id")):
             reason = f"the gateway could not connect its upstreams: {exc}"

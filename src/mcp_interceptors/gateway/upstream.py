@@ -46,7 +46,8 @@ from mcp_interceptors.gateway.jsonrpc import stdio_peer
 logger = logging.getLogger(__name__)
 
 Era = Literal["legacy", "2026-07-28"]
-EraPreference = Literal["auto", "legacy", "2026-07-28"]
+#: `legacy-first` is `auto` for a handshake-era client: `initialize` first, then `server/discover`.
+EraPreference = Literal["auto", "legacy-first", "legacy", "2026-07-28"]
 OnUpstreamRequest = Callable[[str, dict[str, Any] | None], Awaitable[dict[str, Any]]]
 OnUpstreamNotify = Callable[[str, dict[str, Any] | None], Awaitable[None]]
 
@@ -80,7 +81,7 @@ class UpstreamInfo:
 
 
 class _EraRefused(Exception):
-    """The upstream refused `server/discover`: reconnect and use `initialize`."""
+    """The upstream refused the era tried first and fixed the connection to it: reconnect in the other."""
 
 
 def _innermost(exc: BaseException) -> BaseException:
@@ -287,6 +288,18 @@ class UpstreamConnection:
     # ------------------------------------------------------------------ handshake
 
     async def _handshake(self, dispatcher: Wire) -> UpstreamInfo:
+        if self.era_preference == "legacy-first":
+            try:
+                return await self._initialize(dispatcher)
+            except MCPError as exc:
+                logger.debug("upstream %r: initialize failed (%s); using server/discover", self.name, exc.message)
+                self.era_preference = "2026-07-28"
+                if self.is_http:
+                    raise _EraRefused from None
+            try:
+                return await self._discover(dispatcher)
+            except MCPError:
+                raise _EraRefused from None  # the refused initialize fixed this connection's era
         if self.era_preference in ("auto", "2026-07-28"):
             try:
                 return await self._discover(dispatcher)

@@ -18,6 +18,7 @@ from typing import Annotated, Any
 import anyio
 from mcp import MCPError
 from mcp.server import ServerRequestContext
+from mcp.server.context import CallNext, HandlerResult
 from mcp.server.extension import Extension, MethodBinding
 from mcp.server.mcpserver import Context, MCPServer, Resolve, Sample
 from mcp_types import CreateMessageResult, RequestParams, SamplingMessage, TextContent
@@ -159,6 +160,18 @@ async def note(name: str) -> str:
 @server.prompt(description="Summarise a note.")
 async def summarise(name: str) -> str:
     return f"Summarise this note: {NOTES.get(name, '')}"
+
+
+def serve_one_era(refused: str) -> None:
+    """Serve on stdio as a server of one era only: `refused` (the other era's handshake) is unknown to it."""
+
+    async def refuse(ctx: ServerRequestContext[Any, Any], call_next: CallNext) -> HandlerResult:
+        if ctx.method == refused:
+            raise MCPError(-32601, "Method not found", ctx.method)
+        return await call_next(ctx)
+
+    server.middleware.insert(0, refuse)
+    server.run("stdio")
 
 
 if __name__ == "__main__":

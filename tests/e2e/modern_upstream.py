@@ -4,23 +4,7 @@ A handshake-era client reaches it through the gateway's bridge (its `input_requi
 server requests to the client).
 """
 
-from __future__ import annotations
-
-from typing import Any
-
-from e2e_upstream import server
-from mcp import MCPError
-from mcp.server import ServerRequestContext
-from mcp.server.context import CallNext, HandlerResult
-
-
-async def modern_era_only(ctx: ServerRequestContext[Any, Any], call_next: CallNext) -> HandlerResult:
-    if ctx.method == "initialize":
-        raise MCPError(-32601, "Method not found", ctx.method)
-    return await call_next(ctx)
-
-
-server.middleware.insert(0, modern_era_only)
+from e2e_upstream import serve_one_era
 
 if __name__ == "__main__":
-    server.run("stdio")
+    serve_one_era("initialize")

@@ -287,6 +287,32 @@ async def test_submit_queues_now_and_waits_later(
     assert writer.stats.batches < 100
 
 
+async def test_the_first_caller_to_wait_commits_the_records_queued_before_it(
+    sqlite_store: SqliteStore, key: SigningKey, make_decision: Make
+) -> None:
+    async with open_audit_writer(sqlite_store, key, max_delay=30) as writer:
+        # Request records of calls still upstream: nobody waits for them yet.
+        requests = [await writer.submit(make_decision(call_id=f"c{index}")) for index in range(3)]
+        response = make_decision(phase="response", direction="receiving", call_id="c0")
+        with anyio.fail_after(5):
+            receipt = await writer.append(response)
+        assert all(pending.done.is_set() for pending in requests)
+        assert (writer.stats.batches, writer.stats.largest_batch) == (1, 4)  # one transaction for all four
+    assert receipt.compound is not None and receipt.compound.request is not None
+    assert receipt.compound.request.id == f"{writer.segment_id}-1"
+
+
+async def test_a_record_nobody_waits_for_is_committed_within_max_delay(
+    sqlite_store: SqliteStore, key: SigningKey, make_decision: Make
+) -> None:
+    async with open_audit_writer(sqlite_store, key, max_delay=0.05) as writer:
+        pending = await writer.submit(make_decision(call_id="upstream-still-working"))
+        with anyio.fail_after(5):
+            await pending.done.wait()  # the event itself: waiting on it asks for no commit
+        assert writer.stats.records == 1
+        assert sqlite_store.get_record(f"{writer.segment_id}-1") is not None
+
+
 @pytest.mark.parametrize(
     ("target", "needs_sync"),
     [("audit.db", False), ("sqlite:///{dir}/audit.db", False), ("sqlite:///{dir}/audit.db?synchronous=full", True)],

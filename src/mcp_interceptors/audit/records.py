@@ -294,5 +294,6 @@ def seal_receipt(
     draft = CompoundReceipt(
         id=closing_id, call_id=call_id, key_id=key_id, request=request, response=response, hash="", signature=""
     )
-    digest = hashlib.sha256(canonical_json(draft.unsigned_dict())).digest()
+    # As in `seal_record`: ASCII keys, and values that are strings, ints or null, so sorted orjson is RFC 8785.
+    digest = hashlib.sha256(orjson.dumps(draft.unsigned_dict(), option=orjson.OPT_SORT_KEYS)).digest()
     return CompoundReceipt(closing_id, call_id, key_id, request, response, digest.hex(), sign(digest))

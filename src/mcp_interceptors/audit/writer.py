@@ -1,8 +1,11 @@
-"""The single audit writer task: links, signs and group-commits records; `append` returns once durable.
+"""The audit writer: links, signs and group-commits records; `append` returns once durable.
 
-Callers canonicalise their decision on their own task, queue it, and wait. The writer takes everything
-queued while the previous commit was in flight as the next batch: one transaction and one fsync per batch.
-It owns one chain segment, opened (and made durable) before `task_status.started()`.
+Callers canonicalise their decision on their own task, queue it, and wait. On a store that commits on the
+event loop without a sync, the first caller to wait commits everything queued so far, in one synchronous
+step (no task switch); records nobody waits for are committed by the writer task within `max_delay`.
+Otherwise the writer task takes everything queued while the previous commit was in flight as the next
+batch. Either way: one transaction and at most one fsync per batch. The writer owns one chain segment,
+opened (and made durable) before `task_status.started()`.
 """
 
 from __future__ import annotations
@@ -12,7 +15,7 @@ import os
 import socket
 import uuid
 from collections import OrderedDict
-from collections.abc import AsyncIterator, Mapping, Sequence
+from collections.abc import AsyncIterator, Callable, Mapping, Sequence
 from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
@@ -78,12 +81,18 @@ class PendingRecord:
     """A queued record: `await pending.wait()` returns its receipt once it is durable."""
 
     entry: PreparedEntry
+    demand: Callable[[PendingRecord], None]
     done: anyio.Event = field(default_factory=anyio.Event)
     receipt: AuditReceipt | None = None
     error: Exception | None = None
 
     async def wait(self) -> AuditReceipt:
-        if not self.done.is_set():  # already durable (the usual case by the time a caller settles): no loop turn
+        if not self.done.is_set():
+            # One loop turn first, so the tasks that are ready now queue theirs: one commit serves them all.
+            await anyio.lowlevel.checkpoint()
+        if not self.done.is_set():
+            self.demand(self)  # commits it right here when the store allows it
+        if not self.done.is_set():
             await self.done.wait()
         if self.error is not None:
             raise AuditWriteError(f"audit record not written: {self.error}") from self.error
@@ -100,6 +109,7 @@ class AuditWriter:
         key: SigningKey,
         *,
         max_batch: int = 512,
+        max_delay: float = 0.02,
         queue_size: int = 8192,
         flush_timeout: float = 5.0,
         open_calls_limit: int = 100_000,
@@ -110,6 +120,12 @@ class AuditWriter:
         self.segment_id = uuid.uuid4().hex
         self.stats = WriterStats()
         self._max_batch = max_batch
+        self._max_delay = max_delay
+        # Callers commit for themselves when a commit never waits for the disk (nothing to await inside it).
+        self._callers_commit = store.inline_commit and not store.needs_sync
+        self._held: list[PendingRecord] = []  # taken off the queue by the writer task, not yet committed
+        self._wake = anyio.Event()
+        self._housekeeping: anyio.abc.TaskGroup | None = None
         self._flush_timeout = flush_timeout
         self._open_calls_limit = open_calls_limit
         self._send, self._receive = anyio.create_memory_object_stream[PendingRecord](max_buffer_size=queue_size)
@@ -133,13 +149,14 @@ class AuditWriter:
         (e.g. forwarding upstream) and `await pending.wait()` before it relies on durability."""
         if not self._started:
             raise AuditWriteError("the audit writer is not running; start it with `await tg.start(writer.run)`")
-        pending = PendingRecord(prepare_entry(decision))
+        pending = PendingRecord(prepare_entry(decision), self._commit_queued)
         try:
             try:
                 # No loop turn while the queue has room: the caller goes on (e.g. forwards upstream) at once.
                 self._send.send_nowait(pending)
             except anyio.WouldBlock:
-                await self._send.send(pending)  # the queue is full: wait for room (backpressure)
+                self._commit_queued()
+                await self._send.send(pending)  # the queue is still full: wait for room (backpressure)
         except (anyio.ClosedResourceError, anyio.BrokenResourceError) as exc:
             raise AuditWriteError("the audit writer has stopped; the record was not written") from exc
         return pending
@@ -148,19 +165,20 @@ class AuditWriter:
         """Open this writer's segment, then commit batches until `aclose()` or cancellation."""
         try:
             await anyio.to_thread.run_sync(self._open_segment)
-            self._started = True
-            async with anyio.create_task_group() as housekeeping:
+            async with anyio.create_task_group() as self._housekeeping:
+                self._started = True
                 task_status.started(self.segment_id)
-                while batch := await self._next_batch():
+                next_batch = self._unawaited_batch if self._callers_commit else self._next_batch
+                while batch := await next_batch():
                     await self._commit(batch)
-                    self._maybe_checkpoint(housekeeping)
         finally:
+            self._housekeeping = None
             # Flush what callers already queued: shielded from our cancellation, bounded by our deadline.
             with anyio.CancelScope(shield=True), anyio.move_on_after(self._flush_timeout):
-                while batch := self._queued_batch():
+                while batch := self._held_and_queued():
                     await self._commit(batch)
             self._send.close()
-            for pending in self._queued_all():
+            for pending in [*self._held_and_queued(), *self._queued_all()]:
                 pending.error = AuditWriteError("the audit writer stopped before this record was flushed")
                 pending.done.set()
             self._receive.close()
@@ -169,10 +187,35 @@ class AuditWriter:
     async def aclose(self) -> None:
         """Stop accepting records, flush the queue and wait for `run` to return."""
         self._send.close()
+        self._wake.set()
         if self._started:
             await self._stopped.wait()
 
     # -- the loop -----------------------------------------------------------------------------------
+
+    def _commit_queued(self, needed: PendingRecord | None = None) -> None:
+        """A caller needs a queued record durable: commit everything queued, now, on its task, if the store
+        allows it. No task switch, and the records of every call in flight (their requests) come along."""
+        if self._callers_commit and self._housekeeping is not None:
+            while batch := self._held_and_queued():
+                self._commit_now(batch)
+        if needed is not None and not needed.done.is_set():
+            self._wake.set()  # handed straight to the writer task, or it commits on its own: no delay then
+
+    async def _unawaited_batch(self) -> list[PendingRecord]:
+        """What no caller waited for within `max_delay` (e.g. a request record while its call is upstream)."""
+        while True:
+            if not self._held and not self._receive.statistics().current_buffer_used:
+                try:
+                    first = await self._receive.receive()
+                except anyio.EndOfStream:
+                    return []
+                self._held.append(first)  # held: a caller may commit it, and a cancellation can't lose it
+            with anyio.move_on_after(self._max_delay):
+                await self._wake.wait()
+            self._wake = anyio.Event()
+            if batch := self._held_and_queued():
+                return batch
 
     async def _next_batch(self) -> list[PendingRecord]:
         try:
@@ -184,6 +227,10 @@ class AuditWriter:
             # one loop turn is much cheaper than a transaction per record.
             await anyio.lowlevel.cancel_shielded_checkpoint()  # `first` must not be lost to a cancel
         return [first, *self._queued_batch(self._max_batch - 1)]
+
+    def _held_and_queued(self) -> list[PendingRecord]:
+        batch, self._held = self._held, []
+        return batch + self._queued_batch(self._max_batch - len(batch))
 
     def _queued_batch(self, limit: int | None = None) -> list[PendingRecord]:
         batch: list[PendingRecord] = []
@@ -202,6 +249,9 @@ class AuditWriter:
         return leftovers
 
     async def _commit(self, batch: list[PendingRecord]) -> None:
+        if self._callers_commit:
+            self._commit_now(batch)
+            return
         # Shielded: once a batch is being written it completes, and its callers must hear about it.
         with anyio.CancelScope(shield=True):
             try:
@@ -215,24 +265,42 @@ class AuditWriter:
                 if self.store.needs_sync:
                     await anyio.to_thread.run_sync(self.store.sync)
             except Exception as exc:
-                self.stats.failed_batches += 1
-                for pending in batch:
-                    pending.error = exc
-                    pending.done.set()
+                self._refused(batch, exc)
                 return
+        self._acknowledge(batch, receipts)
+
+    def _commit_now(self, batch: list[PendingRecord]) -> None:
+        """Commit on the event loop, without an await: nothing else runs until the batch is settled."""
+        try:
+            receipts = self._write_batch([pending.entry for pending in batch])
+        except Exception as exc:
+            self._refused(batch, exc)
+            return
+        self._acknowledge(batch, receipts)
+
+    def _refused(self, batch: list[PendingRecord], exc: Exception) -> None:
+        self.stats.failed_batches += 1
+        for pending in batch:
+            pending.error = exc
+            pending.done.set()
+
+    def _acknowledge(self, batch: list[PendingRecord], receipts: list[AuditReceipt]) -> None:
         self.stats.batches += 1
         self.stats.records += len(batch)
         self.stats.largest_batch = max(self.stats.largest_batch, len(batch))
         for pending, receipt in zip(batch, receipts, strict=True):
             pending.receipt = receipt
             pending.done.set()
+        self._maybe_checkpoint()
 
-    def _maybe_checkpoint(self, housekeeping: anyio.abc.TaskGroup) -> None:
+    def _maybe_checkpoint(self) -> None:
         if self._checkpointing or self.stats.records - self._checkpointed_at < self._checkpoint_every:
             return
+        if self._housekeeping is None:
+            return  # shutting down
         self._checkpointing = True
         self._checkpointed_at = self.stats.records
-        housekeeping.start_soon(self._checkpoint)
+        self._housekeeping.start_soon(self._checkpoint)
 
     async def _checkpoint(self) -> None:
         try:

@@ -54,8 +54,10 @@ _NAME_PAIR = re.compile(r"[A-Za-z_]+=[A-Za-z_]")
 _TEMPLATE = re.compile(r"^(?:\$|%|<|\{|\[|@|env:|vault:|secret:|ref:|file:)|[<>{}]$", re.IGNORECASE)
 # Code rather than a literal: dotted names (settings.API_KEY), snake/kebab/camel identifiers and type names
 # (user_password, do-not-delete, RefreshTokenT, _TokenType). Random strings almost never take these shapes.
+# The camel-case words take their lower-case run possessively (`[a-z]++`): a backtracking split of one run
+# into several words is never needed, and trying them all took exponential time in the run's length.
 _EXPRESSION = re.compile(
-    r"^(?:[A-Za-z_][A-Za-z0-9_]*(?:\.[A-Za-z_][A-Za-z0-9_]*)+|[a-z_]+|[A-Z_]+|_*(?:[A-Z]?[a-z]+_?)+[A-Z]?"
+    r"^(?:[A-Za-z_][A-Za-z0-9_]*(?:\.[A-Za-z_][A-Za-z0-9_]*)+|[a-z_]+|[A-Z_]+|_*(?:[A-Z]?[a-z]++_?)+[A-Z]?"
     r"|[A-Za-z]+(?:-[A-Za-z]+)+[-*]*)$"
 )
 _PATHLIKE = re.compile(r"^(?:/|\./|\.\./|~/|[A-Za-z]:\\|[a-z][a-z0-9+.-]*://)")

@@ -6,9 +6,11 @@ input, which hypothesis explores over the characters the shapes care about.
 
 from __future__ import annotations
 
+import math
 import re
+import string
 
-from hypothesis import given
+from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from mcp_interceptors.guards._detectors import _entropy
@@ -25,3 +27,64 @@ identifier_like = st.text(alphabet="abzABZ_.-*09", max_size=16)
 @given(identifier_like)
 def test_expression_shape_matches_what_the_backtracking_pattern_matched(value: str) -> None:
     assert bool(_entropy._EXPRESSION.match(value)) == bool(_REFERENCE_EXPRESSION.match(value))
+
+
+_REFERENCE_TEMPLATE = re.compile(r"^(?:\$|%|<|\{|\[|@|env:|vault:|secret:|ref:|file:)|[<>{}]$", re.IGNORECASE)
+
+
+def _reference_entropy(value: str) -> float:
+    size = len(value)
+    if not size:
+        return 0.0
+    return math.log2(size) - sum(n * math.log2(n) for n in map(value.count, set(value))) / size
+
+
+def _reference_is_placeholder(value: str) -> bool:
+    lowered = value.lower()
+    return bool(_REFERENCE_TEMPLATE.search(value) or len(set(lowered)) <= 2 or _entropy._PLACEHOLDER.search(lowered))
+
+
+def _reference_is_random_value(value: str) -> bool:
+    if not 8 <= len(value) <= 512:
+        return False
+    chars = set(value)
+    if " " in chars or "\t" in chars:
+        return False
+    lower, upper, digits = set(string.ascii_lowercase), set(string.ascii_uppercase), set(string.digits)
+    classes = bool(chars & lower) + bool(chars & upper) + bool(chars & digits) + bool(chars - (lower | upper | digits))
+    if classes < 2:
+        return False
+    if len(value) < 16 and not chars & digits and chars <= lower | upper | set("_-."):
+        return False
+    if value.endswith("*") or _entropy._NAME_PAIR.match(value):
+        return False
+    if _reference_entropy(value) < min(3.0, math.log2(len(value)) - 0.6):
+        return False
+    return not (
+        _reference_is_placeholder(value)
+        or _entropy._EXPRESSION.match(value)
+        or _entropy._PATHLIKE.match(value)
+        or "(" in value
+    )
+
+
+# Values as the generic-secret rules capture them, and the shapes the judge tells apart.
+values = (
+    st.text(alphabet=string.ascii_letters + string.digits + "_-.+/=*${}<>():@ \t\n", max_size=80)
+    | st.text(max_size=40)
+    | st.sampled_from(["${API_KEY}", "<your-token>", "env:SECRET", "changeme123", "Zx8kq2LmP9wR4tYvB7nQ", "a}\n"])
+    | st.text(alphabet="kK\u212aωΩ\u2126İi", min_size=8, max_size=12)
+)
+
+
+@settings(max_examples=400)
+@given(values)
+def test_value_judgements_match_the_reference(value: str) -> None:
+    assert math.isclose(_entropy.shannon_entropy(value), _reference_entropy(value), rel_tol=1e-12, abs_tol=1e-12)
+    assert _entropy.is_placeholder(value) == _reference_is_placeholder(value)
+    assert _entropy.is_random_value(value) == _reference_is_random_value(value)
+
+
+def test_entropy_of_values_longer_than_the_table() -> None:
+    value = "".join(chr(0x4E00 + i % 900) for i in range(2000))
+    assert math.isclose(_entropy.shannon_entropy(value), _reference_entropy(value), rel_tol=1e-12)

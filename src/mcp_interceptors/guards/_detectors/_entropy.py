@@ -9,6 +9,8 @@ from __future__ import annotations
 import math
 import re
 import string
+from collections import Counter
+from collections.abc import Collection
 
 __all__ = ["is_placeholder", "is_random_value", "shannon_entropy"]
 
@@ -51,7 +53,9 @@ _ALNUM = _LOWER | _UPPER | _DIGITS
 _NAME_CHARS = _LOWER | _UPPER | frozenset("_-.")
 _NAME_PAIR = re.compile(r"[A-Za-z_]+=[A-Za-z_]")
 # Templates and references: ${VAR}, {{ var }}, <your-key>, %(x)s, $VAR, [hidden], env:NAME, vault:...
-_TEMPLATE = re.compile(r"^(?:\$|%|<|\{|\[|@|env:|vault:|secret:|ref:|file:)|[<>{}]$", re.IGNORECASE)
+# (Its start and end are two patterns: a search for the end alone would try every position.)
+_TEMPLATE_START = re.compile(r"\$|%|<|\{|\[|@|env:|vault:|secret:|ref:|file:", re.IGNORECASE)
+_TEMPLATE_END = re.compile(r"[<>{}]$")
 # Code rather than a literal: dotted names (settings.API_KEY), snake/kebab/camel identifiers and type names
 # (user_password, do-not-delete, RefreshTokenT, _TokenType). Random strings almost never take these shapes.
 # The camel-case words take their lower-case run possessively (`[a-z]++`): a backtracking split of one run
@@ -61,21 +65,32 @@ _EXPRESSION = re.compile(
     r"|[A-Za-z]+(?:-[A-Za-z]+)+[-*]*)$"
 )
 _PATHLIKE = re.compile(r"^(?:/|\./|\.\./|~/|[A-Za-z]:\\|[a-z][a-z0-9+.-]*://)")
+# Longer values are not judged (see is_random_value).
+_MAX_VALUE_LENGTH = 512
+# n * log2(n) for every count up to that length: the entropy sum looks terms up instead of taking logs.
+_N_LOG2_N = (0.0, *(n * math.log2(n) for n in range(1, _MAX_VALUE_LENGTH + 1)))
 
 
 def shannon_entropy(value: str) -> float:
     """Bits per character of `value`'s own character distribution (0.0 for an empty string)."""
-    size = len(value)
-    if not size:
+    if not value:
         return 0.0
-    # H = log2(N) - sum(n * log2(n)) / N, with str.count doing the counting in C.
-    return math.log2(size) - sum(n * math.log2(n) for n in map(value.count, set(value))) / size
+    return _entropy_of_counts(Counter(value).values(), len(value))
+
+
+def _entropy_of_counts(counts: Collection[int], size: int) -> float:
+    # H = log2(N) - sum(n * log2(n)) / N, over the count of each distinct character (Counter counts in C).
+    if size <= _MAX_VALUE_LENGTH:
+        return math.log2(size) - sum(map(_N_LOG2_N.__getitem__, counts)) / size
+    return math.log2(size) - sum(n * math.log2(n) for n in counts) / size
 
 
 def is_placeholder(value: str) -> bool:
     """True for values such as `changeme`, `<your-token>`, `${API_KEY}`, `********` or `xxxx-xxxx`."""
     lowered = value.lower()
-    return bool(_TEMPLATE.search(value) or len(set(lowered)) <= 2 or _PLACEHOLDER.search(lowered))
+    # `$` also matches before a final newline, so the end pattern may start two chars from the end.
+    is_template = _TEMPLATE_START.match(value) or _TEMPLATE_END.search(value, len(value) - 2)
+    return bool(is_template or len(set(lowered)) <= 2 or _PLACEHOLDER.search(lowered))
 
 
 def is_random_value(value: str, *, min_length: int = 8) -> bool:
@@ -84,22 +99,24 @@ def is_random_value(value: str, *, min_length: int = 8) -> bool:
     Needs at least `min_length` chars, two character classes (lower, upper, digit, other), entropy near
     the maximum a string of its length can reach, and none of the placeholder or code shapes.
     """
-    if not min_length <= len(value) <= 512:
+    if not min_length <= len(value) <= _MAX_VALUE_LENGTH:
         return False
     chars = set(value)
     if " " in chars or "\t" in chars:
         return False  # prose ("Invalid token", "development key"); generated secrets have no blanks
-    classes = bool(chars & _LOWER) + bool(chars & _UPPER) + bool(chars & _DIGITS) + bool(chars - _ALNUM)
+    # (isdisjoint and <= build no intermediate sets.)
+    has_digit = not _DIGITS.isdisjoint(chars)
+    classes = (not _LOWER.isdisjoint(chars)) + (not _UPPER.isdisjoint(chars)) + has_digit + (not chars <= _ALNUM)
     if classes < 2:
         return False
     # Letters only (plus _ - .) and shorter than 16: a name such as OAuthToken, not a generated value
     # (a random 12-char base62 string has a digit 88 % of the time; longer names meet _EXPRESSION).
-    if len(value) < 16 and not chars & _DIGITS and chars <= _NAME_CHARS:
+    if len(value) < 16 and not has_digit and chars <= _NAME_CHARS:
         return False
     # A trailing glob or a name=name pair: ARN patterns and keyword arguments (secret:events!*, bool=False).
     if value.endswith("*") or _NAME_PAIR.match(value):
         return False
     # A random string of length n has up to log2(n) bits/char; ask for most of that, capped at 3.0.
-    if shannon_entropy(value) < min(3.0, math.log2(len(value)) - 0.6):
+    if _entropy_of_counts(Counter(value).values(), len(value)) < min(3.0, math.log2(len(value)) - 0.6):
         return False
     return not (is_placeholder(value) or _EXPRESSION.match(value) or _PATHLIKE.match(value) or "(" in value)

@@ -16,7 +16,7 @@ from typing import Literal
 from ._checksums import IBAN_LENGTHS, is_card_number, is_iban, is_us_ssn
 from ._engine import CompiledPattern, ScanText, compile_prefilter, compile_set, engine_for, resolve_engine
 from ._phone import CONTEXT_PATTERN, FORMATTED_PATTERN, PhoneJudge
-from .findings import Finding, merge_findings
+from .findings import Finding, merge_spans
 
 __all__ = ["DEFAULT_PHONE_REGIONS", "PII_KINDS", "PiiScanner"]
 
@@ -274,7 +274,7 @@ class PiiScanner:
             return []
         # UTF-8 bytes hold ASCII digits only as themselves; past 64 KB nearly every text has enough.
         digits = len(scan.data.translate(None, _NOT_DIGITS)) if len(text) <= 65536 else len(text)
-        found: list[Finding] = []
+        found: list[tuple[int, int, str]] = []
         for index, ((kind, pattern, groups, check), (char, min_digits)) in enumerate(
             zip(self._rules, self._needs, strict=True)
         ):
@@ -283,5 +283,5 @@ class PiiScanner:
             for start, end in pattern.spans(scan, groups):
                 span = check(text, start, end)
                 if span is not None:
-                    found.append(Finding(kind, *span))
-        return merge_findings(found, _RANK) if found else found
+                    found.append((*span, kind))
+        return merge_spans(found, _RANK)

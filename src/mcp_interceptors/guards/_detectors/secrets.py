@@ -27,7 +27,7 @@ from ._engine import (
     resolve_engine,
 )
 from ._entropy import is_placeholder, is_random_value, shannon_entropy
-from .findings import Finding, merge_findings
+from .findings import Finding, merge_spans
 
 __all__ = ["SECRET_KINDS", "SecretScanner"]
 
@@ -286,18 +286,19 @@ class SecretScanner:
             return []
         scan = ScanText(text)
         rules = self._triggered_rules(scan)
-        found: list[Finding] = []
+        found: list[tuple[int, int, str]] = []
         for rule, pattern in rules:
+            kind, check = rule.kind, rule.check
             for start, end in pattern.spans(scan, rule.groups):
-                span = rule.check(text, start, end) if rule.check else (start, end)
+                span = check(text, start, end) if check else (start, end)
                 if span is not None:
-                    found.append(Finding(rule.kind, *span))
+                    found.append((*span, kind))
         for kind, compiled, group in self._extras:
             for match in compiled.finditer(text):
                 start, end = match.span(group)
                 if end > start:
-                    found.append(Finding(kind, start, end))
-        return merge_findings(found, _RANK) if found else found
+                    found.append((start, end, kind))
+        return merge_spans(found, _RANK)
 
     def _triggered_rules(self, scan: ScanText) -> list[tuple[_Rule, CompiledPattern]]:
         """The rules whose literals and keywords occur in the text (most strings in a payload hold none)."""

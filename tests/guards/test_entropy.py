@@ -88,3 +88,21 @@ def test_value_judgements_match_the_reference(value: str) -> None:
 def test_entropy_of_values_longer_than_the_table() -> None:
     value = "".join(chr(0x4E00 + i % 900) for i in range(2000))
     assert math.isclose(_entropy.shannon_entropy(value), _reference_entropy(value), rel_tol=1e-12)
+
+
+@given(values, st.sampled_from([0.0, 1e-15, -1e-15, 1e-10, -1e-10, 1e-8, -1e-8, 0.01, -0.01, 0.5, -0.5]))
+def test_entropy_bounds_decide_as_the_count_does(value: str, delta: float) -> None:
+    # Thresholds at, and just around, the value's own entropy: where the bounds must defer to counting.
+    threshold = _entropy.shannon_entropy(value) + delta
+    expected = _entropy.shannon_entropy(value) >= threshold
+    assert _entropy.has_entropy_at_least(value, threshold) == expected
+    assert _entropy.has_entropy_at_least(value, threshold, len(set(value))) == expected
+    for fixed in (2.4, 3.0, 4.0):
+        assert _entropy.has_entropy_at_least(value, fixed) == (_entropy.shannon_entropy(value) >= fixed)
+
+
+def test_entropy_exactly_at_the_threshold_is_counted() -> None:
+    sixteen_twice = "abcdefghijklmnop" * 2  # exactly 4.0 bits per char
+    assert _entropy.shannon_entropy(sixteen_twice) == 4.0
+    assert _entropy.has_entropy_at_least(sixteen_twice, 4.0)
+    assert not _entropy.has_entropy_at_least(sixteen_twice, 4.0 + 1e-12)

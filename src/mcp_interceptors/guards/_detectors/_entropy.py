@@ -10,9 +10,8 @@ import math
 import re
 import string
 from collections import Counter
-from collections.abc import Collection
 
-__all__ = ["is_placeholder", "is_random_value", "shannon_entropy"]
+__all__ = ["has_entropy_at_least", "is_placeholder", "is_random_value", "shannon_entropy"]
 
 # Lower-cased fragments that mark a value as documentation, a template or a masked value.
 _PLACEHOLDER_FRAGMENTS = (
@@ -69,20 +68,38 @@ _PATHLIKE = re.compile(r"^(?:/|\./|\.\./|~/|[A-Za-z]:\\|[a-z][a-z0-9+.-]*://)")
 _MAX_VALUE_LENGTH = 512
 # n * log2(n) for every count up to that length: the entropy sum looks terms up instead of taking logs.
 _N_LOG2_N = (0.0, *(n * math.log2(n) for n in range(1, _MAX_VALUE_LENGTH + 1)))
+# Far above the rounding error of a computed entropy (~1e-13), far below any real difference in entropy.
+_BOUND_MARGIN = 1e-9
 
 
 def shannon_entropy(value: str) -> float:
     """Bits per character of `value`'s own character distribution (0.0 for an empty string)."""
     if not value:
         return 0.0
-    return _entropy_of_counts(Counter(value).values(), len(value))
-
-
-def _entropy_of_counts(counts: Collection[int], size: int) -> float:
-    # H = log2(N) - sum(n * log2(n)) / N, over the count of each distinct character (Counter counts in C).
+    size = len(value)
+    # H = log2(N) - sum(n * log2(n)) / N, over the count n of each distinct character (Counter counts in C).
+    counts = Counter(value).values()
     if size <= _MAX_VALUE_LENGTH:
         return math.log2(size) - sum(map(_N_LOG2_N.__getitem__, counts)) / size
     return math.log2(size) - sum(n * math.log2(n) for n in counts) / size
+
+
+def has_entropy_at_least(value: str, threshold: float, distinct: int | None = None) -> bool:
+    """`shannon_entropy(value) >= threshold`, mostly without counting characters.
+
+    With N chars of which k are distinct (`distinct`, if the caller has it), the entropy is at most
+    log2(k) (all k equally often) and at least log2(N) - (N-k+1)·log2(N-k+1)/N (one char N-k+1 times,
+    the others once). Only a threshold between those bounds, or within float noise of one, needs counting.
+    """
+    size = len(value)
+    if not size:
+        return threshold <= 0.0
+    k = len(set(value)) if distinct is None else distinct
+    if math.log2(k) < threshold - _BOUND_MARGIN:
+        return False
+    if size <= _MAX_VALUE_LENGTH and math.log2(size) - _N_LOG2_N[size - k + 1] / size >= threshold + _BOUND_MARGIN:
+        return True
+    return shannon_entropy(value) >= threshold
 
 
 def is_placeholder(value: str) -> bool:
@@ -117,6 +134,6 @@ def is_random_value(value: str, *, min_length: int = 8) -> bool:
     if value.endswith("*") or _NAME_PAIR.match(value):
         return False
     # A random string of length n has up to log2(n) bits/char; ask for most of that, capped at 3.0.
-    if _entropy_of_counts(Counter(value).values(), len(value)) < min(3.0, math.log2(len(value)) - 0.6):
+    if not has_entropy_at_least(value, min(3.0, math.log2(len(value)) - 0.6), len(chars)):
         return False
     return not (is_placeholder(value) or _EXPRESSION.match(value) or _PATHLIKE.match(value) or "(" in value)

@@ -26,7 +26,7 @@ from ._engine import (
     re2_escape,
     resolve_engine,
 )
-from ._entropy import is_placeholder, is_random_value, shannon_entropy
+from ._entropy import has_entropy_at_least, is_placeholder, is_random_value
 from .findings import Finding, merge_spans
 
 __all__ = ["SECRET_KINDS", "SecretScanner"]
@@ -94,7 +94,7 @@ def _check_aws_secret(text: str, start: int, end: int) -> tuple[int, int] | None
     value = text[start:end]
     if (end < len(text) and text[end] in _B64) or value.endswith("EXAMPLEKEY"):
         return None
-    return (start, end) if shannon_entropy(value) >= 4.0 else None
+    return (start, end) if has_entropy_at_least(value, 4.0) else None
 
 
 def _check_jwt(text: str, start: int, end: int) -> tuple[int, int] | None:

@@ -9,6 +9,7 @@ from __future__ import annotations
 import math
 import re
 import string
+import sys
 
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -106,3 +107,19 @@ def test_entropy_exactly_at_the_threshold_is_counted() -> None:
     assert _entropy.shannon_entropy(sixteen_twice) == 4.0
     assert _entropy.has_entropy_at_least(sixteen_twice, 4.0)
     assert not _entropy.has_entropy_at_least(sixteen_twice, 4.0 + 1e-12)
+
+
+def test_at_most_six_chars_lower_to_two() -> None:
+    # What `_MOST_CHARS_LOWERING_TO_TWO` rests on, over every code point of this interpreter's Unicode.
+    lowered_to: dict[frozenset[str], int] = {}
+    for code_point in range(sys.maxunicode + 1):
+        lowered = frozenset(chr(code_point).lower())
+        lowered_to[lowered] = lowered_to.get(lowered, 0) + 1
+    singles = sorted((n for chars, n in lowered_to.items() if len(chars) == 1), reverse=True)
+    pairs = [
+        n + lowered_to.get(frozenset(a), 0) + lowered_to.get(frozenset(b), 0)
+        for chars, n in lowered_to.items()
+        if len(chars) == 2
+        for a, b in [tuple(chars)]
+    ]
+    assert max([singles[0] + singles[1], *pairs]) <= _entropy._MOST_CHARS_LOWERING_TO_TWO

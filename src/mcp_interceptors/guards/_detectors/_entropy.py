@@ -68,6 +68,10 @@ _PATHLIKE = re.compile(r"^(?:/|\./|\.\./|~/|[A-Za-z]:\\|[a-z][a-z0-9+.-]*://)")
 _MAX_VALUE_LENGTH = 512
 # n * log2(n) for every count up to that length: the entropy sum looks terms up instead of taking logs.
 _N_LOG2_N = (0.0, *(n * math.log2(n) for n in range(1, _MAX_VALUE_LENGTH + 1)))
+# A value whose lower-cased form has at most two distinct chars has at most this many distinct chars
+# itself: no more than three chars lower to the same one (K, k and the Kelvin sign all give "k"). The
+# tests check this against the running interpreter's Unicode database.
+_MOST_CHARS_LOWERING_TO_TWO = 6
 # Far above the rounding error of a computed entropy (~1e-13), far below any real difference in entropy.
 _BOUND_MARGIN = 1e-9
 
@@ -102,12 +106,16 @@ def has_entropy_at_least(value: str, threshold: float, distinct: int | None = No
     return shannon_entropy(value) >= threshold
 
 
-def is_placeholder(value: str) -> bool:
-    """True for values such as `changeme`, `<your-token>`, `${API_KEY}`, `********` or `xxxx-xxxx`."""
+def is_placeholder(value: str, distinct: int | None = None) -> bool:
+    """True for values such as `changeme`, `<your-token>`, `${API_KEY}`, `********` or `xxxx-xxxx`.
+
+    `distinct`, the number of distinct chars in `value` if the caller has it, can spare a count.
+    """
     lowered = value.lower()
     # `$` also matches before a final newline, so the end pattern may start two chars from the end.
     is_template = _TEMPLATE_START.match(value) or _TEMPLATE_END.search(value, len(value) - 2)
-    return bool(is_template or len(set(lowered)) <= 2 or _PLACEHOLDER.search(lowered))
+    few_chars = (distinct is None or distinct <= _MOST_CHARS_LOWERING_TO_TWO) and len(set(lowered)) <= 2
+    return bool(is_template or few_chars or _PLACEHOLDER.search(lowered))
 
 
 def is_random_value(value: str, *, min_length: int = 8) -> bool:
@@ -136,4 +144,4 @@ def is_random_value(value: str, *, min_length: int = 8) -> bool:
     # A random string of length n has up to log2(n) bits/char; ask for most of that, capped at 3.0.
     if not has_entropy_at_least(value, min(3.0, math.log2(len(value)) - 0.6), len(chars)):
         return False
-    return not (is_placeholder(value) or _EXPRESSION.match(value) or _PATHLIKE.match(value) or "(" in value)
+    return not (is_placeholder(value, len(chars)) or _EXPRESSION.match(value) or _PATHLIKE.match(value) or "(" in value)

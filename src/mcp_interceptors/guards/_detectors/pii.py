@@ -250,17 +250,24 @@ class PiiScanner:
         patterns = [pattern for kind, pattern, *_ in rules if kind in wanted]
         self._any = compile_prefilter(patterns)
         self._which = compile_set(patterns)
+        # The set runs RE2 on the text's UTF-8 bytes, as the re2 rules do. A rule on stdlib `re` agrees
+        # with it on any text only if it is made of ASCII literals and classes (email's); case folding
+        # and negated classes treat non-ASCII chars (and lone surrogates) differently in the two.
+        self._set_fits_any_text = all(
+            pattern.engine == "re2" or pattern.source is _EMAIL_DOMAIN for _, pattern, _, _ in self._rules
+        )
 
     def _active_rules(self, scan: ScanText) -> frozenset[int] | None:
         """The indices of the rules whose pattern matches somewhere in the text, or None for "run them all".
 
-        Only on ASCII text, where every rule's engine agrees with RE2 on where a pattern can match. The
-        RE2 set answers in one DFA pass; its answer is final when it names rules, or when the text is
-        short (each byte adds at most one DFA state, and _SET_FINAL_BYTES states fit its memory several
-        times over). On a longer text an empty answer could mean the DFA ran out of memory, so a regex
-        pass (which falls back to the NFA) decides between "nothing" and "run them all".
+        Only where every rule's engine agrees with RE2 on where a pattern can match: on ASCII text, and on
+        any text when the rules run on re2 (see `_set_fits_any_text`). The RE2 set answers in one DFA
+        pass; its answer is final when it names rules, or when the text is short (each byte adds at most
+        one DFA state, and _SET_FINAL_BYTES states fit its memory several times over). On a longer text
+        an empty answer could mean the DFA ran out of memory, so a regex pass (which falls back to the
+        NFA) decides between "nothing" and "run them all".
         """
-        if self._which is None or self._any is None or not scan.is_ascii:
+        if self._which is None or self._any is None or not (scan.is_ascii or self._set_fits_any_text):
             return None
         data = scan.data
         matched = self._which.Match(data)

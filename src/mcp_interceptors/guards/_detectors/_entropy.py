@@ -144,4 +144,6 @@ def is_random_value(value: str, *, min_length: int = 8) -> bool:
     # A random string of length n has up to log2(n) bits/char; ask for most of that, capped at 3.0.
     if not has_entropy_at_least(value, min(3.0, math.log2(len(value)) - 0.6), len(chars)):
         return False
-    return not (is_placeholder(value, len(chars)) or _EXPRESSION.match(value) or _PATHLIKE.match(value) or "(" in value)
+    # Only _EXPRESSION's dotted names hold digits: a value with a digit and no "." cannot match it.
+    is_expression = (not has_digit or "." in chars) and _EXPRESSION.match(value)
+    return not (is_placeholder(value, len(chars)) or is_expression or _PATHLIKE.match(value) or "(" in value)

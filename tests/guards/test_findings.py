@@ -11,6 +11,7 @@ from hypothesis import strategies as st
 
 from mcp_interceptors.guards._detectors import Finding, merge_findings, redact
 from mcp_interceptors.guards._detectors._engine import CompiledPattern, ScanText, re2, resolve_engine
+from mcp_interceptors.guards._detectors.findings import merge_spans
 from mcp_interceptors.guards._detectors.presidio import PresidioPiiScanner, load_presidio_scanner
 
 RANK = {"generic_secret": 1}
@@ -64,11 +65,9 @@ def test_redact_default_placeholder() -> None:
 def test_scan_text_maps_byte_offsets_to_chars() -> None:
     text = "aé😀b東c"
     scan = ScanText(text)
-    to_char = scan.char_offsets()
-    data = scan.data
-    for char_index in range(len(text) + 1):
-        assert to_char(len(text[:char_index].encode())) == char_index
-    assert to_char(len(data[:1])) == 1  # going backwards restarts the count
+    byte_at = [len(text[:char_index].encode()) for char_index in range(len(text) + 1)]
+    pairs = list(itertools.combinations_with_replacement(range(len(text) + 1), 2))
+    assert scan.char_spans([(byte_at[a], byte_at[b]) for a, b in pairs]) == pairs  # backwards restarts the count
 
 
 @pytest.mark.skipif(re2 is None, reason="google-re2 not installed")
@@ -99,3 +98,38 @@ def test_presidio_backend_maps_kinds() -> None:
         ("credit_card", "4242 4242 4242 4242"),
         ("iban", "DE89 3704 0044 0532 0130 00"),
     ]
+
+
+def _reference_merge(findings: list[Finding], ranks: dict[str, int]) -> list[Finding]:
+    """The merge as first written, one `Finding` per input: `merge_spans` must agree with it exactly."""
+    ordered = sorted(findings, key=lambda f: (f.start, -(f.end - f.start), ranks.get(f.kind, 0)))
+    merged: list[Finding] = []
+    best: Finding | None = None
+    merged_start, end = 0, -1
+    for finding in ordered:
+        if best is not None and finding.start < end:
+            end = max(end, finding.end)
+            c_len, h_len = finding.end - finding.start, best.end - best.start
+            if c_len > h_len or (c_len == h_len and ranks.get(finding.kind, 0) < ranks.get(best.kind, 0)):
+                best = finding
+            continue
+        if best is not None:
+            merged.append(Finding(best.kind, merged_start, end))
+        best, merged_start, end = finding, finding.start, finding.end
+    if best is not None:
+        merged.append(Finding(best.kind, merged_start, end))
+    return merged
+
+
+# Few starts, lengths and kinds, so that ties in every sort key (and empty spans) are common.
+tied_spans = st.lists(
+    st.tuples(st.integers(0, 12), st.integers(0, 4), st.sampled_from(["jwt", "generic_secret", "email", "phone"])),
+    max_size=14,
+).map(lambda triples: [Finding(kind, s, s + n) for s, n, kind in triples])
+
+
+@given(tied_spans, st.sampled_from([{}, RANK, {"phone": 2, "email": 1}]))
+def test_merge_matches_the_reference_merge(findings: list[Finding], ranks: dict[str, int]) -> None:
+    expected = _reference_merge(findings, ranks)
+    assert merge_findings(findings, ranks) == expected
+    assert merge_spans([(f.start, f.end, f.kind) for f in findings], ranks) == expected

@@ -6,11 +6,16 @@ Numbers come from ranges reserved for fiction or documentation (555-01xx, Ofcom 
 
 from __future__ import annotations
 
+import ipaddress
 import itertools
+import string
 
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
-from mcp_interceptors.guards._detectors import PII_KINDS, PiiScanner
+from mcp_interceptors.guards._detectors import PII_KINDS, PiiScanner, pii
+from mcp_interceptors.guards._detectors._checksums import IBAN_LENGTHS, is_iban
 from mcp_interceptors.guards._detectors._engine import re2
 
 ENGINES = ["re", pytest.param("re2", marks=pytest.mark.skipif(re2 is None, reason="google-re2 not installed"))]
@@ -186,3 +191,66 @@ def test_findings_are_sorted_and_disjoint(scanner: PiiScanner) -> None:
     findings = scanner.scan(text)
     assert all(a.end <= b.start for a, b in itertools.pairwise(findings))
     assert len(findings) == len(POSITIVES)
+
+
+# The per-candidate checks as first written; the faster ones must agree with them on every candidate.
+_REFERENCE_EMAIL_LOCAL = frozenset(string.ascii_letters + string.digits + "._%+-")
+
+
+def _reference_check_email(text: str, start: int, end: int) -> tuple[int, int] | None:
+    local_start = start
+    while local_start > 0 and start - local_start < 65 and text[local_start - 1] in _REFERENCE_EMAIL_LOCAL:
+        local_start -= 1
+    while local_start < start and text[local_start] == ".":
+        local_start += 1
+    local = text[local_start:start]
+    if not local or len(local) > 64 or local.endswith(".") or ".." in local:
+        return None
+    labels = text[start + 1 : end].split(".")
+    if any(not label or label[0] == "-" or label[-1] == "-" for label in labels):
+        return None
+    if labels[-1].lower() in pii._FILE_SUFFIXES:
+        return None
+    if end + 1 < len(text) and text[end] == ":" and text[end + 1] not in " \t\r\n":
+        return None
+    return local_start, end
+
+
+def _reference_is_iban(compact: str) -> bool:
+    if IBAN_LENGTHS.get(compact[:2]) != len(compact) or not compact[2:4].isdigit():
+        return False
+    return int("".join(str(int(char, 36)) for char in compact[4:] + compact[:4])) % 97 == 1
+
+
+@given(st.text(alphabet="ab.-_%+9@ :é", max_size=40), st.text(alphabet="ab.-9Z", max_size=12), st.data())
+def test_email_check_matches_the_reference(before: str, domain: str, data: st.DataObject) -> None:
+    text = f"{before}@{domain}{data.draw(st.sampled_from(['', ':', ':x', ': ', '.png', 'x']))}"
+    start = len(before)
+    end = data.draw(st.integers(start + 1, len(text)))
+    assert pii._check_email(text, start, end) == _reference_check_email(text, start, end)
+
+
+@given(
+    st.lists(st.integers(0, 999).map(str) | st.sampled_from(["00", "01", "099", "007", "0"]), min_size=4, max_size=4)
+)
+def test_dotted_quad_validity_matches_ipaddress(octets: list[str]) -> None:
+    candidate = ".".join(octets)
+    try:
+        ipaddress.IPv4Address(candidate)
+    except ValueError:
+        valid = False
+    else:
+        valid = True
+    assert bool(pii._VALID_IPV4.fullmatch(candidate)) == valid
+
+
+@given(
+    st.sampled_from(["DE", "GB", "NO", "XX", "de"]),
+    st.text(alphabet="0123456789", min_size=2, max_size=2),
+    st.text(alphabet=string.ascii_uppercase + string.digits + "abz", min_size=9, max_size=22),
+)
+def test_iban_check_matches_the_reference(country: str, check: str, account: str) -> None:
+    compact = country + check + account
+    assert is_iban(compact) == _reference_is_iban(compact)
+    valid = "GB82WEST12345698765432"  # the ECBS example
+    assert is_iban(valid) and _reference_is_iban(valid)

@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from hypothesis import given
+from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from mcp_interceptors.guards._detectors import PiiScanner, SecretScanner
@@ -105,6 +105,36 @@ def test_pii_prefilter_finds_what_the_per_rule_passes_find(texts: list[str]) -> 
     assert fast._any is not None
     for text in texts:
         assert fast.scan(text) == plain.scan(text), text[:200]
+
+
+# PII pieces glued with non-ASCII chars, case-fold lookalikes (long s, Kelvin sign) and lone surrogates.
+pii_pieces = st.sampled_from(
+    [
+        "jane.roe@example.org",
+        "+44 20 7946 0958",
+        "SSN: 078-05-1120",
+        "\u017f\u017fn 123456789",
+        "10.0.0.1",
+        "fe80::1",
+        "4111 1111 1111 1111",
+        "DE89 3704 0044 0532 0130 00",
+        "t\u00e9l 06 12 34 56 78",
+        "phone",
+        "call 4155550123",
+    ]
+)
+unicode_glue = st.text(st.characters(codec=None, exclude_categories=()), max_size=4) | st.sampled_from(
+    ["\u212a", "\ud800", "\udfff", "é", "😀", "東京", " ", "\n"]
+)
+
+
+@settings(max_examples=300)
+@given(st.lists(pii_pieces | unicode_glue, max_size=10).map("".join))
+def test_pii_prefilter_on_any_text_finds_what_the_per_rule_passes_find(text: str) -> None:
+    for engine in ("auto", "re"):
+        fast, plain = PiiScanner(engine=engine), PiiScanner(engine=engine)  # type: ignore[arg-type]
+        plain._any = None
+        assert fast.scan(text) == plain.scan(text)
 
 
 class _GaveUp:

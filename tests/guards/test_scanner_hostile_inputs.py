@@ -38,3 +38,12 @@ def test_hostile_input_scans_in_linear_time(engine: str, name: str) -> None:
     pii = PiiScanner(engine=engine).scan(text)  # type: ignore[arg-type]
     assert secrets == []  # "BEGIN lines": headers without key material are not keys
     assert all(f.kind == "ip_address" for f in pii) if "colon" in name else pii == []
+
+
+@pytest.mark.parametrize("engine", ENGINES)
+def test_long_lower_case_run_in_an_assigned_value_is_judged_in_linear_time(engine: str) -> None:
+    # The identifier-shape check once split such a run into camel-case words every possible way: 2^n steps.
+    value = "abcdefghijklmnopqrstuvwxyz" * 19 + "7"
+    text = f"password = {value}"
+    found = SecretScanner(engine=engine).scan(text)  # type: ignore[arg-type]
+    assert [(f.kind, text[f.start : f.end]) for f in found] == [("generic_secret", value)]

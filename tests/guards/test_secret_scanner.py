@@ -8,10 +8,13 @@ from __future__ import annotations
 import base64
 import itertools
 import json
+import re
 
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
-from mcp_interceptors.guards._detectors import SECRET_KINDS, SecretScanner
+from mcp_interceptors.guards._detectors import SECRET_KINDS, SecretScanner, secrets
 from mcp_interceptors.guards._detectors._engine import re2
 
 ENGINES = ["re", pytest.param("re2", marks=pytest.mark.skipif(re2 is None, reason="google-re2 not installed"))]
@@ -221,3 +224,19 @@ def test_findings_are_sorted_and_disjoint(scanner: SecretScanner) -> None:
     findings = scanner.scan(text)
     assert all(a.end <= b.start for a, b in itertools.pairwise(findings))
     assert len(findings) == len(POSITIVES)
+
+
+# The private-key check's regexes as first written (one alternation per char; every key char collected).
+_REFERENCE_PEM_FILLER = re.compile(r"(?:[A-Za-z0-9+/=:,. \t\r\n-]|\\[nr])*")
+_REFERENCE_PEM_KEY_CHARS = re.compile(r"[A-Za-z0-9+/=]")
+
+
+@given(st.text(alphabet="Ab9+/=:,. \t\r\n-\\nrx\u00e9", max_size=60), st.integers(0, 8), st.integers(0, 8))
+def test_private_key_body_checks_match_the_reference(body: str, pos: int, cut: int) -> None:
+    endpos = max(pos, len(body) - cut)
+    assert bool(secrets._PEM_FILLER.fullmatch(body, pos, endpos)) == bool(
+        _REFERENCE_PEM_FILLER.fullmatch(body, pos, endpos)
+    )
+    assert bool(secrets._PEM_KEY_MATERIAL.match(body, pos, endpos)) == (
+        len(_REFERENCE_PEM_KEY_CHARS.findall(body, pos, endpos)) >= 16
+    )

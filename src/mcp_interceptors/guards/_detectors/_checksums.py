@@ -4,6 +4,8 @@ IBANs (country length + ISO 7064 mod-97) and US SSNs (SSA area/group/serial excl
 
 from __future__ import annotations
 
+import string
+
 __all__ = ["IBAN_LENGTHS", "is_card_number", "is_iban", "is_luhn_valid", "is_us_ssn"]
 
 _ANY_CARD_LENGTH = frozenset(range(16, 20))
@@ -43,6 +45,15 @@ IBAN_LENGTHS: dict[str, int] = {
     "SV": 28, "TL": 23, "TN": 24, "TR": 26, "UA": 29, "VA": 22, "VG": 24, "XK": 20, "YE": 30,
 }  # fmt: skip
 
+# Each letter as its base-36 value ("A" -> "10"), in either case.
+_BASE36_VALUES = str.maketrans(
+    {
+        letter: str(value)
+        for letters in (string.ascii_uppercase, string.ascii_lowercase)
+        for value, letter in enumerate(letters, 10)
+    }
+)
+
 # SSNs never issued or publicly burned (Woolworth's wallet card, the SSA's own ad sample).
 _BURNED_SSNS = frozenset({"078051120", "219099999", "123456789"})
 
@@ -69,11 +80,12 @@ def is_card_number(digits: str) -> bool:
 
 def is_iban(compact: str) -> bool:
     """True for an upper-case IBAN without spaces whose length fits its country and whose mod-97 is 1."""
-    if IBAN_LENGTHS.get(compact[:2]) != len(compact) or not compact[2:4].isdigit():
+    if IBAN_LENGTHS.get(compact[:2]) != len(compact) or not (compact.isascii() and compact.isalnum()):
         return False
-    rearranged = compact[4:] + compact[:4]
-    # Letters count as 10..35 (A=10); int() parses each base-36 char to exactly that.
-    number = "".join(str(int(char, 36)) for char in rearranged)
+    if not compact[2:4].isdigit():
+        return False
+    # Letters count as 10..35 (A=10), digits as themselves.
+    number = (compact[4:] + compact[:4]).translate(_BASE36_VALUES)
     return int(number) % 97 == 1
 
 

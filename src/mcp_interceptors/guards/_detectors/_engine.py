@@ -8,7 +8,7 @@ scoped flags only (`(?i:...)`). Boundary checks that would need lookarounds are 
 from __future__ import annotations
 
 import re
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from typing import Any, Literal, TypeAlias
 
 try:
@@ -69,25 +69,30 @@ class ScanText:
             self._data = self.text.encode("utf-8", "surrogatepass")
         return self._data
 
-    def char_offsets(self) -> Callable[[int], int]:
-        """A byte→char offset converter for non-decreasing offsets, as one pattern's matches produce.
+    def char_spans(self, byte_spans: list[tuple[int, int]]) -> list[tuple[int, int]]:
+        """`byte_spans` (offsets into `data`) as char offsets into `text`.
 
-        It counts UTF-8 continuation bytes between consecutive offsets, so converting all of a pattern's
-        spans costs one pass over the text; a smaller offset restarts the count from the beginning.
+        One pattern's spans come in text order, so counting the UTF-8 continuation bytes between
+        consecutive offsets converts them all in one pass over the text; a smaller offset restarts the
+        count from the beginning.
         """
         data = self.data
         last_byte = last_char = 0
-
-        def to_char(byte_offset: int) -> int:
-            nonlocal last_byte, last_char
-            if byte_offset < last_byte:
+        char_spans = []
+        for start, end in byte_spans:
+            if start < last_byte:
                 last_byte = last_char = 0
-            chunk = data[last_byte:byte_offset]
-            last_char += len(chunk) - len(chunk.translate(None, _NOT_CONTINUATION))
-            last_byte = byte_offset
-            return last_char
-
-        return to_char
+            before = data[last_byte:start]
+            if not before.isascii():
+                last_char -= len(before.translate(None, _NOT_CONTINUATION))
+            start_char = last_char = last_char + start - last_byte
+            inside = data[start:end]
+            if not inside.isascii():
+                last_char -= len(inside.translate(None, _NOT_CONTINUATION))
+            last_char += end - start
+            last_byte = end
+            char_spans.append((start_char, last_char))
+        return char_spans
 
 
 class CompiledPattern:
@@ -107,20 +112,19 @@ class CompiledPattern:
         else:
             self._compiled = re.compile(f"{re_fence}(?:{source})" if re_fence else source, re.ASCII)
 
-    def spans(self, scan: ScanText, groups: tuple[int, ...] = (0,)) -> Iterator[tuple[int, int]]:
-        """Yield `(start, end)` in chars of the first of `groups` that took part in each match."""
+    def spans(self, scan: ScanText, groups: tuple[int, ...] = (0,)) -> list[tuple[int, int]]:
+        """The `(start, end)` in chars of the first of `groups` that took part in each match."""
         if self.engine == "re":
-            for match in self._compiled.finditer(scan.text):
-                yield _first_span(match, groups)
-            return
-        if scan.is_ascii:
-            for match in self._compiled.finditer(scan.data):
-                yield _first_span(match, groups)
-            return
-        to_char = scan.char_offsets()
-        for match in self._compiled.finditer(scan.data):
-            start, end = _first_span(match, groups)
-            yield to_char(start), to_char(end)
+            return _spans_of(self._compiled.finditer(scan.text), groups)
+        found = _spans_of(self._compiled.finditer(scan.data), groups)
+        return found if scan.is_ascii or not found else scan.char_spans(found)
+
+
+def _spans_of(matches: Iterator[Any], groups: tuple[int, ...]) -> list[tuple[int, int]]:
+    # A list, not a generator, and no call per match for the common group 0: this runs once per match.
+    if groups == (0,):
+        return [match.span() for match in matches]
+    return [_first_span(match, groups) for match in matches]
 
 
 def _first_span(match: Any, groups: tuple[int, ...]) -> tuple[int, int]:

@@ -8,7 +8,7 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 
-__all__ = ["Finding", "merge_findings", "redact"]
+__all__ = ["Finding", "merge_findings", "merge_spans", "redact"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -27,30 +27,31 @@ def merge_findings(findings: Iterable[Finding], rank: Mapping[str, int] | None =
     before generic ones), then to the earliest. Covering the union, not picking a winner, means a
     redaction can never leave part of an overlapping item in clear text.
     """
+    return merge_spans([(f.start, f.end, f.kind) for f in findings], rank)
+
+
+def merge_spans(spans: Sequence[tuple[int, int, str]], rank: Mapping[str, int] | None = None) -> list[Finding]:
+    """`merge_findings` over `(start, end, kind)` triples: scanners collect those, so only the merged
+    findings become `Finding` objects."""
     ranks = rank or {}
-    ordered = sorted(findings, key=lambda f: (f.start, -(f.end - f.start), ranks.get(f.kind, 0)))
+    ordered = sorted(spans, key=lambda s: (s[0], s[0] - s[1], ranks.get(s[2], 0))) if len(spans) > 1 else spans
     merged: list[Finding] = []
-    best: Finding | None = None
-    merged_start, end = 0, -1
-    for finding in ordered:
-        if best is not None and finding.start < end:
-            end = max(end, finding.end)
-            if _beats(finding, best, ranks):
-                best = finding
+    if not ordered:
+        return merged
+    rest = iter(ordered)
+    merged_start, end, best_kind = next(rest)
+    best_length = end - merged_start
+    for start, stop, kind in rest:
+        if start < end:  # overlaps the span being fused
+            end = max(end, stop)
+            length = stop - start
+            if length > best_length or (length == best_length and ranks.get(kind, 0) < ranks.get(best_kind, 0)):
+                best_kind, best_length = kind, length
             continue
-        if best is not None:
-            merged.append(Finding(best.kind, merged_start, end))
-        best, merged_start, end = finding, finding.start, finding.end
-    if best is not None:
-        merged.append(Finding(best.kind, merged_start, end))
+        merged.append(Finding(best_kind, merged_start, end))
+        merged_start, end, best_kind, best_length = start, stop, kind, stop - start
+    merged.append(Finding(best_kind, merged_start, end))
     return merged
-
-
-def _beats(challenger: Finding, holder: Finding, ranks: Mapping[str, int]) -> bool:
-    c_len, h_len = challenger.end - challenger.start, holder.end - holder.start
-    if c_len != h_len:
-        return c_len > h_len
-    return ranks.get(challenger.kind, 0) < ranks.get(holder.kind, 0)
 
 
 def _default_placeholder(finding: Finding) -> str:

@@ -16,7 +16,7 @@ from typing import Literal
 from ._checksums import IBAN_LENGTHS, is_card_number, is_iban, is_us_ssn
 from ._engine import CompiledPattern, ScanText, compile_prefilter, compile_set, engine_for, resolve_engine
 from ._phone import CONTEXT_PATTERN, FORMATTED_PATTERN, PhoneJudge
-from .findings import Finding, merge_findings
+from .findings import Finding, merge_spans
 
 __all__ = ["DEFAULT_PHONE_REGIONS", "PII_KINDS", "PiiScanner"]
 
@@ -30,7 +30,6 @@ _RANK = {"ip_address": 1, "phone": 2}
 Check = Callable[[str, int, int], "tuple[int, int] | None"]
 
 _EMAIL_DOMAIN = r"@[A-Za-z0-9][A-Za-z0-9-]*(?:\.[A-Za-z0-9-]+)*\.[A-Za-z]{2,24}"
-_EMAIL_LOCAL = frozenset("ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789._%+-")
 # `icon@2x.png` is an asset name, not an address.
 _FILE_SUFFIXES = frozenset({"png", "jpg", "jpeg", "gif", "svg", "webp", "ico", "bmp", "tiff"})
 
@@ -59,6 +58,17 @@ _V6_GROUP_SPLIT = re.compile(r"[:.]")
 _SET_FINAL_BYTES = 1024
 _NOT_DIGITS = bytes(b for b in range(256) if not 0x30 <= b <= 0x39)
 _WORD = frozenset("ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789_")
+# What may not touch a candidate, per kind (built once: the checks run once per candidate).
+_WORD_DOT_DASH = _WORD | {".", "-"}
+_WORD_DASH = _WORD | {"-"}
+_WORD_DOT = _WORD | {"."}
+_WORD_DOT_COLON = _WORD | {".", ":"}
+_WORD_COLON = _WORD | {":"}
+# The local part before an email's "@", read backwards (on the reversed text before it), up to 65 chars.
+_EMAIL_LOCAL_REVERSED = re.compile(r"[A-Za-z0-9._%+-]{0,65}")
+# A valid dotted quad: no octet above 255 or with a leading zero (what `ipaddress` accepts of _IPV4's shape).
+_OCTET = r"(?:25[0-5]|2[0-4][0-9]|1[0-9][0-9]|[1-9]?[0-9])"
+_VALID_IPV4 = re.compile(rf"{_OCTET}(?:\.{_OCTET}){{3}}")
 
 
 def _is_glued(text: str, start: int, end: int, before: frozenset[str], after: frozenset[str]) -> bool:
@@ -72,19 +82,16 @@ def _digit_follows(text: str, end: int, joiners: str) -> bool:
 
 
 def _check_email(text: str, start: int, end: int) -> tuple[int, int] | None:
-    local_start = start
-    while local_start > 0 and start - local_start < 65 and text[local_start - 1] in _EMAIL_LOCAL:
-        local_start -= 1
-    while local_start < start and text[local_start] == ".":
-        local_start += 1
-    local = text[local_start:start]
+    run = _EMAIL_LOCAL_REVERSED.match(text[max(0, start - 65) : start][::-1])
+    local = text[start - run.end() if run else start : start].lstrip(".")
     if not local or len(local) > 64 or local.endswith(".") or ".." in local:
         return None
+    local_start = start - len(local)
     domain = text[start + 1 : end]
-    labels = domain.split(".")
-    if any(not label or label[0] == "-" or label[-1] == "-" for label in labels):
+    # Some label is empty or starts or ends with "-".
+    if ".." in domain or domain[:1] in ("", ".", "-") or domain[-1] in ".-" or "-." in domain or ".-" in domain:
         return None
-    if labels[-1].lower() in _FILE_SUFFIXES:
+    if domain[domain.rfind(".") + 1 :].lower() in _FILE_SUFFIXES:
         return None
     # `git@github.com:org/repo.git` is an SSH remote.
     if end + 1 < len(text) and text[end] == ":" and text[end + 1] not in " \t\r\n":
@@ -97,7 +104,7 @@ def _check_card(text: str, start: int, end: int) -> tuple[int, int] | None:
     # (a table of numbers) must not cost more than a constant per candidate.
     run = _CARD_RUN.match(text, start, start + _CARD_RUN_CAP)
     run_end = run.end() if run else end
-    if _is_glued(text, start, run_end, _WORD | {".", "-"}, _WORD) or _digit_follows(text, run_end, ". -"):
+    if _is_glued(text, start, run_end, _WORD_DOT_DASH, _WORD) or _digit_follows(text, run_end, ". -"):
         return None
     groups = [(m.start(), m.end()) for m in _DIGIT_GROUP.finditer(text, start, run_end)]
     # Longest window of whole groups first: the full run, then runs that drop leading/trailing groups.
@@ -146,7 +153,7 @@ def _check_iban(text: str, start: int, end: int) -> tuple[int, int] | None:
 
 
 def _check_ssn(text: str, start: int, end: int) -> tuple[int, int] | None:
-    if _is_glued(text, start, end, _WORD | {"-"}, _WORD | {"-"}):
+    if _is_glued(text, start, end, _WORD_DASH, _WORD_DASH):
         return None
     span = text[start:end]
     if len(span) == 11 and span[3] != span[6]:
@@ -159,15 +166,14 @@ def _ip_check(include_private: bool) -> tuple[Check, Check]:
         return include_private or address.is_global
 
     def check_v4(text: str, start: int, end: int) -> tuple[int, int] | None:
-        if _is_glued(text, start, end, _WORD | {"."}, _WORD) or _digit_follows(text, end, "."):
+        if _is_glued(text, start, end, _WORD_DOT, _WORD) or _digit_follows(text, end, "."):
             return None
         if _VERSION_BEFORE.search(text, max(0, start - 12), start):
             return None
-        try:
-            address = ipaddress.IPv4Address(text[start:end])
-        except ValueError:
+        candidate = text[start:end]
+        if not _VALID_IPV4.fullmatch(candidate):
             return None
-        return (start, end) if keep(address) else None
+        return (start, end) if include_private or ipaddress.IPv4Address(candidate).is_global else None
 
     def check_v6(text: str, start: int, end: int) -> tuple[int, int] | None:
         while end > start and text[end - 1] in ".:" and not text[start:end].endswith("::"):
@@ -177,7 +183,7 @@ def _ip_check(include_private: bool) -> tuple[Check, Check]:
         # Two short groups are a slice or a scope (`a[1::2]`, `"a::bc"`), not an address; `fe80::1` passes.
         if len(groups) < 2 or (len(groups) == 2 and max(map(len, groups)) < 3):
             return None
-        if _is_glued(text, start, end, _WORD | {".", ":"}, _WORD | {":"}):
+        if _is_glued(text, start, end, _WORD_DOT_COLON, _WORD_COLON):
             return None
         try:
             address = ipaddress.IPv6Address(candidate)
@@ -244,17 +250,24 @@ class PiiScanner:
         patterns = [pattern for kind, pattern, *_ in rules if kind in wanted]
         self._any = compile_prefilter(patterns)
         self._which = compile_set(patterns)
+        # The set runs RE2 on the text's UTF-8 bytes, as the re2 rules do. A rule on stdlib `re` agrees
+        # with it on any text only if it is made of ASCII literals and classes (email's); case folding
+        # and negated classes treat non-ASCII chars (and lone surrogates) differently in the two.
+        self._set_fits_any_text = all(
+            pattern.engine == "re2" or pattern.source is _EMAIL_DOMAIN for _, pattern, _, _ in self._rules
+        )
 
     def _active_rules(self, scan: ScanText) -> frozenset[int] | None:
         """The indices of the rules whose pattern matches somewhere in the text, or None for "run them all".
 
-        Only on ASCII text, where every rule's engine agrees with RE2 on where a pattern can match. The
-        RE2 set answers in one DFA pass; its answer is final when it names rules, or when the text is
-        short (each byte adds at most one DFA state, and _SET_FINAL_BYTES states fit its memory several
-        times over). On a longer text an empty answer could mean the DFA ran out of memory, so a regex
-        pass (which falls back to the NFA) decides between "nothing" and "run them all".
+        Only where every rule's engine agrees with RE2 on where a pattern can match: on ASCII text, and on
+        any text when the rules run on re2 (see `_set_fits_any_text`). The RE2 set answers in one DFA
+        pass; its answer is final when it names rules, or when the text is short (each byte adds at most
+        one DFA state, and _SET_FINAL_BYTES states fit its memory several times over). On a longer text
+        an empty answer could mean the DFA ran out of memory, so a regex pass (which falls back to the
+        NFA) decides between "nothing" and "run them all".
         """
-        if self._which is None or self._any is None or not scan.is_ascii:
+        if self._which is None or self._any is None or not (scan.is_ascii or self._set_fits_any_text):
             return None
         data = scan.data
         matched = self._which.Match(data)
@@ -274,7 +287,7 @@ class PiiScanner:
             return []
         # UTF-8 bytes hold ASCII digits only as themselves; past 64 KB nearly every text has enough.
         digits = len(scan.data.translate(None, _NOT_DIGITS)) if len(text) <= 65536 else len(text)
-        found: list[Finding] = []
+        found: list[tuple[int, int, str]] = []
         for index, ((kind, pattern, groups, check), (char, min_digits)) in enumerate(
             zip(self._rules, self._needs, strict=True)
         ):
@@ -283,5 +296,5 @@ class PiiScanner:
             for start, end in pattern.spans(scan, groups):
                 span = check(text, start, end)
                 if span is not None:
-                    found.append(Finding(kind, *span))
-        return merge_findings(found, _RANK) if found else found
+                    found.append((*span, kind))
+        return merge_spans(found, _RANK)

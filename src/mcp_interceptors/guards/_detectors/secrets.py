@@ -26,8 +26,8 @@ from ._engine import (
     re2_escape,
     resolve_engine,
 )
-from ._entropy import is_placeholder, is_random_value, shannon_entropy
-from .findings import Finding, merge_findings
+from ._entropy import has_entropy_at_least, is_placeholder, is_random_value
+from .findings import Finding, merge_spans
 
 __all__ = ["SECRET_KINDS", "SecretScanner"]
 
@@ -94,7 +94,7 @@ def _check_aws_secret(text: str, start: int, end: int) -> tuple[int, int] | None
     value = text[start:end]
     if (end < len(text) and text[end] in _B64) or value.endswith("EXAMPLEKEY"):
         return None
-    return (start, end) if shannon_entropy(value) >= 4.0 else None
+    return (start, end) if has_entropy_at_least(value, 4.0) else None
 
 
 def _check_jwt(text: str, start: int, end: int) -> tuple[int, int] | None:
@@ -108,10 +108,12 @@ def _check_jwt(text: str, start: int, end: int) -> tuple[int, int] | None:
     return (start, end) if isinstance(decoded, dict) and "alg" in decoded else None
 
 
-# Between BEGIN and END: base64, whitespace, `Proc-Type:`-style headers, JSON-escaped newlines.
-_PEM_FILLER = re.compile(r"(?:[A-Za-z0-9+/=:,. \t\r\n-]|\\[nr])*")
+# Between BEGIN and END: base64, whitespace, `Proc-Type:`-style headers, JSON-escaped newlines. (Runs of
+# the class are taken whole, possessively: one step per run instead of one alternation per char.)
+_PEM_FILLER = re.compile(r"(?:[A-Za-z0-9+/=:,. \t\r\n-]++|\\[nr])*+")
 _PEM_END = re.compile(r"-----END[A-Z0-9 ]{0,40}PRIVATE KEY(?: BLOCK)?-----")
-_PEM_KEY_CHARS = re.compile(r"[A-Za-z0-9+/=]")
+# Key material: at least 16 base64 chars (matched without collecting them).
+_PEM_KEY_MATERIAL = re.compile(r"(?:[^A-Za-z0-9+/=]*+[A-Za-z0-9+/=]){16}")
 # A block cut off before its END: only whole base64 (or header) lines, so following prose stays out.
 _PEM_TRUNCATED = re.compile(
     r"(?:(?:\r?\n|\\r\\n|\\n)[ \t]*(?:[A-Za-z0-9+/=]{1,100}|[A-Za-z-]+: [^\r\n\\]*)(?=[\r\n]|\\[rn]|$))*"
@@ -132,7 +134,7 @@ def _check_private_key(text: str, start: int, end: int) -> tuple[int, int] | Non
         body = _PEM_TRUNCATED.match(text, end, limit)
         stop = body.end() if body else end
     # Key material, not a header quoted in docs or code ("when your file has '-----BEGIN ...'").
-    if len(_PEM_KEY_CHARS.findall(text, end, stop)) < 16:
+    if not _PEM_KEY_MATERIAL.match(text, end, stop):
         return None
     return start, closing.end() if closing and stop == closing.start() else stop
 
@@ -286,18 +288,19 @@ class SecretScanner:
             return []
         scan = ScanText(text)
         rules = self._triggered_rules(scan)
-        found: list[Finding] = []
+        found: list[tuple[int, int, str]] = []
         for rule, pattern in rules:
+            kind, check = rule.kind, rule.check
             for start, end in pattern.spans(scan, rule.groups):
-                span = rule.check(text, start, end) if rule.check else (start, end)
+                span = check(text, start, end) if check else (start, end)
                 if span is not None:
-                    found.append(Finding(rule.kind, *span))
+                    found.append((*span, kind))
         for kind, compiled, group in self._extras:
             for match in compiled.finditer(text):
                 start, end = match.span(group)
                 if end > start:
-                    found.append(Finding(kind, start, end))
-        return merge_findings(found, _RANK) if found else found
+                    found.append((start, end, kind))
+        return merge_spans(found, _RANK)
 
     def _triggered_rules(self, scan: ScanText) -> list[tuple[_Rule, CompiledPattern]]:
         """The rules whose literals and keywords occur in the text (most strings in a payload hold none)."""

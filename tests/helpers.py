@@ -9,12 +9,14 @@ Module-scoped children register in `LIVE`, so a conftest hook can show their std
 from __future__ import annotations
 
 import contextlib
+import io
 import os
 import signal
 import socket
 import subprocess
 import sys
 import tempfile
+import threading
 from collections.abc import AsyncIterator, Iterator, Mapping, Sequence
 from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
@@ -260,3 +262,21 @@ def pid_alive(pid: int) -> bool:
         return False
     state = stat.rsplit(")", 1)[-1].split()[0]
     return state not in ("Z", "X")
+
+
+class WatchedOutput(io.StringIO):
+    """An output stream another thread can wait on until some text has been written to it."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self._changed = threading.Condition()
+
+    def write(self, text: str) -> int:
+        with self._changed:
+            written = super().write(text)
+            self._changed.notify_all()
+        return written
+
+    def wait_for(self, needle: str, timeout: float = 10.0) -> bool:
+        with self._changed:
+            return self._changed.wait_for(lambda: needle in self.getvalue(), timeout)

@@ -7,14 +7,26 @@ import socket
 import sqlite3
 import threading
 from collections.abc import Callable
+from contextlib import closing
 from pathlib import Path
 
 import anyio
 import orjson
 import pytest
+from helpers import WatchedOutput
 
-from mcp_interceptors.audit import DecisionInput, SigningKey, SqliteStore, open_audit_writer
-from mcp_interceptors.audit.commands import EXIT_ERROR, EXIT_FAILED, EXIT_OK, export_jsonl, keys, show, tail, verify
+from mcp_interceptors.audit import DecisionInput, SigningKey, SqliteStore, commands, open_audit_writer
+from mcp_interceptors.audit.commands import (
+    EXIT_ERROR,
+    EXIT_FAILED,
+    EXIT_OK,
+    Follower,
+    export_jsonl,
+    keys,
+    show,
+    tail,
+    verify,
+)
 
 Make = Callable[..., DecisionInput]
 
@@ -69,29 +81,11 @@ def test_tail_json_and_segment_lines(sqlite_store: SqliteStore, key: SigningKey,
     assert header_line.endswith(f"{trail[0]}  segment start  key={key.key_id} prev=genesis")
 
 
-class _WatchedOutput(io.StringIO):
-    """An output stream another thread can wait on until some text has been written to it."""
-
-    def __init__(self) -> None:
-        super().__init__()
-        self._changed = threading.Condition()
-
-    def write(self, text: str) -> int:
-        with self._changed:
-            written = super().write(text)
-            self._changed.notify_all()
-        return written
-
-    def wait_for(self, needle: str, timeout: float) -> bool:
-        with self._changed:
-            return self._changed.wait_for(lambda: needle in self.getvalue(), timeout)
-
-
 def test_tail_follow_prints_new_records(
     sqlite_store: SqliteStore, key: SigningKey, trail: list[str], make_decision: Make
 ) -> None:
     stop = threading.Event()
-    out = _WatchedOutput()
+    out = WatchedOutput()
 
     def follow() -> int:
         return tail(sqlite_store.path, out, limit=1, follow=True, poll_interval=0.01, should_stop=stop.is_set)
@@ -249,3 +243,28 @@ def test_keys_without_a_key_file(tmp_path: Path) -> None:
     err = io.StringIO()
     assert keys(None, io.StringIO(), key_path=tmp_path / "none", err=err) == EXIT_ERROR
     assert "does not exist" in err.getvalue()
+
+
+def test_follower_watches_skipped_positions_until_they_fill_or_expire(
+    sqlite_store: SqliteStore, trail: list[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    last = sqlite_store.tail(1)[0][0]
+    template = sqlite_store.path
+
+    def place(pos: int, seq: int) -> None:
+        with closing(sqlite3.connect(template)) as conn, conn:
+            conn.execute(
+                "INSERT INTO audit_records (pos, id, segment_id, seq, kind, time, key_id, call_id, phase, hash, record)"
+                " SELECT ?, 'late-' || ?, 'late', ?, kind, time, key_id, call_id, phase, hash, record"
+                " FROM audit_records WHERE pos = ?",
+                (pos, seq, seq, last),
+            )
+
+    follower = Follower(last)
+    place(last + 3, 1)  # two positions skipped: numbered, not yet visible
+    assert [pos for pos, _ in follower.poll(sqlite_store)] == [last + 3]
+    assert set(follower.gaps) == {last + 1, last + 2}
+    place(last + 1, 2)  # committed late
+    assert [pos for pos, _ in follower.poll(sqlite_store)] == [last + 1]
+    monkeypatch.setattr(commands, "GAP_WAIT_S", 0.0)  # the other one was rolled back: stop looking
+    assert follower.poll(sqlite_store) == [] and follower.gaps == {}

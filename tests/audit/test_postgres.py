@@ -4,16 +4,19 @@ from __future__ import annotations
 
 import io
 import sys
+import threading
 from collections.abc import Callable
 from pathlib import Path
 
 import anyio
 import orjson
 import pytest
+from helpers import WatchedOutput
+from sqlalchemy import create_engine, insert, select
 
 from mcp_interceptors.audit import DecisionInput, load_key, load_or_create_key, open_audit_writer, verify_source
-from mcp_interceptors.audit.commands import EXIT_OK, export_jsonl, verify
-from mcp_interceptors.audit.postgres import PostgresStore, engine_url_for
+from mcp_interceptors.audit.commands import EXIT_OK, export_jsonl, tail, verify
+from mcp_interceptors.audit.postgres import PostgresStore, engine_url_for, records_table
 
 pytestmark = [pytest.mark.anyio, pytest.mark.postgres]
 
@@ -103,3 +106,56 @@ def test_commands_read_postgres(postgres_url: str, tmp_path: Path, make_decision
     exported = io.StringIO()
     assert export_jsonl(postgres_url, exported) == EXIT_OK
     assert len(exported.getvalue().splitlines()) == 2
+
+
+def test_tail_follow_prints_a_record_another_replica_committed_late(
+    postgres_url: str, tmp_path: Path, make_decision: Make
+) -> None:
+    """PostgreSQL numbers a row at insert and shows it at commit: a slow replica's row appears after
+    rows numbered later, and a follower must still print it."""
+    key = load_or_create_key(tmp_path / "audit-key")
+
+    async def write() -> None:
+        store = PostgresStore(postgres_url)
+        async with open_audit_writer(store, key) as writer:
+            await writer.append(make_decision(call_id="first"))
+        store.close()
+
+    anyio.run(write)
+    engine = create_engine(engine_url_for(postgres_url))
+    template = engine.connect()
+    row = dict(template.execute(select(records_table).order_by(records_table.c.pos.desc()).limit(1)).mappings().one())
+    template.close()
+
+    def replica_row(call_id: str, seq: int) -> dict[str, object]:
+        record = orjson.loads(str(row["record"]))
+        record["id"] = f"replica-{call_id}"
+        record["body"]["call_id"] = call_id
+        fields = {key: value for key, value in row.items() if key != "pos"}
+        text = orjson.dumps(record).decode()
+        return {**fields, "id": record["id"], "segment_id": "replica", "seq": seq, "call_id": call_id, "record": text}
+
+    out = WatchedOutput()
+    stop = threading.Event()
+    follower = threading.Thread(
+        target=tail,
+        args=(postgres_url, out),
+        kwargs={"limit": 1, "follow": True, "poll_interval": 0.01, "should_stop": stop.is_set},
+    )
+    follower.start()
+    try:
+        assert out.wait_for("call=first")
+        with engine.connect() as slow, engine.connect() as fast:
+            slow_tx = slow.begin()
+            slow.execute(insert(records_table).values(**replica_row("slow", 1)))  # numbered first, shown last
+            with fast.begin():
+                fast.execute(insert(records_table).values(**replica_row("fast", 2)))
+            assert out.wait_for("call=fast")
+            slow_tx.commit()
+        assert out.wait_for("call=slow")
+    finally:
+        stop.set()
+        follower.join(10)
+        engine.dispose()
+    printed = out.getvalue().splitlines()
+    assert [line.split("call=")[-1] for line in printed] == ["first", "fast", "slow"]

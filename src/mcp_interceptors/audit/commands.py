@@ -49,20 +49,61 @@ def tail(
     except AuditError as exc:
         return _fail(err, exc)
     try:
-        last_pos = 0
-        for pos, raw in store.tail(limit):
+        recent = store.tail(limit)
+        follower = Follower(recent[0][0] - 1 if recent else 0)
+        follower.saw(recent)
+        for _, raw in recent:
             _print_record(out, raw, as_json)
-            last_pos = pos
         while follow and not should_stop():
-            for pos, raw in store.iter_records(after_pos=last_pos):
+            for _, raw in follower.poll(store):
                 _print_record(out, raw, as_json)
-                last_pos = pos
             out.flush()
             # Polling is the interface here: readers must not hold locks the writer needs.
             time.sleep(poll_interval)
     finally:
         store.close()
     return EXIT_OK
+
+
+#: How long `tail --follow` keeps looking for a record at a position it skipped. PostgreSQL numbers a
+#: row when it is inserted and shows it when its transaction commits, so a replica's slower commit
+#: appears after rows numbered later; a position still empty after this long was a rolled-back insert.
+GAP_WAIT_S: Final = 60.0
+#: At most this many skipped positions are watched (the newest): a sequence jump is not a late commit.
+_MAX_GAPS: Final = 10_000
+
+
+class Follower:
+    """New records since the last poll: those past the highest position seen, and any that appeared
+    at a position skipped within `GAP_WAIT_S`."""
+
+    def __init__(self, last_pos: int) -> None:
+        self.last_pos = last_pos
+        self.gaps: dict[int, float] = {}  # skipped position -> when it was first missed
+
+    def poll(self, store: Store) -> list[tuple[int, bytes]]:
+        now = time.monotonic()
+        self.gaps = {pos: since for pos, since in self.gaps.items() if now - since < GAP_WAIT_S}
+        late = store.records_at(self.gaps) if self.gaps else []
+        for pos, _ in late:
+            del self.gaps[pos]
+        new = list(store.iter_records(after_pos=self.last_pos))
+        self.saw(new, now)
+        return late + new
+
+    def saw(self, rows: Sequence[tuple[int, bytes]], now: float | None = None) -> None:
+        """Note the positions `rows` (in storage order, past `last_pos`) skipped, and move past them."""
+        if not rows:
+            return
+        now = time.monotonic() if now is None else now
+        expected = self.last_pos + 1
+        for pos, _ in rows:
+            for missing in range(max(expected, pos - _MAX_GAPS), pos):
+                self.gaps[missing] = now
+            expected = pos + 1
+        self.last_pos = rows[-1][0]
+        if len(self.gaps) > _MAX_GAPS:
+            self.gaps = {pos: self.gaps[pos] for pos in sorted(self.gaps)[-_MAX_GAPS:]}
 
 
 def show(target: Target, record_id: str, out: TextIO, *, err: TextIO = sys.stderr) -> int:

@@ -166,6 +166,13 @@ class PostgresStore:
             rows = conn.execute(select(r.pos, r.record).order_by(r.pos.desc()).limit(limit)).all()
         return [(int(row.pos), str(row.record).encode()) for row in reversed(rows)]
 
+    def records_at(self, positions: Collection[int]) -> list[tuple[int, bytes]]:
+        if not positions:
+            return []
+        r = records_table.c
+        query = select(r.pos, r.record).where(r.pos.in_(list(positions))).order_by(r.pos)
+        return [(int(row.pos), str(row.record).encode()) for row in self._stream(query)]
+
     def iter_records(self, after_pos: int = 0) -> Iterator[tuple[int, bytes]]:
         r = records_table.c
         query = select(r.pos, r.record).where(r.pos > after_pos).order_by(r.pos)

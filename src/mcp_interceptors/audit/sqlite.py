@@ -191,6 +191,13 @@ class SqliteStore:
             ).fetchall()
         return [(pos, text.encode()) for pos, text in reversed(rows)]
 
+    def records_at(self, positions: Collection[int]) -> list[tuple[int, bytes]]:
+        if not positions:
+            return []
+        marks = ", ".join("?" * len(positions))
+        query = f"SELECT pos, record FROM {RECORDS_TABLE} WHERE pos IN ({marks}) ORDER BY pos"
+        return [(pos, text.encode()) for pos, text in self._stream(query, tuple(positions))]
+
     def iter_records(self, after_pos: int = 0) -> Iterator[tuple[int, bytes]]:
         query = f"SELECT pos, record FROM {RECORDS_TABLE} WHERE pos > ? ORDER BY pos"
         for pos, text in self._stream(query, (after_pos,)):

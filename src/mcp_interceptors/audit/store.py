@@ -115,6 +115,10 @@ class Store(RecordSource, Protocol):
         """The last `limit` records in storage order."""
         ...
 
+    def records_at(self, positions: Collection[int]) -> list[tuple[int, bytes]]:
+        """The records at these positions that exist now, in storage order."""
+        ...
+
 
 class JsonlSource:
     """A read-only source over `audit export --jsonl` output (records first, then receipts)."""

@@ -276,11 +276,8 @@ async def connect_for_first_message(
             received += chunk
     first = _parsed(received.split(b"\n", 1)[0])
     try:
-        if first is None:
-            await gateway.connect_upstreams()
-        else:
-            legacy = first.get("method") == "initialize"
-            await gateway.connect_upstreams(presented_client(first), "legacy" if legacy else "2026-07-28")
+        handshake = first is not None and first.get("method") == "initialize"
+        await gateway.connect_upstreams(presented_client(first), "legacy" if handshake else None)
     except Exception as exc:
         if first is not None and isinstance(first.get("method"), str) and is_request_id(first.get("id")):
             reason = f"the gateway could not connect its upstreams: {exc}"
@@ -303,10 +300,10 @@ def _parsed(line: bytes) -> dict[str, Any] | None:
     return message if isinstance(message, dict) else None
 
 
-def presented_client(message: dict[str, Any]) -> dict[str, Any] | None:
+def presented_client(message: dict[str, Any] | None) -> dict[str, Any] | None:
     """The `initialize` params a client's first request stands for: its own, or its envelope's parts."""
-    params = message.get("params")
-    if not isinstance(params, dict):
+    params = message.get("params") if message is not None else None
+    if message is None or not isinstance(params, dict):
         return None
     if message.get("method") == "initialize":
         return params

@@ -11,6 +11,7 @@ from __future__ import annotations
 import json
 import os
 import sys
+import time
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Annotated, Any
@@ -25,6 +26,7 @@ from mcp_types import CreateMessageResult, RequestParams, SamplingMessage, TextC
 from pydantic import ConfigDict
 
 NAME = os.environ.get("E2E_NAME", "e2e-upstream")
+SCHEME = os.environ.get("E2E_SCHEME", "e2e")  # two of these behind one gateway need distinct ones
 NOTES: dict[str, str] = {"welcome": "Hello from the e2e upstream."}
 #: token -> set when that `sleep` call's handler was cancelled
 CANCELLED: dict[str, anyio.Event] = {}
@@ -152,7 +154,7 @@ async def ask(question: str, answer: Annotated[CreateMessageResult, Resolve(ask_
     return f"model says: {content.text if isinstance(content, TextContent) else content}"
 
 
-@server.resource("e2e://{name}", description="A note by name.")
+@server.resource(SCHEME + "://{name}", description="A note by name.")
 async def note(name: str) -> str:
     return NOTES.get(name, "")
 
@@ -174,10 +176,24 @@ def serve_one_era(refused: str) -> None:
     server.run("stdio")
 
 
+def meet(rendezvous: str) -> None:
+    """`DIR:ME:OTHER`: announce ME in DIR, then wait for OTHER before serving, exiting after 20 s without
+    it. Two upstreams meeting this way can start only if their client starts both at once."""
+    folder, me, other = rendezvous.split(":")
+    Path(folder, me).touch()
+    deadline = time.monotonic() + 20
+    while not Path(folder, other).exists():
+        if time.monotonic() > deadline:
+            sys.exit(f"{other} never started")
+        time.sleep(0.01)
+
+
 if __name__ == "__main__":
     pid_dir = os.environ.get("E2E_PID_DIR")
     if pid_dir:
         Path(pid_dir, f"{os.getpid()}.pid").write_text(str(os.getpid()))
+    if rendezvous := os.environ.get("E2E_RENDEZVOUS"):
+        meet(rendezvous)
     if len(sys.argv) == 3 and sys.argv[1] == "--http":
         server.run("streamable-http", port=int(sys.argv[2]))
     else:

@@ -134,3 +134,16 @@ async def test_upstream_that_cannot_start_fails_the_first_request_with_the_reaso
     assert "broken" in answer["error"]["message"]
     assert done.returncode == 1
     assert done.stderr.decode().strip().splitlines()[-1].startswith("mcp-interceptors gateway: error: ")
+
+
+async def test_upstreams_are_connected_at_once(write_config: ConfigWriter, tmp_path: Path) -> None:
+    """Each of these two upstreams serves only once the other has started: one at a time, neither would."""
+    upstreams = {
+        name: upstream_entry(env={"E2E_RENDEZVOUS": f"{tmp_path}:{name}:{other}", "E2E_SCHEME": name})
+        for name, other in (("left", "right"), ("right", "left"))
+    }
+    config = write_config({"upstreams": upstreams})
+    with anyio.fail_after(60):
+        async with fresh_gateway("stdio", config, "legacy") as client:
+            tools = {tool.name for tool in (await client.list_tools()).tools}
+    assert {"left__pid", "right__pid"} <= tools

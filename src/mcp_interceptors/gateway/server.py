@@ -186,9 +186,10 @@ class Gateway:
         that `era: auto` upstreams try first: a stdio gateway's one client's, else the gateway's own
         identity, every client feature it relays, and 2026-07-28 first.
         """
-        assert self._tg is not None, "gateway not started"
-        for name, upstream_config in self.config.upstreams.items():
-            conn = UpstreamConnection(
+        tg = self._tg
+        assert tg is not None, "gateway not started"
+        conns = {
+            name: UpstreamConnection(
                 name,
                 upstream_config,
                 era="legacy-first" if client_era == "legacy" and upstream_config.era == "auto" else "auto",
@@ -196,8 +197,24 @@ class Gateway:
                 on_request=self._shared_request_handler(name),
                 on_notify=self._shared_notify_handler(name),
             )
-            await self._tg.start(conn.run)
-            self.shared[name] = conn
+            for name, upstream_config in self.config.upstreams.items()
+        }
+        failures: dict[str, Exception] = {}
+
+        async def connect(name: str, conn: UpstreamConnection) -> None:
+            try:
+                await tg.start(conn.run)
+            except Exception as exc:
+                failures[name] = exc
+
+        # All at once: a client waits on the slowest server's start-up, not on the sum of them.
+        async with anyio.create_task_group() as starting:
+            for name, conn in conns.items():
+                starting.start_soon(connect, name, conn)
+        for name in conns:
+            if name in failures:
+                raise failures[name]  # the first failed upstream in config order, as one clear error
+        self.shared.update(conns)
         probe = DownstreamSession(self, key="startup", era="2026-07-28")
         await probe.refresh_catalog()  # raises RoutingError on a collision
         self.startup_catalog = probe.catalog

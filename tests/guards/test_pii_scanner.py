@@ -11,7 +11,7 @@ import itertools
 import string
 
 import pytest
-from hypothesis import given
+from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from mcp_interceptors.guards._detectors import PII_KINDS, PiiScanner, pii
@@ -254,3 +254,54 @@ def test_iban_check_matches_the_reference(country: str, check: str, account: str
     assert is_iban(compact) == _reference_is_iban(compact)
     valid = "GB82WEST12345698765432"  # the ECBS example
     assert is_iban(valid) and _reference_is_iban(valid)
+
+
+def _ipaddress_accepts_v6(candidate: str) -> bool:
+    try:
+        ipaddress.IPv6Address(candidate)
+    except ValueError:
+        return False
+    return True
+
+
+@settings(max_examples=500)
+@given(st.from_regex(f"(?:{pii._IPV6})", fullmatch=True) | st.text(alphabet="0123456789abcdefABCDEFg:.", max_size=45))
+def test_ipv6_validity_matches_ipaddress(candidate: str) -> None:
+    assert bool(pii._VALID_IPV6.fullmatch(candidate)) == _ipaddress_accepts_v6(candidate)
+
+
+@pytest.mark.parametrize(
+    "candidate",
+    ["::", "1::", "::1", "1:2:3:4:5:6:7:8", "1:2:3:4:5:6:7::", "::2:3:4:5:6:7:8", "1:2:3:4:5:6::1.2.3.4",
+     "1:2:3:4:5::1.2.3.4", "::1.2.3.04", "::ffff:255.255.255.255", "1:2:3:4:5:6:1.2.3.4", ":1::2", "1:::2",
+     "1:2:3:4:5:6:7:8:9", "12345::1", "fe80::1"],
+)  # fmt: skip
+def test_ipv6_validity_matches_ipaddress_at_the_edges(candidate: str) -> None:
+    assert bool(pii._VALID_IPV6.fullmatch(candidate)) == _ipaddress_accepts_v6(candidate)
+
+
+def _reference_check_card(text: str, start: int, end: int) -> tuple[int, int] | None:
+    run = pii._CARD_RUN.match(text, start, start + pii._CARD_RUN_CAP)
+    run_end = run.end() if run else end
+    if pii._is_glued(text, start, run_end, pii._WORD_DOT_DASH, pii._WORD) or pii._digit_follows(text, run_end, ". -"):
+        return None
+    groups = [(m.start(), m.end()) for m in pii._DIGIT_GROUP.finditer(text, start, run_end)]
+    for size in range(min(len(groups), 5), 0, -1):
+        for i in range(len(groups) - size + 1):
+            window = groups[i : i + size]
+            if not pii._is_card_layout([e - s for s, e in window]):
+                continue
+            left, right = window[0][0], window[-1][1]
+            digits = "".join(text[s:e] for s, e in window)
+            lengths = range(14, 17) if size == 1 else range(13, 20)
+            if len(digits) in lengths and pii.is_card_number(digits):
+                return left, right
+    return None
+
+
+@given(st.text(alphabet="4111 -.x_", max_size=40), st.data())
+def test_card_check_matches_the_reference(text: str, data: st.DataObject) -> None:
+    text = data.draw(st.sampled_from(["", "4111 1111 1111 1111", "378282246310005", "x"])) + text
+    start = data.draw(st.integers(0, len(text)))
+    end = data.draw(st.integers(start, len(text)))
+    assert pii._check_card(text, start, end) == _reference_check_card(text, start, end)

@@ -11,6 +11,7 @@ from __future__ import annotations
 import ipaddress
 import re
 from collections.abc import Callable, Iterable, Sequence
+from functools import partial
 from typing import Literal
 
 from ._checksums import IBAN_LENGTHS, is_card_number, is_iban, is_us_ssn
@@ -71,6 +72,24 @@ _OCTET = r"(?:25[0-5]|2[0-4][0-9]|1[0-9][0-9]|[1-9]?[0-9])"
 _VALID_IPV4 = re.compile(rf"{_OCTET}(?:\.{_OCTET}){{3}}")
 
 
+def _valid_ipv6_pattern() -> str:
+    """What `ipaddress.IPv6Address` accepts, as one pattern: eight groups, or six and a dotted quad; or a
+    "::" standing for at least one group, with the groups (a dotted quad counting two) on either side."""
+    group, quad = "[0-9A-Fa-f]{1,4}", rf"{_OCTET}(?:\.{_OCTET}){{3}}"
+    forms = [rf"(?:{group}:){{7}}{group}", rf"(?:{group}:){{6}}{quad}"]
+    for before in range(8):
+        left = rf"(?:{group}:){{{before - 1}}}{group}" if before else ""
+        room = 7 - before  # groups after the "::"
+        rights = [rf"(?:{group}:){{0,{room - 1}}}{group}"] if room >= 1 else []
+        rights += [rf"(?:{group}:){{0,{room - 2}}}{quad}"] if room >= 2 else []
+        forms.append(left + "::" + (f"(?:{'|'.join(rights)})?" if rights else ""))
+    return "|".join(f"(?:{form})" for form in forms)
+
+
+# Checked with fullmatch instead of building an `IPv6Address` (5x slower) when only validity matters.
+_VALID_IPV6 = re.compile(_valid_ipv6_pattern())
+
+
 def _is_glued(text: str, start: int, end: int, before: frozenset[str], after: frozenset[str]) -> bool:
     """True when the span touches `before` chars on its left or `after` chars on its right."""
     return bool((start and text[start - 1] in before) or (end < len(text) and text[end] in after))
@@ -102,9 +121,11 @@ def _check_email(text: str, start: int, end: int) -> tuple[int, int] | None:
 def _check_card(text: str, start: int, end: int) -> tuple[int, int] | None:
     # The run of digit groups from here, capped: a card prints in at most 23 chars, and a longer run
     # (a table of numbers) must not cost more than a constant per candidate.
+    if start and text[start - 1] in _WORD_DOT_DASH:
+        return None  # glued on the left (a slack token's digits, an id): decided before reading the run
     run = _CARD_RUN.match(text, start, start + _CARD_RUN_CAP)
     run_end = run.end() if run else end
-    if _is_glued(text, start, run_end, _WORD_DOT_DASH, _WORD) or _digit_follows(text, run_end, ". -"):
+    if (run_end < len(text) and text[run_end] in _WORD) or _digit_follows(text, run_end, ". -"):
         return None
     groups = [(m.start(), m.end()) for m in _DIGIT_GROUP.finditer(text, start, run_end)]
     # Longest window of whole groups first: the full run, then runs that drop leading/trailing groups.
@@ -162,9 +183,6 @@ def _check_ssn(text: str, start: int, end: int) -> tuple[int, int] | None:
 
 
 def _ip_check(include_private: bool) -> tuple[Check, Check]:
-    def keep(address: ipaddress.IPv4Address | ipaddress.IPv6Address) -> bool:
-        return include_private or address.is_global
-
     def check_v4(text: str, start: int, end: int) -> tuple[int, int] | None:
         if _is_glued(text, start, end, _WORD_DOT, _WORD) or _digit_follows(text, end, "."):
             return None
@@ -183,13 +201,9 @@ def _ip_check(include_private: bool) -> tuple[Check, Check]:
         # Two short groups are a slice or a scope (`a[1::2]`, `"a::bc"`), not an address; `fe80::1` passes.
         if len(groups) < 2 or (len(groups) == 2 and max(map(len, groups)) < 3):
             return None
-        if _is_glued(text, start, end, _WORD_DOT_COLON, _WORD_COLON):
+        if _is_glued(text, start, end, _WORD_DOT_COLON, _WORD_COLON) or not _VALID_IPV6.fullmatch(candidate):
             return None
-        try:
-            address = ipaddress.IPv6Address(candidate)
-        except ValueError:
-            return None
-        return (start, end) if keep(address) else None
+        return (start, end) if include_private or ipaddress.IPv6Address(candidate).is_global else None
 
     return check_v4, check_v6
 
@@ -228,8 +242,8 @@ class PiiScanner:
             ("us_ssn", _SSN_CONTEXT, (1,), _check_ssn, "", 9),
             ("ip_address", _IPV4, (0,), check_v4, ".", 4),
             ("ip_address", _IPV6, (0,), check_v6, ":", 0),
-            ("phone", FORMATTED_PATTERN, (0,), lambda t, s, e: judge.judge(t, s, e, in_context=False), "", 7),
-            ("phone", CONTEXT_PATTERN, (1,), lambda t, s, e: judge.judge(t, s, e, in_context=True), "", 7),
+            ("phone", FORMATTED_PATTERN, (0,), partial(judge.judge, in_context=False), "", 7),
+            ("phone", CONTEXT_PATTERN, (1,), partial(judge.judge, in_context=True), "", 7),
         ]
         # Email's literal "@" is found fastest by stdlib `re`; the digit-led rest runs faster on re2.
         self._rules = [
@@ -246,7 +260,14 @@ class PiiScanner:
             for kind, pattern, groups, check, _, _ in rules
             if kind in wanted
         ]
-        self._needs = [(char, digits) for kind, _, _, _, char, digits in rules if kind in wanted]
+        needs = [(char, digits) for kind, _, _, _, char, digits in rules if kind in wanted]
+        # What `scan` loops over for every text: each rule with its index in the set and its needs.
+        self._plan = [
+            (index, kind, pattern, groups, check, char, min_digits)
+            for index, ((kind, pattern, groups, check), (char, min_digits)) in enumerate(
+                zip(self._rules, needs, strict=True)
+            )
+        ]
         patterns = [pattern for kind, pattern, *_ in rules if kind in wanted]
         self._any = compile_prefilter(patterns)
         self._which = compile_set(patterns)
@@ -288,9 +309,7 @@ class PiiScanner:
         # UTF-8 bytes hold ASCII digits only as themselves; past 64 KB nearly every text has enough.
         digits = len(scan.data.translate(None, _NOT_DIGITS)) if len(text) <= 65536 else len(text)
         found: list[tuple[int, int, str]] = []
-        for index, ((kind, pattern, groups, check), (char, min_digits)) in enumerate(
-            zip(self._rules, self._needs, strict=True)
-        ):
+        for index, kind, pattern, groups, check, char, min_digits in self._plan:
             if (active is not None and index not in active) or digits < min_digits or (char and char not in text):
                 continue
             for start, end in pattern.spans(scan, groups):

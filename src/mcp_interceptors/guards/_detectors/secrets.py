@@ -279,6 +279,9 @@ class SecretScanner:
         self._literals = re.compile("|".join(literals) or "(?!)")
         self._keywords = sorted({keyword for rule, _ in self._rules for keyword in rule.keywords})
         self._triggers, self._needs = _trigger_set([rule for rule, _ in self._rules])
+        # The rules each answer of the trigger set selects, worked out once per distinct answer (a set of
+        # a dozen entries gives few distinct answers, and most texts give one of a handful).
+        self._rules_for_answer: dict[frozenset[int], list[tuple[_Rule, CompiledPattern]]] = {}
         extra_engine = resolve_engine(engine)
         self._extras = [_compile_extra(kind, source, extra_engine) for kind, source in (extra_patterns or {}).items()]
 
@@ -311,7 +314,11 @@ class SecretScanner:
             # only where its pattern cannot match, and a joined scan of many strings skips nothing a
             # scan of each string would run.
             matched = frozenset(self._triggers.Match(scan.data) or ())
-            return [rule for rule, needs in zip(self._rules, self._needs, strict=True) if needs <= matched]
+            rules = self._rules_for_answer.get(matched)
+            if rules is None:
+                rules = [rule for rule, needs in zip(self._rules, self._needs, strict=True) if needs <= matched]
+                self._rules_for_answer[matched] = rules
+            return rules
         if not self._extras and len(text) <= 4096 and not self._is_triggered(text):
             return []
         lowered: str | None = None

@@ -224,9 +224,7 @@ class InterceptorHost(Extension):
     async def invoke(self, call: Call) -> InterceptorResult:
         """Run one interceptor (the `Source` protocol used by `Chain.add_local`, and the wire handler)."""
         payload = fast_copy(call.payload) if self.copy_payloads else call.payload
-        registered = self._registry.get(call.name)
-        if registered is None:
-            raise InterceptorNotFoundError(call.name)  # R21
+        registered = self._lookup(call.name)  # R21
         key = (call.name, call.event, call.phase)
         covered = self._covered.get(key)
         if covered is None:

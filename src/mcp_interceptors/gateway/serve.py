@@ -46,7 +46,7 @@ def check_listen(host: str, port: int) -> None:
     try:
         addresses = socket.getaddrinfo(host or None, port, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE)
     except OSError as exc:
-        raise ListenError(f"cannot listen on {host}:{port}: {exc.strerror or exc}") from None
+        raise ListenError(f"cannot listen on {authority(host, port)}: {exc.strerror or exc}") from None
     for family, kind, proto, _, address in addresses:
         try:
             probe = socket.socket(family, kind, proto)
@@ -59,7 +59,7 @@ def check_listen(host: str, port: int) -> None:
                     probe.setsockopt(socket.IPPROTO_IPV6, socket.IPV6_V6ONLY, 1)
                 probe.bind(address)
             except OSError as exc:
-                raise ListenError(f"cannot listen on {host}:{port}: {exc.strerror or exc}") from None
+                raise ListenError(f"cannot listen on {authority(host, port)}: {exc.strerror or exc}") from None
 
 
 async def serve_stdio(gateway: Gateway) -> None:

@@ -133,7 +133,6 @@ class Gateway:
         self.bus = InMemorySubscriptionBus()
         self.bridges = Bridges()
         self.startup_catalog: Catalog | None = None
-        self.connected = False  # the upstreams are connected (a stdio gateway waits for its client)
         self.audit_writer = audit_writer
         self._stdio_client: anyio.Event | None = None
         self.server: Server[Any] = Server(
@@ -177,6 +176,11 @@ class Gateway:
             await self.connect_upstreams()
         tg.start_soon(self.sweep_idle_sessions, self.config.http.session_idle_s)
 
+    @property
+    def connected(self) -> bool:
+        """Whether the upstreams are connected (a stdio gateway waits for its client's first message)."""
+        return self.startup_catalog is not None
+
     async def connect_upstreams(
         self, client_params: Mapping[str, Any] | None = None, client_era: Era | None = None
     ) -> None:
@@ -218,7 +222,6 @@ class Gateway:
         probe = DownstreamSession(self, key="startup", era="2026-07-28")
         await probe.refresh_catalog()  # raises RoutingError on a collision
         self.startup_catalog = probe.catalog
-        self.connected = True
 
     async def sweep_idle_sessions(self, idle_s: float, *, every_s: float = 60.0) -> None:
         """Close handshake-era sessions (and their upstream sessions) unused for `idle_s` seconds."""
@@ -350,8 +353,8 @@ class Gateway:
     def await_stdio_client(self) -> None:
         """Serving one stdio client: requests the upstreams send before its handshake wait for it.
 
-        Servers ask for roots (say) right after their own handshake, which the gateway makes at start,
-        before the client that will answer has connected.
+        Servers ask for roots (say) right after their own handshake, which the gateway makes while the
+        client's `initialize` waits, before the client can answer.
         """
         self._stdio_client = anyio.Event()
 

@@ -435,12 +435,13 @@ class DownstreamSession:
         logging = [conn for conn in conns.values() if conn.info is not None and "logging" in conn.info.capabilities]
         if not logging:  # what a server without the logging capability answers (and the gateway advertises none)
             raise MCPError(METHOD_NOT_FOUND, "Method not found", method)
+        # 2026-07-28 has no logging/setLevel: for a handshake-era client the level rides in each request's envelope.
+        in_envelope = [conn for conn in logging if conn.era == "2026-07-28" and self.era == "legacy"]
         level = (params or {}).get("level")
+        if in_envelope and level not in LOG_LEVELS:
+            raise MCPError(INVALID_PARAMS, f"level must be one of {', '.join(LOG_LEVELS)}", {"field": "level"})
         for conn in logging:
-            if conn.era == "2026-07-28" and self.era == "legacy":
-                # 2026-07-28 has no logging/setLevel: the level travels in each request's envelope.
-                if level not in LOG_LEVELS:
-                    raise MCPError(INVALID_PARAMS, f"level must be one of {', '.join(LOG_LEVELS)}", {"field": "level"})
+            if conn in in_envelope:
                 conn.log_level = level
             else:
                 await conn.request(method, params)

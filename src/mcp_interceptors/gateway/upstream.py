@@ -56,9 +56,9 @@ ENVELOPE_KEYS = frozenset(
     {PROTOCOL_VERSION_META_KEY, CLIENT_INFO_META_KEY, CLIENT_CAPABILITIES_META_KEY, LOG_LEVEL_META_KEY}
 )
 GATEWAY_CLIENT_INFO = {"name": "mcp-interceptors-gateway", "version": "0.1.0"}
-#: What the gateway presents when it has no downstream client to speak for (the connections it makes at
-#: start, which a stdio client's session adopts): every client feature it can relay, so a server offers
-#: all it would offer some client; a request the client cannot serve gets that client's own error.
+#: What the gateway presents when it has no downstream client to speak for (an HTTP gateway's shared
+#: connections, a stdio client that said nothing first): every client feature it can relay, so a server
+#: offers all it would offer some client; a request the client cannot serve gets that client's own error.
 DEFAULT_CLIENT_CAPABILITIES: dict[str, Any] = {
     "roots": {"listChanged": True},
     "sampling": {"context": {}, "tools": {}},
@@ -288,35 +288,28 @@ class UpstreamConnection:
     # ------------------------------------------------------------------ handshake
 
     async def _handshake(self, dispatcher: Wire) -> UpstreamInfo:
-        if self.era_preference == "legacy-first":
-            try:
-                return await self._initialize(dispatcher)
-            except MCPError as exc:
-                logger.debug("upstream %r: initialize failed (%s); using server/discover", self.name, exc.message)
-                self.era_preference = "2026-07-28"
-                if self.is_http:
-                    raise _EraRefused from None
-            try:
-                return await self._discover(dispatcher)
-            except MCPError:
-                raise _EraRefused from None  # the refused initialize fixed this connection's era
-        if self.era_preference in ("auto", "2026-07-28"):
-            try:
-                return await self._discover(dispatcher)
-            except MCPError as exc:
-                if self.era_preference == "2026-07-28":
-                    raise
-                logger.debug("upstream %r: server/discover failed (%s); using initialize", self.name, exc.message)
-                self.era_preference = "legacy"
-                if self.is_http:
-                    raise _EraRefused from None  # a fresh HTTP transport costs nothing
-            try:
-                # Handshake-era SDKs answer the unknown method and go on; a stdio server is not started twice.
-                return await self._initialize(dispatcher)
-            except MCPError:
-                # Some servers fix a connection's era with its first message: start over on a fresh one.
-                raise _EraRefused from None
-        return await self._initialize(dispatcher)
+        preference = self.era_preference
+        if preference == "legacy":
+            return await self._initialize(dispatcher)
+        if preference == "2026-07-28":
+            return await self._discover(dispatcher)
+        # `auto` tries 2026-07-28 first, `legacy-first` the handshake era; a refusal sets the other.
+        legacy_first = preference == "legacy-first"
+        first, second = (self._initialize, self._discover) if legacy_first else (self._discover, self._initialize)
+        other: EraPreference = "2026-07-28" if legacy_first else "legacy"
+        try:
+            return await first(dispatcher)
+        except MCPError as exc:
+            logger.debug("upstream %r: handshake failed (%s); trying the %s era", self.name, exc.message, other)
+            self.era_preference = other
+            if self.is_http:
+                raise _EraRefused from None  # a fresh HTTP transport costs nothing
+        try:
+            # Most SDKs answer the other era's unknown method and go on: a stdio server is not started twice.
+            return await second(dispatcher)
+        except MCPError:
+            # Some servers fix a connection's era with its first message: start over on a fresh one.
+            raise _EraRefused from None
 
     async def _discover(self, dispatcher: Wire) -> UpstreamInfo:
         params = {"_meta": self.envelope()}

@@ -69,13 +69,14 @@ _WORD_COLON = _WORD | {":"}
 _EMAIL_LOCAL_REVERSED = re.compile(r"[A-Za-z0-9._%+-]{0,65}")
 # A valid dotted quad: no octet above 255 or with a leading zero (what `ipaddress` accepts of _IPV4's shape).
 _OCTET = r"(?:25[0-5]|2[0-4][0-9]|1[0-9][0-9]|[1-9]?[0-9])"
-_VALID_IPV4 = re.compile(rf"{_OCTET}(?:\.{_OCTET}){{3}}")
+_QUAD = rf"{_OCTET}(?:\.{_OCTET}){{3}}"
+_VALID_IPV4 = re.compile(_QUAD)
 
 
 def _valid_ipv6_pattern() -> str:
     """What `ipaddress.IPv6Address` accepts, as one pattern: eight groups, or six and a dotted quad; or a
     "::" standing for at least one group, with the groups (a dotted quad counting two) on either side."""
-    group, quad = "[0-9A-Fa-f]{1,4}", rf"{_OCTET}(?:\.{_OCTET}){{3}}"
+    group, quad = "[0-9A-Fa-f]{1,4}", _QUAD
     forms = [rf"(?:{group}:){{7}}{group}", rf"(?:{group}:){{6}}{quad}"]
     for before in range(8):
         left = rf"(?:{group}:){{{before - 1}}}{group}" if before else ""

@@ -71,12 +71,14 @@ def missing_commands(config: GatewayConfig) -> list[str]:
     Interceptor servers need none: `--check` discovers them, so a missing one is already an error.
     """
     warnings = []
-    for where, server in ((f"upstreams.{name}", up) for name, up in config.upstreams.items()):
+    for name, server in config.upstreams.items():
         if server.command is None:
             continue
         command = server.command
         if server.cwd is not None and os.sep in command and not os.path.isabs(command):
             command = os.path.join(server.cwd, command)  # where the gateway starts it (load_config sets cwd)
         if shutil.which(command, path=server.env.get("PATH")) is None:
-            warnings.append(f"warning: {where}.command: {server.command!r} was not found on PATH or is not executable")
+            warnings.append(
+                f"warning: upstreams.{name}.command: {server.command!r} was not found on PATH or is not executable"
+            )
     return warnings

@@ -33,8 +33,8 @@ logger = logging.getLogger(__name__)
 Era = Literal["legacy", "2026-07-28"]
 METHOD_NOT_FOUND = -32601
 INVALID_PARAMS = -32602
-LOG_LEVELS: tuple[str, ...] = get_args(LoggingLevel)
 INVALID_REQUEST = -32600
+LOG_LEVELS: tuple[str, ...] = get_args(LoggingLevel)
 #: Bound on `input_required` round trips bridged for one handshake-era call (as mcp's client does).
 MAX_INPUT_ROUNDS = 10
 #: Capabilities an upstream needs for a list method to be worth asking.

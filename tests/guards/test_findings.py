@@ -10,7 +10,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from mcp_interceptors.guards._detectors import Finding, merge_findings, redact
-from mcp_interceptors.guards._detectors._engine import CompiledPattern, ScanText, re2, resolve_engine
+from mcp_interceptors.guards._detectors._engine import CompiledPattern, ScanText, re2, re2_binding, resolve_engine
 from mcp_interceptors.guards._detectors.findings import merge_spans
 from mcp_interceptors.guards._detectors.presidio import PresidioPiiScanner, load_presidio_scanner
 
@@ -76,6 +76,32 @@ def test_both_engines_report_the_same_char_spans() -> None:
     pattern = "AKIA[A-Z]{16}"
     scan = ScanText(text)
     assert list(CompiledPattern(pattern, "re").spans(scan)) == list(CompiledPattern(pattern, "re2").spans(scan))
+
+
+@pytest.mark.skipif(re2 is None, reason="google-re2 not installed")
+def test_re2_patterns_run_through_the_binding() -> None:
+    # The fast path must be the one in use: a google-re2 release that moves its binding shows up here.
+    assert re2_binding is not None
+
+
+@pytest.mark.skipif(re2 is None, reason="google-re2 not installed")
+@pytest.mark.parametrize(
+    ("pattern", "groups"),
+    [
+        ("AKIA[A-Z]{4}", (0,)),
+        ("x*", (0,)),  # empty matches: the search moves one byte on, as finditer does
+        ("(?i:key)=(?:\"([^\"]+)\"|'([^']+)'|([^ ]+))", (1, 2, 3)),
+        ("(a)?b", (1,)),  # a group that takes no part falls back to the whole match
+    ],
+)
+def test_binding_spans_equal_the_wrapper_finditer(pattern: str, groups: tuple[int, ...]) -> None:
+    texts = ["", "xx", "AKIAABCD AKIAEFGH", "Grüße AKIAABCD 東京 xax", "key=\"v1\" KEY='v2' key=v3 b ab", "é" * 5 + "x"]
+    fast = CompiledPattern(pattern, "re2")
+    for text in texts:
+        scan = ScanText(text)
+        matches = re2.compile(pattern).finditer(text)
+        expected = [next((m.span(g) for g in groups if m.span(g)[0] >= 0), m.span()) for m in matches]
+        assert fast.spans(scan, groups) == expected, text
 
 
 def test_resolve_engine() -> None:

@@ -16,6 +16,17 @@ try:
 except ImportError:  # pragma: no cover - re2 is installed in dev and CI
     re2 = None
 
+# google-re2's `finditer` runs a Python generator and builds a match object per match, which costs as much
+# as RE2's own matching on the short candidates scanners look for. Its C++ binding, one call per match,
+# returns the spans directly. It is an implementation module of the package, so the wrapper stays the
+# fallback if a release moves it (tests check that both agree and that this path is the one in use).
+try:
+    from re2 import _re2 as re2_binding  # type: ignore[import-untyped, import-not-found, unused-ignore]
+
+    _UNANCHORED = re2_binding.RE2.Anchor.UNANCHORED
+except (ImportError, AttributeError):  # pragma: no cover - present in google-re2 1.x
+    re2_binding = None
+
 __all__ = [
     "DEFAULT_ENGINE",
     "CompiledPattern",
@@ -98,7 +109,7 @@ class ScanText:
 class CompiledPattern:
     """A pattern compiled for one engine; `spans` yields char spans of the first participating group."""
 
-    __slots__ = ("_compiled", "engine", "source")
+    __slots__ = ("_compiled", "_match", "engine", "source")
 
     def __init__(self, source: str, engine: Engine = DEFAULT_ENGINE, *, re_fence: str = "") -> None:
         """`re_fence` is a lookbehind put before the pattern on stdlib `re` only: it stops a pattern with
@@ -107,8 +118,12 @@ class CompiledPattern:
         self.source = source
         self.engine: Engine = engine
         self._compiled: Any
+        self._match: Any = None  # the binding's `Match(anchor, data, pos, endpos)`, when available
         if engine == "re2":
             self._compiled = re2.compile(source.encode("utf-8"))
+            if re2_binding is not None:
+                binding = re2_binding.RE2(source.encode("utf-8"), re2.Options())
+                self._match = binding.Match if binding.ok() else None
         else:
             self._compiled = re.compile(f"{re_fence}(?:{source})" if re_fence else source, re.ASCII)
 
@@ -116,8 +131,37 @@ class CompiledPattern:
         """The `(start, end)` in chars of the first of `groups` that took part in each match."""
         if self.engine == "re":
             return _spans_of(self._compiled.finditer(scan.text), groups)
-        found = _spans_of(self._compiled.finditer(scan.data), groups)
+        if self._match is not None:
+            found = _binding_spans(self._match, scan.data, groups)
+        else:
+            found = _spans_of(self._compiled.finditer(scan.data), groups)
         return found if scan.is_ascii or not found else scan.char_spans(found)
+
+
+def _binding_spans(match: Any, data: bytes, groups: tuple[int, ...]) -> list[tuple[int, int]]:
+    """What `_spans_of` gives for the pattern's `finditer` on the text, through the binding. Each call
+    gives the byte spans of all groups of the leftmost match at or after `pos` ((-1, -1) for a group that
+    took no part); the search resumes at the match's end (at the next char after an empty match)."""
+    found = []
+    pos, endpos = 0, len(data)
+    first_only = groups == (0,)
+    while pos <= endpos:
+        spans = match(_UNANCHORED, data, pos, endpos)
+        start, end = whole = spans[0]
+        if start < 0:
+            break
+        if not first_only:
+            for group in groups:
+                if spans[group][0] >= 0:
+                    whole = spans[group]
+                    break
+        found.append(whole)
+        pos = end
+        if end == start:  # an empty match: go on from the next char, as `finditer` on the str does
+            pos += 1
+            while pos < endpos and 0x80 <= data[pos] < 0xC0:
+                pos += 1
+    return found
 
 
 def _spans_of(matches: Iterator[Any], groups: tuple[int, ...]) -> list[tuple[int, int]]:

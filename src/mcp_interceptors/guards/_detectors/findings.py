@@ -6,14 +6,16 @@ Both scanners (`secrets`, `pii`) return merged findings, so redaction over them 
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from dataclasses import dataclass
+from typing import NamedTuple
 
 __all__ = ["Finding", "merge_findings", "merge_spans", "redact"]
 
 
-@dataclass(frozen=True, slots=True)
-class Finding:
-    """A detected item: its kind (e.g. `github_token`, `email`) and the `text[start:end]` it covers."""
+class Finding(NamedTuple):
+    """A detected item: its kind (e.g. `github_token`, `email`) and the `text[start:end]` it covers.
+
+    A named tuple rather than a frozen dataclass: scanners make one per reported item, and a tuple is
+    made several times faster."""
 
     kind: str
     start: int

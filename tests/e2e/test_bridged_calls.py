@@ -13,7 +13,7 @@ from typing import Any
 
 import anyio
 import pytest
-from e2e_support import ConfigWriter, Sampler, fresh_gateway, text_of, unique
+from e2e_support import ConfigWriter, Sampler, fresh_gateway, raw_request, text_of, unique
 from mcp import MCPError
 
 HANDSHAKE_UPSTREAM = str(Path(__file__).resolve().parent / "handshake_upstream.py")
@@ -53,3 +53,26 @@ async def test_a_cancelled_bridged_call_is_cancelled_upstream(write_config: Conf
                 await client.call_tool("sleep", {"seconds": 60, "token": token}, read_timeout_seconds=1)
             verdict = await client.call_tool("was_cancelled", {"token": token, "wait": 10})
     assert text_of(verdict) == "cancelled"
+
+
+@pytest.mark.parametrize("transport", ["stdio", "http"])
+async def test_a_retry_with_an_unknown_request_state_is_refused_not_run(
+    write_config: ConfigWriter, transport: str
+) -> None:
+    """A stale or forged `requestState` gets what a direct 2026-07-28 server answers; the call never runs."""
+    name = unique("note")
+    config = write_config(handshake_config())
+    with anyio.fail_after(60):
+        async with fresh_gateway(transport, config, "2026-07-28") as client:
+            retry = {
+                "name": "save_note",
+                "arguments": {"name": name, "text": "twice?"},
+                "inputResponses": {"q1": {"action": "accept", "content": {}}},
+                "requestState": "not-a-token-this-gateway-minted",
+            }
+            with pytest.raises(MCPError) as refused:
+                await raw_request(client, "tools/call", retry)
+            saved = await client.call_tool("read_note", {"name": name})
+    assert (refused.value.code, refused.value.message) == (-32602, "Invalid or expired requestState")
+    assert refused.value.data == {"reason": "invalid_request_state", "field": "requestState"}
+    assert text_of(saved) == "<missing>"  # the refused retry did not run the tool

@@ -3,6 +3,8 @@
 A 2026-07-28 client cannot receive requests, so while the upstream call is pending the gateway
 answers the client with an `input_required` result carrying the upstream's requests, keyed by
 an unguessable `requestState` token; the client's retry delivers the answers and the call goes on.
+A call that ends between rounds keeps its outcome for the client's next retry, so the retry gets it
+instead of running the call again.
 """
 
 from __future__ import annotations
@@ -45,6 +47,8 @@ class BridgedCall:
     #: upstream's progress and request-scoped notifications go; None between rounds.
     on_progress: Callable[[float, float | None, str | None], Awaitable[None]] | None = None
     on_notify: Callable[[str, dict[str, Any] | None], Awaitable[None]] | None = None
+    #: Set once a client request has taken the call's final result or error.
+    delivered: anyio.Event = field(default_factory=anyio.Event)
 
     async def progress(self, progress: float, total: float | None, message: str | None) -> None:
         if self.on_progress is not None:
@@ -73,10 +77,17 @@ class BridgedCall:
 
     async def next_reply(self) -> dict[str, Any]:
         """The upstream's result, or an `input_required` result with every request now waiting."""
-        kind, value = await self.receive.receive()
+        try:
+            kind, value = await self.receive.receive()
+        except (anyio.EndOfStream, anyio.ClosedResourceError):
+            raise MCPError(
+                -32603, f"the upstream call ended without an answer (bridged calls last at most {BRIDGE_TIMEOUT_S:g} s)"
+            ) from None
         if kind == "result":
+            self.delivered.set()
             return dict(value)
         if kind == "error":
+            self.delivered.set()
             raise value
         pending = [value]
         while True:  # gather every request already queued, so the client answers them in one round
@@ -120,15 +131,24 @@ class Bridges:
         try:
             with bridged.scope, anyio.move_on_after(BRIDGE_TIMEOUT_S):
                 try:
-                    result = await call(bridged)
-                    await bridged.send.send(("result", result))
+                    outcome: tuple[str, Any] = ("result", await call(bridged))
                 except MCPError as exc:
-                    await bridged.send.send(("error", exc))
+                    outcome = ("error", exc)
+                await bridged.send.send(outcome)
+                self._leave_upstream(bridged)
+                # The call may have ended between rounds (an upstream that stopped waiting for its
+                # answer): its outcome waits for the client's next retry, which must not run it again.
+                await bridged.delivered.wait()
         finally:
             self.by_token.pop(bridged.token, None)
-            calls = self.by_upstream.get(bridged.upstream, [])
-            if bridged in calls:
-                calls.remove(bridged)
+            self._leave_upstream(bridged)
+            bridged.send.close()  # a client request still waiting gets an error, not a hang
+            bridged.receive.close()
+
+    def _leave_upstream(self, bridged: BridgedCall) -> None:
+        calls = self.by_upstream.get(bridged.upstream, [])
+        if bridged in calls:
+            calls.remove(bridged)
 
     def find(self, token: Any, owner: str) -> BridgedCall | None:
         bridged = self.by_token.get(token) if isinstance(token, str) else None

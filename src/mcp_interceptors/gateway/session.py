@@ -304,7 +304,16 @@ class DownstreamSession:
         if it is cancelled, so is the upstream call.
         """
         bridges = self.gateway.bridges
-        bridged = bridges.find(params.get("requestState"), self.key)
+        token = params.get("requestState")  # an explicit null counts as absent, as in mcp's servers
+        bridged = bridges.find(token, self.key)
+        if token is not None and bridged is None:
+            # A retry of a call that is over (answered, abandoned or from before a restart), or a token
+            # this gateway never minted: refused as a direct server would, never run again.
+            raise MCPError(
+                INVALID_PARAMS,
+                "Invalid or expired requestState",
+                {"reason": "invalid_request_state", "field": "requestState"},
+            )
         if bridged is None:
             body = {k: v for k, v in params.items() if k not in ("inputResponses", "requestState")}
 

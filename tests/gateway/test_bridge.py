@@ -1,0 +1,92 @@
+"""Bridged calls (a 2026-07-28 client on a handshake-era upstream) across their input rounds."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import anyio
+import pytest
+from mcp import MCPError
+
+from mcp_interceptors.gateway.bridge import BridgedCall, Bridges
+
+pytestmark = pytest.mark.anyio
+
+
+async def test_a_call_that_ends_between_rounds_keeps_its_result_for_the_retry() -> None:
+    """The upstream stops waiting for its answer and returns: the client's late retry gets that result."""
+    runs = 0
+
+    async def call(bridged: BridgedCall) -> dict[str, Any]:
+        nonlocal runs
+        runs += 1
+        with anyio.move_on_after(0.05):
+            await bridged.ask("sampling/createMessage", {"messages": []})
+        return {"content": [{"type": "text", "text": "gave up waiting"}]}
+
+    bridges = Bridges()
+    with anyio.fail_after(10):
+        async with anyio.create_task_group() as tg:
+            bridged = bridges.start(tg, "owner", "legacy", call)
+            first = await bridged.next_reply()
+            assert first["resultType"] == "input_required"
+            token = first["requestState"]
+            await anyio.sleep(0.2)  # the upstream call is over before the client answers
+            late = bridges.find(token, "owner")
+            assert late is bridged
+            assert bridges.active("legacy") is None  # no longer a target for upstream requests
+            late.deliver({"q1": {"role": "assistant", "content": {"type": "text", "text": "too late"}}})
+            assert await late.next_reply() == {"content": [{"type": "text", "text": "gave up waiting"}]}
+            await anyio.wait_all_tasks_blocked()
+            assert bridges.find(token, "owner") is None  # delivered once, then forgotten
+    assert runs == 1
+
+
+async def test_an_error_that_ends_the_call_between_rounds_reaches_the_retry() -> None:
+    async def call(bridged: BridgedCall) -> dict[str, Any]:
+        with anyio.move_on_after(0.05):
+            await bridged.ask("elicitation/create", {})
+        raise MCPError(-32603, "upstream failed")
+
+    bridges = Bridges()
+    with anyio.fail_after(10):
+        async with anyio.create_task_group() as tg:
+            bridged = bridges.start(tg, "owner", "legacy", call)
+            token = (await bridged.next_reply())["requestState"]
+            await anyio.sleep(0.2)
+            late = bridges.find(token, "owner")
+            assert late is not None
+            with pytest.raises(MCPError, match="upstream failed"):
+                await late.next_reply()
+
+
+async def test_tokens_belong_to_their_owner() -> None:
+    async def call(bridged: BridgedCall) -> dict[str, Any]:
+        return {"answer": await bridged.ask("roots/list", {})}
+
+    bridges = Bridges()
+    with anyio.fail_after(10):
+        async with anyio.create_task_group() as tg:
+            bridged = bridges.start(tg, "alice", "legacy", call)
+            token = (await bridged.next_reply())["requestState"]
+            assert bridges.find(token, "mallory") is None
+            assert bridges.find(token, "alice") is bridged
+            bridged.deliver({"q1": {"roots": []}})
+            assert await bridged.next_reply() == {"answer": {"roots": []}}
+
+
+async def test_a_client_waiting_on_a_call_that_times_out_gets_an_error(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr("mcp_interceptors.gateway.bridge.BRIDGE_TIMEOUT_S", 0.1)
+
+    async def call(bridged: BridgedCall) -> dict[str, Any]:
+        await anyio.sleep_forever()
+        raise AssertionError("unreachable")
+
+    bridges = Bridges()
+    with anyio.fail_after(10):
+        async with anyio.create_task_group() as tg:
+            bridged = bridges.start(tg, "owner", "legacy", call)
+            with pytest.raises(MCPError, match="ended without an answer") as ended:
+                await bridged.next_reply()
+    assert ended.value.code == -32603
+    assert bridges.find(bridged.token, "owner") is None

@@ -67,6 +67,25 @@ def refusal(message: Any) -> Message | None:
     return None
 
 
+class LineBuffer:
+    """Cuts a byte stream into newline-delimited lines. A line that spans many chunks is joined once,
+    when its newline arrives, so a long message costs time linear in its size."""
+
+    def __init__(self) -> None:
+        self._parts: list[bytes] = []
+
+    def feed(self, chunk: bytes) -> list[bytes]:
+        """The lines `chunk` completes (blank ones included), in order."""
+        if b"\n" not in chunk:
+            self._parts.append(chunk)
+            return []
+        first, *lines, rest = chunk.split(b"\n")
+        self._parts.append(first)
+        completed = [b"".join(self._parts), *lines]
+        self._parts = [rest] if rest else []
+        return completed
+
+
 @dataclass
 class _Pending:
     done: anyio.Event = field(default_factory=anyio.Event)
@@ -107,14 +126,12 @@ class JsonRpcPeer:
             async with anyio.create_task_group() as tg:
                 self._tg = tg
                 task_status.started()
-                buffer = b""
+                buffer = LineBuffer()
                 while True:
                     chunk = await self._read()
                     if not chunk:
                         break
-                    buffer += chunk
-                    *lines, buffer = buffer.split(b"\n")
-                    for line in lines:
+                    for line in buffer.feed(chunk):
                         if line.strip():
                             await self._dispatch(line, on_request, on_notify, on_foreign, divert)
                 tg.cancel_scope.cancel()

@@ -31,6 +31,7 @@ from mcp_interceptors.gateway.jsonrpc import (
     INVALID_REQUEST,
     PARSE_ERROR,
     JsonRpcPeer,
+    LineBuffer,
     encode_line,
     error_response,
     is_request_id,
@@ -90,12 +91,10 @@ def _divert(fd: int, replacement: int) -> tuple[int, Callable[[], None]]:
 async def _read_lines(
     fd: int, sink: MemoryObjectSendStream[SessionMessage | Exception], replies: MemoryObjectSendStream[SessionMessage]
 ) -> None:
-    pending = b""
+    buffer = LineBuffer()
     async with sink, replies:
         while chunk := await _read_chunk(fd):  # b"" at EOF: the client went away
-            pending += chunk
-            *lines, pending = pending.split(b"\n")
-            for line in lines:
+            for line in buffer.feed(chunk):
                 if line.strip():
                     await _read_line(line, sink, replies)
 

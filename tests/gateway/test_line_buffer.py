@@ -1,0 +1,26 @@
+"""Newline-delimited JSON over stdio: cutting a byte stream into lines, however it is chunked."""
+
+from __future__ import annotations
+
+from hypothesis import given
+from hypothesis import strategies as st
+
+from mcp_interceptors.gateway.jsonrpc import LineBuffer
+
+
+@given(st.lists(st.sampled_from([b"a", b"bc", b"\n", b"", b"{}", b"\n\n"]), max_size=30), st.data())
+def test_lines_do_not_depend_on_how_the_stream_is_chunked(pieces: list[bytes], data: st.DataObject) -> None:
+    stream = b"".join(pieces)
+    cuts = sorted(data.draw(st.lists(st.integers(0, len(stream)), max_size=10)))
+    chunks = [stream[a:b] for a, b in zip([0, *cuts], [*cuts, len(stream)], strict=True)]
+    buffer = LineBuffer()
+    lines = [line for chunk in chunks if chunk for line in buffer.feed(chunk)]
+    assert lines == stream.split(b"\n")[:-1]  # the unterminated tail waits for its newline
+
+
+def test_a_long_line_arrives_whole_once_its_newline_does() -> None:
+    buffer = LineBuffer()
+    body = b"x" * (1 << 16)
+    assert all(buffer.feed(body) == [] for _ in range(64))  # 4 MB without a newline: nothing yet
+    assert buffer.feed(b'"}\n{"next') == [body * 64 + b'"}']
+    assert buffer.feed(b'": 1}\n') == [b'{"next": 1}']

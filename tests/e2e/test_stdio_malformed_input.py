@@ -31,6 +31,10 @@ MALFORMED: list[tuple[bytes, Any]] = [
     (b'{"jsonrpc": "2.0", "id": [1], "method": "ping"}', {"code": -32600, "id": None}),
     (b'{"jsonrpc": "2.0", "id": 1.5, "method": "ping"}', {"code": -32600, "id": None}),
     (b'{"jsonrpc": "2.0", "id": 7, "method": 123}', {"code": -32600, "id": 7}),
+    # Params that are not an object once took the stdio gateway down (they were read as one).
+    (b'{"jsonrpc": "2.0", "id": 11, "method": "tools/call", "params": "x"}', {"code": -32600, "id": 11}),
+    (b'{"jsonrpc": "2.0", "id": 12, "method": "tools/list", "params": [1, 2]}', {"code": -32600, "id": 12}),
+    (b'{"jsonrpc": "2.0", "method": "notifications/cancelled", "params": "x"}', {"code": -32600, "id": None}),
     # Silently ignored: notifications whose ids are not ids, and answers nobody asked for.
     (b'{"jsonrpc": "2.0", "method": "notifications/cancelled", "params": {"requestId": {"x": 1}}}', None),
     (b'{"jsonrpc": "2.0", "method": "notifications/progress", "params": {"progressToken": [1], "progress": 1}}', None),

@@ -56,7 +56,7 @@ def error_response(request_id: Any, code: int, message: str, data: Any = None) -
 def refusal(message: Any) -> Message | None:
     """The -32600 answer to a parsed message no handler may see, else None: MCP has no batches, a
     request's id is a string or an integer (an object id reads as a notification to mcp's models, and
-    cannot key a table), and its method a string."""
+    cannot key a table), its method a string, and the params of any request or notification an object."""
     if not isinstance(message, dict):
         return error_response(None, INVALID_REQUEST, "Invalid Request: a message must be a JSON object")
     if "id" in message and "method" in message:
@@ -64,6 +64,11 @@ def refusal(message: Any) -> Message | None:
             return error_response(None, INVALID_REQUEST, "Invalid Request: id must be a string or an integer")
         if not isinstance(message["method"], str):
             return error_response(message["id"], INVALID_REQUEST, "Invalid Request: method must be a string")
+    if "method" in message and not isinstance(message.get("params", {}), dict | None):
+        # MCP's params are always an object; a string or list would reach code that reads its fields.
+        return error_response(
+            message.get("id"), INVALID_REQUEST, "Invalid Request: params must be an object", {"field": "params"}
+        )
     return None
 
 

@@ -235,3 +235,21 @@ def test_http_port_in_use_fails_with_one_line(options: tuple[str, ...], upstream
         done = cli(*options, "--http", f"127.0.0.1:{port}", *upstream)
     line = one_line_error(done, 1)
     assert line == f"mcp-interceptors {options[0]}: error: cannot listen on 127.0.0.1:{port}: Address already in use"
+
+
+@pytest.mark.parametrize("count", ["-3", "0", "many"])
+def test_audit_tail_refuses_a_count_below_one(tmp_path: Path, count: str) -> None:
+    done = cli("audit", "tail", "-n", count, "--store", str(tmp_path / "audit.db"))
+    assert done.returncode == 2
+    assert f"argument -n: expected a whole number of records, at least 1, not '{count}'" in done.stderr
+
+
+def test_audit_verify_with_a_trust_file_that_is_not_keys_fails_with_one_line(tmp_path: Path) -> None:
+    trust = tmp_path / "anchors.txt"
+    trust.write_text("not json\n")
+    done = cli("audit", "verify", "--store", str(tmp_path / "audit.db"), "--trust", str(trust))
+    line = one_line_error(done, 2)
+    assert line.endswith(
+        f"{trust}: line 1 is not a public key; a trust file is a key file or JSON lines of "
+        '{"public_key": ...} (see `audit keys --export`)'
+    )

@@ -94,3 +94,15 @@ def test_read_public_keys_from_a_key_file_and_from_json_lines(tmp_path: Path) ->
     lines = tmp_path / "anchors.jsonl"
     lines.write_bytes(orjson.dumps({"key_id": key.key_id, "public_key": key.public.public_key}) + b"\n")
     assert read_public_keys(lines) == {key.key_id: PublicKey.from_b64(key.public.public_key)}
+
+
+@pytest.mark.parametrize(
+    "content",
+    [b"not json\n", b'{"public_key": 5}\n', b'["a"]\n', b'{"key_id": "k"}\n', b'{"public_key": "c2hvcnQ"}\n'],
+)
+def test_a_trust_file_that_holds_no_public_keys_is_a_key_file_error(tmp_path: Path, content: bytes) -> None:
+    """`audit verify --trust FILE` reports such a file (exit 2) instead of failing with a traceback."""
+    path = tmp_path / "anchors.jsonl"
+    path.write_bytes(content)
+    with pytest.raises(KeyFileError, match=r"line 1 is not a public key"):
+        read_public_keys(path)

@@ -242,9 +242,17 @@ def read_public_keys(path: Path) -> dict[str, PublicKey]:
         data = None
     if isinstance(data, dict) and "private_key" in data:
         return load_key(path).trusted()
-    entries = [data] if isinstance(data, dict) else [orjson.loads(line) for line in raw.splitlines() if line.strip()]
+    lines = [raw] if isinstance(data, dict) else [line for line in raw.splitlines() if line.strip()]
     keys: dict[str, PublicKey] = {}
-    for entry in entries:
-        key = PublicKey.from_b64(str(entry["public_key"]))
+    for number, line in enumerate(lines, 1):
+        try:
+            entry = orjson.loads(line)
+            key = PublicKey.from_b64(entry["public_key"])
+            Ed25519PublicKey.from_public_bytes(b64decode(key.public_key))
+        except (orjson.JSONDecodeError, TypeError, KeyError, ValueError):
+            raise KeyFileError(
+                f"{path}: line {number} is not a public key; a trust file is a key file or JSON lines "
+                'of {"public_key": ...} (see `audit keys --export`)'
+            ) from None
         keys[key.key_id] = key
     return keys

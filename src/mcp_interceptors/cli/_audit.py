@@ -25,7 +25,7 @@ def register(subcommands: Any) -> None:
 
     tail = actions.add_parser("tail", help="print the newest records")
     common(tail)
-    tail.add_argument("-n", type=int, default=20, help="how many records")
+    tail.add_argument("-n", type=_count, default=20, help="how many records (at least 1)")
     tail.add_argument("--follow", "-f", action="store_true", help="keep printing new records")
     tail.add_argument("--json", action="store_true", help="one JSON record per line")
     tail.set_defaults(handler=run_tail)
@@ -50,6 +50,17 @@ def register(subcommands: Any) -> None:
     keys.add_argument("--rotate", action="store_true", help="generate a new key endorsed by the old one")
     keys.add_argument("--export", action="store_true", help="print trust anchors as JSON lines")
     keys.set_defaults(handler=run_keys)
+
+
+def _count(text: str) -> int:
+    """A positive record count for `-n` (a usage error, exit 2, otherwise)."""
+    try:
+        count = int(text)
+    except ValueError:
+        count = 0
+    if count < 1:
+        raise argparse.ArgumentTypeError(f"expected a whole number of records, at least 1, not {text!r}")
+    return count
 
 
 def _locations(args: argparse.Namespace) -> tuple[str, Path]:

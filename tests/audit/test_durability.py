@@ -61,3 +61,16 @@ async def test_sigkill_loses_no_acknowledged_record(tmp_path: Path) -> None:
     missing = [record_id for record_id in acknowledged if record_id not in stored]
     assert missing == []
     assert len(stored) >= len(acknowledged) + 1  # plus the segment header
+
+
+@pytest.mark.skipif(sys.platform == "win32", reason="POSIX modes")
+def test_a_new_audit_database_and_its_directory_are_owner_only(tmp_path: Path) -> None:
+    store = SqliteStore(tmp_path / "fresh" / "audit.db")
+    try:
+        store.append([], [])
+    finally:
+        store.close()
+    assert (tmp_path / "fresh").stat().st_mode & 0o777 == 0o700
+    for name in ("audit.db", "audit.db-wal"):
+        if (tmp_path / "fresh" / name).exists():
+            assert (tmp_path / "fresh" / name).stat().st_mode & 0o077 == 0, name

@@ -8,6 +8,7 @@ because it costs 17 vs 32 µs of CPU per record in batches of 8.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import sqlite3
 import threading
@@ -70,7 +71,11 @@ class SqliteStore:
         if not create and not path.exists():
             raise StoreError(f"audit database {path} does not exist")
         if create:
-            path.parent.mkdir(parents=True, exist_ok=True)
+            # Owner-only, like the key: records name principals, tools and servers. SQLite gives its
+            # -wal and -shm files the database file's mode.
+            path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
+            with contextlib.suppress(FileExistsError):
+                os.close(os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600))
         self.path = path
         self.inline_commit = True
         self.needs_sync = synchronous == "FULL"

@@ -106,3 +106,10 @@ def test_a_trust_file_that_holds_no_public_keys_is_a_key_file_error(tmp_path: Pa
     path.write_bytes(content)
     with pytest.raises(KeyFileError, match=r"line 1 is not a public key"):
         read_public_keys(path)
+
+
+def test_key_functions_take_a_str_path(tmp_path: Path) -> None:
+    key = load_or_create_key(str(tmp_path / "audit-key"))
+    assert load_key(str(tmp_path / "audit-key")).key_id == key.key_id
+    assert read_public_keys(str(tmp_path / "audit-key")) == key.trusted()
+    assert rotate_key(str(tmp_path / "audit-key")).key_id != key.key_id

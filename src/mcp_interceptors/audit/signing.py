@@ -143,9 +143,9 @@ def is_endorsed_by(endorsement: Mapping[str, Any], new: PublicKey, old: PublicKe
 # -- key files ---------------------------------------------------------------------------------------
 
 
-def load_key(path: Path) -> SigningKey:
+def load_key(path: str | os.PathLike[str]) -> SigningKey:
     """Read a key file; refuse one that other users can read."""
-    path = path.expanduser()
+    path = Path(path).expanduser()
     try:
         mode = path.stat().st_mode
         raw = path.read_bytes()
@@ -167,9 +167,9 @@ def load_key(path: Path) -> SigningKey:
         raise KeyFileError(f"audit key file {path} is malformed: {exc}") from exc
 
 
-def load_or_create_key(path: Path = DEFAULT_KEY_PATH) -> SigningKey:
+def load_or_create_key(path: str | os.PathLike[str] = DEFAULT_KEY_PATH) -> SigningKey:
     """Load the key at `path`, creating it (mode 0600, atomically) on first run."""
-    path = path.expanduser()
+    path = Path(path).expanduser()
     if not path.exists():
         key = generate_key()
         # link() fails if another process created the file first; then we use theirs.
@@ -178,9 +178,9 @@ def load_or_create_key(path: Path = DEFAULT_KEY_PATH) -> SigningKey:
     return load_key(path)
 
 
-def rotate_key(path: Path = DEFAULT_KEY_PATH, now: datetime | None = None) -> SigningKey:
+def rotate_key(path: str | os.PathLike[str] = DEFAULT_KEY_PATH, now: datetime | None = None) -> SigningKey:
     """Replace the key at `path` with a new one endorsed by it; the old public key is kept as retired."""
-    path = path.expanduser()
+    path = Path(path).expanduser()
     old = load_key(path)
     rotated_at = format_time(now or datetime.now(UTC))
     fresh = generate_key(now)
@@ -232,9 +232,9 @@ def _write_key_file(path: Path, key: SigningKey, *, replace: bool) -> None:
         os.close(dir_fd)
 
 
-def read_public_keys(path: Path) -> dict[str, PublicKey]:
+def read_public_keys(path: str | os.PathLike[str]) -> dict[str, PublicKey]:
     """Trust anchors from a file: a key file (its current and retired keys) or JSON lines of public keys."""
-    path = path.expanduser()
+    path = Path(path).expanduser()
     raw = path.read_bytes()
     try:
         data = orjson.loads(raw)

@@ -2,11 +2,13 @@
 
 `host` is the standard chain of the e2e tests: it redacts secrets in tool arguments, denies
 `delete_everything`, hides `hidden_tool` from `tools/list`, and tags sampling requests and
-answers in both directions so a test can see the guard ran on each leg.
+answers in both directions so a test can see the guard ran on each leg. `context_host` shows a
+test the invocation context a call ran with, and `deep_host` answers with a payload too deep to send.
 """
 
 from __future__ import annotations
 
+import json
 import re
 from typing import Any
 
@@ -18,6 +20,10 @@ DENIED_TOOLS = frozenset({"delete_everything"})
 HIDDEN_TOOLS = frozenset({"hidden_tool"})
 QUESTION_TAG = " [seen by gateway]"
 ANSWER_TAG = " [checked by gateway]"
+#: The `echo` text `stamp-context` replaces with the invocation context, as JSON.
+WHOAMI = "whoami"
+#: How deep `deepen` nests its answer: past the gateway's limit on what it sends back (200).
+DEEPER = 250
 
 host = InterceptorHost("e2e-guards")
 
@@ -70,3 +76,27 @@ async def tag_sampling(inv: Invocation) -> Any:
     if isinstance(content, dict) and content.get("type") == "text":
         return {**inv.payload, "content": {**content, "text": content["text"] + ANSWER_TAG}}
     return inv.payload
+
+
+context_host = InterceptorHost("e2e-context")
+
+
+@context_host.mutator("stamp-context", events=["tools/call"], phase="request", description="Shows the context.")
+async def stamp_context(inv: Invocation) -> Any:
+    params = inv.payload.get("params") or {}
+    arguments = params.get("arguments") or {}
+    if arguments.get("text") != WHOAMI:
+        return inv.payload
+    context = inv.context.to_wire() if inv.context is not None else {}
+    return {**inv.payload, "params": {**params, "arguments": {**arguments, "text": json.dumps(context)}}}
+
+
+deep_host = InterceptorHost("e2e-deep")
+
+
+@deep_host.mutator("deepen", events=["tools/call"], phase="response", description="Nests the result too deep.")
+async def deepen(inv: Invocation) -> Any:
+    nested: Any = inv.payload
+    for _ in range(DEEPER):
+        nested = [nested]
+    return {**inv.payload, "nested": nested}

@@ -10,6 +10,7 @@ from the upstream itself.
 
 from __future__ import annotations
 
+import json
 from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -19,6 +20,8 @@ import anyio
 import anyio.abc
 import mcp_types as types
 import pytest
+from anyio.streams.buffered import BufferedByteReceiveStream
+from e2e_hosts import WHOAMI
 from e2e_support import (
     ERAS,
     ConfigWriter,
@@ -31,9 +34,10 @@ from e2e_support import (
     unique,
     write_yaml,
 )
-from helpers import cli_argv, free_tcp_port, running
+from helpers import cli_argv, free_tcp_port, http_transport, running
 from mcp import Client, MCPError
 from mcp.client import ClientRequestContext
+from mcp_types import CLIENT_CAPABILITIES_META_KEY, CLIENT_INFO_META_KEY, PROTOCOL_VERSION_META_KEY
 
 from mcp_interceptors import EXTENSION_ID, list_interceptors
 
@@ -41,6 +45,13 @@ pytestmark = [pytest.mark.anyio, pytest.mark.e2e]
 
 STANDARD_GUARDS = ["redact-secrets", "deny-tools", "hide-tools", "tag-sampling"]
 STANDARD_EVENTS = ["sampling/createMessage", "tools/call", "tools/list"]
+MODERN_META = {
+    PROTOCOL_VERSION_META_KEY: "2026-07-28",
+    CLIENT_INFO_META_KEY: {"name": "raw-client", "version": "1.0.0"},
+    CLIENT_CAPABILITIES_META_KEY: {},
+}
+VICTIM_TOKEN = "e2e-victim-token-2b7d"
+ATTACKER_TOKEN = "e2e-attacker-token-9c4e"
 COMBOS = [("stdio", "legacy"), ("stdio", "2026-07-28"), ("http", "legacy"), ("http", "2026-07-28")]
 
 
@@ -330,6 +341,180 @@ async def test_execute_chain_is_method_not_found_unless_exposed(write_config: Co
             listed = await list_interceptors(client)
     assert missing.value.code == -32601
     assert [d.name for d in listed] == STANDARD_GUARDS
+
+
+async def test_r10_list_with_a_non_string_event_filter_is_invalid_params_as_from_the_host(s: Session) -> None:
+    with anyio.fail_after(30), pytest.raises(MCPError) as refused:
+        await raw_request(s.client, "interceptors/list", {"event": 123})
+    assert refused.value.code == -32602
+    assert refused.value.data == {"field": "event"}
+
+
+@pytest.mark.parametrize("era", ERAS)
+async def test_s3_payload_nested_past_the_limit_is_invalid_params_naming_the_field(
+    standard_file: Path, era: str
+) -> None:
+    """Not `code: 0` (handshake era) or a bare internal error (2026-07-28): the client's params are bad.
+
+    Raw lines, since mcp's own client cannot serialise a payload this deep."""
+    requests = {
+        "within": ("interceptor/invoke", {"name": "redact-secrets", **_nested_call(150, "request")}),
+        "invoke": ("interceptor/invoke", {"name": "redact-secrets", **_nested_call(300, "request")}),
+        "chain": ("interceptor/executeChain", _nested_call(300, "request")),
+    }
+    replies = await _raw_stdio(standard_file, era, requests)
+    reason = "payload is nested more than 200 levels deep"
+    assert replies["within"]["result"]["modified"] is True
+    assert replies["invoke"]["error"]["code"] == -32602
+    assert replies["invoke"]["error"]["data"] == {"interceptor": "redact-secrets", "field": "payload", "reason": reason}
+    assert replies["chain"]["error"]["code"] == -32602
+    assert replies["chain"]["error"]["data"] == {
+        "event": "tools/call",
+        "phase": "request",
+        "field": "payload",
+        "reason": reason,
+    }
+
+
+async def _raw_stdio(config: Path, era: str, requests: dict[str, tuple[str, dict[str, Any]]]) -> dict[str, Any]:
+    """Send `{id: (method, params)}` as raw lines to a stdio gateway in `era`; its replies by id."""
+    lines = []
+    if era == "legacy":
+        initialize = {
+            "protocolVersion": "2025-11-25",
+            "capabilities": {},
+            "clientInfo": {"name": "raw", "version": "1"},
+        }
+        lines.append({"jsonrpc": "2.0", "id": "init", "method": "initialize", "params": initialize})
+        lines.append({"jsonrpc": "2.0", "method": "notifications/initialized"})
+    for request_id, (method, params) in requests.items():
+        if era != "legacy":
+            params = {**params, "_meta": MODERN_META}
+        lines.append({"jsonrpc": "2.0", "id": request_id, "method": method, "params": params})
+    replies: dict[str, Any] = {}
+    with anyio.fail_after(60):
+        async with await anyio.open_process(cli_argv("gateway", "--config", str(config)), env=gateway_env()) as proc:
+            assert proc.stdin is not None and proc.stdout is not None
+            await proc.stdin.send(b"".join(json.dumps(line).encode() + b"\n" for line in lines))
+            reader = BufferedByteReceiveStream(proc.stdout)
+            while not set(requests) <= set(replies):
+                reply = json.loads(await reader.receive_until(b"\n", 1 << 22))
+                replies[reply.get("id")] = reply
+            await proc.stdin.aclose()
+            await proc.wait()
+    return replies
+
+
+@pytest.mark.parametrize("era", ERAS)
+async def test_r24_result_too_deep_to_send_is_an_internal_error_naming_the_interceptor(
+    write_config: ConfigWriter, era: str
+) -> None:
+    config = write_config(standard_config(interceptors={"hosts": [{"module": "e2e_hosts:deep_host"}]}))
+    with anyio.fail_after(30):
+        async with Target("stdio", config).client(era) as client:
+            with pytest.raises(MCPError) as invoke:
+                await raw_request(client, "interceptor/invoke", {"name": "deepen", **_nested_call(1, "response")})
+            with pytest.raises(MCPError) as chain:
+                await raw_request(client, "interceptor/executeChain", _nested_call(1, "response"))
+    expected = {"interceptor": "deepen", "reason": "result payload is nested more than 200 levels deep"}
+    assert (invoke.value.code, invoke.value.data) == (-32603, expected)
+    assert (chain.value.code, chain.value.data) == (-32603, expected)
+
+
+def _nested_call(depth: int, phase: str) -> dict[str, Any]:
+    """`tools/call` params (request) or result (response) holding a list nested `depth` deep."""
+    nested: Any = "sk-live-ABCDEFGH1"
+    for _ in range(depth):
+        nested = [nested]
+    if phase == "request":
+        payload: Any = {"method": "tools/call", "params": {"name": "echo", "arguments": {"text": nested}}}
+    else:
+        payload = {"content": [{"type": "text", "text": "x"}], "structuredContent": {"nested": nested}}
+    return {"event": "tools/call", "phase": phase, "payload": payload}
+
+
+@pytest.mark.parametrize("era", ERAS)
+async def test_s7_invoke_and_execute_chain_take_principal_and_session_from_the_gateway_not_the_client(
+    write_config: ConfigWriter, era: str
+) -> None:
+    """An authenticated client cannot spend another principal's rate-limit budget (or reach its session)
+    by naming it in `context`: the gateway sets what it knows, as on the client's own calls."""
+    limit = {"limit": "3/minute", "per": ["principal"]}
+    interceptors = {
+        "hosts": [{"module": "e2e_hosts:context_host"}],
+        "guards": [{"name": "rate-limit", "config": {"limits": [limit]}}],
+    }
+    config = write_config(standard_config(auth={"tokens": [VICTIM_TOKEN, ATTACKER_TOKEN]}, interceptors=interceptors))
+    victim_session = "modern:static-token-1" if era == "2026-07-28" else "victim-session"
+    spoofed = {
+        "principal": {"type": "user", "id": "static-token-1"},
+        "sessionId": victim_session,
+        "session_id": victim_session,
+        "server": "elsewhere",
+        "traceId": "trace-7",
+        "timestamp": "2026-09-01T10:00:00Z",
+    }
+    whoami = {"method": "tools/call", "params": {"name": "echo", "arguments": {"text": WHOAMI}}}
+    port = free_tcp_port()
+    url = f"http://127.0.0.1:{port}/mcp"
+    argv = cli_argv("gateway", "--config", str(config), "--http", f"127.0.0.1:{port}")
+    async with running(argv, port=port, env=gateway_env(), label="HTTP gateway with two tokens"):
+        with anyio.fail_after(60):
+            async with _client(url, ATTACKER_TOKEN, era) as attacker:
+                own = json.loads(text_of(await attacker.call_tool("echo", {"text": WHOAMI})))  # budget: 1
+                invoked = await raw_request(
+                    attacker,
+                    "interceptor/invoke",
+                    {
+                        "name": "stamp-context",
+                        "event": "tools/call",
+                        "phase": "request",
+                        "payload": whoami,
+                        "context": spoofed,
+                    },
+                )
+                chained = await raw_request(  # rate-limit runs in the chain: budget 2
+                    attacker,
+                    "interceptor/executeChain",
+                    {"event": "tools/call", "phase": "request", "payload": whoami, "context": spoofed},
+                )
+                verdicts = [  # budget 3, then over
+                    await raw_request(
+                        attacker,
+                        "interceptor/invoke",
+                        {
+                            "name": "rate-limit",
+                            "event": "tools/call",
+                            "phase": "request",
+                            "payload": whoami,
+                            "context": spoofed,
+                        },
+                    )
+                    for _ in range(2)
+                ]
+                with pytest.raises(MCPError) as limited:
+                    await attacker.call_tool("echo", {"text": "attacker"})
+            async with _client(url, VICTIM_TOKEN, era) as victim:
+                answered = await victim.call_tool("echo", {"text": "victim"})
+    contexts = [json.loads(invoked["payload"]["params"]["arguments"]["text"])]
+    contexts.append(json.loads(chained["finalPayload"]["params"]["arguments"]["text"]))
+    assert own["principal"] == {"type": "user", "id": "static-token-2"}
+    assert own["server"] == "e2e"
+    assert own["sessionId"] != victim_session
+    for context in contexts:
+        assert {key: context.get(key) for key in ("principal", "sessionId", "server")} == {
+            key: own[key] for key in ("principal", "sessionId", "server")
+        }
+        assert (context["traceId"], context["timestamp"]) == ("trace-7", "2026-09-01T10:00:00Z")  # correlation only
+        assert "session_id" not in context
+    assert [verdict["valid"] for verdict in verdicts] == [True, False]
+    assert "static-token-2" in verdicts[1]["messages"][0]["message"]
+    assert (limited.value.code, limited.value.data["interceptor"]) == (-32602, "rate-limit")
+    assert text_of(answered) == "victim"
+
+
+def _client(url: str, token: str, era: str) -> Client:
+    return Client(http_transport(url, headers={"Authorization": f"Bearer {token}"}), mode=era)
 
 
 # --------------------------------------------------------------------------- transparency

@@ -38,9 +38,10 @@ from pydantic import ConfigDict, ValidationError
 from mcp_interceptors.executor import Call
 from mcp_interceptors.gateway.bridge import Bridges
 from mcp_interceptors.gateway.config import GatewayConfig
+from mcp_interceptors.gateway.host_input import chain_body, check_payload, result_body, vouched_context
 from mcp_interceptors.gateway.legs import Governor
 from mcp_interceptors.gateway.recording import CallRecord
-from mcp_interceptors.gateway.routing import Catalog
+from mcp_interceptors.gateway.routing import CALLS, LISTS, Catalog
 from mcp_interceptors.gateway.session import DownstreamSession, Era
 from mcp_interceptors.gateway.upstream import GATEWAY_CLIENT_INFO, UpstreamConnection, UpstreamUnavailableError
 from mcp_interceptors.host import parse_invoke_params
@@ -443,8 +444,10 @@ class Gateway:
 
     async def _serve_list(self, ctx: ServerRequestContext[Any, Any], params: RawParams) -> dict[str, Any]:
         event = (ctx.params or {}).get("event")
+        if event is not None and not isinstance(event, str):  # as the plain host answers (host.py)
+            raise MCPError(-32602, "interceptors/list: `event` must be a string", data={"field": "event"})
         found = self.descriptors()
-        if isinstance(event, str):
+        if event is not None:
             found = [d for d in found if d.matches_event(event)]
         return {"interceptors": [d.to_wire() for d in found]}
 
@@ -454,11 +457,13 @@ class Gateway:
             entry = next((e for e in self.chain.entries if e.name == parsed.name), None)
             if entry is None:
                 raise InterceptorNotFoundError(parsed.name)
-            source = self.chain.sources[entry.source]
-            result = await source.invoke(Call.for_params(parsed, entry.descriptor.type))
+            check_payload(parsed.payload, interceptor=parsed.name)
+            context = self._host_context(ctx, parsed.context, parsed.event, parsed.phase, parsed.payload)
+            call = Call.for_params(parsed.model_copy(update={"context": context}), entry.descriptor.type)
+            result = await self.chain.sources[entry.source].invoke(call)
+            return result_body(result, parsed.name)
         except InterceptorsError as exc:
             raise MCPError(exc.code, exc.message, exc.data) from None
-        return result.to_wire()
 
     async def _serve_execute_chain(self, ctx: ServerRequestContext[Any, Any], params: RawParams) -> dict[str, Any]:
         body = {k: v for k, v in (ctx.params or {}).items() if k != "_meta"}
@@ -469,18 +474,50 @@ class Gateway:
             field = ".".join(str(part) for part in error["loc"])
             message = f"Invalid interceptor/executeChain params: {field}: {error['msg']}"
             raise MCPError(-32602, message, {"field": field}) from None
-        context = parsed.context or InvocationContext(principal=_principal())
-        result = await self.chain.execute(
-            parsed.event,
-            parsed.phase,
-            parsed.payload,
-            direction=parsed.direction or direction_for("client", parsed.event, parsed.phase),
-            config=parsed.config,
-            context=context,
-            timeout_ms=parsed.timeout_ms,
-            interceptors=parsed.interceptors,
-        )
-        return result.to_wire()
+        try:
+            check_payload(parsed.payload, event=parsed.event, phase=parsed.phase)
+            result = await self.chain.execute(
+                parsed.event,
+                parsed.phase,
+                parsed.payload,
+                direction=parsed.direction or direction_for("client", parsed.event, parsed.phase),
+                config=parsed.config,
+                context=self._host_context(ctx, parsed.context, parsed.event, parsed.phase, parsed.payload),
+                timeout_ms=parsed.timeout_ms,
+                interceptors=parsed.interceptors,
+            )
+            return chain_body(result)
+        except InterceptorsError as exc:
+            raise MCPError(exc.code, exc.message, exc.data) from None
+
+    def _host_context(
+        self,
+        ctx: ServerRequestContext[Any, Any],
+        supplied: InvocationContext | None,
+        event: str,
+        phase: str,
+        payload: Any,
+    ) -> InvocationContext:
+        """The context of a client's invoke or executeChain: principal and session from the gateway's own
+        view of the request, exactly as its legs set them for this client, so guard state (rate limits,
+        flows) is keyed the same; only the client's correlation fields pass through (spec §7)."""
+        session = self.session_for(ctx)
+        own = session.context(self._server_of(session, event, phase, payload), ctx.request_id)
+        return vouched_context(own, supplied)
+
+    def _server_of(self, session: DownstreamSession, event: str, phase: str, payload: Any) -> str | None:
+        """The upstream the gateway's legs would attribute `payload` to, as far as it can tell without
+        asking: a call's owner by the catalog, else the only upstream (a listing request has none)."""
+        if phase == "request" and event in CALLS:
+            params = payload.get("params") if isinstance(payload, dict) and "method" in payload else payload
+            key = params.get(CALLS[event][1]) if isinstance(params, dict) else None
+            catalog = session.catalog or self.startup_catalog
+            route = catalog.route(event, key) if catalog is not None and isinstance(key, str) else None
+            if route is not None:
+                return route.upstream
+        if len(self.config.upstreams) != 1 or (phase == "request" and event in LISTS):
+            return None
+        return next(iter(self.config.upstreams))
 
 
 def audit_store_location(config: GatewayConfig) -> str:

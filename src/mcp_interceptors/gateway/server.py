@@ -470,16 +470,19 @@ class Gateway:
             message = f"Invalid interceptor/executeChain params: {field}: {error['msg']}"
             raise MCPError(-32602, message, {"field": field}) from None
         context = parsed.context or InvocationContext(principal=_principal())
-        result = await self.chain.execute(
-            parsed.event,
-            parsed.phase,
-            parsed.payload,
-            direction=parsed.direction or direction_for("client", parsed.event, parsed.phase),
-            config=parsed.config,
-            context=context,
-            timeout_ms=parsed.timeout_ms,
-            interceptors=parsed.interceptors,
-        )
+        try:
+            result = await self.chain.execute(
+                parsed.event,
+                parsed.phase,
+                parsed.payload,
+                direction=parsed.direction or direction_for("client", parsed.event, parsed.phase),
+                config=parsed.config,
+                context=context,
+                timeout_ms=parsed.timeout_ms,
+                interceptors=parsed.interceptors,
+            )
+        except InterceptorsError as exc:  # a pattern event or an unknown name: -32602 naming the field
+            raise MCPError(exc.code, exc.message, exc.data) from None
         return result.to_wire()
 
 

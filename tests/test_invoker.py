@@ -17,10 +17,13 @@ from mcp import Client, MCPError, StdioServerParameters
 from mcp.server import MCPServer
 
 from mcp_interceptors import (
+    AbortedAt,
     Chain,
+    ChainParamsError,
     ChainResult,
     DiscoveryError,
     InterceptorHost,
+    InterceptorTimeoutError,
     Invocation,
     MalformedResultError,
     MutationResult,
@@ -33,11 +36,14 @@ from mcp_interceptors import (
     invoke_interceptor,
     list_interceptors,
 )
+from mcp_interceptors.invoker import invocation_error
 from mcp_interceptors.protocol.descriptors import HookEntry
+from mcp_interceptors.protocol.errors import is_timeout_error
 
 pytestmark = pytest.mark.anyio
 
 EXAMPLES = Path(__file__).resolve().parent.parent / "examples"
+MISBEHAVING_HOST = Path(__file__).resolve().parent / "misbehaving_host.py"
 CALL = {"method": "tools/call", "params": {"name": "send", "arguments": {"to": "ana@example.com"}}}
 SHELL = {"method": "tools/call", "params": {"name": "shell", "arguments": {"cmd": "rm -rf /"}}}
 ALLOWED_METHODS = {"initialize", "notifications/initialized", "server/discover", "interceptors/list"}
@@ -205,6 +211,19 @@ async def test_name_restriction_selects_only_named_interceptors() -> None:
     result = await chain.execute("tools/call", "request", SHELL, interceptors=["redact"])
     assert result.allowed
     assert [s.name for s in result.plan.steps] == ["redact"]
+
+
+async def test_r21_restricting_a_chain_to_a_name_it_does_not_have_fails_closed() -> None:
+    chain = Chain(role="client")
+    chain.add_local(guard_host())
+    with pytest.raises(ChainParamsError) as typo:  # `no_shell` for `no-shell` used to run an empty plan: success
+        await chain.execute("tools/call", "request", SHELL, interceptors=["no_shell", "redact"])
+    with pytest.raises(ChainParamsError) as pattern:  # `*` used to select only `*`-hooked interceptors
+        await chain.execute("*", "request", SHELL)
+    assert (typo.value.code, typo.value.data) == (-32602, {"field": "interceptors", "unknown": ["no_shell"]})
+    assert (pattern.value.code, pattern.value.data) == (-32602, {"field": "event", "event": "*"})
+    known_but_not_hooked = await chain.execute("tools/call", "response", {}, interceptors=["no-shell"])
+    assert known_but_not_hooked.allowed and known_but_not_hooked.plan.steps == ()
 
 
 # --------------------------------------------------------------------------- R61-R66: policy, routing, discovery
@@ -566,3 +585,104 @@ async def test_r61_ill_typed_overrides_are_rejected_when_the_host_is_added() -> 
     with pytest.raises(ValueError, match="override mode must be 'active' or 'audit'"):
         chain.add_local(guard_host(), overrides={"no-shell": {"mode": "Active"}})
     assert chain.entries == []
+
+
+# --------------------------------------------------------------------------- misbehaving hosts over real stdio
+
+
+def misbehaving_host(listing: str = "ok", **client_kwargs: Any) -> Client:
+    """A client for `misbehaving_host.py` in a subprocess; `listing` picks its `interceptors/list` answer."""
+    params = StdioServerParameters(command=sys.executable, args=[str(MISBEHAVING_HOST)], env={"LISTING": listing})
+    return Client(params, mode="legacy", **client_kwargs)
+
+
+async def test_r60_a_host_crashing_mid_invoke_is_a_connection_failure_not_a_chain_timeout() -> None:
+    with anyio.fail_after(30):
+        async with misbehaving_host() as client:
+            chain = Chain(role="client")
+            await chain.add_server(client, name="bad")
+            crashed = await chain.execute("tools/call", "request", CALL, interceptors=["crash"], timeout_ms=5000)
+            afterwards = await chain.execute("tools/call", "request", CALL, interceptors=["ok"], timeout_ms=5000)
+    # mcp reports the closed connection as -32000, G4's timeout code: it used to read as `status: timeout`.
+    for result, name in ((crashed, "crash"), (afterwards, "ok")):
+        assert result.status == "validation_failed"
+        reason = "invocation failed: interceptor host connection closed"
+        assert result.aborted_at == AbortedAt(interceptor=name, reason=reason, type="validation")
+        failures = [(f.interceptor, f.code, f.reason, f.timeout) for f in result.failures]
+        assert failures == [(name, -32603, "interceptor host connection closed", False)]
+    assert chain_error(crashed).data["reason"] == "interceptor failed"
+
+
+async def test_r59_the_hosts_timeout_error_and_mcps_local_request_timeout_are_timeouts() -> None:
+    with anyio.fail_after(30):
+        async with misbehaving_host(read_timeout_seconds=1.0) as client:
+            chain = Chain(role="client")
+            await chain.add_server(client, name="bad", overrides={"host-timeout": {"failOpen": True}})
+            host = await chain.execute("tools/call", "request", CALL, interceptors=["host-timeout"])
+            local = await chain.execute("tools/call", "request", CALL, interceptors=["silent"])
+    assert host.status == "success"
+    assert [(f.code, f.reason, f.timeout) for f in host.failures] == [(-32000, "Interceptor execution timeout", True)]
+    assert local.status == "validation_failed"  # mcp's own -32001 used to be an ordinary failure
+    assert [(f.code, f.reason, f.timeout) for f in local.failures] == [(-32000, "timeout", True)]
+    assert local.aborted_at is not None and local.aborted_at.reason == "timeout"
+
+
+HOST_TIMEOUT_DATA = {"interceptor": "v", "timeoutMs": 5, "phase": "request"}
+
+
+@pytest.mark.parametrize(
+    ("error", "code", "timeout"),
+    [
+        (MCPError(-32000, "Connection closed"), -32603, False),  # raised by mcp itself: no data
+        (MCPError(-32000, "SSE stream ended without a response"), -32603, False),
+        (MCPError(-32000, "Interceptor execution timeout", HOST_TIMEOUT_DATA), -32000, True),  # G4 host timeout
+        (MCPError(-32603, "Interceptor execution timeout", {**HOST_TIMEOUT_DATA, "reason": "timeout"}), -32603, True),
+        (MCPError(-32001, "Request 'interceptor/invoke' timed out"), -32000, True),  # mcp's request timeout
+        (MCPError(-32001, "a host's own -32001", {"why": "host"}), -32001, False),
+        (MCPError(-32603, "Interceptor execution failed", {"interceptor": "v", "reason": "boom"}), -32603, False),
+    ],
+)
+def test_r59_errors_mcp_raises_locally_are_told_from_the_hosts_error_responses(
+    error: MCPError, code: int, timeout: bool
+) -> None:
+    failure = invocation_error(error, "v")
+    assert (failure.code, is_timeout_error(failure.code, failure.data)) == (code, timeout)
+    if error.data is None:
+        assert failure.data["interceptor"] == "v"
+    else:
+        assert failure.data == error.data  # the host's own data is kept
+
+
+@pytest.mark.parametrize("name", ["array-result", "null-result", "string-result", "silent"])
+async def test_r58_an_invoke_result_that_is_not_an_object_fails_instead_of_hanging(name: str) -> None:
+    with anyio.fail_after(30):  # mcp's client drops such a response: the invoke used to wait forever
+        async with misbehaving_host() as client:
+            chain = Chain(role="client")
+            await chain.add_server(client, name="bad", default_timeout_ms=300)
+            result = await chain.execute("tools/call", "request", CALL, interceptors=[name])
+            with pytest.raises(InterceptorTimeoutError) as direct:
+                await invoke_interceptor(client, name, "tools/call", "request", CALL, default_timeout_ms=300)
+    assert result.status == "validation_failed"
+    assert result.aborted_at is not None and (result.aborted_at.interceptor, result.aborted_at.reason) == (
+        name,
+        "timeout",
+    )
+    assert [(f.interceptor, f.code, f.timeout) for f in result.failures] == [(name, -32000, True)]
+    assert direct.value.data == {"interceptor": name, "reason": "timeout", "timeoutMs": 300, "phase": "request"}
+
+
+@pytest.mark.parametrize("listing", ["array", "silent"])
+async def test_r66_a_listing_that_never_arrives_fails_discovery_and_pinned_interceptors_closed(listing: str) -> None:
+    pinned = RequiredInterceptor("must-check", "validation", (HookEntry(events=("tools/call",), phase="request"),))
+    with anyio.fail_after(30):  # an array result is dropped by mcp's client: add_server used to wait forever
+        async with misbehaving_host(listing) as client:
+            with pytest.raises(DiscoveryError, match="no usable answer within 300 ms"):
+                await Chain(role="client").add_server(client, name="bad", discovery_timeout_ms=300)
+            chain = Chain(role="client")
+            await chain.add_server(client, name="bad", required=[pinned], discovery_timeout_ms=300)
+            result = await chain.execute("tools/call", "request", CALL)
+    assert result.status == "validation_failed"
+    assert result.aborted_at is not None and result.aborted_at.interceptor == "must-check"
+    assert result.failures[0].reason.startswith(
+        "interceptor host unavailable: interceptors/list got no usable answer within 300 ms"
+    )

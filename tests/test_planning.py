@@ -27,7 +27,7 @@ from mcp_interceptors.planning import (
     policy_for,
 )
 from mcp_interceptors.protocol.descriptors import HookEntry, PhasePriority
-from mcp_interceptors.protocol.errors import WideningOverrideError
+from mcp_interceptors.protocol.errors import ChainParamsError, WideningOverrideError
 from mcp_interceptors.protocol.events import pattern_matches
 from mcp_interceptors.protocol.results import MutationResult, ValidationMessage, ValidationResult
 
@@ -131,6 +131,30 @@ def test_selection_by_event_phase_and_name_restriction() -> None:
     plan = one_plan(req, resp, star, other)
     assert [s.name for s in plan.validators] == ["req", "star"]
     assert [s.name for s in one_plan(req, resp, star, names=["star"]).validators] == ["star"]
+
+
+@pytest.mark.parametrize(
+    ("names", "unknown"),
+    [(["star_"], ["star_"]), (["req", "nope", "Req"], ["Req", "nope"]), (["other", "missing"], ["missing"])],
+)
+def test_r21_a_name_restriction_naming_an_interceptor_no_entry_has_fails_closed(
+    names: list[str], unknown: list[str]
+) -> None:
+    entries = [entry(descriptor(name, phase="request")) for name in ("req", "star", "other")]
+    with pytest.raises(ChainParamsError) as caught:  # used to plan only the known names, or nothing: success
+        plan_for(entries, "tools/call", "request", "sending", names=names)
+    assert (caught.value.code, caught.value.data) == (-32602, {"field": "interceptors", "unknown": unknown})
+    assert isinstance(caught.value, ValueError)
+    assert plan_for(entries, "tools/call", "response", "sending", names=["req"]).steps == ()  # known, not hooked
+    assert plan_for(entries, "tools/call", "request", "sending", names=[]).steps == ()  # an explicit empty set
+
+
+@pytest.mark.parametrize("event", ["*", "tools/*", "*/request", "tools/cal?"])
+def test_r10_a_plan_is_for_one_concrete_event_never_a_pattern(event: str) -> None:
+    star = descriptor("star", events=["*"], phase="request")
+    with pytest.raises(ChainParamsError) as caught:  # `*` used to select only the `*`-hooked interceptors
+        plan_for([entry(star)], event, "request", "sending")
+    assert (caught.value.code, caught.value.data) == (-32602, {"field": "event", "event": event})
 
 
 def test_r64_compat_excludes_and_the_switch_disables_it() -> None:

@@ -12,7 +12,9 @@ from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Literal, Protocol
 
+import anyio
 from mcp import Client, MCPError
+from mcp_types import CONNECTION_CLOSED, REQUEST_TIMEOUT
 from pydantic import TypeAdapter
 
 from mcp_interceptors.executor import Call, ChainResult, Source, execute_plan
@@ -35,8 +37,11 @@ from mcp_interceptors.protocol.descriptors import (
 from mcp_interceptors.protocol.errors import (
     INTERNAL_ERROR,
     INVALID_PARAMS,
+    TIMEOUT_G4,
     DiscoveryError,
+    HostConnectionError,
     InterceptorsError,
+    InterceptorTimeoutError,
     MalformedResultError,
 )
 from mcp_interceptors.protocol.events import Direction, Phase, Role
@@ -49,6 +54,15 @@ logger = logging.getLogger(__name__)
 # `send_request` accepts a TypeAdapter at run time; typed as Any because its type var is bound to models.
 _RAW_RESULT: Any = TypeAdapter(dict[str, Any])
 
+#: How long an `interceptor/invoke` may take when neither the interceptor (override `timeoutMs`) nor
+#: the chain has a deadline; the spec sets none, but a host that never answers, or answers with a
+#: result that is not a JSON object (mcp's client drops such a response), must not hang the chain.
+DEFAULT_INVOKE_TIMEOUT_MS = 30_000.0
+#: How long `interceptors/list` may take before discovery fails (R66 then fails pinned interceptors closed).
+DEFAULT_DISCOVERY_TIMEOUT_MS = 10_000.0
+#: With `timeoutMs` sent, how much longer the invoker waits locally for the host's own timeout error.
+_HOST_TIMEOUT_GRACE_MS = 1_000.0
+
 
 # --------------------------------------------------------------------------- single calls
 
@@ -59,17 +73,32 @@ class Discovery:
     warnings: list[DescriptorWarning]
 
 
-async def discover(client: Client, event: str | None = None) -> Discovery:
-    """`interceptors/list` with the skipped entries reported instead of logged."""
+async def discover(
+    client: Client, event: str | None = None, *, timeout_ms: float | None = DEFAULT_DISCOVERY_TIMEOUT_MS
+) -> Discovery:
+    """`interceptors/list` with the skipped entries reported instead of logged.
+
+    No answer within `timeout_ms` (None: wait forever) raises `DiscoveryError`; host errors raise `MCPError`.
+    """
     params = RawParams.model_validate({"event": event} if event is not None else {})
-    raw = await client.session.send_request(ListRequest(params=params), _RAW_RESULT)
+    raw = None
+    with anyio.move_on_after(timeout_ms / 1000 if timeout_ms is not None else None) as scope:
+        raw = await client.session.send_request(ListRequest(params=params), _RAW_RESULT)
+    if scope.cancelled_caught or raw is None:
+        raise DiscoveryError(
+            f"interceptors/list got no usable answer within {timeout_ms:g} ms "
+            "(the mcp client drops a response whose result is not a JSON object)",
+            data={"reason": "timeout", "timeoutMs": timeout_ms},
+        )
     descriptors, warnings = parse_descriptors(raw.get("interceptors"))
     return Discovery(descriptors, warnings)
 
 
-async def list_interceptors(client: Client, event: str | None = None) -> list[InterceptorDescriptor]:
+async def list_interceptors(
+    client: Client, event: str | None = None, *, timeout_ms: float | None = DEFAULT_DISCOVERY_TIMEOUT_MS
+) -> list[InterceptorDescriptor]:
     """The host's descriptors (optionally filtered by event); malformed entries are skipped with a warning."""
-    found = await discover(client, event)
+    found = await discover(client, event, timeout_ms=timeout_ms)
     for warning in found.warnings:
         logger.warning("skipped interceptor descriptor #%d (%s): %s", warning.index, warning.name, warning.reason)
     return found.descriptors
@@ -87,13 +116,24 @@ async def invoke_interceptor(
     context: InvocationContext | Mapping[str, Any] | None = None,
     type: InterceptorType | None = None,
     verify_key: VerifyKeyLike | None = None,
+    default_timeout_ms: float = DEFAULT_INVOKE_TIMEOUT_MS,
 ) -> InterceptorResult:
     """Send one `interceptor/invoke`. Host errors raise `MCPError`; a malformed result raises
     `MalformedResultError`. `type` is the declared type (inferred from the result when omitted).
     With `verify_key` (the host's public key), a validation result without a valid signature by it
-    raises `SignatureError`."""
+    raises `SignatureError`.
+
+    `timeout_ms` is sent for the host to enforce, and waited for locally with a short grace for the
+    host's own timeout error; without it the call waits `default_timeout_ms`. Either way, no answer
+    in time raises `InterceptorTimeoutError` (-32000).
+    """
     body = invoke_body(name, event, phase, payload, config=config, timeout_ms=timeout_ms, context=context)
-    raw = await client.session.send_request(InvokeRequest(params=RawParams.model_validate(body)), _RAW_RESULT)
+    limit_ms = timeout_ms + _HOST_TIMEOUT_GRACE_MS if timeout_ms is not None else default_timeout_ms
+    raw = None
+    with anyio.move_on_after(limit_ms / 1000) as scope:
+        raw = await client.session.send_request(InvokeRequest(params=RawParams.model_validate(body)), _RAW_RESULT)
+    if scope.cancelled_caught or raw is None:
+        raise InterceptorTimeoutError(name, limit_ms, phase)
     return read_invoke_result(raw, name, phase, type, verify_key=verify_key)
 
 
@@ -148,12 +188,21 @@ class RemoteSource:
     """A `Source` that routes every invoke to the connection that advertised the descriptor (R65).
 
     With `verify_key` (the host's Ed25519 public key), every validation result must carry the host's
-    signature; a missing or invalid one is an invocation failure, routed by mode/failOpen.
+    signature; a missing or invalid one is an invocation failure, routed by mode/failOpen. An invoke
+    the executor sends no `timeoutMs` for waits at most `default_timeout_ms`; a closed connection is
+    a `HostConnectionError`, not a timeout (see `invocation_error`).
     """
 
-    def __init__(self, client: Client, *, verify_key: VerifyKeyLike | None = None) -> None:
+    def __init__(
+        self,
+        client: Client,
+        *,
+        verify_key: VerifyKeyLike | None = None,
+        default_timeout_ms: float = DEFAULT_INVOKE_TIMEOUT_MS,
+    ) -> None:
         self.client = client
         self.verify_key = verify_key_from(verify_key) if verify_key is not None else None
+        self.default_timeout_ms = default_timeout_ms
 
     async def invoke(self, call: Call) -> InterceptorResult:
         try:
@@ -168,13 +217,25 @@ class RemoteSource:
                 context=call.context,
                 type=call.type,  # type: ignore[arg-type]
                 verify_key=self.verify_key,
+                default_timeout_ms=self.default_timeout_ms,
             )
         except MCPError as exc:
-            raise invocation_error(exc) from None
+            raise invocation_error(exc, call.name) from None
 
 
-def invocation_error(exc: MCPError) -> InterceptorsError:
-    """A host's JSON-RPC error as the invocation failure the executor routes (code and data kept)."""
+def invocation_error(exc: MCPError, name: str = "") -> InterceptorsError:
+    """An `MCPError` from an invoke as the invocation failure the executor routes.
+
+    mcp raises its own errors with no `data`: a closed connection as -32000 (`CONNECTION_CLOSED`,
+    the G4 timeout code too) and its request timeout as -32001 (`REQUEST_TIMEOUT`). A host's timeout
+    error carries `data` (§3), so a data-less -32000 is the connection closing (a failure, never a
+    timeout) and a data-less -32001 a local timeout. Anything else is the host's own error, kept
+    with its code and data.
+    """
+    if exc.data is None and exc.code == CONNECTION_CLOSED:
+        return HostConnectionError(name, exc.message)
+    if exc.data is None and exc.code == REQUEST_TIMEOUT:
+        return InterceptorsError(exc.message, data={"interceptor": name, "reason": "timeout"}, code=TIMEOUT_G4)
     data = exc.data if isinstance(exc.data, Mapping) else {}
     return InterceptorsError(exc.message, data=data, code=exc.code)
 
@@ -301,19 +362,24 @@ class Chain:
         required: Iterable[RequiredInterceptor] = (),
         strict_overrides: bool = True,
         verify_key: VerifyKeyLike | None = None,
+        discovery_timeout_ms: float | None = DEFAULT_DISCOVERY_TIMEOUT_MS,
+        default_timeout_ms: float = DEFAULT_INVOKE_TIMEOUT_MS,
     ) -> list[Entry]:
         """Discover a remote host's interceptors with `interceptors/list` and route invokes to it.
 
-        If discovery fails, `DiscoveryError` is raised unless `required` interceptors are pinned:
+        If discovery fails (an error, or no answer within `discovery_timeout_ms`), `DiscoveryError`
+        is raised unless `required` interceptors are pinned:
         those are then planned as always-failing, so the events they guard fail closed (R66). A
         pinned interceptor missing from a successful listing is planned the same way. With
         `strict_overrides=False`, overrides naming interceptors this host does not advertise are
         ignored (a caller spreading one override map over several hosts checks them itself).
         With `verify_key`, the host's validation results must be signed by that key (see `RemoteSource`).
+        `default_timeout_ms` bounds an invoke to this host when neither an override `timeoutMs` nor
+        the chain's deadline does (`DEFAULT_INVOKE_TIMEOUT_MS`).
         """
         return await self.add_discovered(
-            RemoteSource(client, verify_key=verify_key),
-            lambda: list_interceptors(client),
+            RemoteSource(client, verify_key=verify_key, default_timeout_ms=default_timeout_ms),
+            lambda: list_interceptors(client, timeout_ms=discovery_timeout_ms),
             name=name,
             overrides=overrides,
             required=required,
@@ -415,7 +481,11 @@ class Chain:
         interceptors: Iterable[str] | None = None,
         protocol_version: str | None = None,
     ) -> ChainResult:
-        """Run the chain for `(event, phase)` on `payload`. `timeout_ms` is the whole-chain deadline."""
+        """Run the chain for `(event, phase)` on `payload`. `timeout_ms` is the whole-chain deadline.
+
+        `event` is one concrete event; `interceptors` restricts the plan to those names. A pattern
+        event or a name this chain does not have raises `ChainParamsError` (-32602), never runs less.
+        """
         plan = self.plan(
             event, phase, direction=direction, interceptors=interceptors, protocol_version=protocol_version
         )

@@ -21,8 +21,8 @@ from mcp_interceptors.protocol.descriptors import (
     PriorityHint,
     resolve_priority,
 )
-from mcp_interceptors.protocol.errors import WideningOverrideError
-from mcp_interceptors.protocol.events import Direction, Phase, Role, initiator_for, pattern_covers
+from mcp_interceptors.protocol.errors import WideningOverrideError, pattern_event_error, unknown_interceptors_error
+from mcp_interceptors.protocol.events import Direction, Phase, Role, initiator_for, is_pattern, pattern_covers
 from mcp_interceptors.protocol.results import (
     InterceptorResult,
     MutationResult,
@@ -259,9 +259,17 @@ def plan_for(
     enforce_compat: bool = True,
     sinks_enabled: bool = False,
 ) -> Plan:
-    """Select, resolve policy, partition and order (§5.2). Pure: same inputs, same plan (R36)."""
+    """Select, resolve policy, partition and order (§5.2). Pure: same inputs, same plan (R36).
+
+    Fails closed with `ChainParamsError` (-32602) when `event` is a pattern rather than one concrete
+    event, or when `names` restricts to interceptors no entry has: a typo must not run an empty plan.
+    """
+    if is_pattern(event):
+        raise pattern_event_error(event)
     wanted = frozenset(names) if names is not None else None
     ordered = sorted(entries, key=lambda e: e.host_order)  # stable: keeps each host's list order
+    if wanted is not None and (unknown := wanted.difference(entry.name for entry in ordered)):
+        raise unknown_interceptors_error(sorted(unknown))
     mutators: list[tuple[int, str, int, Step]] = []
     validators: list[Step] = []
     sinks: list[Step] = []

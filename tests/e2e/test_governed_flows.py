@@ -328,6 +328,20 @@ async def test_execute_chain_runs_the_configured_chain_for_a_client_payload(s: S
     assert "finalPayload" not in denied
 
 
+async def test_r21_execute_chain_naming_an_unknown_interceptor_or_a_pattern_event_is_invalid_params(
+    s: Session,
+) -> None:
+    call = {"method": "tools/call", "params": {"name": "delete_everything", "arguments": {}}}
+    typo = {"event": "tools/call", "phase": "request", "payload": call, "interceptors": ["deny_tools", "deny-tools"]}
+    with anyio.fail_after(30):
+        with pytest.raises(MCPError) as unknown:  # used to run a plan without the typo'd guard: success
+            await raw_request(s.client, "interceptor/executeChain", typo)
+        with pytest.raises(MCPError) as pattern:  # used to run only `*`-hooked guards: success
+            await raw_request(s.client, "interceptor/executeChain", {"event": "*", "phase": "request", "payload": call})
+    assert (unknown.value.code, unknown.value.data) == (-32602, {"field": "interceptors", "unknown": ["deny_tools"]})
+    assert (pattern.value.code, pattern.value.data) == (-32602, {"field": "event", "event": "*"})
+
+
 @pytest.mark.parametrize("era", ERAS)
 async def test_execute_chain_is_method_not_found_unless_exposed(write_config: ConfigWriter, era: str) -> None:
     config = write_config(standard_config(expose_execute_chain=False))

@@ -32,6 +32,7 @@ from mcp_interceptors.invoker import (
 )
 from mcp_interceptors.planning import Overrides
 from mcp_interceptors.protocol.descriptors import InterceptorDescriptor, parse_descriptors
+from mcp_interceptors.protocol.errors import HostConnectionError
 from mcp_interceptors.protocol.invoke import INVOKE_METHOD, LIST_METHOD
 from mcp_interceptors.protocol.results import InterceptorResult
 from mcp_interceptors.signatures import load_verify_key, verify_key_from
@@ -158,8 +159,10 @@ class ConnectionSource:
         )
         try:
             raw = await self.conn.request(INVOKE_METHOD, body)
+        except UpstreamUnavailableError as exc:  # -32000 with data: not the host's timeout, the host is gone
+            raise HostConnectionError(call.name, exc.message) from None
         except MCPError as exc:
-            raise invocation_error(exc) from None
+            raise invocation_error(exc, call.name) from None
         return read_invoke_result(raw, call.name, call.phase, call.type, verify_key=self.verify_key)
 
 

@@ -70,6 +70,20 @@ class InterceptorTimeoutError(InterceptorsError):
         )
 
 
+class HostConnectionError(InterceptorsError):
+    """The connection to an interceptor host closed (or was never open) before it answered (-32603).
+
+    An invocation failure routed by mode/failOpen, never a timeout: mcp raises its local
+    "connection closed" with -32000, the code a G4 host uses for its timeout (§3).
+    """
+
+    def __init__(self, name: str, detail: str) -> None:
+        super().__init__(
+            f"interceptor host connection closed: {detail}",
+            data={"interceptor": name, "reason": "interceptor host connection closed"},
+        )
+
+
 class MalformedResultError(InterceptorsError):
     """A result that breaks its contract (§5.9): treated by the invoker as an invocation failure."""
 
@@ -87,8 +101,37 @@ class DiscoveryError(InterceptorsError):
     """`interceptors/list` failed on a host (transport error, -32601, timeout)."""
 
 
+class ChainParamsError(InvalidParamsError, ValueError):
+    """A chain run asked for something the chain cannot do as asked (-32602): it fails closed.
+
+    `data.field` names the parameter (`event` or `interceptors`); a chain never quietly runs a
+    smaller plan than the caller named.
+    """
+
+
+def unknown_interceptors_error(unknown: Sequence[str]) -> ChainParamsError:
+    """`interceptors` names interceptors the chain does not have (a typo must not run an empty plan)."""
+    listed = ", ".join(repr(name) for name in unknown)
+    return ChainParamsError(
+        f"interceptors names {listed}, which this chain does not have; check the spelling against its interceptors",
+        data={"field": "interceptors", "unknown": list(unknown)},
+    )
+
+
+def pattern_event_error(event: str) -> ChainParamsError:
+    """A chain runs for one concrete lifecycle event; `*` or a glob is a hook pattern, not an event."""
+    return ChainParamsError(
+        f"event must be one concrete event name such as 'tools/call', not the pattern {event!r}",
+        data={"field": "event", "event": event},
+    )
+
+
 def is_timeout_error(code: int, data: Any) -> bool:
-    """Classify an error response as a timeout: G4's code, or G5's code with `reason: timeout`."""
+    """Classify an error response *a host sent* as a timeout: G4's code, or G5's code with `reason: timeout`.
+
+    Errors raised locally by the mcp client (connection closed is also -32000) never get here
+    as such: `invoker.invocation_error` turns them into `HostConnectionError` or a local timeout first.
+    """
     if code == TIMEOUT_G4:
         return True
     return code == INTERNAL_ERROR and isinstance(data, Mapping) and data.get("reason") == "timeout"

@@ -367,7 +367,11 @@ class Gateway:
         """A request from a shared connection: to a bridged 2026-07-28 call, else to the stdio client."""
 
         async def handle(method: str, params: dict[str, Any] | None) -> dict[str, Any]:
-            bridged = self.bridges.active(upstream)
+            try:
+                bridged = self.bridges.asker(upstream, method)
+            except MCPError as refused:
+                logger.warning("upstream %r: %s", upstream, refused.message)
+                raise
             if bridged is not None:
                 return await bridged.ask(method, params)
             waiting = self._stdio_client

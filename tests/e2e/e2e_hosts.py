@@ -70,3 +70,16 @@ async def tag_sampling(inv: Invocation) -> Any:
     if isinstance(content, dict) and content.get("type") == "text":
         return {**inv.payload, "content": {**content, "text": content["text"] + ANSWER_TAG}}
     return inv.payload
+
+
+#: A host with one response-phase validator: a tool result mentioning `LEAK_MARKER` is refused.
+response_guard = InterceptorHost("e2e-response-guard")
+LEAK_MARKER = "leak-marker-7d1e"
+
+
+@response_guard.validator("deny-leaks", events=["tools/call"], phase="response", description="Refuses leaky results.")
+async def deny_leaks(inv: Invocation) -> ValidationResult:
+    if LEAK_MARKER in str(inv.payload):
+        message = ValidationMessage(path="$.content", message="the result leaks", severity="error")
+        return ValidationResult(valid=False, severity="error", messages=[message])
+    return ValidationResult(valid=True)

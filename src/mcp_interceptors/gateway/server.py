@@ -412,6 +412,10 @@ class Gateway:
                 if key in caps:
                     mine = merged.setdefault(key, {})
                     for flag, value in (caps[key] or {}).items():
+                        if legacy and key == "resources" and flag == "subscribe" and conn.era == "2026-07-28":
+                            # There it promises `resourceSubscriptions` on subscriptions/listen, not the
+                            # handshake era's resources/subscribe, which such a connection cannot forward.
+                            continue
                         mine[flag] = bool(mine.get(flag)) or value
         settings = {"supportedEvents": supported_events(self.descriptors())}
         capabilities = {**merged, **{k: v for k, v in (result.get("capabilities") or {}).items() if k not in merged}}

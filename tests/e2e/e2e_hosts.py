@@ -100,3 +100,16 @@ async def deepen(inv: Invocation) -> Any:
     for _ in range(DEEPER):
         nested = [nested]
     return {**inv.payload, "nested": nested}
+
+
+#: A host with one response-phase validator: a tool result mentioning `LEAK_MARKER` is refused.
+response_guard = InterceptorHost("e2e-response-guard")
+LEAK_MARKER = "leak-marker-7d1e"
+
+
+@response_guard.validator("deny-leaks", events=["tools/call"], phase="response", description="Refuses leaky results.")
+async def deny_leaks(inv: Invocation) -> ValidationResult:
+    if LEAK_MARKER in str(inv.payload):
+        message = ValidationMessage(path="$.content", message="the result leaks", severity="error")
+        return ValidationResult(valid=False, severity="error", messages=[message])
+    return ValidationResult(valid=True)

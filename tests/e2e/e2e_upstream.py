@@ -32,6 +32,12 @@ NOTES: dict[str, str] = {"welcome": "Hello from the e2e upstream."}
 CANCELLED: dict[str, anyio.Event] = {}
 #: tokens of the `sleep` calls whose handler started
 STARTED: set[str] = set()
+#: token -> set once a `sleep` (or, as `asking:<token>`, an `ask_after`) handler with that token started
+STARTED_EVENTS: dict[str, anyio.Event] = {}
+
+
+def started(token: str) -> anyio.Event:
+    return STARTED_EVENTS.setdefault(token, anyio.Event())
 
 
 class AnyParams(RequestParams):
@@ -97,6 +103,7 @@ async def countdown(steps: int, ctx: Context) -> str:
 async def sleep(seconds: float, token: str = "") -> str:
     event = CANCELLED.setdefault(token, anyio.Event())
     STARTED.add(token)
+    started(token).set()
     try:
         await anyio.sleep(seconds)
     except anyio.get_cancelled_exc_class():
@@ -152,6 +159,24 @@ def ask_model(question: str) -> Sample:
 async def ask(question: str, answer: Annotated[CreateMessageResult, Resolve(ask_model)]) -> str:
     content = answer.content
     return f"model says: {content.text if isinstance(content, TextContent) else content}"
+
+
+@server.tool(description="Once the `sleep` call with `token` runs, ask the client's model (sampling).")
+async def ask_after(question: str, token: str, ctx: Context) -> str:
+    started(f"asking:{token}").set()
+    with anyio.fail_after(20):
+        await started(token).wait()
+    message = SamplingMessage(role="user", content=TextContent(type="text", text=question))
+    answer = await ctx.session.create_message([message], max_tokens=50)
+    content = answer.content
+    return f"model says: {content.text if isinstance(content, TextContent) else content}"
+
+
+@server.tool(description="Wait up to `wait` seconds for a `sleep` (or `asking:` ask_after) with `token` to start.")
+async def wait_started(token: str, wait: float = 10.0) -> str:
+    with anyio.move_on_after(wait):
+        await started(token).wait()
+    return "started" if started(token).is_set() else "never started"
 
 
 @server.resource(SCHEME + "://{name}", description="A note by name.")

@@ -13,8 +13,9 @@ from typing import Any
 
 import anyio
 import pytest
-from e2e_support import ConfigWriter, Sampler, fresh_gateway, raw_request, text_of, unique
-from mcp import MCPError
+from e2e_support import ConfigWriter, Sampler, fresh_gateway, gateway_env, raw_request, text_of, unique
+from helpers import cli_argv, free_tcp_port, http_transport, running
+from mcp import Client, MCPError
 
 HANDSHAKE_UPSTREAM = str(Path(__file__).resolve().parent / "handshake_upstream.py")
 
@@ -76,3 +77,54 @@ async def test_a_retry_with_an_unknown_request_state_is_refused_not_run(
     assert (refused.value.code, refused.value.message) == (-32602, "Invalid or expired requestState")
     assert refused.value.data == {"reason": "invalid_request_state", "field": "requestState"}
     assert text_of(saved) == "<missing>"  # the refused retry did not run the tool
+
+
+async def test_a_bridged_question_never_reaches_another_clients_call(write_config: ConfigWriter) -> None:
+    """Alice's call asks for sampling while Bob's newer call runs on the same handshake-era upstream.
+
+    Over stdio the upstream does not say which call asks, so the gateway refuses the question rather
+    than show Alice's prompt to Bob's model (and hand Alice Bob's answer).
+    """
+    token = unique("gate")
+    config = write_config({**handshake_config(), "auth": {"tokens": ["alice-token-1f3a", "bob-token-9c2e"]}})
+    port = free_tcp_port()
+    url = f"http://127.0.0.1:{port}/mcp"
+    alice_model, bob_model = Sampler(), Sampler()
+    outcome: list[Any] = []
+    alice_done = anyio.Event()
+    argv = cli_argv("gateway", "--config", str(config), "--http", f"127.0.0.1:{port}")
+    with anyio.fail_after(60):
+        async with (
+            running(argv, port=port, env=gateway_env(), label="HTTP gateway"),
+            Client(
+                http_transport(url, headers={"Authorization": "Bearer alice-token-1f3a"}),
+                mode="2026-07-28",
+                sampling_callback=alice_model,
+            ) as alice,
+            Client(
+                http_transport(url, headers={"Authorization": "Bearer bob-token-9c2e"}),
+                mode="2026-07-28",
+                sampling_callback=bob_model,
+            ) as bob,
+        ):
+
+            async def alice_asks() -> None:
+                try:
+                    outcome.append(await alice.call_tool("ask_after", {"question": "alice's secret", "token": token}))
+                except MCPError as exc:
+                    outcome.append(exc)
+                alice_done.set()
+
+            async with anyio.create_task_group() as tg:
+                tg.start_soon(alice_asks)
+                waited = await bob.call_tool("wait_started", {"token": f"asking:{token}"})
+                assert text_of(waited) == "started"  # Alice's call is in flight before Bob's starts
+                tg.start_soon(bob.call_tool, "sleep", {"seconds": 60, "token": token})
+                await alice_done.wait()  # Alice's call ends once the upstream's question is refused
+                tg.cancel_scope.cancel()  # Bob's sleep is no longer needed
+    assert bob_model.questions == []
+    assert alice_model.questions == []  # refused, not guessed: the gateway cannot tell whose call asked
+    [refused] = outcome  # the upstream passes the gateway's refusal on as the call's error
+    assert isinstance(refused, MCPError)
+    assert refused.code == -32600
+    assert refused.message.startswith("gateway refused sampling/createMessage: calls of 2 different clients")

@@ -34,7 +34,7 @@ async def test_a_call_that_ends_between_rounds_keeps_its_result_for_the_retry() 
             await anyio.sleep(0.2)  # the upstream call is over before the client answers
             late = bridges.find(token, "owner")
             assert late is bridged
-            assert bridges.active("legacy") is None  # no longer a target for upstream requests
+            assert bridges.asker("legacy", "roots/list") is None  # no longer a target for upstream requests
             late.deliver({"q1": {"role": "assistant", "content": {"type": "text", "text": "too late"}}})
             assert await late.next_reply() == {"content": [{"type": "text", "text": "gave up waiting"}]}
             await anyio.wait_all_tasks_blocked()
@@ -90,3 +90,28 @@ async def test_a_client_waiting_on_a_call_that_times_out_gets_an_error(monkeypat
                 await bridged.next_reply()
     assert ended.value.code == -32603
     assert bridges.find(bridged.token, "owner") is None
+
+
+async def test_a_server_request_goes_to_the_newest_call_only_when_all_calls_have_one_owner() -> None:
+    """The wire does not say which call a server request belongs to: with two owners, no guess."""
+    release = anyio.Event()
+
+    async def call(bridged: BridgedCall) -> dict[str, Any]:
+        await release.wait()
+        return {}
+
+    bridges = Bridges()
+    with anyio.fail_after(10):
+        async with anyio.create_task_group() as tg:
+            first = bridges.start(tg, "alice", "legacy", call)
+            second = bridges.start(tg, "alice", "legacy", call)
+            assert bridges.asker("legacy", "sampling/createMessage") is second
+            third = bridges.start(tg, "bob", "legacy", call)
+            with pytest.raises(MCPError) as refused:
+                bridges.asker("legacy", "sampling/createMessage")
+            assert bridges.asker("other", "sampling/createMessage") is None
+            release.set()
+            for bridged in (first, second, third):
+                await bridged.next_reply()  # each call's outcome is taken, so its task ends
+    assert refused.value.code == -32600
+    assert refused.value.data == {"reason": "ambiguous_caller", "upstream": "legacy"}

@@ -154,6 +154,22 @@ class Bridges:
         bridged = self.by_token.get(token) if isinstance(token, str) else None
         return bridged if bridged is not None and bridged.owner == owner else None
 
-    def active(self, upstream: str) -> BridgedCall | None:
+    def asker(self, upstream: str, method: str) -> BridgedCall | None:
+        """The bridged call a server request from `upstream` goes to, or None when none is in flight.
+
+        The wire does not say which of our calls a server request belongs to, so the newest call takes
+        it, but only when every call in flight there has one owner: with several owners, refused, since a
+        guess could show one client's question to another and hand it that client's answer.
+        """
         calls = self.by_upstream.get(upstream)
-        return calls[-1] if calls else None
+        if not calls:
+            return None
+        owners = {bridged.owner for bridged in calls}
+        if len(owners) > 1:
+            raise MCPError(
+                -32600,
+                f"gateway refused {method}: calls of {len(owners)} different clients are in flight on this "
+                "connection and it cannot tell which one the request belongs to",
+                {"reason": "ambiguous_caller", "upstream": upstream},
+            )
+        return calls[-1]

@@ -80,6 +80,11 @@ class CallRecord:
     call_id: str = field(default_factory=lambda: uuid.uuid4().hex)
     pending: list[PendingRecord] = field(default_factory=list)
     request: Leg | None = None
+    #: The record of the call an embedded one belongs to: a denial there ends that call too.
+    parent: CallRecord | None = None
+    #: Set once a denial closed the call: the block then reaches the caller as an error, which is not
+    #: the upstream's and must not close the call a second time.
+    closed: bool = False
 
     @property
     def enabled(self) -> bool:
@@ -89,18 +94,24 @@ class CallRecord:
         """A record for a request embedded in this call (an input request or its answer), settled with it."""
         if self.writer is None:
             return self
-        return CallRecord(self.writer, self.context, pending=self.pending)
+        return CallRecord(self.writer, self.context, pending=self.pending, parent=self)
 
     def for_server(self, server: str) -> CallRecord:
         """The same call, attributed to one upstream (a merged listing's per-upstream response)."""
         if self.writer is None:
             return self
         context = self.context.model_copy(update={"server": server})
-        return CallRecord(self.writer, context, call_id=self.call_id, pending=self.pending, request=self.request)
+        return CallRecord(
+            self.writer, context, call_id=self.call_id, pending=self.pending, request=self.request, parent=self
+        )
 
     async def denied(self, leg: Leg) -> None:
         """A blocked leg: recorded (closing the call) and made durable before the client hears of it."""
         await self._submit(leg, intent=None, executed=None, decision="deny")
+        record: CallRecord | None = self
+        while record is not None:
+            record.closed = True
+            record = record.parent
         await self.settle()
 
     def approved_request(self, leg: Leg) -> None:
@@ -117,7 +128,12 @@ class CallRecord:
         await self._submit(leg, intent=final, executed=final, decision="allow")
 
     async def failed(self, event: str, code: int, message: str) -> None:
-        """The upstream failed after the request was allowed: an error record closes the call."""
+        """The upstream failed after the request was allowed: an error record closes the call.
+
+        Nothing is recorded for a call a denial already closed (its error is the gateway's own block).
+        """
+        if self.closed:
+            return
         leg = Leg(event=event, phase="response", result=None, payload_in=None)
         await self._submit(leg, intent=None, executed=None, decision="error", error={"code": code, "message": message})
 

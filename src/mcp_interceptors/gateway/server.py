@@ -136,6 +136,8 @@ class Gateway:
         self.startup_catalog: Catalog | None = None
         self.audit_writer = audit_writer
         self._stdio_client: anyio.Event | None = None
+        #: Upstreams that refused a handshake-era session: their handshake-era clients use the shared one.
+        self.handshake_refused: set[str] = set()
         self.server: Server[Any] = Server(
             config.name,
             version=GATEWAY_CLIENT_INFO["version"],  # serverInfo needs one: clients warn on an empty version
@@ -255,6 +257,7 @@ class Gateway:
                     raise
                 # A 2026-07-28-only upstream: share its connection; input requests are bridged per call.
                 logger.info("upstream %r refuses a handshake-era session; bridging through the shared one", name)
+                self.handshake_refused.add(name)
                 conn = shared
             conns[name] = conn
         return conns
@@ -368,7 +371,11 @@ class Gateway:
         """A request from a shared connection: to a bridged 2026-07-28 call, else to the stdio client."""
 
         async def handle(method: str, params: dict[str, Any] | None) -> dict[str, Any]:
-            bridged = self.bridges.active(upstream)
+            try:
+                bridged = self.bridges.asker(upstream, method)
+            except MCPError as refused:
+                logger.warning("upstream %r: %s", upstream, refused.message)
+                raise
             if bridged is not None:
                 return await bridged.ask(method, params)
             waiting = self._stdio_client
@@ -403,12 +410,16 @@ class Gateway:
     def _advertise(self, result: dict[str, Any], *, legacy: bool) -> None:
         """Patch the handshake result: merged upstream capabilities plus our extension."""
         merged: dict[str, Any] = {}
-        for conn in self.shared.values():
+        for name, conn in self.shared.items():
             caps = conn.info.capabilities if conn.info is not None else {}
             for key in _CAPABILITY_KEYS:
                 if key in caps:
                     mine = merged.setdefault(key, {})
                     for flag, value in (caps[key] or {}).items():
+                        if legacy and key == "resources" and flag == "subscribe" and self._bridges_handshake(name):
+                            # There it promises `resourceSubscriptions` on subscriptions/listen, not the
+                            # handshake era's resources/subscribe, which such a connection cannot forward.
+                            continue
                         mine[flag] = bool(mine.get(flag)) or value
         settings = {"supportedEvents": supported_events(self.descriptors())}
         capabilities = {**merged, **{k: v for k, v in (result.get("capabilities") or {}).items() if k not in merged}}
@@ -424,6 +435,15 @@ class Gateway:
             info = next(iter(self.shared.values())).info
             if info is not None and info.instructions:
                 result["instructions"] = info.instructions
+
+    def _bridges_handshake(self, upstream: str) -> bool:
+        """Whether handshake-era clients reach `upstream` through its 2026-07-28 connection: a stdio
+        gateway's client adopts it; an HTTP gateway's clients do once the upstream refused a session
+        of their own (the first such client is advertised before its sessions open)."""
+        conn = self.shared.get(upstream)
+        if conn is None or conn.era != "2026-07-28":
+            return False
+        return self._stdio_client is not None or upstream in self.handshake_refused
 
     # ------------------------------------------------------------------ the gateway as an interceptor host
 

@@ -1,0 +1,56 @@
+"""A denial closes its call with one `deny` record (docs/audit.md), whatever the phase and era.
+
+A response-phase block reaches the client as the gateway's own error; it is not the upstream's, so no
+`error/upstream_error` record may follow the `deny` one.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import anyio
+import orjson
+import pytest
+from e2e_hosts import LEAK_MARKER
+from e2e_support import ERAS, ConfigWriter, fresh_gateway, upstream_entry
+from mcp import MCPError
+
+from mcp_interceptors.audit import SqliteStore
+
+pytestmark = [pytest.mark.anyio, pytest.mark.e2e]
+
+
+def decisions(store_path: Path) -> list[dict[str, Any]]:
+    """Every decision record's body, in store order."""
+    store = SqliteStore(store_path, create=False)
+    try:
+        bodies = [orjson.loads(raw)["body"] for _, raw in store.iter_records()]
+    finally:
+        store.close()
+    return [body for body in bodies if "decision" in body]
+
+
+@pytest.mark.parametrize("era", ERAS)
+async def test_a_response_denial_is_the_one_record_that_closes_the_call(
+    write_config: ConfigWriter, tmp_path: Path, era: str
+) -> None:
+    store = tmp_path / "audit.db"
+    config = write_config(
+        {
+            "upstreams": {"e2e": upstream_entry()},
+            "interceptors": {"hosts": [{"module": "e2e_hosts:response_guard"}]},
+            "audit": {"enabled": True, "store": str(store), "key_file": str(tmp_path / "audit-key")},
+        }
+    )
+    with anyio.fail_after(60):
+        async with fresh_gateway("stdio", config, era) as client:
+            with pytest.raises(MCPError) as blocked:
+                await client.call_tool("echo", {"text": f"here is a {LEAK_MARKER}"})
+    assert (blocked.value.code, blocked.value.message) == (-32602, "Blocked by interceptor validation")
+    records = [body for body in decisions(store) if body["event"] == "tools/call"]
+    assert [(r["phase"], r["decision"], r["status"]) for r in records] == [
+        ("request", "allow", "success"),
+        ("response", "deny", "validation_failed"),
+    ]
+    assert len({r["call_id"] for r in records}) == 1

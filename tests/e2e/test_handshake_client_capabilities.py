@@ -1,0 +1,51 @@
+"""What a handshake-era client is advertised when it reaches an upstream through a 2026-07-28 connection.
+
+There `resources.subscribe` promises `resourceSubscriptions` on `subscriptions/listen`; the handshake
+era's `resources/subscribe` cannot be forwarded on such a connection, so it is not advertised. (An HTTP
+gateway learns that an upstream refuses handshake-era sessions when its first such client uses it.)
+"""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import anyio
+import pytest
+from e2e_support import ConfigWriter, fresh_gateway, gateway_env, raw_request
+from helpers import cli_argv, free_tcp_port, running
+from mcp import Client, MCPError
+
+MODERN_UPSTREAM = str(Path(__file__).resolve().parent / "modern_upstream.py")
+
+pytestmark = [pytest.mark.anyio, pytest.mark.e2e]
+
+
+def modern_config(write_config: ConfigWriter) -> Path:
+    return write_config({"upstreams": {"modern": {"command": sys.executable, "args": [MODERN_UPSTREAM]}}})
+
+
+async def test_subscribe_is_not_advertised_through_a_2026_07_28_connection(write_config: ConfigWriter) -> None:
+    with anyio.fail_after(60):
+        async with fresh_gateway("stdio", modern_config(write_config), "legacy") as client:
+            resources = client.server_capabilities.resources
+            with pytest.raises(MCPError) as refused:
+                await raw_request(client, "resources/subscribe", {"uri": "e2e://welcome"})  # as now advertised
+    assert resources is not None  # resources themselves are still served
+    assert not resources.subscribe
+    assert refused.value.code == -32601
+
+
+async def test_an_http_gateway_stops_advertising_subscribe_once_the_upstream_refused_a_session(
+    write_config: ConfigWriter,
+) -> None:
+    port = free_tcp_port()
+    argv = cli_argv("gateway", "--config", str(modern_config(write_config)), "--http", f"127.0.0.1:{port}")
+    with anyio.fail_after(60):
+        async with running(argv, port=port, env=gateway_env(), label="HTTP gateway"):
+            async with Client(f"http://127.0.0.1:{port}/mcp", mode="legacy") as first:
+                await first.list_resources()  # its upstream sessions open: the upstream refuses one
+            async with Client(f"http://127.0.0.1:{port}/mcp", mode="legacy") as later:
+                resources = later.server_capabilities.resources
+    assert resources is not None
+    assert not resources.subscribe

@@ -1,8 +1,9 @@
-"""What a handshake-era client is advertised when it reaches an upstream through a 2026-07-28 connection.
+"""What clients are advertised for an upstream the gateway reaches through a 2026-07-28 connection.
 
-There `resources.subscribe` promises `resourceSubscriptions` on `subscriptions/listen`; the handshake
-era's `resources/subscribe` cannot be forwarded on such a connection, so it is not advertised. (An HTTP
-gateway learns that an upstream refuses handshake-era sessions when its first such client uses it.)
+There `resources.subscribe` promises `resourceSubscriptions` on `subscriptions/listen`, which the gateway
+does not relay (README, Known limits); the handshake era's `resources/subscribe` cannot be forwarded on
+such a connection either, so neither era is advertised `subscribe`. (An HTTP gateway learns that an
+upstream refuses handshake-era sessions when its first such client uses it.)
 """
 
 from __future__ import annotations
@@ -49,3 +50,14 @@ async def test_an_http_gateway_stops_advertising_subscribe_once_the_upstream_ref
                 resources = later.server_capabilities.resources
     assert resources is not None
     assert not resources.subscribe
+
+
+@pytest.mark.parametrize("transport", ["stdio", "http"])
+async def test_subscribe_is_not_advertised_to_2026_07_28_clients_of_a_2026_07_28_upstream(
+    write_config: ConfigWriter, transport: str
+) -> None:
+    with anyio.fail_after(60):
+        async with fresh_gateway(transport, modern_config(write_config), "2026-07-28") as client:
+            discovered = await raw_request(client, "server/discover", {})
+    resources = discovered["capabilities"]["resources"]
+    assert resources == {"listChanged": True}  # resources are still served; `subscribe` is not promised

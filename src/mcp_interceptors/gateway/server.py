@@ -416,9 +416,7 @@ class Gateway:
                 if key in caps:
                     mine = merged.setdefault(key, {})
                     for flag, value in (caps[key] or {}).items():
-                        if legacy and key == "resources" and flag == "subscribe" and self._bridges_handshake(name):
-                            # There it promises `resourceSubscriptions` on subscriptions/listen, not the
-                            # handshake era's resources/subscribe, which such a connection cannot forward.
+                        if key == "resources" and flag == "subscribe" and self._unrelayed_subscribe(name, legacy):
                             continue
                         mine[flag] = bool(mine.get(flag)) or value
         settings = {"supportedEvents": supported_events(self.descriptors())}
@@ -435,6 +433,17 @@ class Gateway:
             info = next(iter(self.shared.values())).info
             if info is not None and info.instructions:
                 result["instructions"] = info.instructions
+
+    def _unrelayed_subscribe(self, upstream: str, legacy: bool) -> bool:
+        """Whether `upstream`'s `resources.subscribe` would promise the client what the gateway cannot relay.
+
+        On a 2026-07-28 connection it promises `resourceSubscriptions` on subscriptions/listen: the gateway
+        does not ask the upstream for those (README, Known limits), and a handshake-era client's
+        resources/subscribe cannot be forwarded there either."""
+        conn = self.shared.get(upstream)
+        if conn is None or conn.era != "2026-07-28":
+            return False
+        return not legacy or self._bridges_handshake(upstream)
 
     def _bridges_handshake(self, upstream: str) -> bool:
         """Whether handshake-era clients reach `upstream` through its 2026-07-28 connection: a stdio

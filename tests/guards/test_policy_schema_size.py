@@ -3,6 +3,7 @@ input/output schemas, 2026-07-28 results) and size-limit (bytes and string lengt
 
 from __future__ import annotations
 
+import urllib.request
 from typing import Any
 
 import pytest
@@ -175,6 +176,75 @@ async def test_schema_guard_ignores_an_upstream_invalid_schema_and_uses_configur
     fixed = guards.load("schema-guard", {"schemas": {"echo": {"input": {"required": ["text"]}}}})
     denied = await run_chain(fixed, "tools/call", "request", {"name": "echo", "arguments": {}})
     assert messages(denied) == [("$.arguments", "'text' is a required property")]
+
+
+REMOTE_REF = "http://127.0.0.1:9/latest/meta-data"
+
+
+@pytest.fixture
+def fetched(monkeypatch: pytest.MonkeyPatch) -> list[Any]:
+    """Every URL jsonschema tries to retrieve (none may be), refused like an unreachable host."""
+    urls: list[Any] = []
+
+    def spy(url: Any, *args: Any, **kwargs: Any) -> Any:
+        urls.append(getattr(url, "full_url", url))
+        raise OSError("no network in tests")
+
+    monkeypatch.setattr(urllib.request, "urlopen", spy)
+    return urls
+
+
+async def test_schema_guard_never_fetches_a_remote_ref_and_fails_closed(fetched: list[Any]) -> None:
+    listing = {
+        "tools": [
+            {"name": "lookup", "inputSchema": {"properties": {"a": {"$ref": REMOTE_REF}}}},
+            {
+                "name": "local",
+                "inputSchema": {"$defs": {"s": {"type": "string"}}, "properties": {"a": {"$ref": "#/$defs/s"}}},
+            },
+        ]
+    }
+    host = guards.load("schema-guard")
+    assert (await run_chain(host, "tools/list", "response", listing, sessionId="s1")).status == "success"
+    denied = await run_chain(host, "tools/call", "request", tool_call("lookup", a="x"), sessionId="s1")
+    assert denied.status == "validation_failed"
+    assert messages(denied) == [
+        (
+            "$.params.arguments",
+            f"the schema of tool 'lookup' has a $ref that cannot be resolved without fetching it: {REMOTE_REF!r}",
+        )
+    ]
+    local = await run_chain(host, "tools/call", "request", tool_call("local", a=5), sessionId="s1")
+    assert messages(local) == [("$.params.arguments.a", "5 is not of type 'string'")]
+    assert fetched == []
+
+
+@pytest.mark.parametrize(
+    ("guard", "config", "field"),
+    [
+        (
+            "tool-policy",
+            {"arguments": [{"schema": {"properties": {"a": {"$ref": REMOTE_REF}}}}]},
+            r"config.arguments\[0\].schema",
+        ),
+        ("tool-policy", {"arguments": [{"schema": {"$ref": "#/defs/nope"}}]}, r"config.arguments\[0\].schema"),
+        ("schema-guard", {"schemas": {"t": {"input": {"$ref": REMOTE_REF}}}}, r"config.schemas.t.input"),
+    ],
+)
+def test_config_schema_with_an_unresolvable_ref_is_rejected_at_load(
+    fetched: list[Any], guard: str, config: dict[str, Any], field: str
+) -> None:
+    with pytest.raises(ValueError, match=rf"{field} has a \$ref that does not resolve inside the schema: .*#/\$defs/"):
+        guards.load(guard, config)
+    assert fetched == []
+
+
+async def test_policy_schema_rule_with_local_refs_works(fetched: list[Any]) -> None:
+    rule = {"schema": {"$defs": {"n": {"type": "integer"}}, "properties": {"a": {"$ref": "#/$defs/n"}}}}
+    host = guards.load("tool-policy", {"arguments": [rule]})
+    assert (await run_chain(host, "tools/call", "request", tool_call("x", a=1))).status == "success"
+    assert (await run_chain(host, "tools/call", "request", tool_call("x", a="1"))).status == "validation_failed"
+    assert fetched == []
 
 
 # --------------------------------------------------------------------------- size-limit

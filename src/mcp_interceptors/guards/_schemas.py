@@ -1,4 +1,5 @@
-"""JSON Schema validators for the guards that never touch the network.
+"""JSON Schema validators for the guards that never touch the network, and error messages that never quote
+the validated value.
 
 jsonschema's default registry retrieves a remote `$ref` with a blocking `urlopen`: an upstream advertising
 `{"$ref": "http://169.254.169.254/..."}` would make the gateway fetch that URL on the event loop. Here a `$ref`
@@ -12,7 +13,9 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
+import orjson
 from jsonschema import Draft202012Validator
+from jsonschema.exceptions import ValidationError
 from jsonschema.protocols import Validator
 from jsonschema.validators import validator_for
 from jsonschema_specifications import REGISTRY as METASCHEMAS
@@ -22,7 +25,7 @@ from referencing.jsonschema import DRAFT202012, SchemaResource, specification_wi
 
 from mcp_interceptors.guards._walk import Path, walk_strings
 
-__all__ = ["CompiledSchema", "Unresolvable", "compile_schema"]
+__all__ = ["CompiledSchema", "Unresolvable", "compile_schema", "describe_error"]
 
 _REF_KEYWORDS = frozenset({"$ref", "$dynamicRef"})
 #: Keywords whose value is data, not a schema: a `$ref` key inside them is not a reference.
@@ -83,3 +86,26 @@ def _is_data(path: Path) -> bool:
     return any(
         part in _DATA_KEYWORDS and (i == 0 or path[i - 1] not in _NAMING_KEYWORDS) for i, part in enumerate(path)
     )
+
+
+def describe_error(error: ValidationError) -> str:
+    """The failed keyword and its constraint, never the instance: `fails maxLength 8`, `required property "id"`.
+
+    jsonschema's own messages quote the value (`'hunter2' is too long`); ours go to clients and to the signed
+    audit trail, where a message carries paths, never values.
+    """
+    keyword, constraint = error.validator, error.validator_value
+    if keyword is None:
+        return "fails a false schema (nothing is allowed here)"
+    if keyword == "required" and isinstance(constraint, list):
+        present = error.instance if isinstance(error.instance, Mapping) else {}
+        missing = [name for name in constraint if name not in present] or constraint
+        return f"required property {', '.join(_json(name) for name in missing)} is missing"
+    if isinstance(constraint, dict) or (isinstance(constraint, list) and keyword not in ("type", "enum")):
+        return f"fails {keyword}"  # a subschema: the path and keyword say where; its text adds nothing
+    return f"fails {keyword} {_json(constraint)}"
+
+
+def _json(value: Any) -> str:
+    text = orjson.dumps(value).decode()
+    return text if len(text) <= 80 else text[:77] + "..."

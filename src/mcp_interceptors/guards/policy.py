@@ -24,7 +24,7 @@ from mcp_interceptors.guards._names import (
     server_for,
     tool_name_of,
 )
-from mcp_interceptors.guards._schemas import CompiledSchema, compile_schema
+from mcp_interceptors.guards._schemas import CompiledSchema, compile_schema, describe_error
 from mcp_interceptors.guards._walk import format_path
 from mcp_interceptors.host import InterceptorHost, Invocation
 from mcp_interceptors.protocol.results import ValidationMessage, ValidationResult
@@ -185,7 +185,7 @@ def _check_rule(rule: _ArgumentRule, arguments: Mapping[str, Any], activation: d
         error = best_match(rule.schema.validator.iter_errors(dict(arguments)))
         if error is not None:
             where = format_path(("params", "arguments", *error.absolute_path))
-            return rule.message or f"arguments violate rule #{rule.index} at {where}: {error.message}"
+            return rule.message or f"arguments violate rule #{rule.index} at {where}: {describe_error(error)}"
     if rule.program is not None:
         try:
             outcome = rule.program.evaluate(activation)

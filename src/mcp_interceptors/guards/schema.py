@@ -17,7 +17,7 @@ from jsonschema.exceptions import SchemaError, ValidationError, relevance
 
 from mcp_interceptors.guards._config import GuardSchema, SettingsCache
 from mcp_interceptors.guards._names import params_of, tool_name_of
-from mcp_interceptors.guards._schemas import CompiledSchema, Unresolvable, compile_schema
+from mcp_interceptors.guards._schemas import CompiledSchema, Unresolvable, compile_schema, describe_error
 from mcp_interceptors.guards._state import SessionState, TtlMap
 from mcp_interceptors.guards._walk import format_path
 from mcp_interceptors.host import InterceptorHost, Invocation
@@ -134,8 +134,8 @@ def _errors(schema: CompiledSchema, instance: Any, base: tuple[str, ...], tool: 
         message = f"the schema of tool {tool!r} has a $ref that cannot be resolved without fetching it: {ref[:200]!r}"
         return [ValidationMessage(message=message, severity="error", path=format_path(base))]
     return [
-        ValidationMessage(message=error.message, severity="error", path=format_path((*base, *error.absolute_path)))
-        for error in errors[:_MAX_MESSAGES]
+        ValidationMessage(message=describe_error(e), severity="error", path=format_path((*base, *e.absolute_path)))
+        for e in errors[:_MAX_MESSAGES]
     ]
 
 

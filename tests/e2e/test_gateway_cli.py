@@ -154,6 +154,24 @@ async def test_config_schema_prints_a_json_schema_of_the_config() -> None:
             "interceptors.guards[0].name: unknown guard 'secretz' (fix: use one of: ",
         ),
         (
+            "upstreams:\n  e2e:\n    command: python\ninterceptors:\n  config:\n    secretz: {placeholder: x}\n",
+            "interceptors.config.secretz: no configured source advertises an interceptor named 'secretz' "
+            "(fix: use one of: (none configured))",
+        ),
+        (
+            "upstreams:\n  e2e:\n    command: python\ninterceptors:\n  guards: [{name: secrets}]\n"
+            "  config:\n    secrets: {placeholder: 5}\n",
+            "interceptors.config.secrets.placeholder: 5 is not of type 'string' "
+            "(fix: give a value the configSchema of 'secrets' allows (the guards' are in docs/guards.md))",
+        ),
+        (
+            "upstreams:\n  e2e:\n    command: python\ninterceptors:\n  guards: [{name: secrets}]\n"
+            "  config:\n    secrets: {action: deny}\n",
+            "interceptors.config.secrets: Additional properties are not allowed ('action' was unexpected) "
+            "(fix: remove the key; keys an interceptor does not advertise (a guard's build-only keys) go in "
+            "interceptors.guards[i].config)",
+        ),
+        (
             "upstreams: {}\n",
             "upstreams: Value error, at least one upstream server is needed "
             "(fix: see `mcp-interceptors config-schema`)",
@@ -164,7 +182,17 @@ async def test_config_schema_prints_a_json_schema_of_the_config() -> None:
             "(fix: see `mcp-interceptors config-schema`)",
         ),
     ],
-    ids=["unknown-key", "missing-env", "bad-url", "unknown-guard", "no-upstream", "no-upstreams-key"],
+    ids=[
+        "unknown-key",
+        "missing-env",
+        "bad-url",
+        "unknown-guard",
+        "config-unknown-interceptor",
+        "config-wrong-type",
+        "config-build-only-key",
+        "no-upstream",
+        "no-upstreams-key",
+    ],
 )
 @pytest.mark.parametrize("flag", ["--config", "--check"])
 async def test_config_errors_name_the_file_the_field_and_the_fix(

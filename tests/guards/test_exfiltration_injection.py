@@ -67,6 +67,43 @@ async def test_encoded_values_are_caught(encode: Any, encoding: str) -> None:
     assert messages(blocked) == [("$.params.arguments.text", f"stripe_key read from 'A' is sent to 'B'{expected}")]
 
 
+def percent_encode_all(text: str) -> str:
+    return "".join(f"%{byte:02X}" for byte in text.encode())
+
+
+@pytest.mark.parametrize(
+    ("encode", "expected"),
+    [
+        (percent_encode_all, " (url-encoded)"),  # every byte escaped: no `quote` output looks like this
+        (lambda v: percent_encode_all(v).lower(), " (url-encoded)"),
+        (lambda v: "q=" + v[:4] + percent_encode_all(v[4:12]) + v[12:] + "&x=1", " (url-encoded)"),
+        (lambda v: base64.b64encode(v.encode()).decode(), " (base64-encoded)"),  # the others still work
+        (lambda v: f"plain {v}", ""),
+    ],
+)
+async def test_any_percent_encoding_of_a_value_is_caught(encode: Any, expected: str) -> None:
+    host = guards.load("exfiltration-guard")
+    await read_from(host, "A", f"aws_access_key_id = {AWS}")
+    blocked = await send_to(host, "B", encode(AWS))
+    assert messages(blocked) == [("$.params.arguments.text", f"aws_access_key read from 'A' is sent to 'B'{expected}")]
+    no_url = guards.load("exfiltration-guard", {"encodings": ["base64", "hex"]})
+    await read_from(no_url, "A", AWS)
+    assert (await send_to(no_url, "B", percent_encode_all(AWS))).status == "success"  # `url` not asked for
+
+
+@pytest.mark.parametrize("sent", ["BOB.SMITH@CORP-MAIL.COM", "Bob.Smith@Corp-Mail.com", "BOB.SMITH%40CORP-MAIL.COM"])
+async def test_a_remembered_email_is_caught_in_any_letter_case(sent: str) -> None:
+    host = guards.load("exfiltration-guard", {"pii_kinds": ["email"]})
+    await read_from(host, "A", "contact bob.smith@corp-mail.com now")
+    blocked = await send_to(host, "B", f"mail {sent}")
+    assert blocked.status == "validation_failed"
+    assert [path for path, _ in messages(blocked)] == ["$.params.arguments.text"]
+    assert messages(blocked)[0][1].startswith("email read from 'A' is sent to 'B'")
+    assert (await send_to(host, "B", AWS.lower())).status == "success"  # case still counts for credentials
+    await read_from(host, "A", AWS)
+    assert (await send_to(host, "B", AWS.lower())).status == "success"
+
+
 async def test_flows_not_values_sessions_apart() -> None:
     host = guards.load("exfiltration-guard")
     assert (await send_to(host, "B", AWS)).status == "success"  # nobody read it: not a flow

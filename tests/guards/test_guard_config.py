@@ -72,6 +72,39 @@ def test_bad_config_names_the_field(name: str) -> None:
     assert expected in str(caught.value)
 
 
+@pytest.mark.parametrize(
+    ("name", "config", "field"),
+    [
+        ("secrets", {"events": ["tools/cal"]}, "config.events[0]"),
+        ("pii", {"events": ["tools/call", "prompt/get"]}, "config.events[1]"),
+        ("rate-limit", {"events": ["tools/cal"]}, "config.events[0]"),
+        ("rate-limit", {"limits": [{"limit": "1/second", "events": ["*"]}]}, "config.limits[0].events[0]"),
+        ("audit-log", {"events": ["tools/cal"]}, "config.events[0]"),
+        ("size-limit", {"events": ["tool/call"]}, "config.events[0]"),
+        ("size-limit", {"per_event": {"tools/cal": {"max_payload_bytes": 5}}}, "config.per_event"),
+    ],
+)
+def test_an_event_the_spec_does_not_define_is_rejected(name: str, config: dict[str, Any], field: str) -> None:
+    # A typo would match nothing and silently disable the guard; the error names the field and the valid events.
+    with pytest.raises(ValueError) as caught:
+        guards.load(name, config)
+    assert str(caught.value).startswith(f"guard {name!r}: {field}: ")
+    assert "is not one of [" in str(caught.value) and "'tools/call'" in str(caught.value)
+
+
+@pytest.mark.parametrize(
+    ("name", "config"),
+    [
+        ("secrets", {"events": ["*"]}),
+        ("audit-log", {"events": ["tools/call", "roots/list", "llm/completion"]}),
+        ("size-limit", {"per_event": {"resources/templates/list": {"max_payload_bytes": 5}}}),
+        ("rate-limit", {"limits": [{"limit": "1/second", "events": ["prompts/get"]}]}),
+    ],
+)
+def test_events_the_spec_defines_load(name: str, config: dict[str, Any]) -> None:
+    guards.load(name, config)
+
+
 @pytest.mark.parametrize("name", ALL_GUARDS)
 def test_unknown_config_key_is_rejected(name: str) -> None:
     with pytest.raises(ValueError, match=r"config: Additional properties are not allowed \('tyop' was unexpected\)"):

@@ -65,7 +65,7 @@ CASES: dict[str, tuple[dict[str, Any] | None, list[tuple[str, str, Phase, Any, d
             ),
             ("schema-guard", "tools/call", "request", {"name": "t", "arguments": {}}, CONTEXT),  # conformance shape
         ],
-        [("$.arguments", "'a' is a required property")],
+        [("$.arguments", 'required property "a" is missing')],
     ),
     "prompt-injection": (
         None,

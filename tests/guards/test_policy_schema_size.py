@@ -3,6 +3,7 @@ input/output schemas, 2026-07-28 results) and size-limit (bytes and string lengt
 
 from __future__ import annotations
 
+import urllib.request
 from typing import Any
 
 import pytest
@@ -124,8 +125,8 @@ async def test_schema_guard_checks_arguments_against_the_learned_input_schema() 
     bad = await run_chain(host, "tools/call", "request", tool_call("add", a="1"), sessionId="s1", traceId="7")
     assert bad.status == "validation_failed"
     assert sorted(messages(bad)) == [
-        ("$.params.arguments", "'b' is a required property"),
-        ("$.params.arguments.a", "'1' is not of type 'integer'"),
+        ("$.params.arguments", 'required property "b" is missing'),
+        ("$.params.arguments.a", 'fails type "integer"'),
     ]
     good = await run_chain(host, "tools/call", "request", tool_call("add", a=1, b=2), sessionId="s1")
     assert good.status == "success"
@@ -146,7 +147,7 @@ async def test_schema_guard_checks_results_against_the_output_schema() -> None:
     bad = await run_chain(
         host, "tools/call", "response", {"content": [], "structuredContent": {"sum": "3"}}, sessionId="s1", traceId="9"
     )
-    assert messages(bad) == [("$.structuredContent.sum", "'3' is not of type 'integer'")]
+    assert messages(bad) == [("$.structuredContent.sum", 'fails type "integer"')]
     await run_chain(host, "tools/call", "request", tool_call("add", a=1, b=2), sessionId="s1", traceId="10")
     missing = await run_chain(host, "tools/call", "response", {"content": []}, sessionId="s1", traceId="10")
     assert messages(missing) == [
@@ -174,7 +175,107 @@ async def test_schema_guard_ignores_an_upstream_invalid_schema_and_uses_configur
     assert ok.status == "success"
     fixed = guards.load("schema-guard", {"schemas": {"echo": {"input": {"required": ["text"]}}}})
     denied = await run_chain(fixed, "tools/call", "request", {"name": "echo", "arguments": {}})
-    assert messages(denied) == [("$.arguments", "'text' is a required property")]
+    assert messages(denied) == [("$.arguments", 'required property "text" is missing')]
+
+
+SECRET = "hunter2hunter2"
+#: keyword -> (schema of the argument `value`, a SECRET-bearing value that fails it, the message expected)
+VALUE_FREE: dict[str, tuple[dict[str, Any], Any, str]] = {
+    "maxLength": ({"maxLength": 8}, SECRET, "fails maxLength 8"),
+    "pattern": ({"pattern": "^[a-z]+$"}, SECRET, 'fails pattern "^[a-z]+$"'),
+    "enum": ({"enum": ["a", "b"]}, SECRET, 'fails enum ["a","b"]'),
+    "const": ({"const": "x"}, SECRET, 'fails const "x"'),
+    "type": ({"type": "integer"}, SECRET, 'fails type "integer"'),
+    "not": ({"not": {"type": "string"}}, SECRET, "fails not"),
+    "false": (False, SECRET, "fails a false schema (nothing is allowed here)"),
+    "items": ({"items": {"maxLength": 2}}, [SECRET], "fails maxLength 2"),
+    "additionalProperties": ({"additionalProperties": False}, {SECRET: 1}, "fails additionalProperties false"),
+}
+
+
+@pytest.mark.parametrize("keyword", list(VALUE_FREE))
+async def test_schema_messages_carry_the_path_and_constraint_never_the_value(keyword: str) -> None:
+    # Denials reach clients and the signed audit trail: jsonschema's own text ('hunter2hunter2' is too long) may not.
+    schema, value, expected = VALUE_FREE[keyword]
+    arguments_schema = {"type": "object", "properties": {"value": schema}}
+    policy = guards.load("tool-policy", {"arguments": [{"tool": "t", "schema": arguments_schema}]})
+    denied = await run_chain(policy, "tools/call", "request", tool_call("t", value=value))
+    [(_, policy_message)] = messages(denied)
+    assert policy_message.startswith("arguments violate rule #0 at $.params.arguments")  # `false` has no path
+    assert policy_message.endswith(f": {expected}")
+    schema_guard = guards.load("schema-guard", {"schemas": {"t": {"input": arguments_schema}}})
+    [(path, message)] = messages(await run_chain(schema_guard, "tools/call", "request", tool_call("t", value=value)))
+    assert path.startswith("$.params.arguments") and message == expected
+    assert SECRET not in policy_message + message
+
+
+REMOTE_REF = "http://127.0.0.1:9/latest/meta-data"
+
+
+@pytest.fixture
+def fetched(monkeypatch: pytest.MonkeyPatch) -> list[Any]:
+    """Every URL jsonschema tries to retrieve (none may be), refused like an unreachable host."""
+    urls: list[Any] = []
+
+    def spy(url: Any, *args: Any, **kwargs: Any) -> Any:
+        urls.append(getattr(url, "full_url", url))
+        raise OSError("no network in tests")
+
+    monkeypatch.setattr(urllib.request, "urlopen", spy)
+    return urls
+
+
+async def test_schema_guard_never_fetches_a_remote_ref_and_fails_closed(fetched: list[Any]) -> None:
+    listing = {
+        "tools": [
+            {"name": "lookup", "inputSchema": {"properties": {"a": {"$ref": REMOTE_REF}}}},
+            {
+                "name": "local",
+                "inputSchema": {"$defs": {"s": {"type": "string"}}, "properties": {"a": {"$ref": "#/$defs/s"}}},
+            },
+        ]
+    }
+    host = guards.load("schema-guard")
+    assert (await run_chain(host, "tools/list", "response", listing, sessionId="s1")).status == "success"
+    denied = await run_chain(host, "tools/call", "request", tool_call("lookup", a="x"), sessionId="s1")
+    assert denied.status == "validation_failed"
+    assert messages(denied) == [
+        (
+            "$.params.arguments",
+            f"the schema of tool 'lookup' has a $ref that cannot be resolved without fetching it: {REMOTE_REF!r}",
+        )
+    ]
+    local = await run_chain(host, "tools/call", "request", tool_call("local", a=5), sessionId="s1")
+    assert messages(local) == [("$.params.arguments.a", 'fails type "string"')]
+    assert fetched == []
+
+
+@pytest.mark.parametrize(
+    ("guard", "config", "field"),
+    [
+        (
+            "tool-policy",
+            {"arguments": [{"schema": {"properties": {"a": {"$ref": REMOTE_REF}}}}]},
+            r"config.arguments\[0\].schema",
+        ),
+        ("tool-policy", {"arguments": [{"schema": {"$ref": "#/defs/nope"}}]}, r"config.arguments\[0\].schema"),
+        ("schema-guard", {"schemas": {"t": {"input": {"$ref": REMOTE_REF}}}}, r"config.schemas.t.input"),
+    ],
+)
+def test_config_schema_with_an_unresolvable_ref_is_rejected_at_load(
+    fetched: list[Any], guard: str, config: dict[str, Any], field: str
+) -> None:
+    with pytest.raises(ValueError, match=rf"{field} has a \$ref that does not resolve inside the schema: .*#/\$defs/"):
+        guards.load(guard, config)
+    assert fetched == []
+
+
+async def test_policy_schema_rule_with_local_refs_works(fetched: list[Any]) -> None:
+    rule = {"schema": {"$defs": {"n": {"type": "integer"}}, "properties": {"a": {"$ref": "#/$defs/n"}}}}
+    host = guards.load("tool-policy", {"arguments": [rule]})
+    assert (await run_chain(host, "tools/call", "request", tool_call("x", a=1))).status == "success"
+    assert (await run_chain(host, "tools/call", "request", tool_call("x", a="1"))).status == "validation_failed"
+    assert fetched == []
 
 
 # --------------------------------------------------------------------------- size-limit

@@ -154,7 +154,9 @@ class InterceptorsConfig(_Model):
     servers: list[InterceptorServerConfig] = Field(default_factory=list)
     overrides: dict[str, OverrideConfig] = Field(default_factory=dict)
     config: dict[str, dict[str, Any]] = Field(
-        default_factory=dict, description="Per-interceptor `config` objects sent with every invocation."
+        default_factory=dict,
+        description="Per-interceptor `config` objects sent with every invocation; each is checked at load"
+        " against that interceptor's configSchema.",
     )
 
 

@@ -1,7 +1,8 @@
 """Build the gateway's `Chain` from config: built-in guards, in-process hosts, remote interceptor servers.
 
 Overrides are keyed by interceptor name and routed to whichever source advertises that name; a
-name no source advertises is a configuration error, so a typo never silently disables policy.
+name no source advertises is a configuration error, so a typo never silently disables policy. Per-interceptor
+`config` objects are checked the same way, and against the interceptor's advertised `configSchema`.
 """
 
 from __future__ import annotations
@@ -15,6 +16,8 @@ from typing import Any
 
 import anyio.abc
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PublicKey
+from jsonschema import Draft202012Validator
+from jsonschema.exceptions import best_match
 from mcp import MCPError
 
 from mcp_interceptors.executor import Call
@@ -127,6 +130,40 @@ async def populate_chain(chain: Chain, config: GatewayConfig, tg: anyio.abc.Task
                 f"no configured source advertises an interceptor named {name!r} (override #{index + 1})",
                 f"use one of: {', '.join(sorted(advertised)) or '(none configured)'}",
             )
+    check_interceptor_configs(config.interceptors.config, chain, file)
+
+
+def check_interceptor_configs(configs: Mapping[str, Mapping[str, Any]], chain: Chain, file: str) -> None:
+    """Each `interceptors.config.<name>` against the `configSchema` of every entry named so.
+
+    The config is sent with every invocation: a value the interceptor refuses would fail every call
+    (-32603) while `--check` said valid, and a name nothing advertises would never be sent at all.
+    """
+    schemas: dict[str, list[Mapping[str, Any]]] = {}
+    for entry in chain.entries:
+        found = schemas.setdefault(entry.name, [])
+        if entry.descriptor.config_schema is not None:
+            found.append(entry.descriptor.config_schema)
+    for name, value in configs.items():
+        path = f"interceptors.config.{name}"
+        if name not in schemas:
+            raise ConfigError(
+                file,
+                path,
+                f"no configured source advertises an interceptor named {name!r}",
+                f"use one of: {', '.join(sorted(schemas)) or '(none configured)'}",
+            )
+        for schema in schemas[name]:
+            error = best_match(Draft202012Validator(schema).iter_errors(dict(value)))
+            if error is not None:
+                where = "".join(f"[{part}]" if isinstance(part, int) else f".{part}" for part in error.absolute_path)
+                fix = (
+                    "remove the key; keys an interceptor does not advertise (a guard's build-only keys) go in"
+                    " interceptors.guards[i].config"
+                    if error.validator == "additionalProperties"
+                    else f"give a value the configSchema of {name!r} allows (the guards' are in docs/guards.md)"
+                )
+                raise ConfigError(file, path + where, error.message, fix)
 
 
 class ConnectionSource:

@@ -18,10 +18,17 @@ from jsonschema import Draft202012Validator
 from jsonschema.exceptions import best_match
 
 from mcp_interceptors.protocol.errors import InvalidParamsError
+from mcp_interceptors.protocol.events import CORE_EVENTS, WILDCARD
 
 T = TypeVar("T")
 
-__all__ = ["GuardSchema", "SettingsCache", "check_config", "config_path"]
+__all__ = ["EVENT", "EVENT_OR_WILDCARD", "GuardSchema", "SettingsCache", "check_config", "config_path"]
+
+#: An event the spec defines (§1.2), for guards' `events` fields: a typo would silently never match and
+#: disable the guard, so config names only these (the error lists them).
+EVENT: dict[str, Any] = {"enum": sorted(CORE_EVENTS)}
+#: The same, or `*` (every interceptable event), where the value becomes a hook.
+EVENT_OR_WILDCARD: dict[str, Any] = {"enum": [WILDCARD, *sorted(CORE_EVENTS)]}
 
 
 class GuardSchema:

@@ -15,7 +15,7 @@ from typing import Any
 
 import orjson
 
-from mcp_interceptors.guards._config import GuardSchema, SettingsCache
+from mcp_interceptors.guards._config import EVENT_OR_WILDCARD, GuardSchema, SettingsCache
 from mcp_interceptors.host import InterceptorHost, Invocation
 from mcp_interceptors.protocol.invoke import now_iso
 from mcp_interceptors.protocol.results import SinkResult
@@ -25,7 +25,7 @@ SCHEMA = GuardSchema(
         "path": {"type": "string", "default": "-", "description": "JSON-lines file to append to; `-` is stderr."},
         "include_payload": {"type": "boolean", "default": False, "description": "Payloads may hold secrets."},
         "max_payload_bytes": {"type": "integer", "minimum": 0, "default": 65_536},
-        "events": {"type": "array", "items": {"type": "string"}, "minItems": 1, "default": ["*"]},
+        "events": {"type": "array", "items": EVENT_OR_WILDCARD, "minItems": 1, "default": ["*"]},
     },
     build_only=["path", "events"],
 )

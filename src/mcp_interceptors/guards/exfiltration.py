@@ -1,6 +1,7 @@
 """exfiltration-guard: a cross-server flow policy per session. Sensitive values (credentials, configured
 patterns, chosen PII kinds) that arrive in results from server A are remembered; a request to a
-different server B carrying any of them, raw or base64/URL/hex-encoded, is blocked.
+different server B carrying any of them, raw or base64/URL/hex-encoded, is blocked. Outgoing strings are
+also read percent-decoded (so any percent-encoding of a value is found), and emails in any letter case.
 
 Writing a value back to the server it came from is allowed, and a secret-shaped value nobody read is
 allowed: the guard tracks flows, not values. The server of a payload is the invocation context's
@@ -10,6 +11,7 @@ allowed: the guard tracks flows, not values. The server of a payload is the invo
 from __future__ import annotations
 
 import base64
+import dataclasses
 import urllib.parse
 from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
@@ -30,6 +32,8 @@ SINK_REQUESTS = ["tools/call", "resources/read", "prompts/get"]
 #: A client's answers to sampling and elicitation go to the server that asked.
 SINK_RESPONSES = ["sampling/createMessage", "elicitation/create"]
 ENCODINGS = ("base64", "url", "hex")
+#: Kinds whose letter case carries no meaning: `BOB@CORP.COM` is the same address as `bob@corp.com`.
+CASELESS_KINDS = frozenset({"email"})
 
 SCHEMA = GuardSchema(
     {
@@ -117,6 +121,19 @@ class _Origin:
     kind: str
     servers: frozenset[str | None]
     encoding: str
+    caseless: bool = False  # the form is lower-case and is looked for in lower-cased text
+
+
+def _percent_decoded(text: str) -> str | None:
+    """`text` with its percent-escapes decoded, or None when it has none (one linear pass, no recursion).
+
+    Decoding the outgoing text finds every percent-encoding of a value (`%41%4B%49%41...`, partial, either
+    hex case), where encoding the remembered value could only find the one form `quote` produces.
+    """
+    if "%" not in text:
+        return None
+    decoded = urllib.parse.unquote(text, errors="surrogateescape")
+    return decoded if decoded != text else None
 
 
 @dataclass
@@ -135,11 +152,32 @@ class _Flows:
         for form, encoding in encoded_forms(value, settings.encodings):
             if len(form) >= settings.min_length:
                 self.forms.set(form, _Origin(kind, servers, encoding))
+        if kind in CASELESS_KINDS:
+            self.forms.set(value.lower(), _Origin(kind, servers, "raw", caseless=True))
 
     def carried(self, texts: list[str]) -> list[tuple[str, _Origin]]:
         """The remembered forms that occur in any of `texts`: each form is searched once, in all of them joined."""
         joined = SEPARATOR.join(texts)
-        return [(form, origin) for form, origin in self.forms.items() if form in joined]
+        lowered: str | None = None
+        found = []
+        for form, origin in self.forms.items():
+            if origin.caseless:
+                lowered = joined.lower() if lowered is None else lowered
+                if form in lowered:
+                    found.append((form, origin))
+            elif form in joined:
+                found.append((form, origin))
+        return found
+
+
+def _occurs(form: str, origin: _Origin, texts: list[str]) -> bool:
+    return any(form in (text.lower() if origin.caseless else text) for text in texts)
+
+
+def _readings(text: str, decode: bool) -> list[str]:
+    """The string as sent, then percent-decoded when `url` is among the encodings and it has escapes."""
+    decoded = _percent_decoded(text) if decode else None
+    return [text] if decoded is None else [text, decoded]
 
 
 def _describe(origin: _Origin, target: str | None) -> str:
@@ -188,17 +226,23 @@ class ExfiltrationGuard:
         params = params_of(inv.payload)
         name = params.get("uri") if inv.event == "resources/read" else params.get("name")
         target = server_for(inv, name if isinstance(name, str) else None, settings.servers)
-        minimum = settings.min_length
+        minimum, decode = settings.min_length, "url" in settings.encodings
+        texts = [
+            reading
+            for text in string_values(inv.payload)
+            if len(text) >= minimum
+            for reading in _readings(text, decode)
+        ]
         found = [
             (form, origin)
-            for form, origin in flows.carried([text for text in string_values(inv.payload) if len(text) >= minimum])
+            for form, origin in flows.carried(texts)
             if not is_allowed_flow(origin, target, settings.block_unknown)
         ]
         messages = []
         strings = [(path, text) for path, text in walk_strings(inv.payload) if len(text) >= minimum] if found else []
         for path, text in strings:
             # A form found in the joined text is attributed to the string holding it (one message per string).
-            origin = next((origin for form, origin in found if form in text), None)
+            origin = _origin_in(found, _readings(text, decode))
             if origin is not None:
                 messages.append(
                     ValidationMessage(message=_describe(origin, target), severity="error", path=format_path(path))
@@ -206,6 +250,17 @@ class ExfiltrationGuard:
         if not messages:
             return True
         return ValidationResult(valid=False, severity="error", messages=tuple(messages[:20]), info={"target": target})
+
+
+def _origin_in(found: list[tuple[str, _Origin]], readings: list[str]) -> _Origin | None:
+    """The first found form in the string as sent, else in its decoded reading (then it travelled url-encoded)."""
+    for form, origin in found:
+        if _occurs(form, origin, readings[:1]):
+            return origin
+    for form, origin in found:
+        if _occurs(form, origin, readings[1:]):
+            return origin if origin.encoding != "raw" else dataclasses.replace(origin, encoding="url")
+    return None
 
 
 def build(name: str, config: Mapping[str, Any]) -> InterceptorHost:

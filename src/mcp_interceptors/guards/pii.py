@@ -12,7 +12,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from mcp_interceptors.guards._config import GuardSchema, SettingsCache
+from mcp_interceptors.guards._config import EVENT_OR_WILDCARD, GuardSchema, SettingsCache
 from mcp_interceptors.guards._detectors import DEFAULT_PHONE_REGIONS, PII_KINDS, PiiScanner, load_presidio_scanner
 from mcp_interceptors.guards._scanning import (
     CONTENT_EVENTS,
@@ -51,7 +51,7 @@ SCHEMA = GuardSchema(
         "allow": {"type": "array", "items": {"type": "string"}, "default": [], "description": "Exact values to skip."},
         "placeholder": {"type": "string", "default": "[REDACTED:{kind}]"},
         "backend": {"enum": ["builtin", "presidio"], "default": "builtin"},
-        "events": {"type": "array", "items": {"type": "string"}, "minItems": 1, "default": CONTENT_EVENTS},
+        "events": {"type": "array", "items": EVENT_OR_WILDCARD, "minItems": 1, "default": CONTENT_EVENTS},
     },
     build_only=["action", "kind_actions", "backend", "events"],
 )

@@ -13,7 +13,6 @@ from typing import Any
 
 import celpy
 from celpy.adapter import json_to_cel
-from jsonschema import Draft202012Validator
 from jsonschema.exceptions import SchemaError, best_match
 
 from mcp_interceptors.guards._config import GuardSchema, SettingsCache
@@ -25,6 +24,7 @@ from mcp_interceptors.guards._names import (
     server_for,
     tool_name_of,
 )
+from mcp_interceptors.guards._schemas import CompiledSchema, compile_schema, describe_error
 from mcp_interceptors.guards._walk import format_path
 from mcp_interceptors.host import InterceptorHost, Invocation
 from mcp_interceptors.protocol.results import ValidationMessage, ValidationResult
@@ -96,7 +96,7 @@ class _ArgumentRule:
     applies: _Pattern
     program: Any  # celpy Runner, or None
     cel: str | None
-    schema: Draft202012Validator | None
+    schema: CompiledSchema | None
     message: str | None
 
 
@@ -141,10 +141,16 @@ def _compile_rule(index: int, raw: Mapping[str, Any]) -> _ArgumentRule:
     schema = None
     if "schema" in raw:
         try:
-            Draft202012Validator.check_schema(raw["schema"])
+            schema = compile_schema(raw["schema"])
         except SchemaError as exc:
             raise ValueError(f"config.arguments[{index}].schema is not a valid JSON Schema: {exc.message}") from None
-        schema = Draft202012Validator(raw["schema"])
+        if schema.unresolvable is not None:
+            # Rejected here, so `gateway --check` catches it: at call time it could only fail every call.
+            raise ValueError(
+                f"config.arguments[{index}].schema has a $ref that does not resolve inside the schema:"
+                f" {schema.unresolvable!r}; remote references are never fetched, so put the referenced schema"
+                " under $defs and point at it with '#/$defs/...'"
+            )
     applies = _pattern({k: raw[k] for k in ("server", "tool") if k in raw} or {"tool": "*"})
     return _ArgumentRule(index, applies, program, raw.get("cel"), schema, raw.get("message"))
 
@@ -176,10 +182,10 @@ def _activation(inv: Invocation, tool: str, server: str | None, arguments: Mappi
 def _check_rule(rule: _ArgumentRule, arguments: Mapping[str, Any], activation: dict[str, Any]) -> str | None:
     """None when the rule holds, else why not."""
     if rule.schema is not None:
-        error = best_match(rule.schema.iter_errors(dict(arguments)))
+        error = best_match(rule.schema.validator.iter_errors(dict(arguments)))
         if error is not None:
             where = format_path(("params", "arguments", *error.absolute_path))
-            return rule.message or f"arguments violate rule #{rule.index} at {where}: {error.message}"
+            return rule.message or f"arguments violate rule #{rule.index} at {where}: {describe_error(error)}"
     if rule.program is not None:
         try:
             outcome = rule.program.evaluate(activation)

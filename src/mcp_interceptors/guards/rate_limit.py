@@ -17,7 +17,7 @@ from limits.aio.strategies import MovingWindowRateLimiter as AsyncMovingWindow
 from limits.storage import MemoryStorage, storage_from_string
 from limits.strategies import MovingWindowRateLimiter
 
-from mcp_interceptors.guards._config import GuardSchema, SettingsCache
+from mcp_interceptors.guards._config import EVENT, EVENT_OR_WILDCARD, GuardSchema, SettingsCache
 from mcp_interceptors.guards._names import Glob, ServerMap, params_of, principal_key, server_for
 from mcp_interceptors.host import InterceptorHost, Invocation
 from mcp_interceptors.protocol.results import ValidationMessage, ValidationResult
@@ -43,14 +43,14 @@ SCHEMA = GuardSchema(
                     },
                     "tool": {"type": "string", "description": "Only for tools (prompts, resource URIs) matching."},
                     "server": {"type": "string", "description": "Only for servers matching this glob."},
-                    "events": {"type": "array", "items": {"type": "string"}},
+                    "events": {"type": "array", "items": EVENT},
                 },
                 "required": ["limit"],
                 "additionalProperties": False,
             },
         },
         "tool_servers": {"type": "object", "additionalProperties": {"type": "string"}, "default": {}},
-        "events": {"type": "array", "items": {"type": "string"}, "minItems": 1, "default": DEFAULT_EVENTS},
+        "events": {"type": "array", "items": EVENT_OR_WILDCARD, "minItems": 1, "default": DEFAULT_EVENTS},
         "redis_url": {"type": ["string", "null"], "default": None, "description": "redis://host:port/db"},
         "key_prefix": {"type": "string", "default": "mcp-interceptors"},
     },

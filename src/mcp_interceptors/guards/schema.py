@@ -13,12 +13,11 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import orjson
-from jsonschema import Draft202012Validator
 from jsonschema.exceptions import SchemaError, ValidationError, relevance
-from jsonschema.validators import validator_for
 
 from mcp_interceptors.guards._config import GuardSchema, SettingsCache
 from mcp_interceptors.guards._names import params_of, tool_name_of
+from mcp_interceptors.guards._schemas import CompiledSchema, Unresolvable, compile_schema, describe_error
 from mcp_interceptors.guards._state import SessionState, TtlMap
 from mcp_interceptors.guards._walk import format_path
 from mcp_interceptors.host import InterceptorHost, Invocation
@@ -56,8 +55,8 @@ _MAX_PENDING = 1_000
 
 @dataclass(frozen=True, slots=True)
 class _ToolSchemas:
-    input: Draft202012Validator | None
-    output: Draft202012Validator | None
+    input: CompiledSchema | None
+    output: CompiledSchema | None
 
 
 @dataclass
@@ -70,19 +69,17 @@ class _ValidatorCache:
     """Compiled validators shared by all sessions, keyed by the schema's canonical JSON."""
 
     def __init__(self) -> None:
-        self._cache: TtlMap[bytes, Draft202012Validator | None] = TtlMap(max_items=4096, ttl_s=86_400)
+        self._cache: TtlMap[bytes, CompiledSchema | None] = TtlMap(max_items=4096, ttl_s=86_400)
 
-    def get(self, schema: Any) -> Draft202012Validator | None:
+    def get(self, schema: Any) -> CompiledSchema | None:
         """A validator, or None for a missing or invalid schema (an upstream's bad schema is not our crash)."""
         if not isinstance(schema, Mapping):
             return None
         key = orjson.dumps(schema, option=orjson.OPT_SORT_KEYS | orjson.OPT_NON_STR_KEYS)
         if key in self._cache:
             return self._cache.get(key)
-        cls: Any = validator_for(dict(schema), default=Draft202012Validator)
         try:
-            cls.check_schema(schema)
-            validator: Draft202012Validator | None = cls(schema)
+            validator: CompiledSchema | None = compile_schema(schema)
         except SchemaError:
             validator = None
         self._cache.set(key, validator)
@@ -105,21 +102,40 @@ def _compile(raw: Mapping[str, Any]) -> _Settings:
     for tool, schemas in raw["schemas"].items():
         for key in ("input", "output"):
             if key in schemas:
+                where = f"config.schemas.{tool}.{key}"
                 try:
-                    Draft202012Validator.check_schema(schemas[key])
+                    compiled = compile_schema(schemas[key])
                 except SchemaError as exc:
-                    raise ValueError(f"config.schemas.{tool}.{key} is not a valid JSON Schema: {exc.message}") from None
+                    raise ValueError(f"{where} is not a valid JSON Schema: {exc.message}") from None
+                if compiled.unresolvable is not None:
+                    raise ValueError(_unresolvable_config(where, compiled.unresolvable))
         fixed[tool] = _ToolSchemas(_VALIDATORS.get(schemas.get("input")), _VALIDATORS.get(schemas.get("output")))
     return _Settings(raw["validate_arguments"], raw["validate_results"], raw["unknown_tools"] == "deny", fixed)
 
 
-def _errors(validator: Draft202012Validator, instance: Any, base: tuple[str, ...]) -> list[ValidationMessage]:
-    if validator.is_valid(instance):
-        return []
-    errors: list[ValidationError] = sorted(validator.iter_errors(instance), key=relevance)
+def _unresolvable_config(where: str, ref: str) -> str:
+    return (
+        f"{where} has a $ref that does not resolve inside the schema: {ref!r}; remote references are never"
+        " fetched, so put the referenced schema under $defs and point at it with '#/$defs/...'"
+    )
+
+
+def _errors(schema: CompiledSchema, instance: Any, base: tuple[str, ...], tool: str) -> list[ValidationMessage]:
+    # An unresolvable $ref fails closed: the schema cannot be checked, and it is never fetched to find out.
+    ref = schema.unresolvable
+    if ref is None:
+        try:
+            if schema.validator.is_valid(instance):
+                return []
+            errors: list[ValidationError] = sorted(schema.validator.iter_errors(instance), key=relevance)
+        except Unresolvable as exc:
+            ref = str(getattr(exc, "ref", "")) or "?"
+    if ref is not None:
+        message = f"the schema of tool {tool!r} has a $ref that cannot be resolved without fetching it: {ref[:200]!r}"
+        return [ValidationMessage(message=message, severity="error", path=format_path(base))]
     return [
-        ValidationMessage(message=error.message, severity="error", path=format_path((*base, *error.absolute_path)))
-        for error in errors[:_MAX_MESSAGES]
+        ValidationMessage(message=describe_error(e), severity="error", path=format_path((*base, *e.absolute_path)))
+        for e in errors[:_MAX_MESSAGES]
     ]
 
 
@@ -166,7 +182,7 @@ class SchemaGuard:
         params = params_of(inv.payload)
         base = ("arguments",) if params is inv.payload else ("params", "arguments")
         arguments = params.get("arguments")
-        messages = _errors(schemas.input, {} if arguments is None else arguments, base)
+        messages = _errors(schemas.input, {} if arguments is None else arguments, base, name)
         return _invalid(messages, tool=name) if messages else True
 
     def check_result(self, settings: _Settings, inv: Invocation) -> ValidationResult | bool:
@@ -186,7 +202,7 @@ class SchemaGuard:
         if "structuredContent" not in result:
             message = f"tool {name!r} declares an outputSchema but its result has no structuredContent"
             return _invalid([ValidationMessage(message=message, path="$.structuredContent")], tool=name)
-        messages = _errors(schemas.output, result["structuredContent"], ("structuredContent",))
+        messages = _errors(schemas.output, result["structuredContent"], ("structuredContent",), name)
         return _invalid(messages, tool=name) if messages else True
 
 

@@ -11,7 +11,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from mcp_interceptors.guards._config import GuardSchema, SettingsCache
+from mcp_interceptors.guards._config import EVENT_OR_WILDCARD, GuardSchema, SettingsCache
 from mcp_interceptors.guards._detectors import SECRET_KINDS, SecretScanner
 from mcp_interceptors.guards._scanning import (
     CONTENT_EVENTS,
@@ -50,7 +50,7 @@ SCHEMA = GuardSchema(
         },
         "placeholder": {"type": "string", "default": "[REDACTED:{kind}]"},
         "scan_keys": {"type": "boolean", "default": False, "description": "deny only: also scan mapping keys."},
-        "events": {"type": "array", "items": {"type": "string"}, "minItems": 1, "default": CONTENT_EVENTS},
+        "events": {"type": "array", "items": EVENT_OR_WILDCARD, "minItems": 1, "default": CONTENT_EVENTS},
     },
     build_only=["action", "events"],
 )

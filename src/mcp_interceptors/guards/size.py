@@ -12,7 +12,7 @@ from typing import Any
 
 import orjson
 
-from mcp_interceptors.guards._config import GuardSchema, SettingsCache
+from mcp_interceptors.guards._config import EVENT, EVENT_OR_WILDCARD, GuardSchema, SettingsCache
 from mcp_interceptors.guards._walk import format_path, walk_strings
 from mcp_interceptors.host import InterceptorHost, Invocation
 from mcp_interceptors.protocol.results import ValidationMessage, ValidationResult
@@ -28,12 +28,13 @@ SCHEMA = GuardSchema(
         "per_event": {
             "type": "object",
             "description": 'Limits for one event, e.g. {"tools/call": {"max_payload_bytes": 65536}}.',
+            "propertyNames": EVENT,
             "additionalProperties": {"type": "object", "properties": _LIMITS, "additionalProperties": False},
             "default": {},
         },
         "events": {
             "type": "array",
-            "items": {"type": "string"},
+            "items": EVENT_OR_WILDCARD,
             "minItems": 1,
             "description": "Events to check (both phases); `*` is every event.",
             "default": ["*"],

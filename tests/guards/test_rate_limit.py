@@ -64,6 +64,22 @@ async def test_several_windows_in_one_rule_and_other_events() -> None:
     assert first == ["success", "success", "validation_failed"]
 
 
+async def test_a_call_refused_by_one_limit_uses_up_no_other_limit() -> None:
+    host = guards.load(
+        "rate-limit",
+        {"limits": [{"limit": "3/minute", "per": ["session"]}, {"limit": "1/minute", "per": ["tool"], "tool": "hot"}]},
+    )
+    assert await statuses(host, 3, tool_call("hot"), sessionId="a") == ["success"] + ["validation_failed"] * 2
+    # the two refused calls counted against neither the tool's limit nor the session's
+    assert await statuses(host, 3, tool_call("echo"), sessionId="a") == ["success", "success", "validation_failed"]
+
+
+@pytest.mark.parametrize("limit", ["0/second", "0/minute;5/hour", "ten/minute"])
+def test_a_limit_below_one_call_is_a_config_error(limit: str) -> None:
+    with pytest.raises(ValueError, match=r"config.limits\[0\].limit .* is not a rate limit of at least 1 call"):
+        guards.load("rate-limit", {"limits": [{"limit": limit}]})
+
+
 @pytest.fixture
 async def redis_url() -> AsyncIterator[str]:
     binary = shutil.which("redis-server")

@@ -60,6 +60,8 @@ DESCRIPTION = "Moving-window rate limits per session, principal, server, tool an
 
 
 class _Limiter(Protocol):
+    async def test(self, item: RateLimitItem, *identifiers: str) -> bool: ...
+
     async def hit(self, item: RateLimitItem, *identifiers: str) -> bool: ...
 
     async def reset_in(self, item: RateLimitItem, *identifiers: str) -> float: ...
@@ -68,6 +70,9 @@ class _Limiter(Protocol):
 class _MemoryLimiter:
     def __init__(self) -> None:
         self._limiter = MovingWindowRateLimiter(MemoryStorage())
+
+    async def test(self, item: RateLimitItem, *identifiers: str) -> bool:
+        return self._limiter.test(item, *identifiers)
 
     async def hit(self, item: RateLimitItem, *identifiers: str) -> bool:
         return self._limiter.hit(item, *identifiers)
@@ -95,6 +100,9 @@ class _RedisLimiter:
             connection_pool=self._client.connection_pool,  # type: ignore[arg-type]  # typed for URL options only
         )
         self._limiter = AsyncMovingWindow(storage)
+
+    async def test(self, item: RateLimitItem, *identifiers: str) -> bool:
+        return await self._limiter.test(item, *identifiers)
 
     async def hit(self, item: RateLimitItem, *identifiers: str) -> bool:
         return await self._limiter.hit(item, *identifiers)
@@ -141,9 +149,12 @@ def _compile(raw: Mapping[str, Any]) -> _Settings:
         try:
             items = parse_many(rule["limit"])
         except ValueError:
+            items = []
+        if not items or any(item.amount < 1 for item in items):
             raise ValueError(
-                f"config.limits[{index}].limit {rule['limit']!r} is not a rate limit; write e.g. '10/minute'"
-            ) from None
+                f"config.limits[{index}].limit {rule['limit']!r} is not a rate limit of at least 1 call; "
+                "write e.g. '10/minute' (to refuse a tool outright, use tool-policy)"
+            )
         rules.append(
             _Rule(
                 index,
@@ -187,6 +198,7 @@ class RateLimitGuard:
         settings = self.settings.for_config(inv.config)
         item_name = _item_name(inv)
         server = server_for(inv, item_name, settings.servers)
+        counted: list[tuple[_Rule, RateLimitItem, tuple[str, ...], dict[str, str]]] = []
         for rule in settings.rules:
             if rule.events is not None and inv.event not in rule.events:
                 continue
@@ -196,9 +208,15 @@ class RateLimitGuard:
                 continue
             keys = {dimension: _identity(inv, item_name, server, dimension) for dimension in rule.per}
             identifiers = (f"rule{rule.index}", *(f"{k}={v}" for k, v in keys.items()))
-            for item in rule.items:
-                if not await self.limiter.hit(item, *identifiers):
-                    return await self._denied(rule, item, identifiers, keys)
+            counted.extend((rule, item, identifiers, keys) for item in rule.items)
+        # A refused call uses up no limit: every limit is tested before any is hit. A hit can still fail
+        # when another replica got there in between; the call is refused then too.
+        for rule, item, identifiers, keys in counted:
+            if not await self.limiter.test(item, *identifiers):
+                return await self._denied(rule, item, identifiers, keys)
+        for rule, item, identifiers, keys in counted:
+            if not await self.limiter.hit(item, *identifiers):
+                return await self._denied(rule, item, identifiers, keys)
         return True
 
     async def _denied(

@@ -21,7 +21,7 @@ from mcp_interceptors.protocol.errors import InterceptorsError
 from mcp_interceptors.protocol.events import Phase
 
 Point = Literal["receive", "send"]
-_ENV = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)(?::-([^}]*))?\}")
+_ENV = re.compile(r"\$(\$?)\{([A-Za-z_][A-Za-z0-9_]*)(?::-([^}]*))?\}")
 _NAME = r"^[A-Za-z0-9][A-Za-z0-9_.-]*$"
 
 
@@ -268,11 +268,14 @@ class GatewayConfig(_Model):
 
 
 def substitute_env(value: Any, env: Mapping[str, str], file: str, path: str = "") -> Any:
-    """Replace `${VAR}` and `${VAR:-default}` in every string; a missing VAR is a `ConfigError`."""
+    """Replace `${VAR}` and `${VAR:-default}` in every string; a missing VAR is a `ConfigError`.
+    `$${VAR}` stands for a literal `${VAR}` (a CEL expression or pattern may need one)."""
     if isinstance(value, str):
 
         def replace(match: re.Match[str]) -> str:
-            name, default = match.group(1), match.group(2)
+            escaped, name, default = match.group(1), match.group(2), match.group(3)
+            if escaped:
+                return match.group(0)[1:]
             if name in env:
                 return env[name]
             if default is not None:

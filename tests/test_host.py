@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import threading
+import time
 from typing import Any
 
 import anyio
@@ -567,6 +568,27 @@ async def test_r26_r27_timeout_cancels_the_handler_and_reports_it(era: str) -> N
     with anyio.fail_after(1):
         await spy.cancelled.wait()  # R27: the handler was cancelled, not left running
     assert not spy.finished
+
+
+async def test_r26_non_yielding_handler_past_its_deadline_is_a_timeout(era: str) -> None:
+    """A handler that never yields cannot be cancelled; its late result is answered as the timeout (D10)."""
+    host = InterceptorHost("busy")
+
+    @host.validator("busy", events=["tools/call"])
+    async def busy(inv: Invocation) -> bool:
+        end = time.perf_counter() + 0.3  # CPU-bound, never awaits: the 10 ms deadline (30x shorter) cannot preempt it
+        while time.perf_counter() < end:
+            pass
+        return True
+
+    error = await invoke_error(era, call("busy", timeoutMs=10), host)
+    assert error.code == -32000
+    assert error.message == "Interceptor execution timeout"
+    assert error.data == {"interceptor": "busy", "reason": "timeout", "timeoutMs": 10, "phase": "request"}
+    g5 = InterceptorHost("busy-g5", timeout_code="g5")
+    g5.add(host.descriptors[0], busy)
+    error = await invoke_error(era, call("busy", timeoutMs=10), g5)
+    assert (error.code, error.data["reason"]) == (-32603, "timeout")
 
 
 async def test_r26_g5_timeout_code_switch(era: str) -> None:

@@ -247,6 +247,10 @@ class InterceptorHost(Extension):
         else:
             outcome = await self._call_handler(registered, invocation, call.timeout_ms)
         duration_ms = (time.perf_counter() - started) * 1000
+        if call.timeout_ms is not None and duration_ms > call.timeout_ms:
+            # A handler that never yields (CPU-bound work, a blocking call in `async def`) cannot be
+            # preempted by the cancel scope: its result arrived past the deadline and is discarded (R26).
+            raise InterceptorTimeoutError(call.name, call.timeout_ms, call.phase, style=self.timeout_code)
         return _normalise(registered.descriptor, outcome, call.payload, call.phase, duration_ms)
 
     async def invoke_params(self, params: InvokeParams) -> InterceptorResult:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import threading
 import time
+from types import SimpleNamespace
 from typing import Any
 
 import anyio
@@ -22,6 +23,7 @@ from mcp_interceptors import (
     ValidationResult,
 )
 from mcp_interceptors.executor import Call
+from mcp_interceptors.protocol.invoke import RawParams
 
 pytestmark = pytest.mark.anyio
 
@@ -548,15 +550,82 @@ async def test_r24_r25_handler_exception_is_an_error_never_a_verdict(era: str) -
         ("garbage", "validator returned str, expected ValidationResult, bool or (bool, messages)"),
         ("wrong-type", "mutator returned a validation result, expected a mutation result"),
         ("lies", "mutator returned modified=false with a changed payload"),
-        (
-            "garbage-object",
-            "result is not JSON-serialisable: Unable to serialize unknown type: <class 'object'>",
-        ),
+        ("garbage-object", "result is not JSON-serialisable: payload.x holds a object, not a JSON value"),
     ],
 )
 async def test_r25_handler_returning_garbage_is_internal_error(era: str, name: str, reason: str) -> None:
     error = await invoke_error(era, call(name))
     assert (error.code, error.data) == (-32603, {"interceptor": name, "reason": reason})
+
+
+def nested(depth: int) -> Any:
+    value: Any = "x"
+    for _ in range(depth):
+        value = [value]
+    return value
+
+
+def non_json_host() -> InterceptorHost:
+    """Handlers whose results pydantic would mangle (set -> list, NaN -> null) or fail to serialise."""
+    host = InterceptorHost("non-json")
+    returns: dict[str, Any] = {
+        "set": {"tags": {"a"}},
+        "nan": {"score": float("nan")},
+        "infinity": [float("inf")],
+        "int-key": {1: "one"},
+        "deep": nested(300),
+        "bytes": b"raw",
+    }
+    for name, value in returns.items():
+        host.mutator(name, events=["tools/call"])(returning(value))
+    info = ValidationResult(valid=True, info={"ratio": float("nan")})
+    host.validator("info-nan", events=["tools/call"])(returning(info))
+    return host
+
+
+async def test_r25_unchanged_payload_nested_too_deep_is_internal_error_with_data() -> None:
+    """An input too deep to send back (mcp clients cannot send one; the CLI's stdio can) is named, not code 0."""
+    host = InterceptorHost("deep")
+    host.mutator("unchanged", events=["tools/call"])(returning(None))
+    context = SimpleNamespace(params=call("unchanged", nested(260)))  # what `_serve_invoke` reads
+    with pytest.raises(MCPError) as caught:
+        await host._serve_invoke(context, RawParams())  # type: ignore[arg-type]
+    assert (caught.value.code, caught.value.data) == (
+        -32603,
+        {
+            "interceptor": "unchanged",
+            "reason": "result is not JSON-serialisable: payload is nested more than 254 levels deep (or holds a cycle)",
+        },
+    )
+
+
+def returning(value: Any) -> Any:
+    async def handler(inv: Invocation) -> Any:
+        return value
+
+    return handler
+
+
+@pytest.mark.parametrize(
+    ("name", "payload", "reason"),
+    [
+        ("set", TOOL_CALL, "payload.tags holds a set, not a JSON value"),
+        ("nan", TOOL_CALL, "payload.score holds nan, which JSON cannot carry"),
+        ("infinity", TOOL_CALL, "payload[0] holds inf, which JSON cannot carry"),
+        ("int-key", TOOL_CALL, "payload has a non-string key 1"),
+        ("bytes", TOOL_CALL, "payload holds a bytes, not a JSON value"),
+        ("deep", TOOL_CALL, "payload is nested more than 254 levels deep (or holds a cycle)"),
+        ("info-nan", TOOL_CALL, "info.ratio holds nan, which JSON cannot carry"),
+    ],
+)
+async def test_r24_r25_result_that_is_not_json_is_internal_error_with_data(
+    era: str, name: str, payload: Any, reason: str
+) -> None:
+    """Never code 0, a data-less -32603, or a silently changed value (a set sent as a list, NaN as null)."""
+    error = await invoke_error(era, call(name, payload), non_json_host())
+    assert error.code == -32603
+    assert error.message == "Interceptor execution failed"
+    assert error.data == {"interceptor": name, "reason": f"result is not JSON-serialisable: {reason}"}
 
 
 async def test_r26_r27_timeout_cancels_the_handler_and_reports_it(era: str) -> None:

@@ -25,7 +25,6 @@ from mcp.server import MCPServer, ServerRequestContext
 from mcp.server.context import CallNext, HandlerResult
 from mcp.server.extension import Extension, MethodBinding
 from pydantic import ValidationError
-from pydantic_core import PydanticSerializationError
 
 from mcp_interceptors.executor import Call
 from mcp_interceptors.protocol.descriptors import (
@@ -54,6 +53,7 @@ from mcp_interceptors.protocol.results import (
     SinkResult,
     ValidationMessage,
     ValidationResult,
+    result_json_problem,
 )
 from mcp_interceptors.signatures import SigningKeyLike, public_key_text, sign_result, signing_key_from
 
@@ -326,10 +326,16 @@ class InterceptorHost(Extension):
             result = await self.invoke_params(parsed)
         except InterceptorsError as exc:
             raise MCPError(exc.code, exc.message, exc.data) from None
-        try:
-            body = result.to_wire()
-        except PydanticSerializationError as exc:  # e.g. a mutator returned an object that is not JSON
-            error = InterceptorExecutionError(parsed.name, f"result is not JSON-serialisable: {exc}")
+        # pydantic would turn a set into a list and NaN into null, and fails on deep nesting with a bare
+        # ValueError that mcp answers with code 0 or a data-less -32603: check first, name the problem (R25).
+        problem = result_json_problem(result, parsed.payload)
+        if problem is None:
+            try:
+                body = result.to_wire()
+            except ValueError as exc:  # PydanticSerializationError too; e.g. an unchanged payload nested too deep
+                problem = result_json_problem(result) or str(exc)
+        if problem is not None:
+            error = InterceptorExecutionError(parsed.name, f"result is not JSON-serialisable: {problem}")
             raise MCPError(error.code, error.message, error.data) from None
         if self.signing_key is not None and isinstance(result, ValidationResult):
             body = sign_result(body, self.signing_key)  # over the body exactly as it goes on the wire

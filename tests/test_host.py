@@ -583,6 +583,24 @@ def non_json_host() -> InterceptorHost:
     return host
 
 
+@pytest.mark.parametrize(
+    ("result", "severity"),
+    [
+        ({"valid": False, "severity": "critical"}, "critical"),
+        (ValidationResult(valid=False, severity="fatal"), "fatal"),
+        ({"valid": False, "severity": "warn", "messages": [{"message": "m", "severity": "fatal"}]}, "fatal"),
+        (ValidationResult(valid=True, messages=(ValidationMessage(message="m", severity="Error"),)), "Error"),
+    ],
+)
+async def test_r17_r25_severity_outside_the_spec_is_a_malformed_result(era: str, result: Any, severity: str) -> None:
+    """The spec's severities are info, warn and error; anything else never leaves the host as a verdict."""
+    host = InterceptorHost("severities")
+    host.validator("odd", events=["tools/call"])(returning(result))
+    error = await invoke_error(era, call("odd"), host)
+    reason = f"validator returned severity {severity!r}, expected one of 'info', 'warn', 'error'"
+    assert (error.code, error.data) == (-32603, {"interceptor": "odd", "reason": reason})
+
+
 async def test_r25_unchanged_payload_nested_too_deep_is_internal_error_with_data() -> None:
     """An input too deep to send back (mcp clients cannot send one; the CLI's stdio can) is named, not code 0."""
     host = InterceptorHost("deep")

@@ -48,6 +48,7 @@ from mcp_interceptors.protocol.errors import (
 from mcp_interceptors.protocol.events import EXTENSION_ID, PHASES, Phase, is_pattern
 from mcp_interceptors.protocol.invoke import INVOKE_METHOD, LIST_METHOD, InvocationContext, InvokeParams, RawParams
 from mcp_interceptors.protocol.results import (
+    KNOWN_SEVERITIES,
     InterceptorResult,
     MutationResult,
     SinkResult,
@@ -401,7 +402,9 @@ def _normalise(
             return ValidationResult.trusted(
                 {"interceptor": name, "phase": phase, "duration_ms": duration_ms, "valid": value, "severity": severity}
             )
-        return _as_validation(name, value, {"interceptor": name, "phase": phase, "duration_ms": duration_ms})
+        result = _as_validation(name, value, {"interceptor": name, "phase": phase, "duration_ms": duration_ms})
+        _check_severities(name, result)
+        return result
     if descriptor.type == "mutation":
         if not isinstance(value, _RESULT_TYPES):  # None (unchanged) or the new payload
             modified = value is not None and value != original_payload
@@ -452,6 +455,18 @@ def _as_validation(name: str, value: Any, stamp: dict[str, Any]) -> ValidationRe
     raise InterceptorExecutionError(
         name, f"validator returned {type(value).__name__}, expected ValidationResult, bool or (bool, messages)"
     )
+
+
+def _check_severities(name: str, result: ValidationResult) -> None:
+    """A host sends only the spec's severities; an invoker would read another as blocking (R47), so a
+    handler's `critical` or `fatal` is a malformed result here, not a verdict."""
+    severities = [result.severity] if result.severity is not None else []
+    severities += [message.severity for message in result.messages or ()]
+    for severity in severities:
+        if severity not in KNOWN_SEVERITIES:
+            raise InterceptorExecutionError(
+                name, f"validator returned severity {severity!r}, expected one of 'info', 'warn', 'error'"
+            )
 
 
 def _as_mutation(name: str, value: Any, original_payload: Any, phase: Phase, duration_ms: float) -> MutationResult:

@@ -355,3 +355,11 @@ _CYCLE.append(_CYCLE)
 )
 def test_r25_json_problem_names_what_json_cannot_carry(value: Any, problem: str | None) -> None:
     assert json_problem(value, "p") == problem
+
+
+@pytest.mark.parametrize("signature", ["not-an-object", 7, [], {"algorithm": "ed25519"}, {"value": None}])
+def test_r30_malformed_signature_is_ignored_not_a_malformed_result(signature: Any) -> None:
+    body = {"valid": False, "severity": "error", "signature": signature}
+    parsed = parse_result(body, interceptor="v", type="validation", phase="request")
+    assert isinstance(parsed, ValidationResult)
+    assert (parsed.valid, parsed.severity, parsed.signature) == (False, "error", None)

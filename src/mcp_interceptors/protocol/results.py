@@ -11,7 +11,7 @@ import math
 from collections.abc import Mapping
 from typing import Annotated, Any, ClassVar, Literal, Self
 
-from pydantic import Strict, ValidationError
+from pydantic import Strict, ValidationError, ValidatorFunctionWrapHandler, field_validator
 
 from mcp_interceptors.protocol._base import WireModel
 from mcp_interceptors.protocol.errors import MalformedResultError
@@ -94,6 +94,18 @@ class ValidationResult(_ResultBase):
     messages: tuple[ValidationMessage, ...] | None = None
     suggestions: tuple[Suggestion, ...] | None = None
     signature: Signature | None = None
+
+    @field_validator("signature", mode="wrap")
+    @classmethod
+    def _ignore_malformed_signature(cls, value: Any, handler: ValidatorFunctionWrapHandler) -> Signature | None:
+        """Reserved in G4, removed in G5: accept and ignore, never require (R30). A signature of the wrong
+        shape is dropped, not a malformed result; when a key is configured the invoker checks the raw body
+        before parsing (`signatures.check_result_signature`), so this never lets one pass."""
+        try:
+            signature: Signature | None = handler(value)
+        except ValidationError:
+            return None
+        return signature
 
 
 class MutationResult(_ResultBase):

@@ -23,6 +23,7 @@ from mcp_interceptors import (
     ValidationResult,
 )
 from mcp_interceptors.executor import Call
+from mcp_interceptors.protocol.errors import InvalidParamsError
 from mcp_interceptors.protocol.invoke import RawParams
 
 pytestmark = pytest.mark.anyio
@@ -501,10 +502,7 @@ MALFORMED_PARAMS = [
         {**call("deny"), "timeoutMs": -1},
         {"field": "timeoutMs", "reason": "Input should be greater than 0"},
     ),
-    (
-        {**call("deny"), "timeoutMs": "soon"},
-        {"field": "timeoutMs", "reason": "Input should be a valid number, unable to parse string as a number"},
-    ),
+    ({**call("deny"), "timeoutMs": "soon"}, {"field": "timeoutMs", "reason": "Input should be a valid number"}),
     ({**call("deny"), "config": "x"}, {"field": "config", "reason": "Input should be a valid dictionary"}),
     (
         {**call("deny"), "context": {"principal": {"type": "robot"}}},
@@ -520,6 +518,47 @@ async def test_r23_malformed_invoke_params_name_the_field_and_interceptor(
     error = await invoke_error(era, params)
     assert error.code == -32602
     assert error.data == {**data, "interceptor": "deny"}
+
+
+@pytest.mark.parametrize(
+    ("params", "data"),
+    [
+        ({**call("tag"), "timeoutMs": True}, {"field": "timeoutMs", "reason": "Input should be a valid number"}),
+        ({**call("tag"), "timeoutMs": "50"}, {"field": "timeoutMs", "reason": "Input should be a valid number"}),
+        ({**call("tag"), "timeoutMs": "inf"}, {"field": "timeoutMs", "reason": "Input should be a valid number"}),
+        ({**call("tag"), "timeoutMs": [50]}, {"field": "timeoutMs", "reason": "Input should be a valid number"}),
+        ({**call("tag"), "event": ""}, {"field": "event", "reason": "String should have at least 1 character"}),
+        (
+            {**call("tag"), "event": "*"},
+            {"field": "event", "reason": "must be one concrete event name, not a wildcard or pattern"},
+        ),
+        (
+            {**call("tag"), "event": "tools/*"},
+            {"field": "event", "reason": "must be one concrete event name, not a wildcard or pattern"},
+        ),
+    ],
+)
+async def test_r23_ill_typed_timeout_or_pattern_event_is_invalid_params(
+    era: str, params: dict[str, Any], data: dict[str, Any]
+) -> None:
+    """`tag` hooks `*`, so a pattern event would match and run; `true` would be a 1 ms deadline."""
+    error = await invoke_error(era, params)
+    assert error.code == -32602
+    assert error.data == {**data, "interceptor": "tag"}
+
+
+async def test_r23_pattern_or_empty_event_is_rejected_in_process_too() -> None:
+    host = build_host(Spy())
+    for event, kind in (("*", "a wildcard or pattern"), ("", "empty")):
+        with pytest.raises(InvalidParamsError) as caught:
+            await host.invoke(Call(name="tag", type="mutation", event=event, phase="request", payload={}))
+        reason = f"must be one concrete event name, not {kind}"
+        assert caught.value.data == {"field": "event", "reason": reason, "interceptor": "tag"}
+
+
+async def test_r26_integral_timeout_ms_is_accepted(era: str) -> None:
+    result = await invoke(era, call("tag", timeoutMs=5000))
+    assert result["modified"] is True
 
 
 @pytest.mark.parametrize(

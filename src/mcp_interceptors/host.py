@@ -229,6 +229,7 @@ class InterceptorHost(Extension):
         key = (call.name, call.event, call.phase)
         covered = self._covered.get(key)
         if covered is None:
+            _check_concrete_event(call.name, call.event)  # once per key: a rejected one is never cached
             covered = self._covered[key] = registered.descriptor.covers(call.event, call.phase)
         if not covered:
             advertised = [entry.to_wire() for entry in registered.descriptor.hooks]
@@ -374,6 +375,17 @@ def parse_invoke_params(raw: Mapping[str, Any] | None) -> InvokeParams:
         if name:
             data["interceptor"] = name
         raise InvalidParamsError(f"Invalid interceptor/invoke params: {field}: {error['msg']}", data=data) from None
+
+
+def _check_concrete_event(name: str, event: str) -> None:
+    """An invoke names one lifecycle event; `*` or `tools/*` would otherwise match a `*` hook and run."""
+    if event and not is_pattern(event):
+        return
+    reason = "must be one concrete event name, not " + ("a wildcard or pattern" if event else "empty")
+    raise InvalidParamsError(
+        f"Invalid interceptor/invoke params: event: {reason}",
+        data={"field": "event", "reason": reason, "interceptor": name},
+    )
 
 
 def _check_config(name: str, validator: Draft202012Validator, config: Mapping[str, Any]) -> None:

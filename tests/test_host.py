@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import threading
+import time
+from types import SimpleNamespace
 from typing import Any
 
 import anyio
@@ -21,6 +23,8 @@ from mcp_interceptors import (
     ValidationResult,
 )
 from mcp_interceptors.executor import Call
+from mcp_interceptors.protocol.errors import InvalidParamsError
+from mcp_interceptors.protocol.invoke import RawParams
 
 pytestmark = pytest.mark.anyio
 
@@ -498,10 +502,7 @@ MALFORMED_PARAMS = [
         {**call("deny"), "timeoutMs": -1},
         {"field": "timeoutMs", "reason": "Input should be greater than 0"},
     ),
-    (
-        {**call("deny"), "timeoutMs": "soon"},
-        {"field": "timeoutMs", "reason": "Input should be a valid number, unable to parse string as a number"},
-    ),
+    ({**call("deny"), "timeoutMs": "soon"}, {"field": "timeoutMs", "reason": "Input should be a valid number"}),
     ({**call("deny"), "config": "x"}, {"field": "config", "reason": "Input should be a valid dictionary"}),
     (
         {**call("deny"), "context": {"principal": {"type": "robot"}}},
@@ -517,6 +518,47 @@ async def test_r23_malformed_invoke_params_name_the_field_and_interceptor(
     error = await invoke_error(era, params)
     assert error.code == -32602
     assert error.data == {**data, "interceptor": "deny"}
+
+
+@pytest.mark.parametrize(
+    ("params", "data"),
+    [
+        ({**call("tag"), "timeoutMs": True}, {"field": "timeoutMs", "reason": "Input should be a valid number"}),
+        ({**call("tag"), "timeoutMs": "50"}, {"field": "timeoutMs", "reason": "Input should be a valid number"}),
+        ({**call("tag"), "timeoutMs": "inf"}, {"field": "timeoutMs", "reason": "Input should be a valid number"}),
+        ({**call("tag"), "timeoutMs": [50]}, {"field": "timeoutMs", "reason": "Input should be a valid number"}),
+        ({**call("tag"), "event": ""}, {"field": "event", "reason": "String should have at least 1 character"}),
+        (
+            {**call("tag"), "event": "*"},
+            {"field": "event", "reason": "must be one concrete event name, not a wildcard or pattern"},
+        ),
+        (
+            {**call("tag"), "event": "tools/*"},
+            {"field": "event", "reason": "must be one concrete event name, not a wildcard or pattern"},
+        ),
+    ],
+)
+async def test_r23_ill_typed_timeout_or_pattern_event_is_invalid_params(
+    era: str, params: dict[str, Any], data: dict[str, Any]
+) -> None:
+    """`tag` hooks `*`, so a pattern event would match and run; `true` would be a 1 ms deadline."""
+    error = await invoke_error(era, params)
+    assert error.code == -32602
+    assert error.data == {**data, "interceptor": "tag"}
+
+
+async def test_r23_pattern_or_empty_event_is_rejected_in_process_too() -> None:
+    host = build_host(Spy())
+    for event, kind in (("*", "a wildcard or pattern"), ("", "empty")):
+        with pytest.raises(InvalidParamsError) as caught:
+            await host.invoke(Call(name="tag", type="mutation", event=event, phase="request", payload={}))
+        reason = f"must be one concrete event name, not {kind}"
+        assert caught.value.data == {"field": "event", "reason": reason, "interceptor": "tag"}
+
+
+async def test_r26_integral_timeout_ms_is_accepted(era: str) -> None:
+    result = await invoke(era, call("tag", timeoutMs=5000))
+    assert result["modified"] is True
 
 
 @pytest.mark.parametrize(
@@ -547,15 +589,100 @@ async def test_r24_r25_handler_exception_is_an_error_never_a_verdict(era: str) -
         ("garbage", "validator returned str, expected ValidationResult, bool or (bool, messages)"),
         ("wrong-type", "mutator returned a validation result, expected a mutation result"),
         ("lies", "mutator returned modified=false with a changed payload"),
-        (
-            "garbage-object",
-            "result is not JSON-serialisable: Unable to serialize unknown type: <class 'object'>",
-        ),
+        ("garbage-object", "result is not JSON-serialisable: payload.x holds a object, not a JSON value"),
     ],
 )
 async def test_r25_handler_returning_garbage_is_internal_error(era: str, name: str, reason: str) -> None:
     error = await invoke_error(era, call(name))
     assert (error.code, error.data) == (-32603, {"interceptor": name, "reason": reason})
+
+
+def nested(depth: int) -> Any:
+    value: Any = "x"
+    for _ in range(depth):
+        value = [value]
+    return value
+
+
+def non_json_host() -> InterceptorHost:
+    """Handlers whose results pydantic would mangle (set -> list, NaN -> null) or fail to serialise."""
+    host = InterceptorHost("non-json")
+    returns: dict[str, Any] = {
+        "set": {"tags": {"a"}},
+        "nan": {"score": float("nan")},
+        "infinity": [float("inf")],
+        "int-key": {1: "one"},
+        "deep": nested(300),
+        "bytes": b"raw",
+    }
+    for name, value in returns.items():
+        host.mutator(name, events=["tools/call"])(returning(value))
+    info = ValidationResult(valid=True, info={"ratio": float("nan")})
+    host.validator("info-nan", events=["tools/call"])(returning(info))
+    return host
+
+
+@pytest.mark.parametrize(
+    ("result", "severity"),
+    [
+        ({"valid": False, "severity": "critical"}, "critical"),
+        (ValidationResult(valid=False, severity="fatal"), "fatal"),
+        ({"valid": False, "severity": "warn", "messages": [{"message": "m", "severity": "fatal"}]}, "fatal"),
+        (ValidationResult(valid=True, messages=(ValidationMessage(message="m", severity="Error"),)), "Error"),
+    ],
+)
+async def test_r17_r25_severity_outside_the_spec_is_a_malformed_result(era: str, result: Any, severity: str) -> None:
+    """The spec's severities are info, warn and error; anything else never leaves the host as a verdict."""
+    host = InterceptorHost("severities")
+    host.validator("odd", events=["tools/call"])(returning(result))
+    error = await invoke_error(era, call("odd"), host)
+    reason = f"validator returned severity {severity!r}, expected one of 'info', 'warn', 'error'"
+    assert (error.code, error.data) == (-32603, {"interceptor": "odd", "reason": reason})
+
+
+async def test_r25_unchanged_payload_nested_too_deep_is_internal_error_with_data() -> None:
+    """An input too deep to send back (mcp clients cannot send one; the CLI's stdio can) is named, not code 0."""
+    host = InterceptorHost("deep")
+    host.mutator("unchanged", events=["tools/call"])(returning(None))
+    context = SimpleNamespace(params=call("unchanged", nested(260)))  # what `_serve_invoke` reads
+    with pytest.raises(MCPError) as caught:
+        await host._serve_invoke(context, RawParams())  # type: ignore[arg-type]
+    assert (caught.value.code, caught.value.data) == (
+        -32603,
+        {
+            "interceptor": "unchanged",
+            "reason": "result is not JSON-serialisable: payload is nested more than 254 levels deep (or holds a cycle)",
+        },
+    )
+
+
+def returning(value: Any) -> Any:
+    async def handler(inv: Invocation) -> Any:
+        return value
+
+    return handler
+
+
+@pytest.mark.parametrize(
+    ("name", "payload", "reason"),
+    [
+        ("set", TOOL_CALL, "payload.tags holds a set, not a JSON value"),
+        ("nan", TOOL_CALL, "payload.score holds nan, which JSON cannot carry"),
+        ("infinity", TOOL_CALL, "payload[0] holds inf, which JSON cannot carry"),
+        ("int-key", TOOL_CALL, "payload has a non-string key 1"),
+        ("bytes", TOOL_CALL, "payload holds a bytes, not a JSON value"),
+        ("deep", TOOL_CALL, "payload is nested more than 254 levels deep (or holds a cycle)"),
+        ("info-nan", TOOL_CALL, "info.ratio holds nan, which JSON cannot carry"),
+    ],
+)
+async def test_r24_r25_result_that_is_not_json_is_internal_error_with_data(
+    era: str, name: str, payload: Any, reason: str
+) -> None:
+    """Never code 0, a data-less -32603, or a silently changed value (a set sent as a list, NaN as null)."""
+    error = await invoke_error(era, call(name, payload), non_json_host())
+    assert error.code == -32603
+    assert error.message == "Interceptor execution failed"
+    assert error.data == {"interceptor": name, "reason": f"result is not JSON-serialisable: {reason}"}
 
 
 async def test_r26_r27_timeout_cancels_the_handler_and_reports_it(era: str) -> None:
@@ -567,6 +694,27 @@ async def test_r26_r27_timeout_cancels_the_handler_and_reports_it(era: str) -> N
     with anyio.fail_after(1):
         await spy.cancelled.wait()  # R27: the handler was cancelled, not left running
     assert not spy.finished
+
+
+async def test_r26_non_yielding_handler_past_its_deadline_is_a_timeout(era: str) -> None:
+    """A handler that never yields cannot be cancelled; its late result is answered as the timeout (D10)."""
+    host = InterceptorHost("busy")
+
+    @host.validator("busy", events=["tools/call"])
+    async def busy(inv: Invocation) -> bool:
+        end = time.perf_counter() + 0.3  # CPU-bound, never awaits: the 10 ms deadline (30x shorter) cannot preempt it
+        while time.perf_counter() < end:
+            pass
+        return True
+
+    error = await invoke_error(era, call("busy", timeoutMs=10), host)
+    assert error.code == -32000
+    assert error.message == "Interceptor execution timeout"
+    assert error.data == {"interceptor": "busy", "reason": "timeout", "timeoutMs": 10, "phase": "request"}
+    g5 = InterceptorHost("busy-g5", timeout_code="g5")
+    g5.add(host.descriptors[0], busy)
+    error = await invoke_error(era, call("busy", timeoutMs=10), g5)
+    assert (error.code, error.data["reason"]) == (-32603, "timeout")
 
 
 async def test_r26_g5_timeout_code_switch(era: str) -> None:

@@ -39,6 +39,7 @@ from mcp_interceptors import (
 from mcp_interceptors.invoker import invocation_error
 from mcp_interceptors.protocol.descriptors import HookEntry
 from mcp_interceptors.protocol.errors import is_timeout_error
+from mcp_interceptors.signatures import generate_signing_key
 
 pytestmark = pytest.mark.anyio
 
@@ -421,6 +422,33 @@ async def test_r58_malformed_remote_result_is_an_invocation_failure_routed_by_fa
     assert blocked.aborted_at is not None and blocked.aborted_at.interceptor == "ok"
     assert blocked.failures[0].code == -32603 and blocked.failures[0].reason.startswith(reason)
     assert passed.status == "success" and passed.final_payload == CALL and passed.results == []
+
+
+@pytest.mark.parametrize("signature", ["not-an-object", 7, {"algorithm": "ed25519"}])
+async def test_r30_malformed_signature_is_ignored_unless_a_key_is_configured(era: str, signature: Any) -> None:
+    """The reserved `signature` is accepted and ignored (never required) without a key; with one, a
+    malformed signature fails verification and is routed by failOpen like any invocation failure."""
+    body = {"valid": True, "signature": signature}
+    host = RawHost([GOOD, OPEN], {"ok": body, "ok-open": body})
+    key = generate_signing_key().public_key()
+    with anyio.fail_after(5):
+        async with connect(host.server(), era) as client:
+            verdict = await invoke_interceptor(client, "ok", "tools/call", "request", CALL, type="validation")
+            unchecked = Chain(role="client")
+            await unchecked.add_server(client)
+            allowed = await unchecked.execute("tools/call", "request", CALL)
+            checked = Chain(role="client")
+            await checked.add_server(client, verify_key=key)
+            blocked = await checked.execute("tools/call", "request", CALL)
+    assert isinstance(verdict, ValidationResult) and verdict.valid and verdict.signature is None
+    assert allowed.status == "success" and allowed.failures == []
+    assert [r.interceptor for r in allowed.results] == ["ok", "ok-open"]
+    assert blocked.status == "validation_failed"
+    assert blocked.aborted_at is not None and blocked.aborted_at.interceptor == "ok"
+    assert [(f.interceptor, f.code, f.reason, f.fail_open) for f in blocked.failures] == [
+        ("ok", -32603, "signature invalid", False),
+        ("ok-open", -32603, "signature invalid", True),
+    ]
 
 
 async def test_r58_remote_mutator_claiming_unmodified_with_a_changed_payload_is_never_applied(era: str) -> None:

@@ -25,7 +25,6 @@ from mcp.server import MCPServer, ServerRequestContext
 from mcp.server.context import CallNext, HandlerResult
 from mcp.server.extension import Extension, MethodBinding
 from pydantic import ValidationError
-from pydantic_core import PydanticSerializationError
 
 from mcp_interceptors.executor import Call
 from mcp_interceptors.protocol.descriptors import (
@@ -49,11 +48,13 @@ from mcp_interceptors.protocol.errors import (
 from mcp_interceptors.protocol.events import EXTENSION_ID, PHASES, Phase, is_pattern
 from mcp_interceptors.protocol.invoke import INVOKE_METHOD, LIST_METHOD, InvocationContext, InvokeParams, RawParams
 from mcp_interceptors.protocol.results import (
+    KNOWN_SEVERITIES,
     InterceptorResult,
     MutationResult,
     SinkResult,
     ValidationMessage,
     ValidationResult,
+    result_json_problem,
 )
 from mcp_interceptors.signatures import SigningKeyLike, public_key_text, sign_result, signing_key_from
 
@@ -228,6 +229,7 @@ class InterceptorHost(Extension):
         key = (call.name, call.event, call.phase)
         covered = self._covered.get(key)
         if covered is None:
+            _check_concrete_event(call.name, call.event)  # once per key: a rejected one is never cached
             covered = self._covered[key] = registered.descriptor.covers(call.event, call.phase)
         if not covered:
             advertised = [entry.to_wire() for entry in registered.descriptor.hooks]
@@ -247,6 +249,10 @@ class InterceptorHost(Extension):
         else:
             outcome = await self._call_handler(registered, invocation, call.timeout_ms)
         duration_ms = (time.perf_counter() - started) * 1000
+        if call.timeout_ms is not None and duration_ms > call.timeout_ms:
+            # A handler that never yields (CPU-bound work, a blocking call in `async def`) cannot be
+            # preempted by the cancel scope: its result arrived past the deadline and is discarded (R26).
+            raise InterceptorTimeoutError(call.name, call.timeout_ms, call.phase, style=self.timeout_code)
         return _normalise(registered.descriptor, outcome, call.payload, call.phase, duration_ms)
 
     async def invoke_params(self, params: InvokeParams) -> InterceptorResult:
@@ -322,10 +328,16 @@ class InterceptorHost(Extension):
             result = await self.invoke_params(parsed)
         except InterceptorsError as exc:
             raise MCPError(exc.code, exc.message, exc.data) from None
-        try:
-            body = result.to_wire()
-        except PydanticSerializationError as exc:  # e.g. a mutator returned an object that is not JSON
-            error = InterceptorExecutionError(parsed.name, f"result is not JSON-serialisable: {exc}")
+        # pydantic would turn a set into a list and NaN into null, and fails on deep nesting with a bare
+        # ValueError that mcp answers with code 0 or a data-less -32603: check first, name the problem (R25).
+        problem = result_json_problem(result, parsed.payload)
+        if problem is None:
+            try:
+                body = result.to_wire()
+            except ValueError as exc:  # PydanticSerializationError too; e.g. an unchanged payload nested too deep
+                problem = result_json_problem(result) or str(exc)
+        if problem is not None:
+            error = InterceptorExecutionError(parsed.name, f"result is not JSON-serialisable: {problem}")
             raise MCPError(error.code, error.message, error.data) from None
         if self.signing_key is not None and isinstance(result, ValidationResult):
             body = sign_result(body, self.signing_key)  # over the body exactly as it goes on the wire
@@ -365,6 +377,17 @@ def parse_invoke_params(raw: Mapping[str, Any] | None) -> InvokeParams:
         raise InvalidParamsError(f"Invalid interceptor/invoke params: {field}: {error['msg']}", data=data) from None
 
 
+def _check_concrete_event(name: str, event: str) -> None:
+    """An invoke names one lifecycle event; `*` or `tools/*` would otherwise match a `*` hook and run."""
+    if event and not is_pattern(event):
+        return
+    reason = "must be one concrete event name, not " + ("a wildcard or pattern" if event else "empty")
+    raise InvalidParamsError(
+        f"Invalid interceptor/invoke params: event: {reason}",
+        data={"field": "event", "reason": reason, "interceptor": name},
+    )
+
+
 def _check_config(name: str, validator: Draft202012Validator, config: Mapping[str, Any]) -> None:
     error = best_match(validator.iter_errors(config))
     if error is None:
@@ -391,7 +414,9 @@ def _normalise(
             return ValidationResult.trusted(
                 {"interceptor": name, "phase": phase, "duration_ms": duration_ms, "valid": value, "severity": severity}
             )
-        return _as_validation(name, value, {"interceptor": name, "phase": phase, "duration_ms": duration_ms})
+        result = _as_validation(name, value, {"interceptor": name, "phase": phase, "duration_ms": duration_ms})
+        _check_severities(name, result)
+        return result
     if descriptor.type == "mutation":
         if not isinstance(value, _RESULT_TYPES):  # None (unchanged) or the new payload
             modified = value is not None and value != original_payload
@@ -442,6 +467,18 @@ def _as_validation(name: str, value: Any, stamp: dict[str, Any]) -> ValidationRe
     raise InterceptorExecutionError(
         name, f"validator returned {type(value).__name__}, expected ValidationResult, bool or (bool, messages)"
     )
+
+
+def _check_severities(name: str, result: ValidationResult) -> None:
+    """A host sends only the spec's severities; an invoker would read another as blocking (R47), so a
+    handler's `critical` or `fatal` is a malformed result here, not a verdict."""
+    severities = [result.severity] if result.severity is not None else []
+    severities += [message.severity for message in result.messages or ()]
+    for severity in severities:
+        if severity not in KNOWN_SEVERITIES:
+            raise InterceptorExecutionError(
+                name, f"validator returned severity {severity!r}, expected one of 'info', 'warn', 'error'"
+            )
 
 
 def _as_mutation(name: str, value: Any, original_payload: Any, phase: Phase, duration_ms: float) -> MutationResult:

@@ -7,8 +7,11 @@ from __future__ import annotations
 import copy
 from typing import Any
 
+import anyio
 import pytest
+from fakes import connect, raw_call
 from guard_support import messages, run_chain, tool_call
+from mcp import MCPError
 
 from mcp_interceptors import MutationResult, guards
 from mcp_interceptors.guards._detectors import PiiScanner, SecretScanner
@@ -194,3 +197,17 @@ def test_batched_scan_equals_per_string_scan() -> None:
     ]
     for scanner in (TextScanner(SecretScanner(), min_length=1), TextScanner(PiiScanner(), min_length=1)):
         assert scanner.findings_many(texts) == [scanner.findings(t) for t in texts]
+
+
+@pytest.mark.parametrize("name", ["secrets", "pii"])
+async def test_r26_a_scan_that_outlasts_timeout_ms_is_a_timeout_not_a_result(name: str) -> None:
+    """The scanners never yield, so no cancel scope stops them; a result past the deadline is discarded."""
+    text = f"word {AWS} jane@example.org " * 25_000  # ~1 MB: tens of ms of scanning against 0.5 ms
+    params = {"name": name, "event": "tools/call", "phase": "request", "payload": tool_call("x", t=text)}
+    with anyio.fail_after(30):
+        async with connect(guards.load(name).create_server(), "legacy") as client:
+            with pytest.raises(MCPError) as caught:
+                await raw_call(client, "interceptor/invoke", {**params, "timeoutMs": 0.5})
+            assert (await raw_call(client, "interceptor/invoke", params))["modified"] is True  # no deadline: done
+    assert caught.value.code == -32000
+    assert caught.value.data == {"interceptor": name, "reason": "timeout", "timeoutMs": 0.5, "phase": "request"}

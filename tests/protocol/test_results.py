@@ -26,6 +26,7 @@ from mcp_interceptors.protocol.results import (
     SinkResult,
     ValidationMessage,
     ValidationResult,
+    json_problem,
     message_severities,
     parse_result,
 )
@@ -324,3 +325,41 @@ def test_r67_chain_execution_result_fields() -> None:
 def test_r67_aborted_at_type_is_closed() -> None:
     with pytest.raises(ValidationError):
         AbortedAt.model_validate({"interceptor": "x", "reason": "r", "type": "sink"})
+
+
+def _nested(depth: int) -> Any:
+    value: Any = "x"
+    for _ in range(depth):
+        value = {"a": value}
+    return value
+
+
+_CYCLE: list[Any] = []
+_CYCLE.append(_CYCLE)
+
+
+@pytest.mark.parametrize(
+    ("value", "problem"),
+    [
+        ({"a": [1, 2.5, True, None, "s"], "b": (1, 2)}, None),  # tuples are JSON arrays
+        (_nested(254), None),
+        (_nested(255), "p is nested more than 254 levels deep (or holds a cycle)"),
+        (_CYCLE, "p is nested more than 254 levels deep (or holds a cycle)"),
+        ({"a": [{"b": {1, 2}}]}, "p.a[0].b holds a set, not a JSON value"),
+        ({"a": float("nan")}, "p.a holds nan, which JSON cannot carry"),
+        ([float("-inf")], "p[0] holds -inf, which JSON cannot carry"),
+        ({"a": {1: "x"}}, "p.a has a non-string key 1"),
+        (b"x", "p holds a bytes, not a JSON value"),
+        (object(), "p holds a object, not a JSON value"),
+    ],
+)
+def test_r25_json_problem_names_what_json_cannot_carry(value: Any, problem: str | None) -> None:
+    assert json_problem(value, "p") == problem
+
+
+@pytest.mark.parametrize("signature", ["not-an-object", 7, [], {"algorithm": "ed25519"}, {"value": None}])
+def test_r30_malformed_signature_is_ignored_not_a_malformed_result(signature: Any) -> None:
+    body = {"valid": False, "severity": "error", "signature": signature}
+    parsed = parse_result(body, interceptor="v", type="validation", phase="request")
+    assert isinstance(parsed, ValidationResult)
+    assert (parsed.valid, parsed.severity, parsed.signature) == (False, "error", None)

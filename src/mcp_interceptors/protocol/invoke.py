@@ -6,7 +6,7 @@ from datetime import UTC, datetime
 from typing import Annotated, Any, Literal
 
 from mcp_types import Request, RequestParams
-from pydantic import ConfigDict, Field
+from pydantic import ConfigDict, Field, Strict
 from pydantic.alias_generators import to_camel
 
 from mcp_interceptors.protocol._base import WireModel
@@ -68,7 +68,8 @@ class InvokeParams(WireModel):
     phase: Phase
     payload: Any
     config: dict[str, Any] | None = None
-    timeout_ms: Annotated[float, Field(gt=0)] | None = None
+    #: A JSON number only: lax parsing read `true` as 1 ms, `"50"` as 50 and `"inf"` as no deadline.
+    timeout_ms: Annotated[float, Strict(), Field(gt=0, allow_inf_nan=False)] | None = None
     context: InvocationContext | None = None
 
     def to_wire(self) -> dict[str, Any]:

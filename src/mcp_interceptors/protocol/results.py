@@ -7,15 +7,19 @@ treats a present, mismatching echo as malformed (§5.9).
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping
 from typing import Annotated, Any, ClassVar, Literal, Self
 
-from pydantic import Strict, ValidationError
+from pydantic import Strict, ValidationError, ValidatorFunctionWrapHandler, field_validator
 
 from mcp_interceptors.protocol._base import WireModel
 from mcp_interceptors.protocol.errors import MalformedResultError
 from mcp_interceptors.protocol.events import Phase
 
+#: pydantic-core refuses to serialise past 255 levels counted from the result body, so a payload or
+#: `info` value (one level below it) may nest 254 levels.
+MAX_JSON_DEPTH = 254
 Severity = Literal["info", "warn", "error"]
 KNOWN_SEVERITIES: frozenset[str] = frozenset({"info", "warn", "error"})
 _new = object.__new__
@@ -91,6 +95,18 @@ class ValidationResult(_ResultBase):
     suggestions: tuple[Suggestion, ...] | None = None
     signature: Signature | None = None
 
+    @field_validator("signature", mode="wrap")
+    @classmethod
+    def _ignore_malformed_signature(cls, value: Any, handler: ValidatorFunctionWrapHandler) -> Signature | None:
+        """Reserved in G4, removed in G5: accept and ignore, never require (R30). A signature of the wrong
+        shape is dropped, not a malformed result; when a key is configured the invoker checks the raw body
+        before parsing (`signatures.check_result_signature`), so this never lets one pass."""
+        try:
+            signature: Signature | None = handler(value)
+        except ValidationError:
+            return None
+        return signature
+
 
 class MutationResult(_ResultBase):
     type: Literal["mutation"] = "mutation"
@@ -150,3 +166,72 @@ def message_severities(result: ValidationResult) -> list[str]:
     if result.severity is not None:
         return [result.severity]
     return ["error"] if not result.valid else []
+
+
+def json_problem(value: Any, where: str) -> str | None:
+    """Why `value` is not plain JSON (or None): a type JSON lacks, NaN or Infinity, a non-string key, or
+    nesting past `MAX_JSON_DEPTH` (which a cycle always reaches).
+
+    pydantic's JSON mode would quietly turn a set into a list and NaN into null, so the host checks
+    first (R25). Tuples pass: they are JSON arrays. Exact types are tested first: this walks every
+    modified payload the host sends.
+    """
+    stack: list[tuple[Any, int]] = [(value, 1)]
+    pop, push = stack.pop, stack.append
+    while stack:
+        item, depth = pop()
+        kind = type(item)
+        if kind is str or kind is int or kind is bool or item is None:
+            continue
+        is_dict = kind is dict or (kind is not list and isinstance(item, dict))
+        if is_dict or kind is list or isinstance(item, list | tuple):
+            if depth > MAX_JSON_DEPTH:
+                return f"{where} is nested more than {MAX_JSON_DEPTH} levels deep (or holds a cycle)"
+            if not is_dict:
+                for sub in item:
+                    push((sub, depth + 1))
+                continue
+            for key, sub in item.items():
+                if not isinstance(key, str):
+                    return f"{where}{_path_to(value, item)} has a non-string key {key!r}"
+                push((sub, depth + 1))
+        elif isinstance(item, float):
+            if not math.isfinite(item):
+                return f"{where}{_path_to(value, item)} holds {item!r}, which JSON cannot carry"
+        elif not isinstance(item, str | int):  # str and int subclasses (enums) serialise as their values
+            return f"{where}{_path_to(value, item)} holds a {kind.__name__}, not a JSON value"
+    return None
+
+
+def _path_to(root: Any, target: Any) -> str:
+    """The path of `target` (by identity) below `root`, as `.key` / `[index]` steps; for messages only."""
+    stack: list[tuple[Any, str]] = [(root, "")]
+    while stack:
+        node, path = stack.pop()
+        if node is target:
+            return path
+        if isinstance(node, dict):
+            stack.extend((sub, f"{path}.{key}") for key, sub in node.items())
+        elif isinstance(node, list | tuple):
+            stack.extend((sub, f"{path}[{index}]") for index, sub in enumerate(node))
+    return ""
+
+
+def result_json_problem(result: InterceptorResult, input_payload: Any = None) -> str | None:
+    """Why a handler's result cannot go on the wire as the JSON it claims to be (or None).
+
+    Only the values a handler fills freely are walked; a mutator's payload that *is* `input_payload`
+    came off the wire and is skipped.
+    """
+    values: list[tuple[str, Any]] = [("info", result.info)]
+    if isinstance(result, MutationResult) and result.payload is not input_payload:
+        values.append(("payload", result.payload))
+    elif isinstance(result, ValidationResult):
+        values.extend((f"suggestions[{i}].value", s.value) for i, s in enumerate(result.suggestions or ()))
+    elif isinstance(result, SinkResult):
+        values.append(("metrics", result.metrics))
+    for where, value in values:
+        problem = json_problem(value, where)
+        if problem is not None:
+            return problem
+    return None

@@ -212,6 +212,23 @@ async def test_several_guards_on_one_http_server_in_both_eras(mode: str) -> None
             assert isinstance(redacted, MutationResult) and redacted.payload == {"t": "[REDACTED:aws_access_key]"}
 
 
+async def test_served_over_http_offers_only_the_extension_as_over_stdio() -> None:
+    """An interceptor server co-hosts no tools, prompts or resources, over either transport."""
+    port = free_tcp_port()
+    argv = cli_argv("serve", "--guard", "secrets", "--http", f"127.0.0.1:{port}")
+    with anyio.fail_after(E2E_TIMEOUT_S):
+        url = f"http://127.0.0.1:{port}/mcp"
+        async with running(argv, port=port, env=child_env(), label="serve"), Client(url, mode="legacy") as client:
+            capabilities = client.server_capabilities
+            with pytest.raises(MCPError) as caught:
+                await client.list_tools()
+        async with served_client({"secrets": None}) as client:
+            over_stdio = client.server_capabilities
+    assert capabilities == over_stdio
+    assert capabilities.tools is None and capabilities.prompts is None and capabilities.resources is None
+    assert caught.value.code == -32601
+
+
 @pytest.mark.parametrize(
     ("args", "error"),
     [

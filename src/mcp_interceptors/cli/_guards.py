@@ -123,7 +123,7 @@ def run_serve(args: argparse.Namespace) -> int:
     if args.http is None:
         anyio.run(_serve_stdio, interceptor_server(host))
         return 0
-    server = host.create_server()
+    server = interceptor_server(host)  # the same surface as over stdio: only the extension
     bind, port = _parse_http(args.http)
     if bind not in LOOPBACK and not args.insecure_no_auth:
         raise CommandError(f"refusing to serve {bind}:{port} without authentication; pass --insecure-no-auth", 2)

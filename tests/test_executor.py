@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import time
 from typing import Any
 
 import anyio
@@ -241,6 +242,19 @@ async def test_r59_per_invocation_timeout_is_enforced_locally(fail_open: bool, s
     if not fail_open:
         assert result.aborted_at is not None
         assert result.aborted_at.model_dump() == {"interceptor": "slow", "reason": "timeout", "type": "validation"}
+
+
+async def test_r59_a_handler_that_never_awaits_past_its_timeout_is_a_timeout() -> None:
+    async def busy(call: Call) -> ValidationResult:
+        done = time.perf_counter() + 0.2
+        while time.perf_counter() < done:  # CPU-bound work with no await: nothing can cancel it
+            pass
+        return ValidationResult(valid=True)
+
+    overrides = {"busy": Overrides(timeout_ms=50)}
+    result = await run(FakeSource({"busy": busy}), descriptor("busy"), overrides=overrides)
+    assert result.status == "validation_failed"
+    assert [(f.interceptor, f.timeout, f.reason) for f in result.failures] == [("busy", True, "timeout")]
 
 
 async def test_r60_chain_deadline_cancels_in_flight_and_reports_timeout() -> None:

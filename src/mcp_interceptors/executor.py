@@ -251,7 +251,9 @@ class _Invoker:
         outcome = None
         with anyio.move_on_after(own) as scope:
             outcome = await _attempt(source, call, False, scope)
-        if scope.cancelled_caught or outcome is None:
+        # A handler that never awaits cannot be cancelled: its answer, when it comes after the timeout,
+        # is a timeout all the same (as a host answers a late result, R26).
+        if scope.cancelled_caught or outcome is None or anyio.current_time() > scope.deadline:
             return Outcome(code=TIMEOUT_G4, reason="timeout", timeout=True)
         return outcome
 

@@ -253,3 +253,9 @@ def test_audit_verify_with_a_trust_file_that_is_not_keys_fails_with_one_line(tmp
         f"{trust}: line 1 is not a public key; a trust file is a key file or JSON lines of "
         '{"public_key": ...} (see `audit keys --export`)'
     )
+
+
+def test_gateway_json_without_check_is_a_usage_error() -> None:
+    done = cli("gateway", "--json", "--guard", "secrets", "--", "true")
+    line = one_line_error(done, 2)
+    assert line == "mcp-interceptors gateway: error: --json goes with --check (it prints the plan as JSON)"

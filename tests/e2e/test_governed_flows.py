@@ -390,6 +390,31 @@ async def test_s3_payload_nested_past_the_limit_is_invalid_params_naming_the_fie
     }
 
 
+@pytest.mark.parametrize("era", ERAS)
+async def test_s7_invoke_and_execute_chain_apply_the_gateways_interceptor_config(
+    write_config: ConfigWriter, era: str
+) -> None:
+    """Asked directly, the gateway's interceptors answer as they enforce: its `interceptors.config`
+    wins over a client's `config` for the same interceptor."""
+    interceptors = {"guards": [{"name": "tool-policy"}], "config": {"tool-policy": {"deny": ["delete_*"]}}}
+    config = write_config(standard_config(interceptors=interceptors))
+    payload = {"method": "tools/call", "params": {"name": "delete_everything"}}
+    loosened = {"tool-policy": {"deny": []}}
+    requests = {
+        "invoke": (
+            "interceptor/invoke",
+            {"name": "tool-policy", "event": "tools/call", "phase": "request", "payload": payload, "config": {}},
+        ),
+        "chain": (
+            "interceptor/executeChain",
+            {"event": "tools/call", "phase": "request", "payload": payload, "config": loosened},
+        ),
+    }
+    replies = await _raw_stdio(config, era, requests)
+    assert replies["invoke"]["result"]["valid"] is False
+    assert replies["chain"]["result"]["status"] == "validation_failed"
+
+
 async def _raw_stdio(config: Path, era: str, requests: dict[str, tuple[str, dict[str, Any]]]) -> dict[str, Any]:
     """Send `{id: (method, params)}` as raw lines to a stdio gateway in `era`; its replies by id."""
     lines = []

@@ -1,10 +1,13 @@
-"""`${VAR}` substitution in gateway.yaml strings."""
+"""Loading gateway.yaml: `${VAR}` substitution in strings, and the locations it resolves."""
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 
-from mcp_interceptors.gateway.config import ConfigError, substitute_env
+from mcp_interceptors.gateway.config import ConfigError, parse_config, substitute_env
+from mcp_interceptors.gateway.server import audit_store_location
 
 
 def test_variables_defaults_and_a_literal_dollar_brace() -> None:
@@ -22,3 +25,10 @@ def test_a_missing_variable_names_the_field_and_the_fix() -> None:
         substitute_env({"upstreams": {"a": {"env": {"TOKEN": "${MISSING_TOKEN}"}}}}, {}, "gateway.yaml")
     assert "upstreams.a.env.TOKEN" in str(error.value)
     assert "export MISSING_TOKEN=..." in str(error.value)
+
+
+def test_the_audit_folder_the_gateway_creates_is_owner_only(tmp_path: Path) -> None:
+    audit = {"enabled": True, "store": str(tmp_path / "trail" / "audit.db")}
+    config = parse_config({"upstreams": {"a": {"command": "true"}}, "audit": audit})
+    assert audit_store_location(config) == str(tmp_path / "trail" / "audit.db")
+    assert (tmp_path / "trail").stat().st_mode & 0o777 == 0o700

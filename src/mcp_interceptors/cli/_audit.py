@@ -19,7 +19,9 @@ def register(subcommands: Any) -> None:
     actions = audit.add_subparsers(dest="action", required=True, metavar="ACTION")
 
     def common(parser: argparse.ArgumentParser) -> None:
-        parser.add_argument("--store", help="SQLite path or postgresql:// URL (default: from --config)")
+        parser.add_argument(
+            "--store", help="SQLite path, postgresql:// URL, or for verify a .jsonl export (default: from --config)"
+        )
         parser.add_argument("--config", "-c", metavar="FILE", help="take the store and key file from gateway.yaml")
         parser.add_argument("--key-file", type=Path, help=f"signing key file (default {DEFAULT_KEY_PATH})")
 

@@ -82,6 +82,8 @@ def _config(args: argparse.Namespace) -> tuple[GatewayConfig, str]:
 
 def run_gateway(args: argparse.Namespace) -> int:
     logging.basicConfig(level=args.log_level.upper(), stream=sys.stderr, format="%(levelname)s %(name)s: %(message)s")
+    if args.json and not args.check:
+        raise CommandError("--json goes with --check (it prints the plan as JSON)", 2)
     try:
         config, file = _config(args)
         if args.guard and args.config:

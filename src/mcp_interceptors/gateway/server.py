@@ -488,7 +488,11 @@ class Gateway:
                 raise InterceptorNotFoundError(parsed.name)
             check_payload(parsed.payload, interceptor=parsed.name)
             context = self._host_context(ctx, parsed.context, parsed.event, parsed.phase, parsed.payload)
-            call = Call.for_params(parsed.model_copy(update={"context": context}), entry.descriptor.type)
+            configured = self.config.interceptors.config.get(parsed.name)
+            update: dict[str, Any] = {"context": context}
+            if configured is not None:  # the verdict the gateway enforces, not one the client configures
+                update["config"] = dict(configured)
+            call = Call.for_params(parsed.model_copy(update=update), entry.descriptor.type)
             result = await self.chain.sources[entry.source].invoke(call)
             return result_body(result, parsed.name)
         except InterceptorsError as exc:
@@ -510,7 +514,7 @@ class Gateway:
                 parsed.phase,
                 parsed.payload,
                 direction=parsed.direction or direction_for("client", parsed.event, parsed.phase),
-                config=parsed.config,
+                config={**(parsed.config or {}), **self.config.interceptors.config},
                 context=self._host_context(ctx, parsed.context, parsed.event, parsed.phase, parsed.payload),
                 timeout_ms=parsed.timeout_ms,
                 interceptors=parsed.interceptors,
@@ -557,7 +561,7 @@ def audit_store_location(config: GatewayConfig) -> str:
     path = Path(target)
     if config.base_dir is not None and not path.is_absolute():
         path = Path(config.base_dir) / path
-    path.parent.mkdir(parents=True, exist_ok=True)
+    path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)  # owner-only, as the store makes it
     return str(path)
 
 

@@ -259,3 +259,19 @@ def test_gateway_json_without_check_is_a_usage_error() -> None:
     done = cli("gateway", "--json", "--guard", "secrets", "--", "true")
     line = one_line_error(done, 2)
     assert line == "mcp-interceptors gateway: error: --json goes with --check (it prints the plan as JSON)"
+
+
+def test_gateway_check_reads_an_existing_audit_key(tmp_path: Path) -> None:
+    """A key path that cannot be a key fails `--check` naming the field, not at start with a traceback."""
+    (tmp_path / "keydir").mkdir()
+    config = tmp_path / "gateway.yaml"
+    config.write_text(
+        f"upstreams:\n  a:\n    command: {sys.executable}\n"
+        "audit:\n  enabled: true\n  store: audit.db\n  key_file: keydir\n"
+    )
+    line = one_line_error(cli("gateway", "--check", str(config)), 1)
+    assert line.startswith(f"mcp-interceptors gateway: error: {config}: audit.key_file: audit key file ")
+    assert line.endswith(
+        "cannot be read: Is a directory (fix: point audit.key_file at the gateway's key file, "
+        "or at a path where it can create one)"
+    )

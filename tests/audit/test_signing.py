@@ -113,3 +113,8 @@ def test_key_functions_take_a_str_path(tmp_path: Path) -> None:
     assert load_key(str(tmp_path / "audit-key")).key_id == key.key_id
     assert read_public_keys(str(tmp_path / "audit-key")) == key.trusted()
     assert rotate_key(str(tmp_path / "audit-key")).key_id != key.key_id
+
+
+def test_a_key_path_that_is_a_directory_is_a_key_file_error(tmp_path: Path) -> None:
+    with pytest.raises(KeyFileError, match=r"audit key file .* cannot be read: Is a directory"):
+        load_or_create_key(tmp_path)

@@ -151,6 +151,8 @@ def load_key(path: str | os.PathLike[str]) -> SigningKey:
         raw = path.read_bytes()
     except FileNotFoundError as exc:
         raise KeyFileError(f"audit key file {path} does not exist; run `audit keys` to create it") from exc
+    except OSError as exc:  # a directory, no permission: a precise error instead of a traceback
+        raise KeyFileError(f"audit key file {path} cannot be read: {exc.strerror or exc}") from exc
     if mode & (stat.S_IRWXG | stat.S_IRWXO):
         raise KeyFileError(f"audit key file {path} has mode {stat.S_IMODE(mode):04o}; run `chmod 600 {path}`")
     try:

@@ -22,7 +22,7 @@ from mcp_interceptors.gateway.config import (
 )
 from mcp_interceptors.gateway.routing import RoutingError
 from mcp_interceptors.gateway.serve import BindRefusedError, ListenError, check_listen, serve_http, serve_stdio
-from mcp_interceptors.gateway.server import Gateway
+from mcp_interceptors.gateway.server import Gateway, audit_key_location
 from mcp_interceptors.gateway.sources import chain_for, populate_chain
 from mcp_interceptors.gateway.upstream import UpstreamUnavailableError
 from mcp_interceptors.invoker import Chain
@@ -128,6 +128,7 @@ def _parse_http(value: str) -> tuple[str, int]:
 
 
 async def _check(config: GatewayConfig, file: str, as_json: bool) -> int:
+    _check_audit_key(config, file)
     async with anyio.create_task_group() as tg:
         chain = chain_for(config)
         await populate_chain(chain, config, tg, file=file)
@@ -139,6 +140,22 @@ async def _check(config: GatewayConfig, file: str, as_json: bool) -> int:
             print(warning, file=sys.stderr)
         tg.cancel_scope.cancel()
     return 0
+
+
+def _check_audit_key(config: GatewayConfig, file: str) -> None:
+    """An existing key file must be readable as a key (the gateway creates a missing one at start)."""
+    if not config.audit.enabled:
+        return
+    from mcp_interceptors.audit import DEFAULT_KEY_PATH, KeyFileError, load_key  # only with audit on
+
+    path = audit_key_location(config) or DEFAULT_KEY_PATH.expanduser()
+    if not path.exists():
+        return
+    try:
+        load_key(path)
+    except KeyFileError as exc:
+        fix = "point audit.key_file at the gateway's key file, or at a path where it can create one"
+        raise ConfigError(file, "audit.key_file", str(exc), fix) from None
 
 
 async def _serve(config: GatewayConfig, file: str, http: tuple[str, int] | None, insecure_no_auth: bool) -> None:

@@ -15,7 +15,7 @@ from typing import Any
 
 import orjson
 from jsonschema import Draft202012Validator
-from jsonschema.exceptions import ValidationError
+from jsonschema.exceptions import SchemaError, ValidationError
 from jsonschema.protocols import Validator
 from jsonschema.validators import validator_for
 from jsonschema_specifications import REGISTRY as METASCHEMAS
@@ -25,7 +25,7 @@ from referencing.jsonschema import DRAFT202012, SchemaResource, specification_wi
 
 from mcp_interceptors.guards._walk import Path, walk_strings
 
-__all__ = ["CompiledSchema", "Unresolvable", "compile_schema", "describe_error"]
+__all__ = ["CompiledSchema", "Unresolvable", "compile_config_schema", "compile_schema", "describe_error"]
 
 _REF_KEYWORDS = frozenset({"$ref", "$dynamicRef"})
 #: Keywords whose value is data, not a schema: a `$ref` key inside them is not a reference.
@@ -56,6 +56,23 @@ def compile_schema(schema: Mapping[str, Any]) -> CompiledSchema:
     cls: Any = validator_for(contents, default=Draft202012Validator)
     cls.check_schema(contents)
     return CompiledSchema(cls(contents, registry=_OFFLINE), _first_unresolvable(contents))
+
+
+def compile_config_schema(schema: Any, where: str) -> CompiledSchema:
+    """A schema from a guard's config, or ValueError naming `where`: not a schema, or a `$ref` that does not
+    resolve inside it (rejected at load, so `gateway --check` catches it; at call time it would only fail
+    every call)."""
+    try:
+        compiled = compile_schema(schema)
+    except SchemaError as exc:
+        raise ValueError(f"{where} is not a valid JSON Schema: {exc.message}") from None
+    if compiled.unresolvable is not None:
+        raise ValueError(
+            f"{where} has a $ref that does not resolve inside the schema: {compiled.unresolvable!r}; remote"
+            " references are never fetched, so put the referenced schema under $defs and point at it with"
+            " '#/$defs/...'"
+        )
+    return compiled
 
 
 def _first_unresolvable(schema: dict[str, Any]) -> str | None:

@@ -13,7 +13,7 @@ from typing import Any
 
 import celpy
 from celpy.adapter import json_to_cel
-from jsonschema.exceptions import SchemaError, best_match
+from jsonschema.exceptions import best_match
 
 from mcp_interceptors.guards._config import GuardSchema, SettingsCache
 from mcp_interceptors.guards._names import (
@@ -24,7 +24,7 @@ from mcp_interceptors.guards._names import (
     server_for,
     tool_name_of,
 )
-from mcp_interceptors.guards._schemas import CompiledSchema, compile_schema, describe_error
+from mcp_interceptors.guards._schemas import CompiledSchema, compile_config_schema, describe_error
 from mcp_interceptors.guards._walk import format_path
 from mcp_interceptors.host import InterceptorHost, Invocation
 from mcp_interceptors.protocol.results import ValidationMessage, ValidationResult
@@ -140,17 +140,7 @@ def _compile_rule(index: int, raw: Mapping[str, Any]) -> _ArgumentRule:
             raise ValueError(f"config.arguments[{index}].cel does not compile: {detail}") from None
     schema = None
     if "schema" in raw:
-        try:
-            schema = compile_schema(raw["schema"])
-        except SchemaError as exc:
-            raise ValueError(f"config.arguments[{index}].schema is not a valid JSON Schema: {exc.message}") from None
-        if schema.unresolvable is not None:
-            # Rejected here, so `gateway --check` catches it: at call time it could only fail every call.
-            raise ValueError(
-                f"config.arguments[{index}].schema has a $ref that does not resolve inside the schema:"
-                f" {schema.unresolvable!r}; remote references are never fetched, so put the referenced schema"
-                " under $defs and point at it with '#/$defs/...'"
-            )
+        schema = compile_config_schema(raw["schema"], f"config.arguments[{index}].schema")
     applies = _pattern({k: raw[k] for k in ("server", "tool") if k in raw} or {"tool": "*"})
     return _ArgumentRule(index, applies, program, raw.get("cel"), schema, raw.get("message"))
 

@@ -17,7 +17,13 @@ from jsonschema.exceptions import SchemaError, ValidationError, relevance
 
 from mcp_interceptors.guards._config import GuardSchema, SettingsCache
 from mcp_interceptors.guards._names import params_of, tool_name_of
-from mcp_interceptors.guards._schemas import CompiledSchema, Unresolvable, compile_schema, describe_error
+from mcp_interceptors.guards._schemas import (
+    CompiledSchema,
+    Unresolvable,
+    compile_config_schema,
+    compile_schema,
+    describe_error,
+)
 from mcp_interceptors.guards._state import SessionState, TtlMap
 from mcp_interceptors.guards._walk import format_path
 from mcp_interceptors.host import InterceptorHost, Invocation
@@ -100,24 +106,13 @@ class _Settings:
 def _compile(raw: Mapping[str, Any]) -> _Settings:
     fixed = {}
     for tool, schemas in raw["schemas"].items():
-        for key in ("input", "output"):
-            if key in schemas:
-                where = f"config.schemas.{tool}.{key}"
-                try:
-                    compiled = compile_schema(schemas[key])
-                except SchemaError as exc:
-                    raise ValueError(f"{where} is not a valid JSON Schema: {exc.message}") from None
-                if compiled.unresolvable is not None:
-                    raise ValueError(_unresolvable_config(where, compiled.unresolvable))
-        fixed[tool] = _ToolSchemas(_VALIDATORS.get(schemas.get("input")), _VALIDATORS.get(schemas.get("output")))
+        compiled = {
+            key: compile_config_schema(schemas[key], f"config.schemas.{tool}.{key}")
+            for key in ("input", "output")
+            if key in schemas
+        }
+        fixed[tool] = _ToolSchemas(compiled.get("input"), compiled.get("output"))
     return _Settings(raw["validate_arguments"], raw["validate_results"], raw["unknown_tools"] == "deny", fixed)
-
-
-def _unresolvable_config(where: str, ref: str) -> str:
-    return (
-        f"{where} has a $ref that does not resolve inside the schema: {ref!r}; remote references are never"
-        " fetched, so put the referenced schema under $defs and point at it with '#/$defs/...'"
-    )
 
 
 def _errors(schema: CompiledSchema, instance: Any, base: tuple[str, ...], tool: str) -> list[ValidationMessage]:

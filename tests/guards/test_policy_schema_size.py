@@ -91,6 +91,27 @@ async def test_policy_cel_sees_session_and_server() -> None:
     assert messages(denied) == [("$.params.arguments", "only notes, in a session")]
 
 
+def test_policy_cel_naming_an_undeclared_variable_is_refused_at_load() -> None:
+    # It would compile, then fail to evaluate (and deny) on every call.
+    message = r"config.arguments\[1\].cel names 'argz', 'user', which are not variables; use args, principal"
+    with pytest.raises(ValueError, match=message):
+        guards.load("tool-policy", {"arguments": [{"cel": "true"}, {"cel": 'argz.path == "x" || user == argz'}]})
+    with pytest.raises(ValueError, match=r"names 'y', which is not a variable"):
+        guards.load("tool-policy", {"arguments": [{"cel": "args.tags.all(x, x > y)"}]})
+
+
+async def test_policy_cel_macro_variables_builtins_and_type_names_are_declared() -> None:
+    rule = {
+        "cel": 'args.tags.all(t, t != "") && args.tags.exists(t, t == "ok") && type(args.n) == int'
+        " && args.tags.map(t, size(t)).filter(n, n > 1).size() >= 1 && has(args.n)"
+    }
+    host = guards.load("tool-policy", {"arguments": [rule]})
+    ok = await run_chain(host, "tools/call", "request", tool_call("echo", tags=["ok", "yes"], n=1))
+    assert ok.status == "success"
+    denied = await run_chain(host, "tools/call", "request", tool_call("echo", tags=["", "ok"], n=1))
+    assert denied.status == "validation_failed"
+
+
 def test_policy_rule_needs_cel_or_schema() -> None:
     with pytest.raises(ValueError, match=r"config.arguments\[0\]: give `cel` \(a condition\) or `schema`"):
         guards.load("tool-policy", {"arguments": [{"tool": "x"}]})

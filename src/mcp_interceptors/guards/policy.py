@@ -7,7 +7,7 @@ tool not denied. A CEL rule must evaluate to `true` for the call to pass; an eva
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -126,6 +126,53 @@ def _pattern(raw: str | Mapping[str, str]) -> _Pattern:
 
 
 _CEL = celpy.Environment()
+#: The variables a CEL rule can name (see `_activation`).
+_CEL_VARIABLES = frozenset({"args", "tool", "server", "principal", "session"})
+#: Names CEL itself declares: type names (`type(args.n) == int`) and the protobuf well-known types' package.
+_CEL_BUILTIN_NAMES = frozenset(
+    {"bool", "bytes", "double", "duration", "dyn", "int", "list", "map", "null_type", "string", "timestamp"}
+    | {"type", "uint", "google"}
+)
+#: Macros whose first argument declares a variable for the rest of the call (`args.tags.all(t, t != "")`).
+_CEL_MACROS = frozenset({"all", "exists", "exists_one", "map", "filter"})
+
+
+def _undeclared_names(tree: Any) -> list[str]:
+    """The variables a compiled CEL expression names that its activation will not have, in order.
+
+    Without this check such a rule compiles, then fails to evaluate on every call (denying it).
+    """
+    return list(dict.fromkeys(_free_names(tree, _CEL_VARIABLES | _CEL_BUILTIN_NAMES)))
+
+
+def _free_names(tree: Any, bound: frozenset[str]) -> Iterator[str]:
+    if not hasattr(tree, "data"):  # a token (celpy's trees are lark's: subtrees have `data`, tokens are str)
+        return
+    if tree.data == "primary" and tree.children and getattr(tree.children[0], "data", None) == "ident":
+        name = str(tree.children[0].children[0])
+        if name not in bound:
+            yield name
+        return
+    if tree.data == "member_dot_arg" and len(tree.children) == 3 and str(tree.children[1]) in _CEL_MACROS:
+        target, _, arguments = tree.children
+        yield from _free_names(target, bound)
+        expressions = arguments.children if hasattr(arguments, "data") else []
+        variable = _macro_variable(expressions[0]) if expressions else None
+        inner = bound | {variable} if variable is not None else bound
+        for expression in expressions[1:] if variable is not None else expressions:
+            yield from _free_names(expression, inner)
+        return
+    for child in tree.children:
+        yield from _free_names(child, bound)
+
+
+def _macro_variable(expression: Any) -> str | None:
+    """The name a macro's first argument declares, when it is a bare identifier."""
+    idents = [node for node in expression.iter_subtrees() if node.data == "ident"]
+    primaries = [node for node in expression.iter_subtrees() if node.data == "primary"]
+    if len(idents) == 1 and len(primaries) == 1:
+        return str(idents[0].children[0])
+    return None
 
 
 def _compile_rule(index: int, raw: Mapping[str, Any]) -> _ArgumentRule:
@@ -134,10 +181,18 @@ def _compile_rule(index: int, raw: Mapping[str, Any]) -> _ArgumentRule:
     program = None
     if "cel" in raw:
         try:
-            program = _CEL.program(_CEL.compile(raw["cel"]))
+            tree = _CEL.compile(raw["cel"])
+            program = _CEL.program(tree)
         except Exception as exc:  # celpy raises its own parse error types
             detail = " ".join(str(exc).split())
             raise ValueError(f"config.arguments[{index}].cel does not compile: {detail}") from None
+        unknown = _undeclared_names(tree)
+        if unknown:
+            raise ValueError(
+                f"config.arguments[{index}].cel names {', '.join(map(repr, unknown))}, which "
+                f"{'is not a variable' if len(unknown) == 1 else 'are not variables'}; "
+                f"use {', '.join(sorted(_CEL_VARIABLES))}"
+            )
     schema = None
     if "schema" in raw:
         schema = compile_config_schema(raw["schema"], f"config.arguments[{index}].schema")

@@ -76,6 +76,18 @@ async def test_sampling_near_misses(params: dict[str, Any]) -> None:
     assert outcome.status == "success", messages(outcome)
 
 
+@pytest.mark.parametrize("max_tokens", ["100000", 1e9, 100000.0, True])
+async def test_sampling_max_tokens_that_is_not_an_integer_is_over_the_cap(max_tokens: Any) -> None:
+    # mcp's client (pydantic, lax) reads "100000" and 1e9 as 100000 and 1000000000 tokens
+    denying = guards.load("sampling-guard", {"max_tokens": 64, "max_tokens_action": "deny"})
+    outcome = await run_chain(denying, "sampling/createMessage", "request", sampling(maxTokens=max_tokens))
+    assert messages(outcome) == [("$.params.maxTokens", "maxTokens is not an integer, so the cap of 64 cannot hold")]
+    clamping = guards.load("sampling-guard", {"max_tokens": 64})
+    outcome = await run_chain(clamping, "sampling/createMessage", "request", sampling(maxTokens=max_tokens))
+    assert outcome.status == "success"
+    assert outcome.final_payload["params"]["maxTokens"] == 64
+
+
 async def test_sampling_allows_all_servers_context_when_configured_and_reads_bare_params() -> None:
     host = guards.load("sampling-guard", {"include_context": ["none", "thisServer", "allServers"]})
     bare = sampling(includeContext="allServers")["params"]
@@ -105,6 +117,19 @@ async def test_elicitation_denies_sensitive_fields(properties: dict[str, Any], c
     assert messages(outcome) == [
         (f"$.params.requestedSchema.properties.{field}", f"field {field!r} asks for sensitive data ({category})")
     ]
+
+
+@pytest.mark.parametrize(
+    "properties",
+    [
+        {"PaSsWoRd": {"type": "string"}},
+        {"f1": {"type": "string", "description": "Your PaSsWoRd"}},
+        {"f1": {"type": "string", "title": "CaRdNuMbEr"}},
+    ],
+)
+async def test_elicitation_sensitive_fields_in_mixed_case_are_denied(properties: dict[str, Any]) -> None:
+    outcome = await run_chain(guards.load("elicitation-guard"), "elicitation/create", "request", form(**properties))
+    assert outcome.status == "validation_failed", messages(outcome)
 
 
 @pytest.mark.parametrize(
@@ -146,6 +171,8 @@ async def test_elicitation_allow_fields_categories_and_extra_patterns() -> None:
         ("https://example.com.evil.test/start", "URL-mode elicitation to host 'example.com.evil.test' is not allowed"),
         ("http://auth.example.com/start", "URL-mode elicitation must use https, got http scheme"),
         ("https://evil.test/", "URL-mode elicitation to host 'evil.test' is not allowed"),
+        # a browser reads `\\` as `/`: this URL opens evil.test, whatever urlsplit says
+        ("https://evil.test\\@auth.example.com/", "URL-mode elicitation to host 'evil.test' is not allowed"),
     ],
 )
 async def test_url_mode_elicitation_goes_only_to_allowlisted_hosts(url: str, message: str | None) -> None:

@@ -47,23 +47,20 @@ class Governor:
         context: InvocationContext,
         record: CallRecord | None = None,
     ) -> dict[str, Any] | None:
-        """Run the request chain on `{method, params}`; returns the governed params (`_meta` kept aside).
+        """Run the request chain on `{method, params}`; returns the governed params, which are what is sent.
 
+        `params._meta` is part of the payload (spec §1.2: the request minus JSON-RPC framing): it is forwarded,
+        so the chain sees it and may redact or block what it carries, like any other field.
         With a `record`, the approved leg waits there for its dispatch; a denial is recorded at once.
         """
-        body = dict(params) if params is not None else {}
-        meta = body.pop("_meta", None)
-        payload = {"method": event, "params": body}
+        payload = {"method": event, "params": dict(params) if params is not None else {}}
         if not self.is_governed(event, "request"):
             if record is not None and record.enabled:
                 record.approved_request(Leg(event, "request", None, payload))
             return dict(params) if params is not None else None
         governed = await self._run(event, "request", payload, context, record)
         out = governed.get("params") if isinstance(governed, Mapping) else None
-        result = dict(out) if isinstance(out, Mapping) else {}
-        if meta is not None:
-            result["_meta"] = meta
-        return result
+        return dict(out) if isinstance(out, Mapping) else {}
 
     async def govern_response(
         self, event: str, result: dict[str, Any], context: InvocationContext, record: CallRecord | None = None

@@ -148,6 +148,8 @@ class DownstreamSession:
             else:
                 result = await self._merged_listing(method, request_id, record)
         except MCPError as exc:
+            # A listing that fails (a guard blocked it, say) shows nothing: nothing listed before stays callable.
+            self.advertised.pop(method, None)
             await record.failed(method, exc.code, exc.message)
             await record.settle()
             raise
@@ -232,8 +234,7 @@ class DownstreamSession:
         route = await self._route(method, params)
         context = self.context(route.upstream, request_id)
         record = self.gateway.new_record(context)
-        if method == "tools/call":
-            await self._govern_input_responses(params, context, record)
+        await self._govern_input_responses(params, context, record)
         params = await governor.govern_request(method, params, context, record)
         route = await self._route(method, params, check=True)  # policy runs on the final payload
         conns = await self.connections()
@@ -430,14 +431,17 @@ class DownstreamSession:
     async def _govern_input_responses(
         self, params: dict[str, Any] | None, context: InvocationContext, record: CallRecord
     ) -> None:
-        """2026-07-28 retry: the client's answers run the response chain of the request they answer."""
+        """2026-07-28 retry (of any call that can ask for input): the client's answers run the response chain
+        of the request they answer. The retry does not say which request that was, so an answer shaped like
+        several (roots with an `action`, say) runs the chain of each, and no guard is skipped."""
         responses = (params or {}).get("inputResponses")
         if not isinstance(responses, dict):
             return
         for key, value in list(responses.items()):
-            method = input_response_method(value)
-            if method is not None and isinstance(value, dict):
-                responses[key] = await self.gateway.governor.govern_response(method, value, context, record.embedded())
+            for method in input_response_methods(value):
+                if isinstance(value, dict):
+                    value = await self.gateway.governor.govern_response(method, value, context, record.embedded())
+            responses[key] = value
 
     async def _broadcast(self, method: str, params: dict[str, Any] | None) -> dict[str, Any]:
         conns = await self.connections()
@@ -567,14 +571,16 @@ def shape_modern(method: str, result: dict[str, Any]) -> dict[str, Any]:
     return shaped
 
 
-def input_response_method(value: Any) -> str | None:
-    """Which client feature an `inputResponses` entry answers, from its shape."""
+def input_response_methods(value: Any) -> tuple[str, ...]:
+    """Which client features an `inputResponses` entry may answer, from its shape: every one it could be
+    read as (an upstream reads the fields it asked for and ignores the others)."""
     if not isinstance(value, Mapping):
-        return None
+        return ()
+    methods = []
     if "action" in value:
-        return "elicitation/create"
+        methods.append("elicitation/create")
     if "roots" in value:
-        return "roots/list"
+        methods.append("roots/list")
     if "role" in value or "model" in value:
-        return "sampling/createMessage"
-    return None
+        methods.append("sampling/createMessage")
+    return tuple(methods)

@@ -89,8 +89,12 @@ def check_sampling(s: _Sampling, payload: Any) -> ValidationResult | bool:
     params, base = params_of(payload), _base(payload)
     problems: list[tuple[str, str]] = []
     max_tokens = params.get("maxTokens")
-    if s.max_tokens is not None and isinstance(max_tokens, int) and max_tokens > s.max_tokens:
-        problems.append((f"maxTokens {max_tokens} exceeds the cap of {s.max_tokens}", f"{base}.maxTokens"))
+    if s.max_tokens is not None and _over_cap(max_tokens, s.max_tokens):
+        if _is_int(max_tokens):
+            problems.append((f"maxTokens {max_tokens} exceeds the cap of {s.max_tokens}", f"{base}.maxTokens"))
+        else:  # clients coerce "100000" and 1e9 to integers: what the cap cannot read is not within it
+            message = f"maxTokens is not an integer, so the cap of {s.max_tokens} cannot hold"
+            problems.append((message, f"{base}.maxTokens"))
     context = params.get("includeContext")
     if isinstance(context, str) and context not in s.include_context:
         problems.append((f"includeContext {context!r} is not allowed", f"{base}.includeContext"))
@@ -109,11 +113,21 @@ def check_sampling(s: _Sampling, payload: Any) -> ValidationResult | bool:
     return _deny(problems) if problems else True
 
 
+def _is_int(value: Any) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
+def _over_cap(max_tokens: Any, cap: int) -> bool:
+    """Whether a request's `maxTokens` is more than `cap`; one that is not a JSON integer counts as more
+    (a string or a float is read as a number by clients, so it must not slip past the cap)."""
+    return max_tokens is not None and (not _is_int(max_tokens) or max_tokens > cap)
+
+
 def clamp_sampling(s: _Sampling, payload: Any) -> Any:
-    """The payload with `maxTokens` lowered to the cap, or None when it is within it."""
+    """The payload with `maxTokens` lowered to the cap (or set to it, when not an integer), or None when
+    it is within it."""
     params = params_of(payload)
-    max_tokens = params.get("maxTokens")
-    if s.max_tokens is None or not isinstance(max_tokens, int) or max_tokens <= s.max_tokens:
+    if s.max_tokens is None or not _over_cap(params.get("maxTokens"), s.max_tokens):
         return None
     clamped = {**params, "maxTokens": s.max_tokens}
     return clamped if params is payload else {**payload, "params": clamped}
@@ -164,12 +178,14 @@ ELICITATION_SCHEMA = GuardSchema(
     }
 )
 _CAMEL = re.compile(r"(?<=[a-z0-9])(?=[A-Z])")
+_OPTIONAL_SPACE = re.compile(r" (?!\?)")
 _NON_WORD = re.compile(r"[^a-z0-9]+")
 
 
-def field_words(*texts: Any) -> str:
-    """`cardNumber`, `card_number` and "Card number:" all become `card number`."""
-    parts = [_CAMEL.sub(" ", t) for t in texts if isinstance(t, str)]
+def field_words(*texts: Any, split_camel: bool = True) -> str:
+    """`cardNumber`, `card_number` and "Card number:" all become `card number` (`cardnumber` without
+    `split_camel`)."""
+    parts = [_CAMEL.sub(" ", t) if split_camel else t for t in texts if isinstance(t, str)]
     return _NON_WORD.sub(" ", " ".join(parts).lower()).strip()
 
 
@@ -182,7 +198,8 @@ class _Elicitation:
 
 
 def _compile_elicitation(raw: Mapping[str, Any]) -> _Elicitation:
-    patterns = [(c, re.compile(FIELD_CATEGORIES[c])) for c in raw["deny_categories"]]
+    # Word breaks are optional, for the reading without camelCase splits (`CaRdNuMbEr` reads `cardnumber`).
+    patterns = [(c, re.compile(_OPTIONAL_SPACE.sub(" ?", FIELD_CATEGORIES[c]))) for c in raw["deny_categories"]]
     for index, source in enumerate(raw["extra_field_patterns"]):
         try:
             patterns.append(("configured", re.compile(source, re.IGNORECASE)))
@@ -204,8 +221,10 @@ def check_elicitation(s: _Elicitation, payload: Any) -> ValidationResult | bool:
         if field in s.allow_fields:
             continue
         spec = spec if isinstance(spec, Mapping) else {}
-        words = field_words(field, spec.get("title"), spec.get("description"))
-        category = next((c for c, p in s.patterns if p.search(words)), None)
+        texts = (field, spec.get("title"), spec.get("description"))
+        # Read with camelCase split and without, so `PaSsWoRd` and `PassWord` are both a password.
+        readings = (field_words(*texts), field_words(*texts, split_camel=False))
+        category = next((c for c, p in s.patterns if any(p.search(words) for words in readings)), None)
         if category is None and spec.get("format") == "password":
             category = "password"
         if category is not None:
@@ -218,7 +237,9 @@ def _check_url(s: _Elicitation, url: Any, base: str) -> ValidationResult | bool:
     path = f"{base}.url"
     if not isinstance(url, str):
         return _deny([("URL-mode elicitation without a url", path)])
-    parts = urllib.parse.urlsplit(url)
+    # A browser reads `\` as `/` in http(s) URLs, so `https://evil.example\@allowed.example/` goes to
+    # evil.example while urlsplit sees allowed.example: read the URL as the browser will.
+    parts = urllib.parse.urlsplit(url.replace("\\", "/"))
     if s.require_https and parts.scheme != "https":
         return _deny([(f"URL-mode elicitation must use https, got {parts.scheme or 'no'} scheme", path)])
     host = (parts.hostname or "").lower()

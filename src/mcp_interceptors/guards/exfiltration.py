@@ -215,7 +215,7 @@ class ExfiltrationGuard:
         server = server_for(inv, None, settings.servers)
         flows: _Flows | None = None
         for scanner in settings.scanners:
-            for hit in find_in_payload(inv.payload, scanner):
+            for hit in find_in_payload(inv.payload, scanner, include_keys=True):
                 flows = flows or self.sessions.get(inv.session_id)
                 flows.remember(hit.value, hit.kind, server, settings)
 
@@ -229,7 +229,7 @@ class ExfiltrationGuard:
         minimum, decode = settings.min_length, "url" in settings.encodings
         texts = [
             reading
-            for text in string_values(inv.payload)
+            for text in string_values(inv.payload, include_keys=True)  # a mapping key is sent too
             if len(text) >= minimum
             for reading in _readings(text, decode)
         ]
@@ -239,7 +239,11 @@ class ExfiltrationGuard:
             if not is_allowed_flow(origin, target, settings.block_unknown)
         ]
         messages = []
-        strings = [(path, text) for path, text in walk_strings(inv.payload) if len(text) >= minimum] if found else []
+        strings = (
+            [(path, text) for path, text in walk_strings(inv.payload, include_keys=True) if len(text) >= minimum]
+            if found
+            else []
+        )
         for path, text in strings:
             # A form found in the joined text is attributed to the string holding it (one message per string).
             origin = _origin_in(found, _readings(text, decode))

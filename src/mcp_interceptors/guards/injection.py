@@ -15,6 +15,7 @@ import binascii
 import importlib
 import inspect
 import re
+import unicodedata
 import urllib.parse
 from collections.abc import Awaitable, Mapping, Sequence
 from dataclasses import dataclass
@@ -183,6 +184,8 @@ class HeuristicDetector:
         enabled = self.enabled
         if self._phrases.any.search(joined) is not None:
             return False
+        if not joined.isascii() and self._phrases.any.search(fold(joined)) is not None:
+            return False
         if "unicode" in enabled and not joined.isascii():
             return False
         if "exfil_link" in enabled and ("](" in joined or "<img" in joined or "<IMG" in joined):
@@ -201,7 +204,10 @@ class HeuristicDetector:
         return signals
 
     def phrases(self, text: str) -> list[Signal]:
+        """The phrase signals of the text as sent and, when it differs, of its `fold` (as a model reads it)."""
         signals = self._phrases.search(text)
+        if not text.isascii() and (folded := fold(text)) != text:
+            signals += self._phrases.search(folded)
         if len(signals) > 1:  # two patterns of one check count once, at the higher score
             best: dict[str, Signal] = {}
             for signal in signals:
@@ -238,6 +244,16 @@ class HeuristicDetector:
 
     def _is_allowed(self, url: str) -> bool:
         return self.allowed_hosts.matches(_host(url))
+
+
+#: Format characters (zero-width, soft hyphen, joiners, bidi controls, tags) a reader never sees: they split
+#: a phrase for a regex without changing what a model reads.
+_FORMAT = re.compile("[\u00ad\u180e\u200b-\u200f\u202a-\u202e\u2060-\u2064\u2066-\u2069\ufeff\U000e0000-\U000e007f]")
+
+
+def fold(text: str) -> str:
+    """The text as a model reads it: NFKC (fullwidth letters are ASCII letters), format characters removed."""
+    return _FORMAT.sub("", unicodedata.normalize("NFKC", text))
 
 
 def _host(url: str) -> str:

@@ -107,16 +107,13 @@ def string_values(payload: Any, *, include_keys: bool = False) -> list[str]:
     """
     if isinstance(payload, str):
         return [payload]
-    if not isinstance(payload, dict | list):
-        return []
+    if include_keys or not isinstance(payload, dict | list):
+        return [value for _, value in walk_strings(payload, include_keys=include_keys)]
     out: list[str] = []
     try:
-        if include_keys:
-            _collect_with_keys(payload, out.append, 0)
-        else:
-            _collect(payload.values() if isinstance(payload, dict) else payload, out.append, 0)
+        _collect(payload.values() if isinstance(payload, dict) else payload, out.append, 0)
     except _TooDeep:
-        return [value for _, value in walk_strings(payload, include_keys=include_keys)]
+        return [value for _, value in walk_strings(payload)]
     return out
 
 
@@ -142,20 +139,6 @@ def _collect(values: Iterable[Any], append: Callable[[str], None], depth: int) -
             _collect(value.values(), append, depth + 1)
         elif isinstance(value, list):
             _collect(value, append, depth + 1)
-
-
-def _collect_with_keys(node: dict[Any, Any] | list[Any], append: Callable[[str], None], depth: int) -> None:
-    # `_collect` plus each mapping key just before its value, in `walk_strings(include_keys=True)` order.
-    if depth > _MAX_RECURSION:
-        raise _TooDeep
-    is_dict = isinstance(node, dict)
-    for key, value in _entries(node):
-        if is_dict and isinstance(key, str):
-            append(key)
-        if isinstance(value, str):
-            append(value)
-        elif isinstance(value, dict | list):
-            _collect_with_keys(value, append, depth + 1)
 
 
 def iter_strings(payload: Any, *, include_keys: bool = False) -> Iterator[tuple[str, str]]:

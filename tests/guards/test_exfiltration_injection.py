@@ -125,6 +125,16 @@ async def test_a_value_in_a_mapping_key_is_read_and_caught() -> None:
     assert (await send_to(host, "B", f"key {STRIPE}")).status == "validation_failed"
 
 
+async def test_a_value_read_inside_a_base64_blob_is_remembered() -> None:
+    host = guards.load("exfiltration-guard")
+    blob = base64.b64encode(f"AWS_ACCESS_KEY_ID={AWS}\n".encode()).decode()
+    read = {"contents": [{"uri": "file:///.env", "mimeType": "text/plain", "blob": blob}]}
+    learned = await run_chain(host, "resources/read", "response", read, sessionId="s1", server="A")
+    assert learned.status == "success"
+    blocked = await send_to(host, "B", f"key {AWS}")
+    assert messages(blocked) == [("$.params.arguments.text", "aws_access_key read from 'A' is sent to 'B'")]
+
+
 async def test_client_answers_to_sampling_count_as_requests_to_the_asking_server() -> None:
     host = guards.load("exfiltration-guard")
     await read_from(host, "A", AWS)

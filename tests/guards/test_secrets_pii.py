@@ -4,6 +4,7 @@ in test_secret_scanner.py / test_pii_scanner.py; here it is the guard around the
 
 from __future__ import annotations
 
+import base64
 import copy
 from typing import Any
 
@@ -84,6 +85,39 @@ async def test_secrets_deny_scans_keys_when_asked() -> None:
     host = guards.load("secrets", {"action": "deny", "scan_keys": True})
     outcome = await run_chain(host, "tools/call", "request", tool_call("x", **{AWS: "value"}))
     assert messages(outcome) == [(f"$.params.arguments.{AWS}~", "credential found: aws_access_key")]
+
+
+def blob_read(text: str | bytes) -> dict[str, Any]:
+    """A resources/read result whose one content is `text` as a base64 blob."""
+    data = text.encode() if isinstance(text, str) else text
+    blob = base64.b64encode(data).decode()
+    return {"contents": [{"uri": "file:///app/.env", "mimeType": "text/plain", "blob": blob}]}
+
+
+async def test_secrets_and_pii_read_base64_text_blobs_and_redact_inside_them() -> None:
+    payload = blob_read(f"AWS_ACCESS_KEY_ID={AWS}\nowner=jane.doe@example.com\n")
+    redacted = await run_chain(guards.load("secrets"), "resources/read", "response", payload)
+    assert redacted.status == "success"
+    blob = base64.b64decode(redacted.final_payload["contents"][0]["blob"]).decode()
+    assert blob == "AWS_ACCESS_KEY_ID=[REDACTED:aws_access_key]\nowner=jane.doe@example.com\n"
+    redacted = await run_chain(guards.load("pii"), "resources/read", "response", redacted.final_payload)
+    blob = base64.b64decode(redacted.final_payload["contents"][0]["blob"]).decode()
+    assert blob == "AWS_ACCESS_KEY_ID=[REDACTED:aws_access_key]\nowner=[REDACTED:email]\n"
+    denied = await run_chain(guards.load("secrets", {"action": "deny"}), "resources/read", "response", payload)
+    assert messages(denied) == [("$.contents[0].blob", "credential found: aws_access_key")]
+
+
+@pytest.mark.parametrize(
+    "blob",
+    [
+        b"\x89PNG\r\n\x1a\n" + AWS.encode() + bytes(range(256)),  # binary data is not text: not read decoded
+        "AKIA only",  # base64 too short to hold anything
+    ],
+)
+async def test_secrets_leave_binary_blobs_and_short_base64_alone(blob: str | bytes) -> None:
+    payload = blob_read(blob)
+    outcome = await run_chain(guards.load("secrets"), "resources/read", "response", payload)
+    assert outcome.status == "success" and outcome.final_payload == payload
 
 
 async def test_secrets_allowlist_kinds_placeholder_and_extra_patterns() -> None:

@@ -2,11 +2,16 @@
 or a redacted copy that shares every untouched subtree with the input.
 
 Shared by `secrets`, `pii` and `exfiltration-guard`. Strings shorter than anything the scanner can find
-are skipped, which spares the regexes most keys, method names and short labels.
+are skipped, which spares the regexes most keys, method names and short labels. A string that is wholly
+base64 of UTF-8 text (a resource's `blob`, an encoded file in a result) is also read decoded: its findings
+carry the string's path, and redaction re-encodes the redacted text.
 """
 
 from __future__ import annotations
 
+import base64
+import binascii
+import re
 from bisect import bisect_right
 from collections import Counter
 from collections.abc import Collection, Iterator, Sequence
@@ -34,6 +39,9 @@ CONTENT_EVENTS = ["tools/call", "prompts/get", "resources/read", "sampling/creat
 #: Spec §6 "inverse pair": redact early on requests, late on responses.
 REDACTION_PRIORITY = {"request": -50_000, "response": 50_000}
 _MAX_MESSAGES = 20
+#: Wholly base64 (padded, as MCP's `blob` and every encoder writes it), long enough to hold a finding.
+_BASE64_TEXT = re.compile(r"[A-Za-z0-9+/]+={0,2}")
+_MIN_BASE64_LENGTH = 16
 
 
 class Scanner(Protocol):
@@ -120,14 +128,36 @@ class Hit:
     value: str
 
 
+def decoded_base64(text: str) -> str | None:
+    """`text` decoded, when it is wholly base64 of UTF-8 text; else None (binary data, or not base64)."""
+    if len(text) < _MIN_BASE64_LENGTH or len(text) % 4 or not _BASE64_TEXT.fullmatch(text):
+        return None
+    try:
+        return base64.b64decode(text, validate=True).decode("utf-8")
+    except (binascii.Error, UnicodeDecodeError):
+        return None
+
+
+def _findings_of(scanner: TextScanner, texts: list[str]) -> dict[int, tuple[str, list[Finding], bool]]:
+    """`{i: (text read, findings, decoded?)}` for the strings with findings, read as they are or, failing
+    that, base64-decoded."""
+    found = {index: (texts[index], findings, False) for index, findings in scanner.findings_by_index(texts).items()}
+    for index, text in enumerate(texts):
+        decoded = decoded_base64(text) if index not in found else None
+        if decoded is not None and (findings := scanner.findings(decoded)):
+            found[index] = (decoded, findings, True)
+    return found
+
+
 def find_in_payload(payload: Any, scanner: TextScanner, *, include_keys: bool = False) -> Iterator[Hit]:
-    texts = string_values(payload, include_keys=include_keys)
-    found = scanner.findings_by_index(texts)
+    found = _findings_of(scanner, string_values(payload, include_keys=include_keys))
     if not found:
         return
-    for index, (path, text) in enumerate(walk_strings(payload, include_keys=include_keys)):
-        for finding in found.get(index, ()):
-            yield Hit(path, finding.kind, text[finding.start : finding.end])
+    for index, (path, _) in enumerate(walk_strings(payload, include_keys=include_keys)):
+        if index in found:
+            text, findings, _ = found[index]
+            for finding in findings:
+                yield Hit(path, finding.kind, text[finding.start : finding.end])
 
 
 def redact_payload(payload: Any, scanner: TextScanner, placeholder: str) -> tuple[Any, Counter[str], list[str]]:
@@ -137,16 +167,16 @@ def redact_payload(payload: Any, scanner: TextScanner, placeholder: str) -> tupl
     walk, which only a payload that needs redacting pays for.
     """
     counts: Counter[str] = Counter()
-    texts = string_values(payload)
-    found = scanner.findings_by_index(texts)
+    found = _findings_of(scanner, string_values(payload))
     if not found:
         return payload, counts, []
     replacements: dict[Path, str] = {}
-    for index, (path, text) in enumerate(walk_strings(payload)):
-        findings = found.get(index)
-        if findings:
+    for index, (path, _) in enumerate(walk_strings(payload)):
+        if index in found:
+            text, findings, decoded = found[index]
             counts.update(f.kind for f in findings)
-            replacements[path] = redact(text, findings, lambda f: placeholder.replace("{kind}", f.kind))
+            redacted = redact(text, findings, lambda f: placeholder.replace("{kind}", f.kind))
+            replacements[path] = base64.b64encode(redacted.encode()).decode("ascii") if decoded else redacted
     new, _ = replace_strings(payload, lambda path, _text: replacements.get(path))
     return new, counts, [format_path(path) for path in replacements]
 

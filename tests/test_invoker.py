@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import logging
 import sys
+import tracemalloc
 from pathlib import Path
 from typing import Any
 
@@ -225,6 +226,24 @@ async def test_r21_restricting_a_chain_to_a_name_it_does_not_have_fails_closed()
     assert (pattern.value.code, pattern.value.data) == (-32602, {"field": "event", "event": "*"})
     known_but_not_hooked = await chain.execute("tools/call", "response", {}, interceptors=["no-shell"])
     assert known_but_not_hooked.allowed and known_but_not_hooked.plan.steps == ()
+
+
+async def test_r36_a_chain_does_not_keep_a_plan_for_every_event_it_is_asked_about() -> None:
+    """Plans are cached per event; events may come from untrusted traffic, so the cache stays bounded."""
+    chain = Chain(role="client")
+    chain.add_local(guard_host())
+    tracemalloc.start()
+    try:
+        before = tracemalloc.get_traced_memory()[0]
+        for index in range(40):
+            await chain.execute(f"acme/{index}" + "x" * 1_000_000, "request", {})
+        kept = tracemalloc.get_traced_memory()[0] - before
+    finally:
+        tracemalloc.stop()
+    assert kept < 5_000_000, f"{kept} bytes kept after 40 one-megabyte event names"
+    for index in range(3000):
+        chain.plan(f"acme/{index}", "request")
+    assert len(chain._plans) <= 1024
 
 
 # --------------------------------------------------------------------------- R61-R66: policy, routing, discovery

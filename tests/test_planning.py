@@ -472,6 +472,22 @@ def test_r58_malformed_mutation_result_is_a_failure_and_never_applied(outcome: O
     assert closed.status == "mutation_failed"
 
 
+@pytest.mark.parametrize("claimed", [{"n": True, "x": [0]}, {"n": 1, "x": [False]}])
+def test_r58_unmodified_claim_is_checked_as_json_not_python_equality(claimed: Any) -> None:
+    """Python says `True == 1` and `False == 0`; JSON does not: such a payload changed (and is never applied)."""
+    plan = one_plan(descriptor("m", "mutation", failOpen=True))
+    payload = {"n": 1, "x": [0]}
+    outcome = Outcome(result=MutationResult(modified=False, payload=claimed))
+    result, _ = simulate(plan, {"m": outcome}, payload)
+    assert result.final_payload == payload and type(result.final_payload["n"]) is int
+    assert [(f.interceptor, f.reason) for f in result.failures] == [
+        ("m", "modified is false but the payload differs from the input")
+    ]
+    unchanged = Outcome(result=MutationResult(modified=False, payload={"n": 1.0, "x": [0]}))
+    same, _ = simulate(plan, {"m": unchanged}, payload)
+    assert same.failures == []  # 1 and 1.0 are one JSON number
+
+
 def test_r58_validator_returning_a_mutation_result_is_a_failure() -> None:
     plan = one_plan(descriptor("v"))
     result, _ = simulate(plan, {"v": mutated({"evil": True})})

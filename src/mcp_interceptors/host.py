@@ -45,8 +45,15 @@ from mcp_interceptors.protocol.errors import (
     InvalidParamsError,
     TimeoutCodeStyle,
 )
-from mcp_interceptors.protocol.events import EXTENSION_ID, PHASES, Phase, is_pattern
-from mcp_interceptors.protocol.invoke import INVOKE_METHOD, LIST_METHOD, InvocationContext, InvokeParams, RawParams
+from mcp_interceptors.protocol.events import EXTENSION_ID, MAX_CACHED_EVENT_LENGTH, PHASES, Phase, is_pattern
+from mcp_interceptors.protocol.invoke import (
+    INVOKE_METHOD,
+    LIST_METHOD,
+    InvocationContext,
+    InvokeParams,
+    RawParams,
+    check_payload,
+)
 from mcp_interceptors.protocol.results import (
     KNOWN_SEVERITIES,
     InterceptorResult,
@@ -55,12 +62,15 @@ from mcp_interceptors.protocol.results import (
     ValidationMessage,
     ValidationResult,
     result_json_problem,
+    same_json,
 )
 from mcp_interceptors.signatures import SigningKeyLike, public_key_text, sign_result, signing_key_from
 
 logger = logging.getLogger(__name__)
 
 PhaseSpec = Literal["request", "response", "both"]
+#: Entries of `InterceptorHost`'s hook-coverage cache; a client choosing new event names only refills it.
+_COVERED_CACHE_SIZE = 4096
 Handler = Callable[["Invocation"], Any]
 F = TypeVar("F", bound=Handler)
 
@@ -230,7 +240,11 @@ class InterceptorHost(Extension):
         covered = self._covered.get(key)
         if covered is None:
             _check_concrete_event(call.name, call.event)  # once per key: a rejected one is never cached
-            covered = self._covered[key] = registered.descriptor.covers(call.event, call.phase)
+            covered = registered.descriptor.covers(call.event, call.phase)
+            if len(call.event) <= MAX_CACHED_EVENT_LENGTH:  # event names are the caller's: keep the cache small
+                if len(self._covered) >= _COVERED_CACHE_SIZE:
+                    self._covered.clear()
+                self._covered[key] = covered
         if not covered:
             advertised = [entry.to_wire() for entry in registered.descriptor.hooks]
             raise HookMismatchError(call.name, call.event, call.phase, advertised)  # R22
@@ -325,6 +339,7 @@ class InterceptorHost(Extension):
     async def _serve_invoke(self, ctx: ServerRequestContext[Any, Any], params: RawParams) -> dict[str, Any]:
         try:
             parsed = parse_invoke_params(ctx.params)
+            check_payload(parsed.payload, interceptor=parsed.name)  # deeper ones cannot be copied or answered
             result = await self.invoke_params(parsed)
         except InterceptorsError as exc:
             raise MCPError(exc.code, exc.message, exc.data) from None
@@ -421,6 +436,8 @@ def _normalise(
         if not isinstance(value, _RESULT_TYPES):  # None (unchanged) or the new payload
             modified = value is not None and value != original_payload
             if type(modified) is bool:  # else an exotic payload's comparison: let the model judge it
+                # Python's == says `True == 1`: an equal-looking payload is checked as JSON (R20)
+                modified = modified or (value is not None and not same_json(value, original_payload))
                 payload = original_payload if value is None else value
                 return MutationResult.trusted(
                     {
@@ -484,12 +501,12 @@ def _check_severities(name: str, result: ValidationResult) -> None:
 def _as_mutation(name: str, value: Any, original_payload: Any, phase: Phase, duration_ms: float) -> MutationResult:
     stamp = {"interceptor": name, "phase": phase, "duration_ms": duration_ms}
     if isinstance(value, MutationResult):
-        if not value.modified and value.payload != original_payload:
+        if not value.modified and not same_json(value.payload, original_payload):
             raise InterceptorExecutionError(name, "mutator returned modified=false with a changed payload")
         return value.model_copy(update=stamp)
     if isinstance(value, ValidationResult | SinkResult):
         raise InterceptorExecutionError(name, f"mutator returned a {value.type} result, expected a mutation result")
-    return MutationResult(modified=value != original_payload, payload=value, **stamp)
+    return MutationResult(modified=not same_json(value, original_payload), payload=value, **stamp)
 
 
 def build_descriptor(

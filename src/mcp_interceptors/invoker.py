@@ -44,7 +44,7 @@ from mcp_interceptors.protocol.errors import (
     InterceptorTimeoutError,
     MalformedResultError,
 )
-from mcp_interceptors.protocol.events import Direction, Phase, Role
+from mcp_interceptors.protocol.events import MAX_CACHED_EVENT_LENGTH, Direction, Phase, Role
 from mcp_interceptors.protocol.invoke import InvocationContext, InvokeRequest, ListRequest, RawParams
 from mcp_interceptors.protocol.results import InterceptorResult, parse_result
 from mcp_interceptors.signatures import VerifyKeyLike, check_result_signature, verify_key_from
@@ -62,6 +62,8 @@ DEFAULT_INVOKE_TIMEOUT_MS = 30_000.0
 DEFAULT_DISCOVERY_TIMEOUT_MS = 10_000.0
 #: With `timeoutMs` sent, how much longer the invoker waits locally for the host's own timeout error.
 _HOST_TIMEOUT_GRACE_MS = 1_000.0
+#: Plans a `Chain` keeps; past this the cache starts over (a plan is cheap to derive again).
+_PLAN_CACHE_SIZE = 1024
 
 
 # --------------------------------------------------------------------------- single calls
@@ -465,7 +467,10 @@ class Chain:
                 enforce_compat=self.enforce_compat,
                 sinks_enabled=self.sinks_enabled,
             )
-            self._plans[key] = plan
+            if len(event) <= MAX_CACHED_EVENT_LENGTH:  # events may come from untrusted traffic: stay bounded
+                if len(self._plans) >= _PLAN_CACHE_SIZE:
+                    self._plans.clear()
+                self._plans[key] = plan
         return plan
 
     async def execute(

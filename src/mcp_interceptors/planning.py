@@ -29,6 +29,7 @@ from mcp_interceptors.protocol.results import (
     SinkResult,
     ValidationResult,
     message_severities,
+    same_json,
 )
 
 SeverityRule = Literal["g5", "py"]
@@ -490,7 +491,7 @@ class ChainRun:
         if not isinstance(result, MutationResult):
             return f"expected a mutation result, got type {result.type!r}"
         seen = self._pass_input if observe else self._current
-        if not result.modified and result.payload != seen:
+        if not result.modified and not same_json(result.payload, seen):
             return "modified is false but the payload differs from the input"
         return None
 

@@ -228,6 +228,33 @@ async def test_r21_restricting_a_chain_to_a_name_it_does_not_have_fails_closed()
     assert known_but_not_hooked.allowed and known_but_not_hooked.plan.steps == ()
 
 
+async def test_r42_r43_in_process_validators_that_await_run_concurrently() -> None:
+    """Validators that await (a moderation API, a database) ran one after another in-process: two 200 ms
+    checks under a 300 ms chain deadline blocked as a timeout. Here the first waits for the second."""
+    host = InterceptorHost("io")
+    released = anyio.Event()
+
+    @host.validator("a-waits", events=["tools/call"])
+    async def waits(inv: Invocation) -> bool:
+        await released.wait()
+        return True
+
+    @host.validator("b-releases", events=["tools/call"])
+    async def releases(inv: Invocation) -> bool:
+        released.set()
+        return True
+
+    chain = Chain(role="client")
+    chain.add_local(host)
+    with anyio.fail_after(5):
+        result = await chain.execute("tools/call", "request", SHELL, timeout_ms=2000)
+    assert (result.status, [r.interceptor for r in result.results]) == ("success", ["a-waits", "b-releases"])
+    assert host.concurrent
+    cpu_only = InterceptorHost("cpu")
+    cpu_only.validator("scan", events=["tools/call"])(releases)
+    assert not cpu_only.concurrent  # never suspends: nothing to gain from a task group
+
+
 async def test_r36_a_chain_does_not_keep_a_plan_for_every_event_it_is_asked_about() -> None:
     """Plans are cached per event; events may come from untrusted traffic, so the cache stays bounded."""
     chain = Chain(role="client")

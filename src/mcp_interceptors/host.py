@@ -8,6 +8,8 @@ both go through it, so local and remote semantics are identical.
 from __future__ import annotations
 
 import copy
+import dis
+import functools
 import inspect
 import logging
 import time
@@ -154,6 +156,7 @@ class InterceptorHost(Extension):
         self._wire_list: list[dict[str, Any]] | None = None
         self._covered: dict[tuple[str, str, str], bool] = {}
         self._has_sync = False
+        self._may_suspend = False
 
     # ------------------------------------------------------------------ authoring
 
@@ -172,6 +175,7 @@ class InterceptorHost(Extension):
         )
         self._registry[descriptor.name] = registered
         self._has_sync = self._has_sync or not registered.is_async
+        self._may_suspend = self._may_suspend or (registered.is_async and _may_suspend(handler))
         self._wire_list = None
 
     def validator(self, name: str, **options: Any) -> Callable[[F], F]:
@@ -200,8 +204,12 @@ class InterceptorHost(Extension):
 
     @property
     def concurrent(self) -> bool:
-        """Whether parallel invocation helps: only when some handler runs in a worker thread."""
-        return self._has_sync
+        """Whether parallel invocation helps: when some handler runs in a worker thread or can await.
+
+        Only handlers that never suspend (async code without `await`, `async for` or `async with`, such
+        as the CPU-bound built-in scans) gain nothing from it; the executor then runs them in turn.
+        """
+        return self._has_sync or self._may_suspend
 
     @property
     def public_key(self) -> str | None:
@@ -558,6 +566,23 @@ def fast_copy(payload: Any) -> Any:
         return orjson.loads(orjson.dumps(payload))
     except (TypeError, orjson.JSONEncodeError):
         return copy.deepcopy(payload)
+
+
+#: Opcodes through which a coroutine can give the event loop control (`await`, `async for`, `async with`).
+_SUSPENDING_OPS = frozenset({"GET_AWAITABLE", "GET_AITER", "GET_ANEXT", "BEFORE_ASYNC_WITH", "SEND", "YIELD_VALUE"})
+
+
+def _may_suspend(handler: Handler) -> bool:
+    """Whether an async handler's own code can suspend; True when its code cannot be found."""
+    function: Any = inspect.unwrap(handler)
+    while isinstance(function, functools.partial):
+        function = function.func
+    code = getattr(function, "__code__", None)
+    if code is None:  # an async callable object: its class's `__call__`
+        code = getattr(type(function).__call__, "__code__", None)
+    if code is None:
+        return True
+    return any(instruction.opname in _SUSPENDING_OPS for instruction in dis.get_instructions(code))
 
 
 def _is_async(handler: Handler) -> bool:

@@ -368,6 +368,20 @@ async def test_r66_discovery_failure_without_pins_raises(era: str) -> None:
                 await chain.add_server(client, name="up")
 
 
+@pytest.mark.parametrize("listing", [None, {"deny": {"type": "validation"}}, "deny"])
+async def test_r66_a_listing_without_an_interceptors_array_is_a_failed_discovery(era: str, listing: Any) -> None:
+    """It used to count as a host with no interceptors: the chain then let every operation through."""
+    pinned = RequiredInterceptor("deny", "validation", (HookEntry(events=("tools/call",), phase="request"),))
+    with anyio.fail_after(5):
+        async with connect(RawHost(listing).server(), era) as client:
+            with pytest.raises(DiscoveryError, match="no `interceptors` array"):
+                await Chain(role="client").add_server(client, name="up")
+            chain = Chain(role="client")
+            await chain.add_server(client, name="up", required=[pinned])
+            result = await chain.execute("tools/call", "request", CALL)
+    assert (result.status, [f.interceptor for f in result.failures]) == ("validation_failed", ["deny"])
+
+
 @pytest.mark.parametrize(("fail_open", "status"), [(False, "validation_failed"), (True, "success")])
 async def test_r66_discovery_failure_fails_pinned_interceptors_by_policy(
     era: str, fail_open: bool, status: str

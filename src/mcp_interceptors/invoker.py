@@ -32,7 +32,7 @@ from mcp_interceptors.protocol.descriptors import (
     HookEntry,
     InterceptorDescriptor,
     InterceptorType,
-    parse_descriptors,
+    parse_list_result,
 )
 from mcp_interceptors.protocol.errors import (
     INTERNAL_ERROR,
@@ -92,7 +92,7 @@ async def discover(
             "(the mcp client drops a response whose result is not a JSON object)",
             data={"reason": "timeout", "timeoutMs": timeout_ms},
         )
-    descriptors, warnings = parse_descriptors(raw.get("interceptors"))
+    descriptors, warnings = parse_list_result(raw)
     return Discovery(descriptors, warnings)
 
 

@@ -455,6 +455,23 @@ async def test_malformed_remote_descriptor_is_skipped_with_a_warning(
     assert [r.interceptor for r in result.results] == ["ok", "ok-open"]
 
 
+async def test_r67_every_result_in_the_aggregate_has_a_duration_even_when_the_host_omits_it(era: str) -> None:
+    """G4's invoke examples omit `durationMs`; the aggregate requires it, so the invoker measures it."""
+    mutator = {"name": "m", "type": "mutation", "hooks": [{"events": ["tools/call"], "phase": "request"}]}
+    host = RawHost([GOOD, mutator], {"ok": {"valid": True}, "m": {"modified": True, "payload": {"x": 1}}})
+    with anyio.fail_after(5):
+        async with connect(host.server(), era) as client:
+            chain = Chain(role="client")
+            await chain.add_server(client, name="raw")
+            result = await chain.execute("tools/call", "request", CALL)
+    assert result.allowed
+    body = result.to_wire()
+    assert [(item["interceptor"], type(item["durationMs"])) for item in body["results"]] == [
+        ("m", float),
+        ("ok", float),
+    ]
+
+
 @pytest.mark.parametrize(
     ("body", "reason"),
     [

@@ -239,6 +239,22 @@ async def test_r4_supported_events_agree_with_the_list(era: str) -> None:
     assert host.settings()["supportedEvents"] == events
 
 
+async def test_r4_both_eras_advertise_interceptors_registered_after_create_server() -> None:
+    """mcp stores an extension's settings when the server is built: the 2026-07-28 advertisement
+    used to miss interceptors registered afterwards, which `interceptors/list` (and legacy) showed."""
+    host = InterceptorHost("late")
+    host.validator("early", events=["tools/call"])(returning(True))
+    server = host.create_server()
+    host.validator("late", events=["prompts/get"])(returning(True))
+    expected = {"supportedEvents": ["prompts/get", "tools/call"]}
+    with anyio.fail_after(5):
+        async with connect(server, "legacy") as legacy:
+            assert settings_of(legacy.server_capabilities, "experimental") == expected
+        for era in ("auto", "2026-07-28-jsonrpc"):
+            async with connect(server, era) as modern:
+                assert settings_of(modern.server_capabilities, "extensions") == expected
+
+
 async def test_r5_behaviour_does_not_depend_on_client_declaring_the_extension(era: str) -> None:
     host = build_host(Spy())
     outputs = []

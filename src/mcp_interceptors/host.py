@@ -367,16 +367,23 @@ class InterceptorHost(Extension):
         return body
 
     async def capability_middleware(self, ctx: ServerRequestContext[Any, Any], call_next: CallNext) -> HandlerResult:
-        """Server middleware that repeats the capability under `experimental` in `initialize` results.
+        """Server middleware that repeats the capability under `experimental` in `initialize` results,
+        and keeps the one in `server/discover` results current.
 
         Handshake-era (`<= 2025-11-25`) results have no `extensions` member, so without this a
-        legacy client never sees the advertisement (spec §4 era gap).
+        legacy client never sees the advertisement (spec §4 era gap). mcp stores an extension's
+        settings when the server is built, so interceptors registered later would be missing from
+        the 2026-07-28 advertisement while `interceptors/list` shows them (R4).
         """
         result = await call_next(ctx)
         if ctx.method == "initialize" and isinstance(result, dict):
             capabilities = result.setdefault("capabilities", {})
             experimental = capabilities.get("experimental") or {}
             capabilities["experimental"] = {**experimental, EXTENSION_ID: self.settings()}
+        elif ctx.method == "server/discover" and isinstance(result, dict):
+            capabilities = result.setdefault("capabilities", {})
+            extensions = capabilities.get("extensions") or {}
+            capabilities["extensions"] = {**extensions, EXTENSION_ID: self.settings()}
         return result
 
     def create_server(self, name: str | None = None, **kwargs: Any) -> MCPServer[Any]:

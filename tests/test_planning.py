@@ -621,15 +621,22 @@ def test_r45_warn_or_info_verdict_never_blocks(severity: str, rule: Any) -> None
     [
         ({"mode": "actve"}, "override mode must be 'active' or 'audit', got 'actve'"),
         ({"failOpen": "false"}, "override failOpen must be true or false, got 'false'"),
-        ({"timeoutMs": 0}, "override timeoutMs must be a number of milliseconds > 0, got 0"),
-        ({"timeout_ms": True}, "override timeoutMs must be a number of milliseconds > 0, got True"),
-        ({"priority": "high"}, "override priority must be an integer or {request?, response?}, got 'high'"),
+        ({"timeoutMs": 0}, "override timeoutMs must be a finite number of milliseconds > 0, got 0"),
+        ({"timeout_ms": True}, "override timeoutMs must be a finite number of milliseconds > 0, got True"),
+        ({"timeoutMs": float("nan")}, "override timeoutMs must be a finite number of milliseconds > 0, got nan"),
+        ({"timeoutMs": float("inf")}, "override timeoutMs must be a finite number of milliseconds > 0, got inf"),
+        ({"priority": "high"}, "override priority must be a 32-bit integer or {request?, response?}, got 'high'"),
+        (
+            {"priorityHint": 2**31},
+            "override priority must be a 32-bit integer or {request?, response?}, got 2147483648",
+        ),
         ({"fail_opn": True}, "unknown override key(s) ['fail_opn']"),
     ],
 )
 def test_r61_override_typos_fail_closed(raw: dict[str, Any], message: str) -> None:
     # regression: a misspelt mode made an active validator audit-only (never blocking), and a string
-    # failOpen "false" was truthy, i.e. fail-open
+    # failOpen "false" was truthy, i.e. fail-open; a NaN timeoutMs failed every execute() (not the
+    # configuration) and a priority outside int32, which a descriptor may not carry, was used as is
     with pytest.raises(ValueError) as caught:
         Overrides.from_mapping(raw)
     assert str(caught.value).startswith(message)

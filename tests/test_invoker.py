@@ -368,6 +368,46 @@ async def test_r66_discovery_failure_without_pins_raises(era: str) -> None:
                 await chain.add_server(client, name="up")
 
 
+@pytest.mark.parametrize(
+    "listed",
+    [
+        {"type": "mutation", "hooks": [{"events": ["tools/call"], "phase": "request"}]},
+        {"type": "validation", "hooks": [{"events": ["prompts/get"], "phase": "request"}]},
+        {"type": "validation", "hooks": [{"events": ["tools/call"], "phase": "response"}]},
+        {"type": "validation", "hooks": []},
+    ],
+)
+async def test_r66_a_pinned_interceptor_the_host_lists_differently_fails_closed(
+    era: str, listed: dict[str, Any]
+) -> None:
+    """A host listing a pinned interceptor under its name but as another type, or hooked elsewhere, used to
+    unpin it silently: the event it was pinned to guard went through with nothing run."""
+    pinned = RequiredInterceptor("deny", "validation", (HookEntry(events=("tools/call",), phase="request"),))
+    host = RawHost([{"name": "deny", **listed}, {**GOOD}], {"deny": {"valid": True}, "ok": {"valid": True}})
+    with anyio.fail_after(5):
+        async with connect(host.server(), era) as client:
+            chain = Chain(role="client")
+            await chain.add_server(client, name="up", required=[pinned])
+            result = await chain.execute("tools/call", "request", CALL)
+    assert (result.status, [f.interceptor for f in result.failures]) == ("validation_failed", ["deny"])
+    assert [r.interceptor for r in result.results] == ["ok"]
+    assert [invocation["name"] for invocation in host.invocations] == ["ok"]  # the re-hooked one never runs
+
+
+async def test_r66_a_pin_the_listing_covers_is_the_hosts_own_interceptor(era: str) -> None:
+    pinned = RequiredInterceptor("ok", "validation", (HookEntry(events=("tools/call",), phase="request"),))
+    wildcard = {**GOOD, "name": "star", "hooks": [{"events": ["*"], "phase": "request"}]}
+    star_pin = RequiredInterceptor("star", "validation", (HookEntry(events=("tools/call",), phase="request"),))
+    host = RawHost([GOOD, wildcard], {"ok": {"valid": True}, "star": {"valid": True}})
+    with anyio.fail_after(5):
+        async with connect(host.server(), era) as client:
+            chain = Chain(role="client")
+            await chain.add_server(client, name="up", required=[pinned, star_pin])
+            result = await chain.execute("tools/call", "request", CALL)
+    assert (result.status, result.failures) == ("success", [])
+    assert sorted(r.interceptor for r in result.results) == ["ok", "star"]
+
+
 @pytest.mark.parametrize("listing", [None, {"deny": {"type": "validation"}}, "deny"])
 async def test_r66_a_listing_without_an_interceptors_array_is_a_failed_discovery(era: str, listing: Any) -> None:
     """It used to count as a host with no interceptors: the chain then let every operation through."""

@@ -43,6 +43,7 @@ from mcp_interceptors.protocol.errors import (
     InterceptorsError,
     InterceptorTimeoutError,
     MalformedResultError,
+    WideningOverrideError,
 )
 from mcp_interceptors.protocol.events import MAX_CACHED_EVENT_LENGTH, Direction, Phase, Role
 from mcp_interceptors.protocol.invoke import InvocationContext, InvokeRequest, ListRequest, RawParams
@@ -285,6 +286,19 @@ class RequiredInterceptor:
 OverridesArg = Mapping[str, Overrides | Mapping[str, Any]] | None
 
 
+def _unmet_pin(pin: RequiredInterceptor, descriptor: InterceptorDescriptor) -> str | None:
+    """Why a listed descriptor does not provide what `pin` requires (another type, hooks that no longer
+    cover the pinned events and phases), or None: a host must not unpin an interceptor by renaming its hooks."""
+    if descriptor.type != pin.type:
+        return f"advertised as a {descriptor.type} interceptor, pinned as a {pin.type} one"
+    try:
+        check_overrides(descriptor, Overrides(hooks=pin.hooks))
+    except WideningOverrideError:
+        advertised = [entry.to_wire() for entry in descriptor.hooks]
+        return f"its advertised hooks {advertised} do not cover the pinned {[e.to_wire() for e in pin.hooks]}"
+    return None
+
+
 class Chain:
     """Plans and runs interceptor chains for one invoker.
 
@@ -413,6 +427,10 @@ class Chain:
             logger.error("discovery failed on %r, pinned interceptors will fail closed: %s", host_name, exc)
             found = []
             source = UnavailableSource(str(exc))
+        unmet = {d.name: problem for d in found if d.name in pinned and (problem := _unmet_pin(pinned[d.name], d))}
+        for pin_name, problem in unmet.items():
+            logger.error("pinned interceptor %r on %r will fail closed: %s", pin_name, host_name, problem)
+        found = [d for d in found if d.name not in unmet]  # a pin's contract, not the host's new one, decides
         listed = {d.name for d in found}
         missing = [r for r in pinned.values() if r.name not in listed]
         given = dict(overrides or {})
@@ -424,6 +442,8 @@ class Chain:
             added = self.add_source(source, found, name=host_name, overrides=remote, order=order)
         if missing:
             reason = f"pinned interceptor(s) {sorted(r.name for r in missing)} not advertised by {host_name!r}"
+            if unmet:
+                reason += " as pinned"
             logger.error(reason)
             stand_in = source if isinstance(source, UnavailableSource) else UnavailableSource(reason)
             added += self.add_source(

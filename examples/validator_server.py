@@ -36,10 +36,10 @@ async def deny_dangerous_tools(inv: Invocation) -> ValidationResult:
     phase="both",
     description="Warns about payloads over 64 KiB (never blocks: severity warn).",
 )
-def max_size(inv: Invocation) -> tuple[bool, list[str]]:
+def max_size(inv: Invocation) -> tuple[bool, list[ValidationMessage]]:
     size = len(json.dumps(inv.payload))
-    if size > 65536:
-        return True, [f"payload is {size} bytes"]
+    if size > 65536:  # a plain string message would be an `info` (or an `error` with False)
+        return True, [ValidationMessage(message=f"payload is {size} bytes", severity="warn")]
     return True, []
 
 

@@ -289,6 +289,48 @@ async def test_get_prompt_and_list_tools_are_governed(era: str) -> None:
     ]
 
 
+async def test_cursor_and_meta_are_part_of_the_governed_request(era: str) -> None:
+    """`list_tools(cursor=...)` and `call_tool(..., meta=...)` send them as params: validators used to see a
+    payload without them, and a mutator's change to them was dropped."""
+    app = App()
+    seen: list[Any] = []
+    received: list[Any] = []
+    host = InterceptorHost("params")
+
+    @host.validator("no-evil-cursor", events=["tools/list"], phase="request")
+    async def no_evil_cursor(inv: Invocation) -> bool:
+        seen.append(inv.payload)
+        return bool(inv.payload["params"].get("cursor") != "evil")
+
+    @host.mutator("trace", events=["tools/call"], phase="request")
+    async def trace(inv: Invocation) -> Any:
+        seen.append(inv.payload)
+        return {**inv.payload, "params": {**inv.payload["params"], "_meta": {"trace": "t-1"}}}
+
+    async def record(ctx: Any, call_next: Any) -> Any:
+        if ctx.method == "tools/call":
+            received.append((ctx.params or {}).get("_meta", {}).get("trace"))
+        return await call_next(ctx)
+
+    app.server.middleware.append(record)
+    chain = Chain(role="client")
+    chain.add_local(host)
+    client = (
+        InterceptingClient(InMemoryTransport(app.server), chain)
+        if era == "2026-07-28-jsonrpc"
+        else InterceptingClient(app.server, chain, mode=era)
+    )
+    with anyio.fail_after(10):
+        async with client:
+            with pytest.raises(MCPError) as caught:
+                await client.list_tools(cursor="evil")
+            await client.call_tool("echo", {"text": "hi"}, meta={"trace": "mine"})
+    assert caught.value.data["interceptor"] == "no-evil-cursor"
+    assert seen[0] == {"method": "tools/list", "params": {"cursor": "evil"}}
+    assert seen[1]["params"]["_meta"] == {"trace": "mine"}
+    assert received == ["t-1"]
+
+
 # --------------------------------------------------------------------------- client features (roles swap)
 
 

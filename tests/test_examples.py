@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import subprocess
 import sys
 from pathlib import Path
@@ -37,3 +38,22 @@ def test_gateway_example_config_checks(tmp_path: Path) -> None:
     assert done.returncode == 0, done.stderr[-3000:]
     assert "examples/gateway.yaml: configuration is valid" in done.stdout
     assert "deny-dangerous-tools [validation] from validators" in done.stdout
+
+
+def test_validator_example_max_size_warns_as_it_says(tmp_path: Path) -> None:
+    """Its description says it warns (severity warn); it used to send `info` messages."""
+    payload = tmp_path / "big.json"
+    payload.write_text(json.dumps({"method": "tools/call", "params": {"name": "t", "arguments": {"x": "a" * 70000}}}))
+    invoke = ["invoke", "max-size", "--event", "tools/call", "--phase", "request", "--payload", f"@{payload}"]
+    done = subprocess.run(
+        [sys.executable, "-m", "mcp_interceptors", *invoke, "--", sys.executable, "examples/validator_server.py"],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    result = json.loads(done.stdout)
+    assert result["valid"] is True
+    assert [m["severity"] for m in result["messages"]] == ["warn"]

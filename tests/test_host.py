@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import threading
 import time
+import tracemalloc
 from types import SimpleNamespace
 from typing import Any
 
@@ -238,6 +239,22 @@ async def test_r4_supported_events_agree_with_the_list(era: str) -> None:
     assert host.settings()["supportedEvents"] == events
 
 
+async def test_r4_both_eras_advertise_interceptors_registered_after_create_server() -> None:
+    """mcp stores an extension's settings when the server is built: the 2026-07-28 advertisement
+    used to miss interceptors registered afterwards, which `interceptors/list` (and legacy) showed."""
+    host = InterceptorHost("late")
+    host.validator("early", events=["tools/call"])(returning(True))
+    server = host.create_server()
+    host.validator("late", events=["prompts/get"])(returning(True))
+    expected = {"supportedEvents": ["prompts/get", "tools/call"]}
+    with anyio.fail_after(5):
+        async with connect(server, "legacy") as legacy:
+            assert settings_of(legacy.server_capabilities, "experimental") == expected
+        for era in ("auto", "2026-07-28-jsonrpc"):
+            async with connect(server, era) as modern:
+                assert settings_of(modern.server_capabilities, "extensions") == expected
+
+
 async def test_r5_behaviour_does_not_depend_on_client_declaring_the_extension(era: str) -> None:
     host = build_host(Spy())
     outputs = []
@@ -405,6 +422,23 @@ async def test_r20_unmodified_result_carries_the_unchanged_input(era: str, paylo
     }
 
 
+@pytest.mark.parametrize(("payload", "returned"), [({"flag": 1}, {"flag": True}), ({"n": [0]}, {"n": [False]})])
+async def test_r20_a_payload_python_calls_equal_but_json_does_not_is_modified(
+    era: str, payload: Any, returned: Any
+) -> None:
+    """`True == 1` in Python: a mutator turning `1` into `true` changed the payload, and says so."""
+    host = InterceptorHost("types")
+    host.mutator("to-bool", events=["tools/call"])(returning(returned))
+    host.mutator("as-result", events=["tools/call"])(returning(MutationResult(modified=False, payload=returned)))
+    result = await invoke(era, call("to-bool", payload), host)
+    assert (result["modified"], result["payload"]) == (True, returned)
+    error = await invoke_error(era, call("as-result", payload), host)
+    assert (error.code, error.data) == (
+        -32603,
+        {"interceptor": "as-result", "reason": "mutator returned modified=false with a changed payload"},
+    )
+
+
 async def test_short_returns_bool_tuple_and_sync_handler_in_a_worker_thread(era: str) -> None:
     spy = Spy()
     result = await invoke(
@@ -446,6 +480,28 @@ async def test_in_process_invoke_deep_copies_the_payload() -> None:
         assert isinstance(result, MutationResult) and result.payload["tagged"] == "request"
         assert ("tagged" in payload) is leaked
         payload.pop("tagged", None)
+
+
+async def test_r22_event_names_a_caller_sends_are_not_kept_without_bound() -> None:
+    """Event names are the caller's: a host kept every one it was asked about (1 MB names: 1 MB each)."""
+    host = InterceptorHost("events")
+    host.validator("any", events=["*"])(returning(True))
+    host.validator("calls", events=["tools/call"])(returning(True))
+    tracemalloc.start()
+    try:
+        before = tracemalloc.get_traced_memory()[0]
+        for index in range(40):
+            event = f"acme/{index}" + "x" * 1_000_000
+            await host.invoke(Call("any", "validation", event, "request", {}))
+            with pytest.raises(InvalidParamsError):
+                await host.invoke(Call("calls", "validation", event, "request", {}))
+        kept = tracemalloc.get_traced_memory()[0] - before
+    finally:
+        tracemalloc.stop()
+    assert kept < 5_000_000, f"{kept} bytes kept after 40 one-megabyte event names"
+    for index in range(5000):
+        await host.invoke(Call("any", "validation", f"acme/{index}", "request", {}))
+    assert len(host._covered) <= 4096
 
 
 # --------------------------------------------------------------------------- R21-R23 and malformed params
@@ -640,19 +696,35 @@ async def test_r17_r25_severity_outside_the_spec_is_a_malformed_result(era: str,
     assert (error.code, error.data) == (-32603, {"interceptor": "odd", "reason": reason})
 
 
-async def test_r25_unchanged_payload_nested_too_deep_is_internal_error_with_data() -> None:
-    """An input too deep to send back (mcp clients cannot send one; the CLI's stdio can) is named, not code 0."""
+@pytest.mark.parametrize("depth", [201, 260, 5000])
+async def test_r23_payload_nested_too_deep_is_invalid_params_naming_it(depth: int) -> None:
+    """Past 200 levels a payload can be neither copied for the handler nor sent back: `-32602` naming it.
+
+    mcp clients cannot send one past ~250 levels (the CLI's stdio can); 5000 levels used to exhaust the
+    recursion of the handler's copy and answer a data-less `-32603`, even for an unknown interceptor.
+    """
     host = InterceptorHost("deep")
     host.mutator("unchanged", events=["tools/call"])(returning(None))
-    context = SimpleNamespace(params=call("unchanged", nested(260)))  # what `_serve_invoke` reads
-    with pytest.raises(MCPError) as caught:
-        await host._serve_invoke(context, RawParams())  # type: ignore[arg-type]
-    assert (caught.value.code, caught.value.data) == (
-        -32603,
-        {
-            "interceptor": "unchanged",
-            "reason": "result is not JSON-serialisable: payload is nested more than 254 levels deep (or holds a cycle)",
-        },
+    reason = "payload is nested more than 200 levels deep"
+    for name in ("unchanged", "nope"):
+        context = SimpleNamespace(params=call(name, {"deep": nested(depth)}))  # what `_serve_invoke` reads
+        with pytest.raises(MCPError) as caught:
+            await host._serve_invoke(context, RawParams())  # type: ignore[arg-type]
+        assert (caught.value.code, caught.value.data) == (
+            -32602,
+            {"interceptor": name, "field": "payload", "reason": reason},
+        )
+
+
+async def test_r23_payload_nested_too_deep_is_invalid_params_over_the_wire(era: str) -> None:
+    host = InterceptorHost("deep")
+    host.mutator("unchanged", events=["tools/call"])(returning(None))
+    result = await invoke(era, call("unchanged", nested(200)), host)  # the deepest accepted
+    assert result["modified"] is False
+    error = await invoke_error(era, call("unchanged", nested(201)), host)
+    assert (error.code, error.data) == (
+        -32602,
+        {"interceptor": "unchanged", "field": "payload", "reason": "payload is nested more than 200 levels deep"},
     )
 
 

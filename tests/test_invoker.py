@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import logging
 import sys
+import tracemalloc
 from pathlib import Path
 from typing import Any
 
@@ -227,6 +228,51 @@ async def test_r21_restricting_a_chain_to_a_name_it_does_not_have_fails_closed()
     assert known_but_not_hooked.allowed and known_but_not_hooked.plan.steps == ()
 
 
+async def test_r42_r43_in_process_validators_that_await_run_concurrently() -> None:
+    """Validators that await (a moderation API, a database) ran one after another in-process: two 200 ms
+    checks under a 300 ms chain deadline blocked as a timeout. Here the first waits for the second."""
+    host = InterceptorHost("io")
+    released = anyio.Event()
+
+    @host.validator("a-waits", events=["tools/call"])
+    async def waits(inv: Invocation) -> bool:
+        await released.wait()
+        return True
+
+    @host.validator("b-releases", events=["tools/call"])
+    async def releases(inv: Invocation) -> bool:
+        released.set()
+        return True
+
+    chain = Chain(role="client")
+    chain.add_local(host)
+    with anyio.fail_after(5):
+        result = await chain.execute("tools/call", "request", SHELL, timeout_ms=2000)
+    assert (result.status, [r.interceptor for r in result.results]) == ("success", ["a-waits", "b-releases"])
+    assert host.concurrent
+    cpu_only = InterceptorHost("cpu")
+    cpu_only.validator("scan", events=["tools/call"])(releases)
+    assert not cpu_only.concurrent  # never suspends: nothing to gain from a task group
+
+
+async def test_r36_a_chain_does_not_keep_a_plan_for_every_event_it_is_asked_about() -> None:
+    """Plans are cached per event; events may come from untrusted traffic, so the cache stays bounded."""
+    chain = Chain(role="client")
+    chain.add_local(guard_host())
+    tracemalloc.start()
+    try:
+        before = tracemalloc.get_traced_memory()[0]
+        for index in range(40):
+            await chain.execute(f"acme/{index}" + "x" * 1_000_000, "request", {})
+        kept = tracemalloc.get_traced_memory()[0] - before
+    finally:
+        tracemalloc.stop()
+    assert kept < 5_000_000, f"{kept} bytes kept after 40 one-megabyte event names"
+    for index in range(3000):
+        chain.plan(f"acme/{index}", "request")
+    assert len(chain._plans) <= 1024
+
+
 # --------------------------------------------------------------------------- R61-R66: policy, routing, discovery
 
 
@@ -322,6 +368,60 @@ async def test_r66_discovery_failure_without_pins_raises(era: str) -> None:
                 await chain.add_server(client, name="up")
 
 
+@pytest.mark.parametrize(
+    "listed",
+    [
+        {"type": "mutation", "hooks": [{"events": ["tools/call"], "phase": "request"}]},
+        {"type": "validation", "hooks": [{"events": ["prompts/get"], "phase": "request"}]},
+        {"type": "validation", "hooks": [{"events": ["tools/call"], "phase": "response"}]},
+        {"type": "validation", "hooks": []},
+    ],
+)
+async def test_r66_a_pinned_interceptor_the_host_lists_differently_fails_closed(
+    era: str, listed: dict[str, Any]
+) -> None:
+    """A host listing a pinned interceptor under its name but as another type, or hooked elsewhere, used to
+    unpin it silently: the event it was pinned to guard went through with nothing run."""
+    pinned = RequiredInterceptor("deny", "validation", (HookEntry(events=("tools/call",), phase="request"),))
+    host = RawHost([{"name": "deny", **listed}, {**GOOD}], {"deny": {"valid": True}, "ok": {"valid": True}})
+    with anyio.fail_after(5):
+        async with connect(host.server(), era) as client:
+            chain = Chain(role="client")
+            await chain.add_server(client, name="up", required=[pinned])
+            result = await chain.execute("tools/call", "request", CALL)
+    assert (result.status, [f.interceptor for f in result.failures]) == ("validation_failed", ["deny"])
+    assert [r.interceptor for r in result.results] == ["ok"]
+    assert [invocation["name"] for invocation in host.invocations] == ["ok"]  # the re-hooked one never runs
+
+
+async def test_r66_a_pin_the_listing_covers_is_the_hosts_own_interceptor(era: str) -> None:
+    pinned = RequiredInterceptor("ok", "validation", (HookEntry(events=("tools/call",), phase="request"),))
+    wildcard = {**GOOD, "name": "star", "hooks": [{"events": ["*"], "phase": "request"}]}
+    star_pin = RequiredInterceptor("star", "validation", (HookEntry(events=("tools/call",), phase="request"),))
+    host = RawHost([GOOD, wildcard], {"ok": {"valid": True}, "star": {"valid": True}})
+    with anyio.fail_after(5):
+        async with connect(host.server(), era) as client:
+            chain = Chain(role="client")
+            await chain.add_server(client, name="up", required=[pinned, star_pin])
+            result = await chain.execute("tools/call", "request", CALL)
+    assert (result.status, result.failures) == ("success", [])
+    assert sorted(r.interceptor for r in result.results) == ["ok", "star"]
+
+
+@pytest.mark.parametrize("listing", [None, {"deny": {"type": "validation"}}, "deny"])
+async def test_r66_a_listing_without_an_interceptors_array_is_a_failed_discovery(era: str, listing: Any) -> None:
+    """It used to count as a host with no interceptors: the chain then let every operation through."""
+    pinned = RequiredInterceptor("deny", "validation", (HookEntry(events=("tools/call",), phase="request"),))
+    with anyio.fail_after(5):
+        async with connect(RawHost(listing).server(), era) as client:
+            with pytest.raises(DiscoveryError, match="no `interceptors` array"):
+                await Chain(role="client").add_server(client, name="up")
+            chain = Chain(role="client")
+            await chain.add_server(client, name="up", required=[pinned])
+            result = await chain.execute("tools/call", "request", CALL)
+    assert (result.status, [f.interceptor for f in result.failures]) == ("validation_failed", ["deny"])
+
+
 @pytest.mark.parametrize(("fail_open", "status"), [(False, "validation_failed"), (True, "success")])
 async def test_r66_discovery_failure_fails_pinned_interceptors_by_policy(
     era: str, fail_open: bool, status: str
@@ -393,6 +493,23 @@ async def test_malformed_remote_descriptor_is_skipped_with_a_warning(
             result = await chain.execute("tools/call", "request", CALL)  # the rest is usable
     assert result.allowed
     assert [r.interceptor for r in result.results] == ["ok", "ok-open"]
+
+
+async def test_r67_every_result_in_the_aggregate_has_a_duration_even_when_the_host_omits_it(era: str) -> None:
+    """G4's invoke examples omit `durationMs`; the aggregate requires it, so the invoker measures it."""
+    mutator = {"name": "m", "type": "mutation", "hooks": [{"events": ["tools/call"], "phase": "request"}]}
+    host = RawHost([GOOD, mutator], {"ok": {"valid": True}, "m": {"modified": True, "payload": {"x": 1}}})
+    with anyio.fail_after(5):
+        async with connect(host.server(), era) as client:
+            chain = Chain(role="client")
+            await chain.add_server(client, name="raw")
+            result = await chain.execute("tools/call", "request", CALL)
+    assert result.allowed
+    body = result.to_wire()
+    assert [(item["interceptor"], type(item["durationMs"])) for item in body["results"]] == [
+        ("m", float),
+        ("ok", float),
+    ]
 
 
 @pytest.mark.parametrize(

@@ -472,6 +472,22 @@ def test_r58_malformed_mutation_result_is_a_failure_and_never_applied(outcome: O
     assert closed.status == "mutation_failed"
 
 
+@pytest.mark.parametrize("claimed", [{"n": True, "x": [0]}, {"n": 1, "x": [False]}])
+def test_r58_unmodified_claim_is_checked_as_json_not_python_equality(claimed: Any) -> None:
+    """Python says `True == 1` and `False == 0`; JSON does not: such a payload changed (and is never applied)."""
+    plan = one_plan(descriptor("m", "mutation", failOpen=True))
+    payload = {"n": 1, "x": [0]}
+    outcome = Outcome(result=MutationResult(modified=False, payload=claimed))
+    result, _ = simulate(plan, {"m": outcome}, payload)
+    assert result.final_payload == payload and type(result.final_payload["n"]) is int
+    assert [(f.interceptor, f.reason) for f in result.failures] == [
+        ("m", "modified is false but the payload differs from the input")
+    ]
+    unchanged = Outcome(result=MutationResult(modified=False, payload={"n": 1.0, "x": [0]}))
+    same, _ = simulate(plan, {"m": unchanged}, payload)
+    assert same.failures == []  # 1 and 1.0 are one JSON number
+
+
 def test_r58_validator_returning_a_mutation_result_is_a_failure() -> None:
     plan = one_plan(descriptor("v"))
     result, _ = simulate(plan, {"v": mutated({"evil": True})})
@@ -605,15 +621,22 @@ def test_r45_warn_or_info_verdict_never_blocks(severity: str, rule: Any) -> None
     [
         ({"mode": "actve"}, "override mode must be 'active' or 'audit', got 'actve'"),
         ({"failOpen": "false"}, "override failOpen must be true or false, got 'false'"),
-        ({"timeoutMs": 0}, "override timeoutMs must be a number of milliseconds > 0, got 0"),
-        ({"timeout_ms": True}, "override timeoutMs must be a number of milliseconds > 0, got True"),
-        ({"priority": "high"}, "override priority must be an integer or {request?, response?}, got 'high'"),
+        ({"timeoutMs": 0}, "override timeoutMs must be a finite number of milliseconds > 0, got 0"),
+        ({"timeout_ms": True}, "override timeoutMs must be a finite number of milliseconds > 0, got True"),
+        ({"timeoutMs": float("nan")}, "override timeoutMs must be a finite number of milliseconds > 0, got nan"),
+        ({"timeoutMs": float("inf")}, "override timeoutMs must be a finite number of milliseconds > 0, got inf"),
+        ({"priority": "high"}, "override priority must be a 32-bit integer or {request?, response?}, got 'high'"),
+        (
+            {"priorityHint": 2**31},
+            "override priority must be a 32-bit integer or {request?, response?}, got 2147483648",
+        ),
         ({"fail_opn": True}, "unknown override key(s) ['fail_opn']"),
     ],
 )
 def test_r61_override_typos_fail_closed(raw: dict[str, Any], message: str) -> None:
     # regression: a misspelt mode made an active validator audit-only (never blocking), and a string
-    # failOpen "false" was truthy, i.e. fail-open
+    # failOpen "false" was truthy, i.e. fail-open; a NaN timeoutMs failed every execute() (not the
+    # configuration) and a priority outside int32, which a descriptor may not carry, was used as is
     with pytest.raises(ValueError) as caught:
         Overrides.from_mapping(raw)
     assert str(caught.value).startswith(message)

@@ -38,6 +38,8 @@ from mcp_interceptors.protocol.events import Phase
 from mcp_interceptors.protocol.invoke import InvocationContext
 
 M = TypeVar("M", bound=BaseModel)
+#: `mcp.Client` keyword arguments that go on the wire as request params: (keyword, params key).
+_PARAM_KEYWORDS = (("cursor", "cursor"), ("meta", "_meta"))
 
 _ELICIT_PARAMS: TypeAdapter[Any] = TypeAdapter(ElicitRequestParams)
 
@@ -103,10 +105,21 @@ class InterceptingClient:
             raise chain_error(result, include_details=self.include_details)
         return result.final_payload
 
-    async def _request(self, method: str, params: dict[str, Any]) -> dict[str, Any]:
+    async def _request(
+        self, method: str, params: dict[str, Any], kwargs: dict[str, Any] | None = None
+    ) -> dict[str, Any]:
+        """Govern the request `{method, params}`; the `cursor` and `meta` in `kwargs` are sent as params, so
+        they are part of the payload, and `kwargs` gets the governed values back."""
+        for keyword, key in _PARAM_KEYWORDS:
+            if kwargs is not None and kwargs.get(keyword) is not None:
+                params[key] = kwargs[keyword]
         governed = await self._govern(method, "request", {"method": method, "params": params})
         out = governed.get("params") if isinstance(governed, Mapping) else None
-        return dict(out) if isinstance(out, Mapping) else {}
+        out = dict(out) if isinstance(out, Mapping) else {}
+        for keyword, key in _PARAM_KEYWORDS:
+            if kwargs is not None and (key in out or keyword in kwargs):
+                kwargs[keyword] = out.get(key)
+        return out
 
     async def _response(self, method: str, result: BaseModel, model: type[M]) -> M:
         governed = await self._govern(method, "response", dump(result))
@@ -115,34 +128,38 @@ class InterceptingClient:
     # ------------------------------------------------------------------ server features
 
     async def call_tool(self, name: str, arguments: dict[str, Any] | None = None, **kwargs: Any) -> CallToolResult:
-        params = await self._request("tools/call", {"name": name, **({"arguments": arguments} if arguments else {})})
+        params = await self._request(
+            "tools/call", {"name": name, **({"arguments": arguments} if arguments else {})}, kwargs
+        )
         result = await self.client.call_tool(str(params.get("name", name)), params.get("arguments"), **kwargs)
         return await self._response("tools/call", result, CallToolResult)
 
     async def read_resource(self, uri: str, **kwargs: Any) -> ReadResourceResult:
-        params = await self._request("resources/read", {"uri": uri})
+        params = await self._request("resources/read", {"uri": uri}, kwargs)
         result = await self.client.read_resource(str(params.get("uri", uri)), **kwargs)
         return await self._response("resources/read", result, ReadResourceResult)
 
     async def get_prompt(self, name: str, arguments: dict[str, str] | None = None, **kwargs: Any) -> GetPromptResult:
-        params = await self._request("prompts/get", {"name": name, **({"arguments": arguments} if arguments else {})})
+        params = await self._request(
+            "prompts/get", {"name": name, **({"arguments": arguments} if arguments else {})}, kwargs
+        )
         result = await self.client.get_prompt(str(params.get("name", name)), params.get("arguments"), **kwargs)
         return await self._response("prompts/get", result, GetPromptResult)
 
     async def list_tools(self, **kwargs: Any) -> ListToolsResult:
-        await self._request("tools/list", {})
+        await self._request("tools/list", {}, kwargs)
         return await self._response("tools/list", await self.client.list_tools(**kwargs), ListToolsResult)
 
     async def list_prompts(self, **kwargs: Any) -> ListPromptsResult:
-        await self._request("prompts/list", {})
+        await self._request("prompts/list", {}, kwargs)
         return await self._response("prompts/list", await self.client.list_prompts(**kwargs), ListPromptsResult)
 
     async def list_resources(self, **kwargs: Any) -> ListResourcesResult:
-        await self._request("resources/list", {})
+        await self._request("resources/list", {}, kwargs)
         return await self._response("resources/list", await self.client.list_resources(**kwargs), ListResourcesResult)
 
     async def list_resource_templates(self, **kwargs: Any) -> ListResourceTemplatesResult:
-        await self._request("resources/templates/list", {})
+        await self._request("resources/templates/list", {}, kwargs)
         result = await self.client.list_resource_templates(**kwargs)
         return await self._response("resources/templates/list", result, ListResourceTemplatesResult)
 

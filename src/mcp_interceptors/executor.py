@@ -223,8 +223,9 @@ class _Invoker:
             # The hot path: an in-process host with no timeout of its own; the chain's scope bounds it.
             plan, name = self.plan, step.name
             call = Call(name, step.type, plan.event, plan.phase, payload, self.config.get(name), None, self.context)
+            started = time.perf_counter()
             try:
-                return Outcome(await source.invoke(call))
+                return Outcome(_timed(await source.invoke(call), started))
             except Exception as exc:  # never a cancellation
                 return _failure(exc, self.deadline is not None, None)
         own = step.policy.timeout_ms / 1000 if step.policy.timeout_ms is not None else None
@@ -260,10 +261,18 @@ class _Invoker:
 
 async def _attempt(source: Source, call: Call, chain_bound: bool, scope: anyio.CancelScope | None) -> Outcome:
     """One invocation; every exception (never a cancellation) becomes a failure outcome."""
+    started = time.perf_counter()
     try:
-        return Outcome(await source.invoke(call))
+        return Outcome(_timed(await source.invoke(call), started))
     except Exception as exc:
         return _failure(exc, chain_bound, scope)
+
+
+def _timed(result: InterceptorResult, started: float) -> InterceptorResult:
+    """`result` with `durationMs`, which the aggregate requires (R67): measured here when a host omits it."""
+    if getattr(result, "duration_ms", 0) is not None:
+        return result
+    return result.model_copy(update={"duration_ms": (time.perf_counter() - started) * 1000})
 
 
 def _failure(exc: Exception, chain_bound: bool, scope: anyio.CancelScope | None) -> Outcome:

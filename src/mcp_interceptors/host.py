@@ -8,6 +8,8 @@ both go through it, so local and remote semantics are identical.
 from __future__ import annotations
 
 import copy
+import dis
+import functools
 import inspect
 import logging
 import time
@@ -45,8 +47,15 @@ from mcp_interceptors.protocol.errors import (
     InvalidParamsError,
     TimeoutCodeStyle,
 )
-from mcp_interceptors.protocol.events import EXTENSION_ID, PHASES, Phase, is_pattern
-from mcp_interceptors.protocol.invoke import INVOKE_METHOD, LIST_METHOD, InvocationContext, InvokeParams, RawParams
+from mcp_interceptors.protocol.events import EXTENSION_ID, MAX_CACHED_EVENT_LENGTH, PHASES, Phase, is_pattern
+from mcp_interceptors.protocol.invoke import (
+    INVOKE_METHOD,
+    LIST_METHOD,
+    InvocationContext,
+    InvokeParams,
+    RawParams,
+    check_payload,
+)
 from mcp_interceptors.protocol.results import (
     KNOWN_SEVERITIES,
     InterceptorResult,
@@ -55,12 +64,15 @@ from mcp_interceptors.protocol.results import (
     ValidationMessage,
     ValidationResult,
     result_json_problem,
+    same_json,
 )
 from mcp_interceptors.signatures import SigningKeyLike, public_key_text, sign_result, signing_key_from
 
 logger = logging.getLogger(__name__)
 
 PhaseSpec = Literal["request", "response", "both"]
+#: Entries of `InterceptorHost`'s hook-coverage cache; a client choosing new event names only refills it.
+_COVERED_CACHE_SIZE = 4096
 Handler = Callable[["Invocation"], Any]
 F = TypeVar("F", bound=Handler)
 
@@ -144,6 +156,7 @@ class InterceptorHost(Extension):
         self._wire_list: list[dict[str, Any]] | None = None
         self._covered: dict[tuple[str, str, str], bool] = {}
         self._has_sync = False
+        self._may_suspend = False
 
     # ------------------------------------------------------------------ authoring
 
@@ -162,6 +175,7 @@ class InterceptorHost(Extension):
         )
         self._registry[descriptor.name] = registered
         self._has_sync = self._has_sync or not registered.is_async
+        self._may_suspend = self._may_suspend or (registered.is_async and _may_suspend(handler))
         self._wire_list = None
 
     def validator(self, name: str, **options: Any) -> Callable[[F], F]:
@@ -190,8 +204,12 @@ class InterceptorHost(Extension):
 
     @property
     def concurrent(self) -> bool:
-        """Whether parallel invocation helps: only when some handler runs in a worker thread."""
-        return self._has_sync
+        """Whether parallel invocation helps: when some handler runs in a worker thread or can await.
+
+        Only handlers that never suspend (async code without `await`, `async for` or `async with`, such
+        as the CPU-bound built-in scans) gain nothing from it; the executor then runs them in turn.
+        """
+        return self._has_sync or self._may_suspend
 
     @property
     def public_key(self) -> str | None:
@@ -230,7 +248,11 @@ class InterceptorHost(Extension):
         covered = self._covered.get(key)
         if covered is None:
             _check_concrete_event(call.name, call.event)  # once per key: a rejected one is never cached
-            covered = self._covered[key] = registered.descriptor.covers(call.event, call.phase)
+            covered = registered.descriptor.covers(call.event, call.phase)
+            if len(call.event) <= MAX_CACHED_EVENT_LENGTH:  # event names are the caller's: keep the cache small
+                if len(self._covered) >= _COVERED_CACHE_SIZE:
+                    self._covered.clear()
+                self._covered[key] = covered
         if not covered:
             advertised = [entry.to_wire() for entry in registered.descriptor.hooks]
             raise HookMismatchError(call.name, call.event, call.phase, advertised)  # R22
@@ -325,6 +347,7 @@ class InterceptorHost(Extension):
     async def _serve_invoke(self, ctx: ServerRequestContext[Any, Any], params: RawParams) -> dict[str, Any]:
         try:
             parsed = parse_invoke_params(ctx.params)
+            check_payload(parsed.payload, interceptor=parsed.name)  # deeper ones cannot be copied or answered
             result = await self.invoke_params(parsed)
         except InterceptorsError as exc:
             raise MCPError(exc.code, exc.message, exc.data) from None
@@ -344,16 +367,23 @@ class InterceptorHost(Extension):
         return body
 
     async def capability_middleware(self, ctx: ServerRequestContext[Any, Any], call_next: CallNext) -> HandlerResult:
-        """Server middleware that repeats the capability under `experimental` in `initialize` results.
+        """Server middleware that repeats the capability under `experimental` in `initialize` results,
+        and keeps the one in `server/discover` results current.
 
         Handshake-era (`<= 2025-11-25`) results have no `extensions` member, so without this a
-        legacy client never sees the advertisement (spec §4 era gap).
+        legacy client never sees the advertisement (spec §4 era gap). mcp stores an extension's
+        settings when the server is built, so interceptors registered later would be missing from
+        the 2026-07-28 advertisement while `interceptors/list` shows them (R4).
         """
         result = await call_next(ctx)
         if ctx.method == "initialize" and isinstance(result, dict):
             capabilities = result.setdefault("capabilities", {})
             experimental = capabilities.get("experimental") or {}
             capabilities["experimental"] = {**experimental, EXTENSION_ID: self.settings()}
+        elif ctx.method == "server/discover" and isinstance(result, dict):
+            capabilities = result.setdefault("capabilities", {})
+            extensions = capabilities.get("extensions") or {}
+            capabilities["extensions"] = {**extensions, EXTENSION_ID: self.settings()}
         return result
 
     def create_server(self, name: str | None = None, **kwargs: Any) -> MCPServer[Any]:
@@ -421,6 +451,8 @@ def _normalise(
         if not isinstance(value, _RESULT_TYPES):  # None (unchanged) or the new payload
             modified = value is not None and value != original_payload
             if type(modified) is bool:  # else an exotic payload's comparison: let the model judge it
+                # Python's == says `True == 1`: an equal-looking payload is checked as JSON (R20)
+                modified = modified or (value is not None and not same_json(value, original_payload))
                 payload = original_payload if value is None else value
                 return MutationResult.trusted(
                     {
@@ -484,12 +516,12 @@ def _check_severities(name: str, result: ValidationResult) -> None:
 def _as_mutation(name: str, value: Any, original_payload: Any, phase: Phase, duration_ms: float) -> MutationResult:
     stamp = {"interceptor": name, "phase": phase, "duration_ms": duration_ms}
     if isinstance(value, MutationResult):
-        if not value.modified and value.payload != original_payload:
+        if not value.modified and not same_json(value.payload, original_payload):
             raise InterceptorExecutionError(name, "mutator returned modified=false with a changed payload")
         return value.model_copy(update=stamp)
     if isinstance(value, ValidationResult | SinkResult):
         raise InterceptorExecutionError(name, f"mutator returned a {value.type} result, expected a mutation result")
-    return MutationResult(modified=value != original_payload, payload=value, **stamp)
+    return MutationResult(modified=not same_json(value, original_payload), payload=value, **stamp)
 
 
 def build_descriptor(
@@ -541,6 +573,23 @@ def fast_copy(payload: Any) -> Any:
         return orjson.loads(orjson.dumps(payload))
     except (TypeError, orjson.JSONEncodeError):
         return copy.deepcopy(payload)
+
+
+#: Opcodes through which a coroutine can give the event loop control (`await`, `async for`, `async with`).
+_SUSPENDING_OPS = frozenset({"GET_AWAITABLE", "GET_AITER", "GET_ANEXT", "BEFORE_ASYNC_WITH", "SEND", "YIELD_VALUE"})
+
+
+def _may_suspend(handler: Handler) -> bool:
+    """Whether an async handler's own code can suspend; True when its code cannot be found."""
+    function: Any = inspect.unwrap(handler)
+    while isinstance(function, functools.partial):
+        function = function.func
+    code = getattr(function, "__code__", None)
+    if code is None:  # an async callable object: its class's `__call__`
+        code = getattr(type(function).__call__, "__code__", None)
+    if code is None:
+        return True
+    return any(instruction.opname in _SUSPENDING_OPS for instruction in dis.get_instructions(code))
 
 
 def _is_async(handler: Handler) -> bool:

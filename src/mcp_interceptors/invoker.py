@@ -32,7 +32,7 @@ from mcp_interceptors.protocol.descriptors import (
     HookEntry,
     InterceptorDescriptor,
     InterceptorType,
-    parse_descriptors,
+    parse_list_result,
 )
 from mcp_interceptors.protocol.errors import (
     INTERNAL_ERROR,
@@ -43,8 +43,9 @@ from mcp_interceptors.protocol.errors import (
     InterceptorsError,
     InterceptorTimeoutError,
     MalformedResultError,
+    WideningOverrideError,
 )
-from mcp_interceptors.protocol.events import Direction, Phase, Role
+from mcp_interceptors.protocol.events import MAX_CACHED_EVENT_LENGTH, Direction, Phase, Role
 from mcp_interceptors.protocol.invoke import InvocationContext, InvokeRequest, ListRequest, RawParams
 from mcp_interceptors.protocol.results import InterceptorResult, parse_result
 from mcp_interceptors.signatures import VerifyKeyLike, check_result_signature, verify_key_from
@@ -62,6 +63,8 @@ DEFAULT_INVOKE_TIMEOUT_MS = 30_000.0
 DEFAULT_DISCOVERY_TIMEOUT_MS = 10_000.0
 #: With `timeoutMs` sent, how much longer the invoker waits locally for the host's own timeout error.
 _HOST_TIMEOUT_GRACE_MS = 1_000.0
+#: Plans a `Chain` keeps; past this the cache starts over (a plan is cheap to derive again).
+_PLAN_CACHE_SIZE = 1024
 
 
 # --------------------------------------------------------------------------- single calls
@@ -90,7 +93,7 @@ async def discover(
             "(the mcp client drops a response whose result is not a JSON object)",
             data={"reason": "timeout", "timeoutMs": timeout_ms},
         )
-    descriptors, warnings = parse_descriptors(raw.get("interceptors"))
+    descriptors, warnings = parse_list_result(raw)
     return Discovery(descriptors, warnings)
 
 
@@ -283,6 +286,19 @@ class RequiredInterceptor:
 OverridesArg = Mapping[str, Overrides | Mapping[str, Any]] | None
 
 
+def _unmet_pin(pin: RequiredInterceptor, descriptor: InterceptorDescriptor) -> str | None:
+    """Why a listed descriptor does not provide what `pin` requires (another type, hooks that no longer
+    cover the pinned events and phases), or None: a host must not unpin an interceptor by renaming its hooks."""
+    if descriptor.type != pin.type:
+        return f"advertised as a {descriptor.type} interceptor, pinned as a {pin.type} one"
+    try:
+        check_overrides(descriptor, Overrides(hooks=pin.hooks))
+    except WideningOverrideError:
+        advertised = [entry.to_wire() for entry in descriptor.hooks]
+        return f"its advertised hooks {advertised} do not cover the pinned {[e.to_wire() for e in pin.hooks]}"
+    return None
+
+
 class Chain:
     """Plans and runs interceptor chains for one invoker.
 
@@ -411,6 +427,10 @@ class Chain:
             logger.error("discovery failed on %r, pinned interceptors will fail closed: %s", host_name, exc)
             found = []
             source = UnavailableSource(str(exc))
+        unmet = {d.name: problem for d in found if d.name in pinned and (problem := _unmet_pin(pinned[d.name], d))}
+        for pin_name, problem in unmet.items():
+            logger.error("pinned interceptor %r on %r will fail closed: %s", pin_name, host_name, problem)
+        found = [d for d in found if d.name not in unmet]  # a pin's contract, not the host's new one, decides
         listed = {d.name for d in found}
         missing = [r for r in pinned.values() if r.name not in listed]
         given = dict(overrides or {})
@@ -422,6 +442,8 @@ class Chain:
             added = self.add_source(source, found, name=host_name, overrides=remote, order=order)
         if missing:
             reason = f"pinned interceptor(s) {sorted(r.name for r in missing)} not advertised by {host_name!r}"
+            if unmet:
+                reason += " as pinned"
             logger.error(reason)
             stand_in = source if isinstance(source, UnavailableSource) else UnavailableSource(reason)
             added += self.add_source(
@@ -465,7 +487,10 @@ class Chain:
                 enforce_compat=self.enforce_compat,
                 sinks_enabled=self.sinks_enabled,
             )
-            self._plans[key] = plan
+            if len(event) <= MAX_CACHED_EVENT_LENGTH:  # events may come from untrusted traffic: stay bounded
+                if len(self._plans) >= _PLAN_CACHE_SIZE:
+                    self._plans.clear()
+                self._plans[key] = plan
         return plan
 
     async def execute(

@@ -8,10 +8,12 @@ here awaits, logs or reads the clock, so plans are deterministic (R36) and testa
 from __future__ import annotations
 
 import functools
+import math
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal, NamedTuple
 
+from mcp_interceptors.protocol._base import INT32_MAX, INT32_MIN
 from mcp_interceptors.protocol.chain import AbortedAt, AbortType, ChainStatus, InvocationFailure, ValidationSummary
 from mcp_interceptors.protocol.descriptors import (
     HookEntry,
@@ -29,6 +31,7 @@ from mcp_interceptors.protocol.results import (
     SinkResult,
     ValidationResult,
     message_severities,
+    same_json,
 )
 
 SeverityRule = Literal["g5", "py"]
@@ -74,11 +77,17 @@ class Overrides:
         if self.fail_open is not None and not isinstance(self.fail_open, bool):
             raise ValueError(f"override failOpen must be true or false, got {self.fail_open!r}")
         timeout = self.timeout_ms
-        if timeout is not None and (isinstance(timeout, bool) or not isinstance(timeout, int | float) or timeout <= 0):
-            raise ValueError(f"override timeoutMs must be a number of milliseconds > 0, got {timeout!r}")
+        if timeout is not None and (
+            isinstance(timeout, bool) or not isinstance(timeout, int | float) or not 0 < timeout < math.inf
+        ):
+            raise ValueError(f"override timeoutMs must be a finite number of milliseconds > 0, got {timeout!r}")
         priority = self.priority
-        if priority is not None and (isinstance(priority, bool) or not isinstance(priority, int | PhasePriority)):
-            raise ValueError(f"override priority must be an integer or {{request?, response?}}, got {priority!r}")
+        if priority is not None and (
+            isinstance(priority, bool)
+            or not isinstance(priority, int | PhasePriority)
+            or (isinstance(priority, int) and not INT32_MIN <= priority <= INT32_MAX)
+        ):
+            raise ValueError(f"override priority must be a 32-bit integer or {{request?, response?}}, got {priority!r}")
 
     @classmethod
     def from_mapping(cls, raw: Mapping[str, Any]) -> Overrides:
@@ -490,7 +499,7 @@ class ChainRun:
         if not isinstance(result, MutationResult):
             return f"expected a mutation result, got type {result.type!r}"
         seen = self._pass_input if observe else self._current
-        if not result.modified and result.payload != seen:
+        if not result.modified and not same_json(result.payload, seen):
             return "modified is false but the payload differs from the input"
         return None
 

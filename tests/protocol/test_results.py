@@ -9,7 +9,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 from pydantic import ValidationError
 
-from mcp_interceptors.protocol.chain import AbortedAt, ChainExecutionResult, ValidationSummary
+from mcp_interceptors.protocol.chain import AbortedAt, ChainExecutionParams, ChainExecutionResult, ValidationSummary
 from mcp_interceptors.protocol.errors import (
     INTERNAL_ERROR,
     TIMEOUT_G4,
@@ -292,6 +292,16 @@ def test_context_timestamp_is_stamped_and_unknown_fields_kept() -> None:
 
 
 # --------------------------------------------------------------------------- R67: aggregate shape
+
+
+@pytest.mark.parametrize("timeout", [True, "50", float("inf"), float("nan"), 0, -5])
+def test_r60_chain_execution_params_timeout_is_a_finite_positive_json_number(timeout: Any) -> None:
+    """As for `interceptor/invoke`: `true` was a 1 ms chain deadline, `"50"` 50 ms and `1e400` none at all."""
+    base = {"event": "tools/call", "phase": "request", "payload": {}}
+    with pytest.raises(ValidationError) as caught:
+        ChainExecutionParams.model_validate({**base, "timeoutMs": timeout})
+    assert caught.value.errors()[0]["loc"] == ("timeoutMs",)
+    assert ChainExecutionParams.model_validate({**base, "timeoutMs": 50}).timeout_ms == 50
 
 
 def test_r67_chain_execution_result_fields() -> None:

@@ -10,6 +10,8 @@ import copy
 from collections.abc import Sequence
 from typing import Any
 
+from mcp_interceptors.protocol.results import same_json as is_same_json
+
 
 def json_diff(before: Any, after: Any) -> list[dict[str, Any]]:
     """Operations that turn `before` into `after`, applied in order."""
@@ -24,21 +26,6 @@ def apply_json_diff(document: Any, ops: Sequence[dict[str, Any]]) -> Any:
     for op in ops:
         result = _apply_one(result, op)
     return result
-
-
-def is_same_json(left: Any, right: Any) -> bool:
-    """JSON equality as RFC 8785 sees it: 1 == 1.0, but True != 1 and "1" != 1."""
-    if _is_number(left) and _is_number(right):
-        return bool(left == right)
-    if isinstance(left, dict) and isinstance(right, dict):
-        return left.keys() == right.keys() and all(is_same_json(left[key], right[key]) for key in left)
-    if isinstance(left, list | tuple) and isinstance(right, list | tuple):
-        return len(left) == len(right) and all(is_same_json(a, b) for a, b in zip(left, right, strict=True))
-    return type(left) is type(right) and bool(left == right)
-
-
-def _is_number(value: Any) -> bool:
-    return type(value) is int or type(value) is float
 
 
 def _pointer(parent: str, token: str | int) -> str:

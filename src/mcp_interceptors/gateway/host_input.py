@@ -10,13 +10,11 @@ from __future__ import annotations
 from typing import Any
 
 from mcp_interceptors.executor import ChainResult
-from mcp_interceptors.protocol.errors import InterceptorExecutionError, InterceptorsError, InvalidParamsError
-from mcp_interceptors.protocol.invoke import InvocationContext
+from mcp_interceptors.protocol.errors import InterceptorExecutionError, InterceptorsError
+from mcp_interceptors.protocol.invoke import MAX_PAYLOAD_DEPTH, InvocationContext, is_too_deep
+from mcp_interceptors.protocol.invoke import check_payload as check_payload
 from mcp_interceptors.protocol.results import InterceptorResult, MutationResult
 
-#: Deepest nesting of lists and objects accepted in a payload. pydantic's serializer stops at 255
-#: levels and a payload sits a few levels down in a response, so deeper ones could not be answered.
-MAX_PAYLOAD_DEPTH = 200
 #: Context fields the gateway knows from its own request, in every spelling a host might read.
 _VOUCHED = frozenset({"principal", "sessionid", "server"})
 
@@ -36,26 +34,6 @@ def vouched_context(own: InvocationContext, supplied: InvocationContext | None) 
         span_id=supplied.span_id,
         timestamp=supplied.timestamp or own.timestamp,
     )
-
-
-def is_too_deep(value: Any, limit: int = MAX_PAYLOAD_DEPTH) -> bool:
-    """Whether `value` nests lists and objects more than `limit` levels; walked without recursion."""
-    stack = [(value, 0)] if isinstance(value, dict | list) else []
-    while stack:
-        item, depth = stack.pop()
-        children = item.values() if isinstance(item, dict) else item
-        depth += 1
-        if depth > limit:
-            return True
-        stack.extend((child, depth) for child in children if isinstance(child, dict | list))
-    return False
-
-
-def check_payload(payload: Any, **data: Any) -> None:
-    """Refuse a payload the gateway could not answer with `-32602` naming it; `data` says for what."""
-    if is_too_deep(payload):
-        reason = f"payload is nested more than {MAX_PAYLOAD_DEPTH} levels deep"
-        raise InvalidParamsError(f"Invalid params: {reason}", data={**data, "field": "payload", "reason": reason})
 
 
 def result_body(result: InterceptorResult, name: str) -> dict[str, Any]:

@@ -34,7 +34,7 @@ from mcp_interceptors.invoker import (
     read_invoke_result,
 )
 from mcp_interceptors.planning import Overrides
-from mcp_interceptors.protocol.descriptors import InterceptorDescriptor, parse_descriptors
+from mcp_interceptors.protocol.descriptors import InterceptorDescriptor, parse_list_result
 from mcp_interceptors.protocol.errors import HostConnectionError
 from mcp_interceptors.protocol.invoke import INVOKE_METHOD, LIST_METHOD
 from mcp_interceptors.protocol.results import InterceptorResult
@@ -177,7 +177,7 @@ class ConnectionSource:
 
     async def discover(self) -> list[InterceptorDescriptor]:
         raw = await self.conn.request(LIST_METHOD, None)
-        found, warnings = parse_descriptors(raw.get("interceptors"))
+        found, warnings = parse_list_result(raw)
         for warning in warnings:
             logger.warning(
                 "%s: skipped descriptor #%d (%s): %s", self.conn.name, warning.index, warning.name, warning.reason

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from typing import Annotated, Any, Literal
 
-from pydantic import Field
+from pydantic import Field, Strict
 
 from mcp_interceptors.protocol._base import WireModel
 from mcp_interceptors.protocol.events import Direction, Phase
@@ -24,7 +24,9 @@ class ChainExecutionParams(WireModel):
     payload: Any
     interceptors: tuple[str, ...] | None = None
     config: dict[str, dict[str, Any]] | None = None
-    timeout_ms: Annotated[float, Field(gt=0)] | None = None
+    #: A JSON number only, as for `interceptor/invoke`: lax parsing read `true` as 1 ms, `"50"` as 50
+    #: and an overflowing `1e400` as no deadline.
+    timeout_ms: Annotated[float, Strict(), Field(gt=0, allow_inf_nan=False)] | None = None
     context: InvocationContext | None = None
     direction: Direction | None = None
 

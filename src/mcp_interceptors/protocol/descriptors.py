@@ -13,6 +13,7 @@ from typing import Annotated, Any, Literal
 from pydantic import Field, Strict, ValidationError, field_validator, model_validator
 
 from mcp_interceptors.protocol._base import INT32_MAX, INT32_MIN, WireModel
+from mcp_interceptors.protocol.errors import DiscoveryError
 from mcp_interceptors.protocol.events import PHASES, Phase, events_match
 
 Int32 = Annotated[int, Strict(), Field(ge=INT32_MIN, le=INT32_MAX)]
@@ -178,6 +179,16 @@ def parse_descriptors(raw: Any) -> tuple[list[InterceptorDescriptor], list[Descr
         seen.add(descriptor.name)
         parsed.append(descriptor)
     return parsed, warnings
+
+
+def parse_list_result(result: Any) -> tuple[list[InterceptorDescriptor], list[DescriptorWarning]]:
+    """The descriptors of an `interceptors/list` result; one without an `interceptors` array is a failed
+    discovery (`DiscoveryError`), never an empty list that would let every operation through (R66)."""
+    raw = result.get("interceptors") if isinstance(result, Mapping) else None
+    if not isinstance(raw, Sequence) or isinstance(raw, str | bytes):
+        reason = "interceptors/list result has no `interceptors` array"
+        raise DiscoveryError(reason, data={"reason": reason})
+    return parse_descriptors(raw)
 
 
 def _first_error(exc: ValidationError) -> str:

@@ -58,13 +58,23 @@ def is_pattern(event: str) -> bool:
     return "*" in event or "?" in event or "[" in event
 
 
-@lru_cache(maxsize=4096)
+#: Longest event name whose matches are cached: names come from callers, and the cache must not hold
+#: thousands of megabyte-long ones.
+MAX_CACHED_EVENT_LENGTH = 256
+
+
 def pattern_matches(pattern: str, event: str) -> bool:
     """Whether one hook pattern covers one concrete event.
 
     `*` alone matches every interceptable event; a pattern containing `*` matches segment by
     segment (`tools/*` covers `tools/call` but not `tools/a/b`); anything else is literal.
     """
+    if len(event) > MAX_CACHED_EVENT_LENGTH:
+        return _pattern_matches(pattern, event)
+    return _cached_pattern_matches(pattern, event)
+
+
+def _pattern_matches(pattern: str, event: str) -> bool:
     if pattern == event:
         return is_interceptable(event)
     if pattern == WILDCARD:
@@ -78,6 +88,9 @@ def pattern_matches(pattern: str, event: str) -> bool:
     return is_interceptable(event) and all(
         fnmatchcase(part, p) for p, part in zip(pattern_parts, event_parts, strict=True)
     )
+
+
+_cached_pattern_matches = lru_cache(maxsize=4096)(_pattern_matches)
 
 
 def events_match(events: tuple[str, ...] | list[str], event: str) -> bool:

@@ -10,11 +10,15 @@ from pydantic import ConfigDict, Field, Strict
 from pydantic.alias_generators import to_camel
 
 from mcp_interceptors.protocol._base import WireModel
+from mcp_interceptors.protocol.errors import InvalidParamsError
 from mcp_interceptors.protocol.events import Phase
 
 LIST_METHOD = "interceptors/list"
 INVOKE_METHOD = "interceptor/invoke"
 EXECUTE_CHAIN_METHOD = "interceptor/executeChain"
+#: Deepest nesting of lists and objects accepted in an invoked payload. pydantic's serializer stops at 255
+#: levels and a payload sits a few levels down in a response, so deeper ones could not be answered.
+MAX_PAYLOAD_DEPTH = 200
 
 
 class Principal(WireModel):
@@ -103,3 +107,23 @@ class InvokeRequest(Request[RawParams, Literal["interceptor/invoke"]]):
 class ExecuteChainRequest(Request[RawParams, Literal["interceptor/executeChain"]]):
     method: Literal["interceptor/executeChain"] = "interceptor/executeChain"
     params: RawParams
+
+
+def is_too_deep(value: Any, limit: int = MAX_PAYLOAD_DEPTH) -> bool:
+    """Whether `value` nests lists and objects more than `limit` levels; walked without recursion."""
+    stack = [(value, 0)] if isinstance(value, dict | list) else []
+    while stack:
+        item, depth = stack.pop()
+        children = item.values() if isinstance(item, dict) else item
+        depth += 1
+        if depth > limit:
+            return True
+        stack.extend((child, depth) for child in children if isinstance(child, dict | list))
+    return False
+
+
+def check_payload(payload: Any, **data: Any) -> None:
+    """Refuse a payload too deep to answer with `-32602` naming it; `data` says for what (interceptor, event)."""
+    if is_too_deep(payload):
+        reason = f"payload is nested more than {MAX_PAYLOAD_DEPTH} levels deep"
+        raise InvalidParamsError(f"Invalid params: {reason}", data={**data, "field": "payload", "reason": reason})

@@ -203,6 +203,34 @@ def json_problem(value: Any, where: str) -> str | None:
     return None
 
 
+def same_json(left: Any, right: Any) -> bool:
+    """JSON equality as RFC 8785 sees it: `1 == 1.0`, but `true != 1` and `"1" != 1` (Python's `==` says
+    `True == 1`, so a mutator turning `1` into `true` would pass for unchanged). Walked without recursion."""
+    stack = [(left, right)]
+    pop, push = stack.pop, stack.append
+    while stack:
+        a, b = pop()
+        if a is b:
+            continue
+        kind = type(a)
+        if (kind is int or kind is float) and (type(b) is int or type(b) is float):
+            if a != b:
+                return False
+        elif isinstance(a, dict) and isinstance(b, dict):
+            if a.keys() != b.keys():
+                return False
+            for key, value in a.items():
+                push((value, b[key]))
+        elif isinstance(a, list | tuple) and isinstance(b, list | tuple):
+            if len(a) != len(b):
+                return False
+            for pair in zip(a, b, strict=True):
+                push(pair)
+        elif kind is not type(b) or not bool(a == b):
+            return False
+    return True
+
+
 def _path_to(root: Any, target: Any) -> str:
     """The path of `target` (by identity) below `root`, as `.key` / `[index]` steps; for messages only."""
     stack: list[tuple[Any, str]] = [(root, "")]

@@ -384,6 +384,22 @@ def test_r15_priority_outside_int32_is_rejected_at_registration() -> None:
         host.validator("p")
 
 
+@pytest.mark.parametrize(
+    ("options", "message"),
+    [
+        ({"events": [5]}, r"interceptor 'bad': invalid events.0: Input should be a valid string"),
+        ({"hooks": [5]}, r"interceptor 'bad': hooks must be HookEntry objects or mappings"),
+        ({"events": ["*"], "compat": 1}, r"interceptor 'bad': hooks must be .*, compat a Compat or a mapping"),
+        ({"events": ["*"], "config_schema": 3}, r"interceptor 'bad': invalid configSchema"),
+    ],
+)
+def test_r12_options_of_the_wrong_shape_are_refused_naming_the_interceptor(
+    options: dict[str, Any], message: str
+) -> None:
+    with pytest.raises(ValueError, match=message):
+        InterceptorHost().validator("bad", **options)
+
+
 # --------------------------------------------------------------------------- R17-R20: results
 
 

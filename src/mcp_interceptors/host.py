@@ -546,25 +546,29 @@ def build_descriptor(
         raise ValueError(f"interceptor {name!r}: events must be a list of event names, not a string")
     if phase not in ("request", "response", "both"):
         raise ValueError(f"interceptor {name!r}: phase must be 'request', 'response' or 'both', got {phase!r}")
-    raw_hooks: list[Any] = (
-        [entry.to_wire() for entry in hooks_for(events, phase)]
-        if events is not None
-        else [entry.to_wire() if isinstance(entry, HookEntry) else dict(entry) for entry in hooks or ()]
-    )
-    body: dict[str, Any] = {"name": name, "type": type_, "hooks": raw_hooks, "mode": mode, "failOpen": fail_open}
-    if priority is not None:
-        body["priorityHint"] = priority.to_wire() if hasattr(priority, "to_wire") else priority
-    for key, value in (("description", description), ("version", version), ("configSchema", config_schema)):
-        if value is not None:
-            body[key] = dict(value) if isinstance(value, Mapping) else value
-    if compat is not None:
-        body["compat"] = compat.to_wire() if isinstance(compat, Compat) else dict(compat)
     try:
+        raw_hooks: list[Any] = (
+            [entry.to_wire() for entry in hooks_for(events, phase)]
+            if events is not None
+            else [entry.to_wire() if isinstance(entry, HookEntry) else dict(entry) for entry in hooks or ()]
+        )
+        body: dict[str, Any] = {"name": name, "type": type_, "hooks": raw_hooks, "mode": mode, "failOpen": fail_open}
+        if priority is not None:
+            body["priorityHint"] = priority.to_wire() if hasattr(priority, "to_wire") else priority
+        for key, value in (("description", description), ("version", version), ("configSchema", config_schema)):
+            if value is not None:
+                body[key] = dict(value) if isinstance(value, Mapping) else value
+        if compat is not None:
+            body["compat"] = compat.to_wire() if isinstance(compat, Compat) else dict(compat)
         return InterceptorDescriptor.model_validate(body)
-    except ValidationError as exc:
+    except ValidationError as exc:  # from the hook entries or the descriptor
         error = exc.errors(include_url=False)[0]
         field = ".".join(str(part) for part in error["loc"])
         raise ValueError(f"interceptor {name!r}: invalid {field}: {error['msg']}") from None
+    except (TypeError, ValueError):  # an option of the wrong shape (hooks=[5], compat=1)
+        raise ValueError(
+            f"interceptor {name!r}: hooks must be HookEntry objects or mappings, compat a Compat or a mapping"
+        ) from None
 
 
 def fast_copy(payload: Any) -> Any:

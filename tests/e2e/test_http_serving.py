@@ -96,6 +96,24 @@ async def test_static_token_gateway_serves_a_client_with_the_token(token_gateway
     assert text_of(result) == "[REDACTED] authorised"
 
 
+@pytest.mark.parametrize("path", ["/sse", "/messages/?session_id=0123456789abcdef0123456789abcdef"])
+async def test_static_token_gateway_guards_the_legacy_sse_endpoint_too(token_gateway: str, path: str) -> None:
+    method = "GET" if path == "/sse" else "POST"
+    with anyio.fail_after(30):
+        async with httpx2.AsyncClient() as http:
+            response = await http.request(method, f"{token_gateway}{path}", json=INITIALIZE, headers=ACCEPT)
+    assert response.status_code == 401
+    assert 'error="invalid_token"' in response.headers["www-authenticate"]
+
+
+async def test_static_token_gateway_serves_sse_clients_with_the_token(token_gateway: str) -> None:
+    headers = {"Authorization": f"Bearer {TOKEN}"}
+    with anyio.fail_after(30):
+        async with Client(sse_client(f"{token_gateway}/sse", headers=headers), mode="legacy") as client:
+            result = await client.call_tool("echo", {"text": "over sse"})
+    assert text_of(result) == "over sse"
+
+
 # --------------------------------------------------------------------------- JWT
 
 

@@ -16,6 +16,7 @@ from typing import Any
 
 import anyio
 import uvicorn
+from mcp.server.auth.settings import AuthSettings
 from mcp.server.stdio import stdio_server
 from mcp.server.transport_security import TransportSecuritySettings
 
@@ -89,7 +90,7 @@ def http_app(gateway: Gateway, host: str, port: int, *, insecure_no_auth: bool =
         enable_dns_rebinding_protection=True, allowed_hosts=allowed_hosts, allowed_origins=allowed_origins
     )
     auth_settings, verifier = build_auth(config, host, port)
-    routes = sse_routes(gateway, security, config.http.max_body_bytes) if config.http.sse else []
+    routes = sse_routes(gateway, security, config.http.max_body_bytes, auth_settings) if config.http.sse else []
     # `json_response` stays off. For 2026-07-28 requests mcp already answers with a JSON body unless the
     # call emits a notification first. For the handshake era the flag covers every session of the manager,
     # and it drops the progress, log and sampling/elicitation traffic relayed during a call
@@ -132,8 +133,16 @@ class SessionEndWatcher:
             self.gateway.close_session(session_id.decode("latin-1"))
 
 
-def sse_routes(gateway: Gateway, security: TransportSecuritySettings, max_body: int) -> list[Any]:
-    """The handshake-era SSE endpoint: GET /sse opens the stream, POST /messages/ carries requests."""
+def sse_routes(
+    gateway: Gateway, security: TransportSecuritySettings, max_body: int, auth: AuthSettings | None = None
+) -> list[Any]:
+    """The handshake-era SSE endpoint: GET /sse opens the stream, POST /messages/ carries requests.
+
+    With `auth`, both need a valid bearer token, as the Streamable HTTP path does: mcp wraps only
+    that path in its auth check, and the app-wide middleware merely reads the token.
+    """
+    from mcp.server.auth.middleware.bearer_auth import RequireAuthMiddleware
+    from mcp.server.auth.routes import build_resource_metadata_url
     from mcp.server.sse import SseServerTransport
     from starlette.routing import Mount, Route
 
@@ -147,10 +156,14 @@ def sse_routes(gateway: Gateway, security: TransportSecuritySettings, max_body: 
             async with transport.connect_sse(scope, receive, send) as (read, write):
                 await server.run(read, write, server.create_initialization_options())
 
-    return [
-        Route("/sse", endpoint=SseEndpoint(), methods=["GET"]),
-        Mount("/messages/", app=transport.handle_post_message),
-    ]
+    stream: Any = SseEndpoint()
+    messages: Any = transport.handle_post_message
+    if auth is not None:
+        metadata = build_resource_metadata_url(auth.resource_server_url) if auth.resource_server_url else None
+        scopes = auth.required_scopes or []
+        stream = RequireAuthMiddleware(stream, scopes, metadata)
+        messages = RequireAuthMiddleware(messages, scopes, metadata)
+    return [Route("/sse", endpoint=stream, methods=["GET"]), Mount("/messages/", app=messages)]
 
 
 async def serve_http(

@@ -5,6 +5,7 @@ hang or never start. Each test runs its own gateway, since it breaks one of its 
 from __future__ import annotations
 
 import sys
+from pathlib import Path
 from typing import Any
 
 import anyio
@@ -113,3 +114,39 @@ async def test_required_interceptor_whose_server_cannot_start_fails_its_events_c
     assert "echo" in [tool.name for tool in tools.tools]
     assert (blocked.value.code, blocked.value.message) == (-32602, "Blocked by interceptor validation")
     assert blocked.value.data == {**WATCHDOG_BLOCK, "interceptor": "must-check"}
+
+
+@pytest.mark.parametrize("era", ERAS)
+async def test_r66_required_interceptor_server_down_at_start_is_used_once_it_comes_up(
+    write_config: ConfigWriter, era: str, tmp_path: Path
+) -> None:
+    ready = tmp_path / "interceptor-server-may-start"
+    late_server = (  # exits at once until `ready` exists, then serves the watchdog validator
+        f"import os, runpy, sys\nif not os.path.exists({str(ready)!r}): sys.exit(3)\n"
+        f"runpy.run_path({INTERCEPTOR_SERVER!r}, run_name='__main__')"
+    )
+    required = [{"name": "watchdog", "type": "validation", "events": ["tools/call"], "phase": "request"}]
+    config = write_config(
+        {
+            "upstreams": {"e2e": upstream_entry()},
+            "interceptors": {
+                "servers": [
+                    {"name": "late", "command": sys.executable, "args": ["-c", late_server], "required": required}
+                ]
+            },
+        }
+    )
+    async with connect("stdio", config, era) as client:
+        with anyio.fail_after(30), pytest.raises(MCPError) as blocked:
+            await client.call_tool("echo", {"text": "too early"})
+        ready.touch()
+        with anyio.fail_after(30):
+            while True:  # the gateway retries the server with its backoff: poll until a call gets through
+                try:
+                    result = await client.call_tool("echo", {"text": "now"})
+                    break
+                except MCPError as exc:
+                    assert exc.data == {**WATCHDOG_BLOCK, "interceptor": "watchdog"}
+                await anyio.sleep(0.2)  # nothing to wait on but the gateway's reconnect timer
+    assert blocked.value.data == {**WATCHDOG_BLOCK, "interceptor": "watchdog"}
+    assert text_of(result) == "now"

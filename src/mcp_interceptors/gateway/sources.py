@@ -11,6 +11,7 @@ import importlib
 import logging
 import sys
 from collections.abc import Mapping
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -28,7 +29,6 @@ from mcp_interceptors.invoker import (
     Chain,
     LocalHost,
     RequiredInterceptor,
-    UnavailableSource,
     invocation_error,
     invoke_body,
     read_invoke_result,
@@ -120,7 +120,7 @@ async def populate_chain(chain: Chain, config: GatewayConfig, tg: anyio.abc.Task
         chain.add_local(host, name=_unique(chain, name), overrides=_pick(overrides, host))
     for index, server in enumerate(config.interceptors.servers):
         verify_key = verify_key_for(server, file, index, config.base_dir)
-        await _add_server(chain, server, overrides, tg, verify_key)
+        await _add_server(chain, server, overrides, tg, verify_key, file=file, index=index)
     advertised = {entry.name for entry in chain.entries}
     for index, name in enumerate(config.interceptors.overrides):
         if name not in advertised:
@@ -171,9 +171,13 @@ class ConnectionSource:
     crash, and meanwhile its invocations fail and are routed by mode/failOpen. With `verify_key`,
     its validation results must be signed by that key (else the invocation fails, too)."""
 
-    def __init__(self, conn: UpstreamConnection, *, verify_key: Ed25519PublicKey | None = None) -> None:
+    def __init__(
+        self, conn: UpstreamConnection, *, verify_key: Ed25519PublicKey | None = None, unavailable: str | None = None
+    ) -> None:
         self.conn = conn
         self.verify_key = verify_key
+        #: Why the host could not be reached at start: until it first connects, invocations fail at once.
+        self.unavailable = unavailable
 
     async def discover(self) -> list[InterceptorDescriptor]:
         raw = await self.conn.request(LIST_METHOD, None)
@@ -185,6 +189,8 @@ class ConnectionSource:
         return found
 
     async def invoke(self, call: Call) -> InterceptorResult:
+        if self.unavailable is not None and self.conn.info is None:
+            raise HostConnectionError(call.name, f"interceptor host unavailable: {self.unavailable}")
         body = invoke_body(
             call.name,
             call.event,
@@ -234,16 +240,27 @@ async def _add_server(
     overrides: dict[str, Overrides],
     tg: anyio.abc.TaskGroup,
     verify_key: Ed25519PublicKey | None = None,
+    *,
+    file: str = "<config>",
+    index: int = 0,
 ) -> None:
     required = required_for(server.required)
     conn = UpstreamConnection(server.name, server)
     try:
         await tg.start(conn.run)
-    except UpstreamUnavailableError as exc:  # an unreachable host: pinned interceptors fail closed
+    except UpstreamUnavailableError as exc:  # an unreachable host: pinned interceptors fail closed (R66)
         if not required:
-            where = f"interceptors.servers.{server.name}"
-            raise ConfigError("<runtime>", where, exc.message, "start it, or pin `required` interceptors") from None
-        chain.add_source(UnavailableSource(exc.message), [r.placeholder() for r in required], name=server.name)
+            where = f"interceptors.servers[{index}]"
+            raise ConfigError(file, where, exc.message, "start it, or pin `required` interceptors") from None
+        logger.error(
+            "interceptor server %r is unavailable (%s): its required interceptors fail closed until it connects",
+            server.name,
+            exc.message,
+        )
+        # Keep trying, with the connection's backoff: once it is up, the pinned interceptors run there.
+        tg.start_soon(partial(conn.run, retry_start=True))
+        source = ConnectionSource(conn, verify_key=verify_key, unavailable=exc.message)
+        chain.add_source(source, [r.placeholder() for r in required], name=server.name)
         return
     source = ConnectionSource(conn, verify_key=verify_key)
     await chain.add_discovered(

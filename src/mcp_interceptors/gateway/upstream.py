@@ -187,11 +187,13 @@ class UpstreamConnection:
 
     # ------------------------------------------------------------------ lifecycle
 
-    async def run(self, *, task_status: anyio.abc.TaskStatus[None] = anyio.TASK_STATUS_IGNORED) -> None:
+    async def run(
+        self, *, retry_start: bool = False, task_status: anyio.abc.TaskStatus[None] = anyio.TASK_STATUS_IGNORED
+    ) -> None:
         """Connect, hand over readiness, and reconnect with backoff until cancelled.
 
-        The first connection failure is raised (so a gateway fails at start with a clear error);
-        later failures are logged and retried.
+        The first connection failure is raised (so a gateway fails at start with a clear error),
+        unless `retry_start`; later failures are logged and retried.
         """
         started = False
         delay = _BACKOFF_FIRST_S
@@ -213,7 +215,7 @@ class UpstreamConnection:
                     if isinstance(_innermost(exc), _EraRefused):
                         continue  # reconnect at once on a fresh transport, in the handshake era
                     self._last_error = describe_exception(exc)
-                    if not started:
+                    if not started and not retry_start:
                         raise UpstreamUnavailableError(
                             CONNECTION_CLOSED, f"upstream {self.name!r} failed to start: {self._last_error}"
                         ) from exc

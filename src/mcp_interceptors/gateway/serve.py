@@ -64,8 +64,13 @@ def check_listen(host: str, port: int) -> None:
 
 
 async def serve_stdio(gateway: Gateway) -> None:
+    """Serve until the client closes stdin, or SIGTERM/SIGINT asks us to stop (the caller then closes
+    the upstreams, so no server outlives the gateway)."""
     if sys.platform != "win32":
-        await serve_stdio_fast(gateway)
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(_cancel_on_signal, tg.cancel_scope)
+            await serve_stdio_fast(gateway)
+            tg.cancel_scope.cancel()
         return
     if not gateway.connected:
         await gateway.connect_upstreams()  # no first message to read ahead of mcp's transport
@@ -210,6 +215,14 @@ class _Server(uvicorn.Server):
             raise ListenError(f"the HTTP server did not start (uvicorn exit status {exc.code})") from None
         finally:
             self.finished.set()
+
+
+async def _cancel_on_signal(scope: anyio.CancelScope) -> None:
+    """SIGTERM/SIGINT end a stdio gateway like end of input: cleanly, exit status 0."""
+    with anyio.open_signal_receiver(signal.SIGTERM, signal.SIGINT) as signals:
+        async for _ in signals:
+            scope.cancel()
+            return
 
 
 async def _stop_on_signal(server: uvicorn.Server) -> None:

@@ -11,6 +11,7 @@ from typing import Any
 import anyio
 
 from mcp_interceptors.cli._common import CommandError, print_json
+from mcp_interceptors.gateway.auth import check_auth
 from mcp_interceptors.gateway.check import missing_commands, render_check, resolved_plan
 from mcp_interceptors.gateway.config import (
     ConfigError,
@@ -88,6 +89,7 @@ def run_gateway(args: argparse.Namespace) -> int:
         config, file = _config(args)
         if args.guard and args.config:
             raise CommandError("--guard is for the no-config shortcut; list guards in the config file instead", 2)
+        check_auth(config, file)
         if args.check:
             return anyio.run(_check, config, file, args.json)
         http = _parse_http(args.http) if args.http else None

@@ -20,6 +20,14 @@ def test_variables_defaults_and_a_literal_dollar_brace() -> None:
     }
 
 
+def test_a_default_also_replaces_an_empty_variable_as_in_the_shell() -> None:
+    config = {"store": "${AUDIT_DIR:-.audit}/audit.db", "token": "${TOKEN}"}
+    assert substitute_env(config, {"AUDIT_DIR": "", "TOKEN": ""}, "gateway.yaml") == {
+        "store": ".audit/audit.db",  # not "/audit.db" at the root of the filesystem
+        "token": "",  # no default: the empty value stands
+    }
+
+
 def test_a_missing_variable_names_the_field_and_the_fix() -> None:
     with pytest.raises(ConfigError) as error:
         substitute_env({"upstreams": {"a": {"env": {"TOKEN": "${MISSING_TOKEN}"}}}}, {}, "gateway.yaml")

@@ -268,7 +268,8 @@ class GatewayConfig(_Model):
 
 
 def substitute_env(value: Any, env: Mapping[str, str], file: str, path: str = "") -> Any:
-    """Replace `${VAR}` and `${VAR:-default}` in every string; a missing VAR is a `ConfigError`.
+    """Replace `${VAR}` and `${VAR:-default}` (the default if VAR is unset or empty, as in the shell) in
+    every string; a missing VAR without a default is a `ConfigError`.
     `$${VAR}` stands for a literal `${VAR}` (a CEL expression or pattern may need one)."""
     if isinstance(value, str):
 
@@ -276,10 +277,10 @@ def substitute_env(value: Any, env: Mapping[str, str], file: str, path: str = ""
             escaped, name, default = match.group(1), match.group(2), match.group(3)
             if escaped:
                 return match.group(0)[1:]
+            if default is not None and not env.get(name):  # `:-` as in the shell: unset or empty
+                return default
             if name in env:
                 return env[name]
-            if default is not None:
-                return default
             fix = f"export {name}=... or write ${{{name}:-default}}"
             raise ConfigError(file, path, f"environment variable {name} is not set", fix)
 

@@ -150,3 +150,19 @@ async def test_r66_required_interceptor_server_down_at_start_is_used_once_it_com
                 await anyio.sleep(0.2)  # nothing to wait on but the gateway's reconnect timer
     assert blocked.value.data == {**WATCHDOG_BLOCK, "interceptor": "watchdog"}
     assert text_of(result) == "now"
+
+
+@pytest.mark.parametrize("era", ERAS)
+async def test_upstream_that_does_not_answer_in_time_is_named_in_the_error(
+    write_config: ConfigWriter, era: str
+) -> None:
+    config = write_config(standard_config(upstreams={"e2e": upstream_entry(timeout_ms=3000)}))
+    async with connect("stdio", config, era) as client:
+        with anyio.fail_after(30), pytest.raises(MCPError) as late:
+            await client.call_tool("sleep", {"seconds": 30})
+        with anyio.fail_after(30):
+            after = text_of(await client.call_tool("echo", {"text": "still here"}))
+    assert late.value.code == -32001
+    assert late.value.message == "upstream 'e2e' did not answer tools/call within 3000 ms"
+    assert late.value.data == {"upstream": "e2e", "timeoutMs": 3000}
+    assert after == "still here"

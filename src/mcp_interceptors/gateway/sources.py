@@ -23,7 +23,7 @@ from mcp import MCPError
 
 from mcp_interceptors.executor import Call
 from mcp_interceptors.gateway.config import ConfigError, GatewayConfig, InterceptorServerConfig, RequiredConfig
-from mcp_interceptors.gateway.upstream import UpstreamConnection, UpstreamUnavailableError
+from mcp_interceptors.gateway.upstream import UpstreamConnection, UpstreamTimeoutError, UpstreamUnavailableError
 from mcp_interceptors.host import hooks_for
 from mcp_interceptors.invoker import (
     Chain,
@@ -204,6 +204,8 @@ class ConnectionSource:
             raw = await self.conn.request(INVOKE_METHOD, body)
         except UpstreamUnavailableError as exc:  # -32000 with data: not the host's timeout, the host is gone
             raise HostConnectionError(call.name, exc.message) from None
+        except UpstreamTimeoutError as exc:  # our own deadline: a timeout, as a data-less -32001 is
+            raise invocation_error(MCPError(exc.code, exc.message), call.name) from None
         except MCPError as exc:
             raise invocation_error(exc, call.name) from None
         return read_invoke_result(raw, call.name, call.phase, call.type, verify_key=self.verify_key)

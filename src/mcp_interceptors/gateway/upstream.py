@@ -36,6 +36,7 @@ from mcp_types import (
     CONNECTION_CLOSED,
     LOG_LEVEL_META_KEY,
     PROTOCOL_VERSION_META_KEY,
+    REQUEST_TIMEOUT,
     SERVER_INFO_META_KEY,
 )
 from mcp_types.version import HANDSHAKE_PROTOCOL_VERSIONS, LATEST_HANDSHAKE_VERSION, LATEST_MODERN_VERSION
@@ -100,6 +101,10 @@ def describe_exception(exc: BaseException) -> str:
 
 class UpstreamUnavailableError(MCPError):
     """The upstream is down or reconnecting; in-flight and new calls get this instead of hanging."""
+
+
+class UpstreamTimeoutError(MCPError):
+    """The upstream did not answer within the request's timeout (-32001; the request there is cancelled)."""
 
 
 class Wire(Protocol):
@@ -381,7 +386,9 @@ class UpstreamConnection:
             await self._connected.wait()
         if self._dispatcher is None:
             reason = self._last_error or "not connected"
-            raise UpstreamUnavailableError(CONNECTION_CLOSED, f"upstream {self.name!r} is unavailable ({reason})")
+            raise UpstreamUnavailableError(
+                CONNECTION_CLOSED, f"upstream {self.name!r} is unavailable ({reason})", {"upstream": self.name}
+            )
         return self._dispatcher
 
     async def request(
@@ -440,6 +447,13 @@ class UpstreamConnection:
         try:
             return await dispatcher.send_raw_request(method, body or None, opts)
         except MCPError as exc:
+            if _is_local_timeout(exc, method):  # our deadline, not an upstream's own -32001 error
+                timeout_ms = opts["timeout"] * 1000
+                raise UpstreamTimeoutError(
+                    exc.code,
+                    f"upstream {self.name!r} did not answer {method} within {timeout_ms:g} ms",
+                    {"upstream": self.name, "timeoutMs": timeout_ms},
+                ) from None
             if _is_local_close(exc):  # not an upstream's own -32000 error, which passes through
                 if self._dispatcher is dispatcher:
                     self._mark_down()
@@ -497,6 +511,11 @@ class UpstreamConnection:
             return
         if self.on_notify is not None:
             await self.on_notify(method, body)
+
+
+def _is_local_timeout(exc: MCPError, method: str) -> bool:
+    """The dispatcher's own timeout (ours and mcp's word it alike), not an error the upstream sent."""
+    return exc.code == REQUEST_TIMEOUT and exc.message == f"Request {method!r} timed out" and exc.data is None
 
 
 def _is_local_close(exc: MCPError) -> bool:

@@ -28,6 +28,14 @@ def test_a_default_also_replaces_an_empty_variable_as_in_the_shell() -> None:
     }
 
 
+def test_an_empty_static_token_is_refused_naming_the_field() -> None:
+    raw = {"upstreams": {"a": {"command": "server"}}, "auth": {"tokens": ["ok", "${GATEWAY_TOKEN}"]}}
+    with pytest.raises(ConfigError) as error:
+        parse_config(raw, file="gateway.yaml", env={"GATEWAY_TOKEN": ""})
+    assert (error.value.file, error.value.path) == ("gateway.yaml", "auth.tokens.1")
+    assert "non-empty" in error.value.fix
+
+
 def test_a_missing_variable_names_the_field_and_the_fix() -> None:
     with pytest.raises(ConfigError) as error:
         substitute_env({"upstreams": {"a": {"env": {"TOKEN": "${MISSING_TOKEN}"}}}}, {}, "gateway.yaml")

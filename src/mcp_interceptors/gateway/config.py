@@ -197,7 +197,9 @@ class JwtConfig(_Model):
 
 
 class AuthConfig(_Model):
-    tokens: list[str] = Field(default_factory=list, description="Static bearer tokens (use ${ENV} for secrets).")
+    tokens: list[Annotated[str, Field(min_length=1)]] = Field(
+        default_factory=list, description="Static bearer tokens (use ${ENV} for secrets)."
+    )
     jwt: JwtConfig | None = None
     required_scopes: list[str] = Field(default_factory=list)
     resource_server_url: str | None = None
@@ -347,6 +349,8 @@ def _fix_for(error: Mapping[str, Any]) -> str:
         return "add the key"
     if kind in ("literal_error", "enum"):
         return "use one of the allowed values"
+    if kind == "string_too_short":
+        return "give a non-empty value (is an environment variable it names set to the empty string?)"
     if kind == "string_pattern_mismatch":
         return "use letters, digits, '.', '_' or '-'"
     return "see `mcp-interceptors config-schema`"

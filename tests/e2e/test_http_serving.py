@@ -362,6 +362,80 @@ async def test_sigterm_drains_exits_0_and_stops_every_upstream(write_config: Con
     assert [pid for pid in upstream_pids if pid_alive(pid)] == []
 
 
+BLOCKING_UPSTREAM = """
+import os, pathlib, anyio
+from mcp.server.mcpserver import MCPServer
+server = MCPServer("blocking")
+
+@server.tool(description="Mark the call as started, then never answer.")
+async def block() -> str:
+    pathlib.Path(os.environ["STARTED_FILE"]).touch()
+    await anyio.sleep(3600)
+    return "never"
+
+server.run("stdio")
+"""
+
+
+async def _post_call(http: httpx2.AsyncClient, url: str, era: str, name: str) -> Any:
+    """One tools/call over raw HTTP in `era` (a handshake-era one opens its session first): its JSON-RPC answer."""
+    params: dict[str, Any] = {"name": name, "arguments": {}}
+    if era == "legacy":
+        opened = await http.post(url, json=INITIALIZE, headers=ACCEPT)
+        headers = {**ACCEPT, "mcp-session-id": opened.headers["mcp-session-id"], "mcp-protocol-version": "2025-11-25"}
+        await http.post(url, json={"jsonrpc": "2.0", "method": "notifications/initialized"}, headers=headers)
+    else:
+        headers = {**ACCEPT, "mcp-protocol-version": "2026-07-28", "mcp-method": "tools/call", "mcp-name": name}
+        params["_meta"] = {
+            "io.modelcontextprotocol/protocolVersion": "2026-07-28",
+            "io.modelcontextprotocol/clientInfo": {"name": "t", "version": "1"},
+            "io.modelcontextprotocol/clientCapabilities": {},
+        }
+    call = {"jsonrpc": "2.0", "id": 2, "method": "tools/call", "params": params}
+    response = await http.post(url, json=call, headers=headers)
+    lines = [line[5:] for line in response.text.splitlines() if line.startswith("data:")] or [response.text]
+    return json.loads(lines[-1])
+
+
+@pytest.mark.parametrize("era", ERAS)
+async def test_sigterm_answers_a_call_still_in_flight_with_an_error(
+    write_config: ConfigWriter, tmp_path: Path, era: str
+) -> None:
+    """The drain is bounded: a call still waiting on its upstream when it ends gets a JSON-RPC error."""
+    started = tmp_path / "started"
+    upstream = {"command": sys.executable, "args": ["-c", BLOCKING_UPSTREAM], "env": {"STARTED_FILE": str(started)}}
+    config = write_config({"upstreams": {"slow": upstream}})
+    port = free_tcp_port()
+    child = spawn(cli_argv("gateway", "--config", str(config), "--http", f"127.0.0.1:{port}"), env=gateway_env())
+    answers: list[Any] = []
+
+    async def call(http: httpx2.AsyncClient) -> None:
+        answers.append(await _post_call(http, f"http://127.0.0.1:{port}/mcp", era, "block"))
+
+    try:
+        with anyio.fail_after(60):
+            await wait_http_ready(child, port)
+            async with httpx2.AsyncClient(timeout=30) as http, anyio.create_task_group() as tg:
+                tg.start_soon(call, http)
+                while True:
+                    if started.exists():
+                        break
+                    await anyio.sleep(0.05)  # nothing to wait on but the upstream's marker file
+                child.popen.send_signal(signal.SIGTERM)
+            code = await anyio.to_thread.run_sync(child.popen.wait, abandon_on_cancel=True)
+    except BaseException as exc:
+        exc.add_note(child.describe())
+        raise
+    finally:
+        stop(child)
+    assert code == 0
+    assert answers[0]["error"] == {
+        "code": -32000,
+        "message": "the gateway closed its connection to upstream 'slow' (shutting down)",
+        "data": {"upstream": "slow"},
+    }
+
+
 EVERYTHING = str(Path(__file__).resolve().parent.parent / "interop" / "everything_server.py")
 
 

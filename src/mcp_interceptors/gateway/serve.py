@@ -1,7 +1,8 @@
 """Serve a `Gateway` on stdio or Streamable HTTP (plus the legacy SSE endpoint), with auth.
 
 HTTP binds loopback by default with DNS-rebinding protection; a non-loopback bind needs auth
-unless `insecure_no_auth` is set. Shutdown is clean: uvicorn drains, then upstreams close.
+unless `insecure_no_auth` is set. Shutdown is clean: uvicorn drains (calls still waiting on an
+upstream when the drain ends get a JSON-RPC error), then upstreams close.
 """
 
 from __future__ import annotations
@@ -29,6 +30,8 @@ logger = logging.getLogger(__name__)
 LOOPBACK = ("127.0.0.1", "localhost", "::1")
 #: On shutdown, how long in-flight responses may finish; open SSE streams never would on their own.
 _DRAIN_S = 3.0
+#: Before the drain ends, calls still waiting on an upstream are failed, so their clients get an error.
+_ABORT_MARGIN_S = 0.5
 
 
 class BindRefusedError(ValueError):
@@ -185,7 +188,7 @@ async def serve_http(
     )
     server = _Server(config)
     async with anyio.create_task_group() as tg:
-        tg.start_soon(_stop_on_signal, server)
+        tg.start_soon(_stop_on_signal, server, gateway.close_upstreams)
         tg.start_soon(server.serve)
         if on_ready is not None:
             # uvicorn offers no readiness event; this loop only runs at start-up
@@ -225,10 +228,23 @@ async def _cancel_on_signal(scope: anyio.CancelScope) -> None:
             return
 
 
-async def _stop_on_signal(server: uvicorn.Server) -> None:
-    """SIGTERM/SIGINT: drain (uvicorn's graceful shutdown); a second one skips the drain."""
-    with anyio.open_signal_receiver(signal.SIGTERM, signal.SIGINT) as signals:
-        async for _ in signals:
-            if server.should_exit:
-                server.force_exit = True
-            server.should_exit = True
+async def _stop_on_signal(server: uvicorn.Server, abort: Callable[[], None]) -> None:
+    """SIGTERM/SIGINT: drain (uvicorn's graceful shutdown); a second one skips the drain.
+
+    Shortly before the drain ends (uvicorn then cuts every connection), `abort` closes the upstream
+    connections, so a call still in flight is answered with a JSON-RPC error instead of a torn stream.
+    """
+    async with anyio.create_task_group() as tg:
+        with anyio.open_signal_receiver(signal.SIGTERM, signal.SIGINT) as signals:
+            async for _ in signals:
+                if server.should_exit:
+                    server.force_exit = True
+                    abort()
+                else:
+                    tg.start_soon(_abort_later, abort)
+                server.should_exit = True
+
+
+async def _abort_later(abort: Callable[[], None]) -> None:
+    await anyio.sleep(_DRAIN_S - _ABORT_MARGIN_S)  # a deadline, not a poll: uvicorn's drain timer
+    abort()

@@ -262,6 +262,14 @@ class Gateway:
             conns[name] = conn
         return conns
 
+    def close_upstreams(self) -> None:
+        """Close every upstream connection, shared and per-session (shutting down): calls still waiting
+        on one fail with an error naming it."""
+        for key in list(self.sessions):
+            self.close_session(key)
+        for conn in self.shared.values():
+            conn.close()
+
     def close_session(self, key: str) -> None:
         session = self.sessions.pop(key, None)
         if session is None or session.era != "legacy":

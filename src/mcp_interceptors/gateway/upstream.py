@@ -457,9 +457,12 @@ class UpstreamConnection:
             if _is_local_close(exc):  # not an upstream's own -32000 error, which passes through
                 if self._dispatcher is dispatcher:
                     self._mark_down()
-                raise UpstreamUnavailableError(
-                    CONNECTION_CLOSED, f"upstream {self.name!r} closed the connection", {"upstream": self.name}
-                ) from None
+                message = (
+                    f"the gateway closed its connection to upstream {self.name!r} (shutting down)"
+                    if self._closed
+                    else f"upstream {self.name!r} closed the connection"
+                )
+                raise UpstreamUnavailableError(CONNECTION_CLOSED, message, {"upstream": self.name}) from None
             raise
         except ValueError:
             if request_id is None:

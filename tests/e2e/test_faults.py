@@ -10,8 +10,18 @@ from typing import Any
 
 import anyio
 import pytest
-from e2e_support import E2E_DIR, ERAS, INTERCEPTOR_SERVER, ConfigWriter, standard_config, text_of, upstream_entry
+from e2e_support import (
+    E2E_DIR,
+    ERAS,
+    INTERCEPTOR_SERVER,
+    UPSTREAM,
+    ConfigWriter,
+    standard_config,
+    text_of,
+    upstream_entry,
+)
 from e2e_support import fresh_gateway as connect
+from helpers import free_tcp_port, running
 from mcp import MCPError
 
 pytestmark = [pytest.mark.anyio, pytest.mark.e2e]
@@ -166,3 +176,16 @@ async def test_upstream_that_does_not_answer_in_time_is_named_in_the_error(
     assert late.value.message == "upstream 'e2e' did not answer tools/call within 3000 ms"
     assert late.value.data == {"upstream": "e2e", "timeoutMs": 3000}
     assert after == "still here"
+
+
+@pytest.mark.parametrize("era", ERAS)
+async def test_http_upstream_crash_mid_call_is_named_in_the_error(write_config: ConfigWriter, era: str) -> None:
+    port = free_tcp_port()
+    async with running([sys.executable, UPSTREAM, "--http", str(port)], port=port, label="HTTP upstream"):
+        config = write_config(standard_config(upstreams={"e2e": {"url": f"http://127.0.0.1:{port}/mcp"}}))
+        async with connect("stdio", config, era) as client:
+            with anyio.fail_after(30), pytest.raises(MCPError) as crashed:
+                await client.call_tool("crash", {})
+    assert crashed.value.code == -32000
+    assert crashed.value.message.startswith("upstream 'e2e' closed the connection")
+    assert crashed.value.data == {"upstream": "e2e"}

@@ -463,6 +463,9 @@ class UpstreamConnection:
                     else f"upstream {self.name!r} closed the connection"
                 )
                 raise UpstreamUnavailableError(CONNECTION_CLOSED, message, {"upstream": self.name}) from None
+            if _is_lost_stream(exc):  # this call's HTTP response stream broke; the connection may live on
+                message = f"upstream {self.name!r} closed the connection ({exc.message})"
+                raise UpstreamUnavailableError(CONNECTION_CLOSED, message, {"upstream": self.name}) from None
             raise
         except ValueError:
             if request_id is None:
@@ -519,6 +522,11 @@ class UpstreamConnection:
 def _is_local_timeout(exc: MCPError, method: str) -> bool:
     """The dispatcher's own timeout (ours and mcp's word it alike), not an error the upstream sent."""
     return exc.code == REQUEST_TIMEOUT and exc.message == f"Request {method!r} timed out" and exc.data is None
+
+
+def _is_lost_stream(exc: MCPError) -> bool:
+    """mcp's HTTP client giving up on one request's response stream ("SSE stream ended without a response")."""
+    return exc.code == CONNECTION_CLOSED and exc.data is None and exc.message.startswith("SSE stream ")
 
 
 def _is_local_close(exc: MCPError) -> bool:

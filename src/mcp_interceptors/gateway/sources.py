@@ -10,7 +10,8 @@ from __future__ import annotations
 import importlib
 import logging
 import sys
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
+from contextlib import contextmanager
 from functools import partial
 from pathlib import Path
 from typing import Any
@@ -35,7 +36,7 @@ from mcp_interceptors.invoker import (
 )
 from mcp_interceptors.planning import Overrides
 from mcp_interceptors.protocol.descriptors import InterceptorDescriptor, parse_descriptors
-from mcp_interceptors.protocol.errors import HostConnectionError
+from mcp_interceptors.protocol.errors import HostConnectionError, WideningOverrideError
 from mcp_interceptors.protocol.invoke import INVOKE_METHOD, LIST_METHOD
 from mcp_interceptors.protocol.results import InterceptorResult
 from mcp_interceptors.signatures import load_verify_key, verify_key_from
@@ -111,16 +112,17 @@ def required_for(items: list[RequiredConfig]) -> list[RequiredInterceptor]:
 async def populate_chain(chain: Chain, config: GatewayConfig, tg: anyio.abc.TaskGroup, *, file: str) -> None:
     """Add every configured source to `chain`; remote hosts' connections run in `tg`."""
     overrides = {name: item.to_overrides() for name, item in config.interceptors.overrides.items()}
-    for index, guard in enumerate(config.interceptors.guards):
-        host = load_guard(guard.name, guard.config, file, index)
-        chain.add_local(host, name=_unique(chain, guard.name), overrides=_pick(overrides, host))
-    for index, host_config in enumerate(config.interceptors.hosts):
-        host = load_host(host_config.module, file, index, config.base_dir)
-        name = host_config.name or getattr(host, "name", None) or host_config.module
-        chain.add_local(host, name=_unique(chain, name), overrides=_pick(overrides, host))
-    for index, server in enumerate(config.interceptors.servers):
-        verify_key = verify_key_for(server, file, index, config.base_dir)
-        await _add_server(chain, server, overrides, tg, verify_key, file=file, index=index)
+    with _widening_as_config_error(file):
+        for index, guard in enumerate(config.interceptors.guards):
+            host = load_guard(guard.name, guard.config, file, index)
+            chain.add_local(host, name=_unique(chain, guard.name), overrides=_pick(overrides, host))
+        for index, host_config in enumerate(config.interceptors.hosts):
+            host = load_host(host_config.module, file, index, config.base_dir)
+            name = host_config.name or getattr(host, "name", None) or host_config.module
+            chain.add_local(host, name=_unique(chain, name), overrides=_pick(overrides, host))
+        for index, server in enumerate(config.interceptors.servers):
+            verify_key = verify_key_for(server, file, index, config.base_dir)
+            await _add_server(chain, server, overrides, tg, verify_key, file=file, index=index)
     advertised = {entry.name for entry in chain.entries}
     for index, name in enumerate(config.interceptors.overrides):
         if name not in advertised:
@@ -131,6 +133,18 @@ async def populate_chain(chain: Chain, config: GatewayConfig, tg: anyio.abc.Task
                 f"use one of: {', '.join(sorted(advertised)) or '(none configured)'}",
             )
     check_interceptor_configs(config.interceptors.config, chain, file)
+
+
+@contextmanager
+def _widening_as_config_error(file: str) -> Iterator[None]:
+    """A hook override that widens what its interceptor advertises (R62), as the config error it is."""
+    try:
+        yield
+    except WideningOverrideError as exc:
+        data = exc.data if isinstance(exc.data, Mapping) else {}
+        path = f"interceptors.overrides.{data.get('interceptor', '?')}.hooks"
+        fix = "list only events and phases it advertises (`gateway --check` shows them without the override)"
+        raise ConfigError(file, path, exc.message, fix) from None
 
 
 def check_interceptor_configs(configs: Mapping[str, Mapping[str, Any]], chain: Chain, file: str) -> None:

@@ -210,7 +210,7 @@ class AuthConfig(_Model):
 
 
 class HttpConfig(_Model):
-    path: str = "/mcp"
+    path: Annotated[str, Field(pattern=r"^/")] = Field("/mcp", description="Streamable HTTP endpoint, e.g. /mcp.")
     sse: bool = Field(True, description="Also serve the legacy SSE endpoint at /sse.")
     max_body_bytes: Annotated[int, Field(gt=0)] = 4 * 1024 * 1024
     session_idle_s: Annotated[float, Field(gt=0)] = Field(
@@ -324,11 +324,39 @@ def load_config(path: str | Path, *, env: Mapping[str, str] | None = None) -> Ga
         raise ConfigError(file, "", f"cannot read the file ({exc.strerror})", "check the path") from None
     try:
         raw = yaml.safe_load(text)
+        repeated = _repeated_key(yaml.compose(text, Loader=yaml.SafeLoader))
     except yaml.YAMLError as exc:
         mark = getattr(exc, "problem_mark", None)
         where = f"line {mark.line + 1} column {mark.column + 1}" if mark is not None else "unknown position"
         raise ConfigError(file, "", f"invalid YAML at {where}", "fix the YAML syntax") from None
+    if repeated is not None:
+        path, line = repeated
+        raise ConfigError(file, path, f"given twice (the second at line {line})", "keep only one of them")
     return parse_config(raw if raw is not None else {}, file=file, env=env, base_dir=str(Path(path).resolve().parent))
+
+
+def _repeated_key(node: yaml.Node | None, path: str = "", seen: set[int] | None = None) -> tuple[str, int] | None:
+    """The field path and line of the first key given twice in one mapping (YAML keeps the last silently)."""
+    seen = set() if seen is None else seen
+    if node is None or id(node) in seen:  # an alias of a node already walked
+        return None
+    seen.add(id(node))
+    if isinstance(node, yaml.MappingNode):
+        keys: set[str] = set()
+        for key_node, value_node in node.value:
+            key = str(key_node.value) if isinstance(key_node, yaml.ScalarNode) else None
+            where = f"{path}.{key}" if path else str(key)
+            if key is not None and key in keys:
+                return where, key_node.start_mark.line + 1
+            if key is not None:
+                keys.add(key)
+            if (found := _repeated_key(value_node, where, seen)) is not None:
+                return found
+    elif isinstance(node, yaml.SequenceNode):
+        for index, item in enumerate(node.value):
+            if (found := _repeated_key(item, f"{path}[{index}]", seen)) is not None:
+                return found
+    return None
 
 
 def _default_cwd(data: dict[str, Any], base_dir: str) -> None:
@@ -352,6 +380,8 @@ def _fix_for(error: Mapping[str, Any]) -> str:
     if kind == "string_too_short":
         return "give a non-empty value (is an environment variable it names set to the empty string?)"
     if kind == "string_pattern_mismatch":
+        if error.get("loc", ())[-1:] == ("path",):
+            return "start the path with '/', e.g. /mcp"
         return "use letters, digits, '.', '_' or '-'"
     return "see `mcp-interceptors config-schema`"
 

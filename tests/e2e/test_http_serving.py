@@ -320,6 +320,20 @@ async def test_non_loopback_bind_without_auth_is_refused(write_config: ConfigWri
     )
 
 
+async def test_wildcard_bind_warns_that_only_allowed_hosts_get_through(write_config: ConfigWriter) -> None:
+    config = write_config(standard_config(auth={"tokens": [TOKEN]}))
+    port = free_tcp_port()
+    argv = cli_argv("gateway", "--config", str(config), "--http", f"0.0.0.0:{port}")
+    async with running(argv, port=port, env=gateway_env(), label="HTTP gateway") as child:
+        with anyio.fail_after(30):
+            async with httpx2.AsyncClient() as http:
+                headers = {**ACCEPT, "authorization": f"Bearer {TOKEN}", "host": f"gateway.example.com:{port}"}
+                refused = await http.post(f"http://127.0.0.1:{port}/mcp", json=INITIALIZE, headers=headers)
+        log = child.stderr_tail()
+    assert refused.status_code == 421
+    assert "list the names clients use in http.allowed_hosts" in log
+
+
 # Clients cut off by the shutdown leave sockets for the GC (mcp's clients, not the gateway).
 @pytest.mark.filterwarnings("ignore::ResourceWarning", "ignore::pytest.PytestUnraisableExceptionWarning")
 async def test_sigterm_drains_exits_0_and_stops_every_upstream(write_config: ConfigWriter, tmp_path: Path) -> None:

@@ -28,6 +28,7 @@ from mcp_interceptors.gateway.stdio import serve_stdio_fast
 
 logger = logging.getLogger(__name__)
 LOOPBACK = ("127.0.0.1", "localhost", "::1")
+WILDCARD = ("0.0.0.0", "::", "")
 #: On shutdown, how long in-flight responses may finish; open SSE streams never would on their own.
 _DRAIN_S = 3.0
 #: Before the drain ends, calls still waiting on an upstream are failed, so their clients get an error.
@@ -93,6 +94,14 @@ def http_app(gateway: Gateway, host: str, port: int, *, insecure_no_auth: bool =
     allowed_hosts = [f"{h}:*" for h in ("127.0.0.1", "localhost", "[::1]")] + list(config.http.allowed_hosts)
     if host not in LOOPBACK:
         allowed_hosts.append(authority(host, port))
+    if host in WILDCARD and not config.http.allowed_hosts:
+        logger.warning(
+            "serving every interface (%s), but only requests whose Host header names localhost are accepted "
+            "(DNS-rebinding protection; others get 421): list the names clients use in http.allowed_hosts, "
+            'e.g. ["gateway.example.com:%d"]',
+            authority(host, port),
+            port,
+        )
     allowed_origins = [f"http://{h}:*" for h in ("127.0.0.1", "localhost", "[::1]")] + list(config.http.allowed_origins)
     security = TransportSecuritySettings(
         enable_dns_rebinding_protection=True, allowed_hosts=allowed_hosts, allowed_origins=allowed_origins

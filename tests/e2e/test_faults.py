@@ -16,12 +16,13 @@ from e2e_support import (
     INTERCEPTOR_SERVER,
     UPSTREAM,
     ConfigWriter,
+    gateway_env,
     standard_config,
     text_of,
     upstream_entry,
 )
 from e2e_support import fresh_gateway as connect
-from helpers import free_tcp_port, running
+from helpers import cli_argv, free_tcp_port, run_cli, running
 from mcp import MCPError
 
 pytestmark = [pytest.mark.anyio, pytest.mark.e2e]
@@ -189,3 +190,18 @@ async def test_http_upstream_crash_mid_call_is_named_in_the_error(write_config: 
     assert crashed.value.code == -32000
     assert crashed.value.message.startswith("upstream 'e2e' closed the connection")
     assert crashed.value.data == {"upstream": "e2e"}
+
+
+async def test_http_upstream_that_refuses_the_gateways_token_is_reported_as_401(write_config: ConfigWriter) -> None:
+    guarded = write_config(standard_config(auth={"tokens": ["right-token"]}))
+    port = free_tcp_port()
+    argv = cli_argv("gateway", "--config", str(guarded), "--http", f"127.0.0.1:{port}")
+    async with running(argv, port=port, env=gateway_env(), label="guarded upstream gateway"):
+        url = f"http://127.0.0.1:{port}/mcp"
+        front = write_config({"upstreams": {"guarded": {"url": url, "bearer_token": "wrong-token"}}})
+        done = await run_cli("gateway", "--config", str(front), "--http", f"127.0.0.1:{free_tcp_port()}")
+    assert done.returncode == 1
+    assert done.stderr.decode().strip().splitlines()[-1] == (
+        "mcp-interceptors gateway: error: upstream 'guarded' failed to start: Server returned an error response "
+        "(code -32603): HTTP 401 Unauthorized; check the upstream's bearer_token or headers"
+    )

@@ -34,6 +34,7 @@ from mcp_types import (
     CLIENT_CAPABILITIES_META_KEY,
     CLIENT_INFO_META_KEY,
     CONNECTION_CLOSED,
+    INTERNAL_ERROR,
     LOG_LEVEL_META_KEY,
     PROTOCOL_VERSION_META_KEY,
     REQUEST_TIMEOUT,
@@ -119,20 +120,26 @@ class Wire(Protocol):
     async def notify(self, method: str, params: Mapping[str, Any] | None, opts: CallOptions | None = None) -> None: ...
 
 
+OnHttpError = Callable[[int, str], None]
+
+
 @asynccontextmanager
-async def open_wire(config: TransportConfig) -> AsyncIterator[Wire]:
+async def open_wire(config: TransportConfig, on_http_error: OnHttpError | None = None) -> AsyncIterator[Wire]:
     """A stdio server gets the lean `JsonRpcPeer` (dicts end to end); HTTP and SSE use mcp's
     transports under its `JSONRPCDispatcher`."""
     if config.command is not None:
         async with stdio_peer(config.command, list(config.args), env=config.env or None, cwd=config.cwd) as peer:
             yield peer
         return
-    async with open_transport(config) as (read, write):
+    async with open_transport(config, on_http_error) as (read, write):
         yield JSONRPCDispatcher(read, write)
 
 
-def open_transport(config: TransportConfig) -> AbstractAsyncContextManager[Any]:
-    """The mcp client transport for a configured server."""
+def open_transport(
+    config: TransportConfig, on_http_error: OnHttpError | None = None
+) -> AbstractAsyncContextManager[Any]:
+    """The mcp client transport for a configured server. `on_http_error` hears each HTTP error status
+    (mcp's client reports them all as -32603 "Server returned an error response")."""
     if config.command is not None:
         params = StdioServerParameters(command=config.command, args=config.args, env=config.env or None, cwd=config.cwd)
         return stdio_client(params)
@@ -143,7 +150,17 @@ def open_transport(config: TransportConfig) -> AbstractAsyncContextManager[Any]:
     if config.transport == "sse":
         return sse_client(config.url, headers=headers or None)
     timeout = httpx2.Timeout(max(config.timeout_ms / 1000, 30.0), read=300.0)
-    return streamable_http_client(config.url, http_client=httpx2.AsyncClient(headers=headers, timeout=timeout))
+    hooks: dict[str, list[Any]] = {}
+    if on_http_error is not None:
+        report = on_http_error
+
+        async def heard(response: httpx2.Response) -> None:
+            if response.status_code >= 400:
+                report(response.status_code, response.reason_phrase)
+
+        hooks["response"] = [heard]
+    client = httpx2.AsyncClient(headers=headers, timeout=timeout, event_hooks=hooks)
+    return streamable_http_client(config.url, http_client=client)
 
 
 class UpstreamConnection:
@@ -181,6 +198,8 @@ class UpstreamConnection:
         self._closed = False
         self._last_error: str | None = None
         self._scope: anyio.CancelScope | None = None
+        #: The last HTTP error status the upstream answered with ("401 Unauthorized"), to explain mcp's -32603.
+        self._http_error: str | None = None
 
     @property
     def is_http(self) -> bool:
@@ -219,7 +238,7 @@ class UpstreamConnection:
                 except Exception as exc:  # transport/handshake failure: report, then back off
                     if isinstance(_innermost(exc), _EraRefused):
                         continue  # reconnect at once on a fresh transport, in the handshake era
-                    self._last_error = describe_exception(exc)
+                    self._last_error = self._explain(describe_exception(exc), _innermost(exc))
                     if not started and not retry_start:
                         raise UpstreamUnavailableError(
                             CONNECTION_CLOSED, f"upstream {self.name!r} failed to start: {self._last_error}"
@@ -235,7 +254,7 @@ class UpstreamConnection:
 
     async def _connect_once(self, on_ready: Callable[[], None]) -> None:
         """One connection's life: open, handshake, serve until EOF (the upstream exited or hung up)."""
-        async with open_wire(self.config) as dispatcher:
+        async with open_wire(self.config, self._heard_http_error) as dispatcher:
             ended = anyio.Event()
             async with anyio.create_task_group() as tg:
                 await tg.start(self._pump, dispatcher, ended)
@@ -280,6 +299,16 @@ class UpstreamConnection:
             )
         except MCPError as exc:
             logger.info("upstream %r: subscriptions/listen ended: %s", self.name, exc.message)
+
+    def _heard_http_error(self, status: int, reason: str) -> None:
+        self._http_error = f"{status} {reason}".strip()
+
+    def _explain(self, message: str, exc: BaseException) -> str:
+        """mcp's stand-in for an HTTP error status, with the status it stands for."""
+        if not (isinstance(exc, MCPError) and _is_http_error(exc)) or self._http_error is None:
+            return message
+        hint = "; check the upstream's bearer_token or headers" if self._http_error[:3] in ("401", "403") else ""
+        return f"{message}: HTTP {self._http_error}{hint}"
 
     def _mark_down(self) -> None:
         """Forget the dead dispatcher; requests from now on wait for the next connection."""
@@ -463,6 +492,9 @@ class UpstreamConnection:
                     else f"upstream {self.name!r} closed the connection"
                 )
                 raise UpstreamUnavailableError(CONNECTION_CLOSED, message, {"upstream": self.name}) from None
+            if _is_http_error(exc) and self._http_error is not None:
+                message = self._explain(f"upstream {self.name!r} answered with an error", exc)
+                raise MCPError(exc.code, message, {"upstream": self.name, "httpStatus": self._http_error}) from None
             if _is_lost_stream(exc):  # this call's HTTP response stream broke; the connection may live on
                 message = f"upstream {self.name!r} closed the connection ({exc.message})"
                 raise UpstreamUnavailableError(CONNECTION_CLOSED, message, {"upstream": self.name}) from None
@@ -522,6 +554,11 @@ class UpstreamConnection:
 def _is_local_timeout(exc: MCPError, method: str) -> bool:
     """The dispatcher's own timeout (ours and mcp's word it alike), not an error the upstream sent."""
     return exc.code == REQUEST_TIMEOUT and exc.message == f"Request {method!r} timed out" and exc.data is None
+
+
+def _is_http_error(exc: MCPError) -> bool:
+    """mcp's HTTP client's stand-in for a 4xx/5xx answer that carried no JSON-RPC error."""
+    return exc.code == INTERNAL_ERROR and exc.message == "Server returned an error response" and exc.data is None
 
 
 def _is_lost_stream(exc: MCPError) -> bool:

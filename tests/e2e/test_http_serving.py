@@ -33,6 +33,7 @@ from e2e_support import (
 from helpers import cli_argv, free_tcp_port, http_transport, pid_alive, run_cli, running, spawn, stop, wait_http_ready
 from mcp import Client
 from mcp.client.sse import sse_client
+from mcp_types import Implementation
 
 pytestmark = [pytest.mark.anyio, pytest.mark.e2e]
 
@@ -238,6 +239,22 @@ async def test_legacy_sse_endpoint_serves_governed_calls(plain_gateway: str) -> 
             result = await client.call_tool("echo", {"text": "over sse sk-live-ABCDEFGH12"})
     assert "hidden_tool" not in [tool.name for tool in tools.tools]
     assert text_of(result) == "over sse [REDACTED]"
+
+
+async def test_each_legacy_sse_client_has_its_own_upstream_session(plain_gateway: str) -> None:
+    """SSE requests carry no mcp-session-id: they must not all land in one shared session."""
+
+    async def seen_by_upstream(name: str) -> tuple[str, str]:
+        transport = sse_client(f"{plain_gateway}/sse")
+        async with Client(transport, mode="legacy", client_info=Implementation(name=name, version="1")) as client:
+            whoami = json.loads(text_of(await client.call_tool("whoami", {})))
+            return whoami["client"], text_of(await client.call_tool("pid", {}))
+
+    with anyio.fail_after(30):
+        alice_sees, alice_pid = await seen_by_upstream("alice-sse")
+        bob_sees, bob_pid = await seen_by_upstream("bob-sse")
+    assert (alice_sees, bob_sees) == ("alice-sse", "bob-sse")
+    assert alice_pid != bob_pid
 
 
 async def test_http_answers_match_a_direct_server_for_era_foreign_and_unknown_requests(plain_gateway: str) -> None:

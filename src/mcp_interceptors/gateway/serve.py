@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import contextlib
 import logging
+import re
 import signal
 import socket
 import sys
@@ -23,7 +24,7 @@ from mcp.server.transport_security import TransportSecuritySettings
 
 from mcp_interceptors.gateway.auth import build_auth
 from mcp_interceptors.gateway.config import GatewayConfig, authority
-from mcp_interceptors.gateway.server import Gateway
+from mcp_interceptors.gateway.server import SSE_SESSION_PREFIX, Gateway
 from mcp_interceptors.gateway.stdio import serve_stdio_fast
 
 logger = logging.getLogger(__name__)
@@ -150,6 +151,10 @@ class SessionEndWatcher:
             self.gateway.close_session(session_id.decode("latin-1"))
 
 
+#: The first event of an SSE stream names the session: `data: /messages/?session_id=<hex>`.
+_SSE_SESSION_ID = re.compile(rb"session_id=([0-9a-fA-F]+)")
+
+
 def sse_routes(
     gateway: Gateway, security: TransportSecuritySettings, max_body: int, auth: AuthSettings | None = None
 ) -> list[Any]:
@@ -167,11 +172,26 @@ def sse_routes(
     server = gateway.server
 
     class SseEndpoint:
-        """An ASGI endpoint: the SSE transport needs the raw `send` callable."""
+        """An ASGI endpoint: the SSE transport needs the raw `send` callable. Each SSE connection is its
+        own handshake-era session (keyed by the `session_id` the stream announces): when the stream ends,
+        so do that session's upstream sessions."""
 
         async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
-            async with transport.connect_sse(scope, receive, send) as (read, write):
-                await server.run(read, write, server.create_initialization_options())
+            announced: list[str] = []
+
+            async def watch(message: Any) -> None:
+                if not announced and message.get("type") == "http.response.body":
+                    found = _SSE_SESSION_ID.search(bytes(message.get("body", b"")))
+                    if found is not None:
+                        announced.append(found.group(1).decode())
+                await send(message)
+
+            try:
+                async with transport.connect_sse(scope, receive, watch) as (read, write):
+                    await server.run(read, write, server.create_initialization_options())
+            finally:
+                if announced:
+                    gateway.close_session(SSE_SESSION_PREFIX + announced[0])
 
     stream: Any = SseEndpoint()
     messages: Any = transport.handle_post_message

@@ -64,6 +64,8 @@ from mcp_interceptors.protocol.invoke import (
 )
 
 logger = logging.getLogger(__name__)
+#: Sessions of the legacy SSE endpoint are keyed by its `session_id` query parameter, so prefixed.
+SSE_SESSION_PREFIX = "sse:"
 
 #: Requests the gateway's own `Server` answers instead of forwarding.
 LOCAL_METHODS = frozenset(
@@ -323,7 +325,11 @@ class Gateway:
     def session_for(self, ctx: ServerRequestContext[Any, Any]) -> DownstreamSession:
         era: Era = "2026-07-28" if ctx.protocol_version in MODERN_PROTOCOL_VERSIONS else "legacy"
         request = ctx.request
-        header = request.headers.get("mcp-session-id") if request is not None and era == "legacy" else None
+        header = None
+        if request is not None and era == "legacy":
+            header = request.headers.get("mcp-session-id")
+            if header is None and (sse := request.query_params.get("session_id")):  # the legacy SSE endpoint
+                header = SSE_SESSION_PREFIX + sse
         client_params = ctx.session.client_params
         params = client_params.model_dump(by_alias=True, mode="json", exclude_none=True) if client_params else None
         return self.session(era, header, _principal(), params)

@@ -68,6 +68,8 @@ DEFAULT_CLIENT_CAPABILITIES: dict[str, Any] = {
 }
 _BACKOFF_FIRST_S = 0.2
 _BACKOFF_MAX_S = 10.0
+#: A connection up this long resets the backoff; one that dies sooner (a crash loop) keeps backing off.
+_STABLE_S = 30.0
 _CONNECT_WAIT_S = 10.0
 
 
@@ -221,10 +223,11 @@ class UpstreamConnection:
         """
         started = False
         delay = _BACKOFF_FIRST_S
+        ready_at: float | None = None
 
         def on_ready() -> None:
-            nonlocal started, delay
-            delay = _BACKOFF_FIRST_S
+            nonlocal started, ready_at
+            ready_at = anyio.current_time()
             if not started:
                 started = True
                 task_status.started()
@@ -232,6 +235,7 @@ class UpstreamConnection:
         with anyio.CancelScope() as scope:
             self._scope = scope
             while not self._closed:
+                ready_at = None
                 try:
                     await self._connect_once(on_ready)
                     self._last_error = "connection closed"
@@ -247,6 +251,8 @@ class UpstreamConnection:
                     self._mark_down()
                 if self._closed:
                     break
+                if ready_at is not None and anyio.current_time() - ready_at >= _STABLE_S:
+                    delay = _BACKOFF_FIRST_S  # it was up a while: a fresh failure, not a crash loop
                 logger.warning("upstream %r: %s; reconnecting in %.1fs", self.name, self._last_error, delay)
                 self.restarts += 1
                 await anyio.sleep(delay)

@@ -126,6 +126,8 @@ def _parse_http(value: str) -> tuple[str, int]:
     host, sep, port = value.rpartition(":")
     if not sep or not port.isdigit():
         raise CommandError(f"--http {value!r} must look like HOST:PORT, e.g. 127.0.0.1:8080", 2)
+    if not 1 <= int(port) <= 65535:
+        raise CommandError(f"--http {value!r}: the port must be between 1 and 65535", 2)
     return host.strip("[]") or "127.0.0.1", int(port)
 
 

@@ -22,7 +22,7 @@ from e2e_support import (
     upstream_entry,
 )
 from e2e_support import fresh_gateway as connect
-from helpers import cli_argv, free_tcp_port, run_cli, running
+from helpers import cli_argv, free_tcp_port, run_cli, running, stop
 from mcp import MCPError
 
 pytestmark = [pytest.mark.anyio, pytest.mark.e2e]
@@ -205,3 +205,21 @@ async def test_http_upstream_that_refuses_the_gateways_token_is_reported_as_401(
         "mcp-interceptors gateway: error: upstream 'guarded' failed to start: Server returned an error response "
         "(code -32603): HTTP 401 Unauthorized; check the upstream's bearer_token or headers"
     )
+
+
+async def test_a_listing_with_one_upstream_down_fails_with_that_upstreams_error(write_config: ConfigWriter) -> None:
+    """A merged listing (here the one a first tools/call computes) names the upstream that is down."""
+    port = free_tcp_port()
+    remote_argv = [sys.executable, UPSTREAM, "--http", str(port)]
+    env = gateway_env({"E2E_SCHEME": "remote"})  # resource URIs are not prefixed: two upstreams need two schemes
+    async with running(remote_argv, port=port, env=env, label="HTTP upstream") as remote:
+        config = write_config(
+            standard_config(upstreams={"local": upstream_entry(), "remote": {"url": f"http://127.0.0.1:{port}/mcp"}})
+        )
+        async with connect("http", config, "legacy") as client:
+            stop(remote)
+            with anyio.fail_after(30), pytest.raises(MCPError) as failed:
+                await client.call_tool("local__echo", {"text": "x"})
+    assert failed.value.code == -32000
+    assert failed.value.data == {"upstream": "remote"}
+    assert failed.value.message.startswith("upstream 'remote' ")

@@ -94,6 +94,15 @@ def _innermost(exc: BaseException) -> BaseException:
     return exc
 
 
+def first_error(group: BaseExceptionGroup[MCPError]) -> MCPError:
+    """The first `MCPError` of a task group's failures, to answer with as one error."""
+    leaf: BaseException = group
+    while isinstance(leaf, BaseExceptionGroup):
+        leaf = leaf.exceptions[0]
+    assert isinstance(leaf, MCPError)
+    return leaf
+
+
 def describe_exception(exc: BaseException) -> str:
     """One line for logs and errors, looking inside exception groups."""
     exc = _innermost(exc)

@@ -189,6 +189,10 @@ def test_config_rejected_by_schema_fails_with_one_line() -> None:
             ("invoke", "x", "--event", "e", "--phase", "request", "--payload", "{}", "--config", "[1]", "--", "x"),
             "--config must be a JSON object",
         ),
+        (
+            ("gateway", "--http", "127.0.0.1:99999", "--", "x"),
+            "--http '127.0.0.1:99999': the port must be between 1 and 65535",
+        ),
     ],
 )
 def test_usage_errors_exit_2_with_one_line(args: tuple[str, ...], message: str) -> None:

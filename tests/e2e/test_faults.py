@@ -5,12 +5,24 @@ hang or never start. Each test runs its own gateway, since it breaks one of its 
 from __future__ import annotations
 
 import sys
+from pathlib import Path
 from typing import Any
 
 import anyio
 import pytest
-from e2e_support import E2E_DIR, ERAS, INTERCEPTOR_SERVER, ConfigWriter, standard_config, text_of, upstream_entry
+from e2e_support import (
+    E2E_DIR,
+    ERAS,
+    INTERCEPTOR_SERVER,
+    UPSTREAM,
+    ConfigWriter,
+    gateway_env,
+    standard_config,
+    text_of,
+    upstream_entry,
+)
 from e2e_support import fresh_gateway as connect
+from helpers import cli_argv, free_tcp_port, run_cli, running, stop
 from mcp import MCPError
 
 pytestmark = [pytest.mark.anyio, pytest.mark.e2e]
@@ -113,3 +125,101 @@ async def test_required_interceptor_whose_server_cannot_start_fails_its_events_c
     assert "echo" in [tool.name for tool in tools.tools]
     assert (blocked.value.code, blocked.value.message) == (-32602, "Blocked by interceptor validation")
     assert blocked.value.data == {**WATCHDOG_BLOCK, "interceptor": "must-check"}
+
+
+@pytest.mark.parametrize("era", ERAS)
+async def test_r66_required_interceptor_server_down_at_start_is_used_once_it_comes_up(
+    write_config: ConfigWriter, era: str, tmp_path: Path
+) -> None:
+    ready = tmp_path / "interceptor-server-may-start"
+    late_server = (  # exits at once until `ready` exists, then serves the watchdog validator
+        f"import os, runpy, sys\nif not os.path.exists({str(ready)!r}): sys.exit(3)\n"
+        f"runpy.run_path({INTERCEPTOR_SERVER!r}, run_name='__main__')"
+    )
+    required = [{"name": "watchdog", "type": "validation", "events": ["tools/call"], "phase": "request"}]
+    config = write_config(
+        {
+            "upstreams": {"e2e": upstream_entry()},
+            "interceptors": {
+                "servers": [
+                    {"name": "late", "command": sys.executable, "args": ["-c", late_server], "required": required}
+                ]
+            },
+        }
+    )
+    async with connect("stdio", config, era) as client:
+        with anyio.fail_after(30), pytest.raises(MCPError) as blocked:
+            await client.call_tool("echo", {"text": "too early"})
+        ready.touch()
+        with anyio.fail_after(30):
+            while True:  # the gateway retries the server with its backoff: poll until a call gets through
+                try:
+                    result = await client.call_tool("echo", {"text": "now"})
+                    break
+                except MCPError as exc:
+                    assert exc.data == {**WATCHDOG_BLOCK, "interceptor": "watchdog"}
+                await anyio.sleep(0.2)  # nothing to wait on but the gateway's reconnect timer
+    assert blocked.value.data == {**WATCHDOG_BLOCK, "interceptor": "watchdog"}
+    assert text_of(result) == "now"
+
+
+@pytest.mark.parametrize("era", ERAS)
+async def test_upstream_that_does_not_answer_in_time_is_named_in_the_error(
+    write_config: ConfigWriter, era: str
+) -> None:
+    config = write_config(standard_config(upstreams={"e2e": upstream_entry(timeout_ms=3000)}))
+    async with connect("stdio", config, era) as client:
+        with anyio.fail_after(30), pytest.raises(MCPError) as late:
+            await client.call_tool("sleep", {"seconds": 30})
+        with anyio.fail_after(30):
+            after = text_of(await client.call_tool("echo", {"text": "still here"}))
+    assert late.value.code == -32001
+    assert late.value.message == "upstream 'e2e' did not answer tools/call within 3000 ms"
+    assert late.value.data == {"upstream": "e2e", "timeoutMs": 3000}
+    assert after == "still here"
+
+
+@pytest.mark.parametrize("era", ERAS)
+async def test_http_upstream_crash_mid_call_is_named_in_the_error(write_config: ConfigWriter, era: str) -> None:
+    port = free_tcp_port()
+    async with running([sys.executable, UPSTREAM, "--http", str(port)], port=port, label="HTTP upstream"):
+        config = write_config(standard_config(upstreams={"e2e": {"url": f"http://127.0.0.1:{port}/mcp"}}))
+        async with connect("stdio", config, era) as client:
+            with anyio.fail_after(30), pytest.raises(MCPError) as crashed:
+                await client.call_tool("crash", {})
+    assert crashed.value.code == -32000
+    assert crashed.value.message.startswith("upstream 'e2e' closed the connection")
+    assert crashed.value.data == {"upstream": "e2e"}
+
+
+async def test_http_upstream_that_refuses_the_gateways_token_is_reported_as_401(write_config: ConfigWriter) -> None:
+    guarded = write_config(standard_config(auth={"tokens": ["right-token"]}))
+    port = free_tcp_port()
+    argv = cli_argv("gateway", "--config", str(guarded), "--http", f"127.0.0.1:{port}")
+    async with running(argv, port=port, env=gateway_env(), label="guarded upstream gateway"):
+        url = f"http://127.0.0.1:{port}/mcp"
+        front = write_config({"upstreams": {"guarded": {"url": url, "bearer_token": "wrong-token"}}})
+        done = await run_cli("gateway", "--config", str(front), "--http", f"127.0.0.1:{free_tcp_port()}")
+    assert done.returncode == 1
+    assert done.stderr.decode().strip().splitlines()[-1] == (
+        "mcp-interceptors gateway: error: upstream 'guarded' failed to start: Server returned an error response "
+        "(code -32603): HTTP 401 Unauthorized; check the upstream's bearer_token or headers"
+    )
+
+
+async def test_a_listing_with_one_upstream_down_fails_with_that_upstreams_error(write_config: ConfigWriter) -> None:
+    """A merged listing (here the one a first tools/call computes) names the upstream that is down."""
+    port = free_tcp_port()
+    remote_argv = [sys.executable, UPSTREAM, "--http", str(port)]
+    env = gateway_env({"E2E_SCHEME": "remote"})  # resource URIs are not prefixed: two upstreams need two schemes
+    async with running(remote_argv, port=port, env=env, label="HTTP upstream") as remote:
+        config = write_config(
+            standard_config(upstreams={"local": upstream_entry(), "remote": {"url": f"http://127.0.0.1:{port}/mcp"}})
+        )
+        async with connect("http", config, "legacy") as client:
+            stop(remote)
+            with anyio.fail_after(30), pytest.raises(MCPError) as failed:
+                await client.call_tool("local__echo", {"text": "x"})
+    assert failed.value.code == -32000
+    assert failed.value.data == {"upstream": "remote"}
+    assert failed.value.message.startswith("upstream 'remote' ")

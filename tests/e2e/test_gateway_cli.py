@@ -5,6 +5,8 @@ errors that name the file, the field path and the fix, and the no-config `--guar
 from __future__ import annotations
 
 import json
+import signal
+import subprocess
 import sys
 from pathlib import Path
 
@@ -227,4 +229,36 @@ async def test_stdio_gateway_exits_0_on_end_of_input_and_stops_its_upstreams(
     upstream_pids = [int(path.stem) for path in pid_dir.glob("*.pid")]
     assert done.returncode == 0, done.stderr.decode()
     assert len(upstream_pids) == 1  # started before serving, so the catalog could be checked
+    assert [pid for pid in upstream_pids if pid_alive(pid)] == []
+
+
+@pytest.mark.parametrize("signum", [signal.SIGTERM, signal.SIGINT])
+async def test_stdio_gateway_exits_0_on_sigterm_or_sigint_and_stops_its_upstreams(
+    write_config: ConfigWriter, tmp_path: Path, signum: signal.Signals
+) -> None:
+    """A client that signals the gateway (as desktop clients do after closing stdin) leaves no upstream behind."""
+    pid_dir = tmp_path / "pids"
+    pid_dir.mkdir()
+    config = write_config(standard_config(upstreams={"e2e": upstream_entry(env={"E2E_PID_DIR": str(pid_dir)})}))
+    initialize = {
+        "jsonrpc": "2.0",
+        "id": 1,
+        "method": "initialize",
+        "params": {"protocolVersion": "2025-11-25", "capabilities": {}, "clientInfo": {"name": "t", "version": "1"}},
+    }
+    argv = cli_argv("gateway", "--config", str(config))
+    with anyio.fail_after(30):
+        async with await anyio.open_process(argv, env=gateway_env(), stderr=subprocess.DEVNULL) as gateway:
+            assert gateway.stdin is not None and gateway.stdout is not None
+            # stdin stays open: the client is still there when it signals
+            await gateway.stdin.send(json.dumps(initialize).encode() + b"\n")
+            answer = b""
+            while not answer.endswith(b"\n"):
+                answer += await gateway.stdout.receive()
+            upstream_pids = [int(path.stem) for path in pid_dir.glob("*.pid")]  # connected before answering
+            gateway.send_signal(signum)
+            code = await gateway.wait()
+    assert json.loads(answer)["id"] == 1
+    assert len(upstream_pids) == 1
+    assert code == 0
     assert [pid for pid in upstream_pids if pid_alive(pid)] == []

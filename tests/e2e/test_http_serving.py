@@ -33,6 +33,7 @@ from e2e_support import (
 from helpers import cli_argv, free_tcp_port, http_transport, pid_alive, run_cli, running, spawn, stop, wait_http_ready
 from mcp import Client
 from mcp.client.sse import sse_client
+from mcp_types import Implementation
 
 pytestmark = [pytest.mark.anyio, pytest.mark.e2e]
 
@@ -94,6 +95,24 @@ async def test_static_token_gateway_serves_a_client_with_the_token(token_gateway
         async with Client(transport, mode=era) as client:
             result = await client.call_tool("echo", {"text": "sk-live-ABCDEFGH99 authorised"})
     assert text_of(result) == "[REDACTED] authorised"
+
+
+@pytest.mark.parametrize("path", ["/sse", "/messages/?session_id=0123456789abcdef0123456789abcdef"])
+async def test_static_token_gateway_guards_the_legacy_sse_endpoint_too(token_gateway: str, path: str) -> None:
+    method = "GET" if path == "/sse" else "POST"
+    with anyio.fail_after(30):
+        async with httpx2.AsyncClient() as http:
+            response = await http.request(method, f"{token_gateway}{path}", json=INITIALIZE, headers=ACCEPT)
+    assert response.status_code == 401
+    assert 'error="invalid_token"' in response.headers["www-authenticate"]
+
+
+async def test_static_token_gateway_serves_sse_clients_with_the_token(token_gateway: str) -> None:
+    headers = {"Authorization": f"Bearer {TOKEN}"}
+    with anyio.fail_after(30):
+        async with Client(sse_client(f"{token_gateway}/sse", headers=headers), mode="legacy") as client:
+            result = await client.call_tool("echo", {"text": "over sse"})
+    assert text_of(result) == "over sse"
 
 
 # --------------------------------------------------------------------------- JWT
@@ -222,6 +241,22 @@ async def test_legacy_sse_endpoint_serves_governed_calls(plain_gateway: str) -> 
     assert text_of(result) == "over sse [REDACTED]"
 
 
+async def test_each_legacy_sse_client_has_its_own_upstream_session(plain_gateway: str) -> None:
+    """SSE requests carry no mcp-session-id: they must not all land in one shared session."""
+
+    async def seen_by_upstream(name: str) -> tuple[str, str]:
+        transport = sse_client(f"{plain_gateway}/sse")
+        async with Client(transport, mode="legacy", client_info=Implementation(name=name, version="1")) as client:
+            whoami = json.loads(text_of(await client.call_tool("whoami", {})))
+            return whoami["client"], text_of(await client.call_tool("pid", {}))
+
+    with anyio.fail_after(30):
+        alice_sees, alice_pid = await seen_by_upstream("alice-sse")
+        bob_sees, bob_pid = await seen_by_upstream("bob-sse")
+    assert (alice_sees, bob_sees) == ("alice-sse", "bob-sse")
+    assert alice_pid != bob_pid
+
+
 async def test_http_answers_match_a_direct_server_for_era_foreign_and_unknown_requests(plain_gateway: str) -> None:
     """A 2026-07-28 `initialize` and an unknown method get what the upstream itself answers over HTTP."""
     envelope = {
@@ -302,6 +337,20 @@ async def test_non_loopback_bind_without_auth_is_refused(write_config: ConfigWri
     )
 
 
+async def test_wildcard_bind_warns_that_only_allowed_hosts_get_through(write_config: ConfigWriter) -> None:
+    config = write_config(standard_config(auth={"tokens": [TOKEN]}))
+    port = free_tcp_port()
+    argv = cli_argv("gateway", "--config", str(config), "--http", f"0.0.0.0:{port}")
+    async with running(argv, port=port, env=gateway_env(), label="HTTP gateway") as child:
+        with anyio.fail_after(30):
+            async with httpx2.AsyncClient() as http:
+                headers = {**ACCEPT, "authorization": f"Bearer {TOKEN}", "host": f"gateway.example.com:{port}"}
+                refused = await http.post(f"http://127.0.0.1:{port}/mcp", json=INITIALIZE, headers=headers)
+        log = child.stderr_tail()
+    assert refused.status_code == 421
+    assert "list the names clients use in http.allowed_hosts" in log
+
+
 # Clients cut off by the shutdown leave sockets for the GC (mcp's clients, not the gateway).
 @pytest.mark.filterwarnings("ignore::ResourceWarning", "ignore::pytest.PytestUnraisableExceptionWarning")
 async def test_sigterm_drains_exits_0_and_stops_every_upstream(write_config: ConfigWriter, tmp_path: Path) -> None:
@@ -342,6 +391,80 @@ async def test_sigterm_drains_exits_0_and_stops_every_upstream(write_config: Con
     assert sorted(int(pid) for pid in served) == upstream_pids  # the shared one and the legacy session's own
     assert len(upstream_pids) == 2
     assert [pid for pid in upstream_pids if pid_alive(pid)] == []
+
+
+BLOCKING_UPSTREAM = """
+import os, pathlib, anyio
+from mcp.server.mcpserver import MCPServer
+server = MCPServer("blocking")
+
+@server.tool(description="Mark the call as started, then never answer.")
+async def block() -> str:
+    pathlib.Path(os.environ["STARTED_FILE"]).touch()
+    await anyio.sleep(3600)
+    return "never"
+
+server.run("stdio")
+"""
+
+
+async def _post_call(http: httpx2.AsyncClient, url: str, era: str, name: str) -> Any:
+    """One tools/call over raw HTTP in `era` (a handshake-era one opens its session first): its JSON-RPC answer."""
+    params: dict[str, Any] = {"name": name, "arguments": {}}
+    if era == "legacy":
+        opened = await http.post(url, json=INITIALIZE, headers=ACCEPT)
+        headers = {**ACCEPT, "mcp-session-id": opened.headers["mcp-session-id"], "mcp-protocol-version": "2025-11-25"}
+        await http.post(url, json={"jsonrpc": "2.0", "method": "notifications/initialized"}, headers=headers)
+    else:
+        headers = {**ACCEPT, "mcp-protocol-version": "2026-07-28", "mcp-method": "tools/call", "mcp-name": name}
+        params["_meta"] = {
+            "io.modelcontextprotocol/protocolVersion": "2026-07-28",
+            "io.modelcontextprotocol/clientInfo": {"name": "t", "version": "1"},
+            "io.modelcontextprotocol/clientCapabilities": {},
+        }
+    call = {"jsonrpc": "2.0", "id": 2, "method": "tools/call", "params": params}
+    response = await http.post(url, json=call, headers=headers)
+    lines = [line[5:] for line in response.text.splitlines() if line.startswith("data:")] or [response.text]
+    return json.loads(lines[-1])
+
+
+@pytest.mark.parametrize("era", ERAS)
+async def test_sigterm_answers_a_call_still_in_flight_with_an_error(
+    write_config: ConfigWriter, tmp_path: Path, era: str
+) -> None:
+    """The drain is bounded: a call still waiting on its upstream when it ends gets a JSON-RPC error."""
+    started = tmp_path / "started"
+    upstream = {"command": sys.executable, "args": ["-c", BLOCKING_UPSTREAM], "env": {"STARTED_FILE": str(started)}}
+    config = write_config({"upstreams": {"slow": upstream}})
+    port = free_tcp_port()
+    child = spawn(cli_argv("gateway", "--config", str(config), "--http", f"127.0.0.1:{port}"), env=gateway_env())
+    answers: list[Any] = []
+
+    async def call(http: httpx2.AsyncClient) -> None:
+        answers.append(await _post_call(http, f"http://127.0.0.1:{port}/mcp", era, "block"))
+
+    try:
+        with anyio.fail_after(60):
+            await wait_http_ready(child, port)
+            async with httpx2.AsyncClient(timeout=30) as http, anyio.create_task_group() as tg:
+                tg.start_soon(call, http)
+                while True:
+                    if started.exists():
+                        break
+                    await anyio.sleep(0.05)  # nothing to wait on but the upstream's marker file
+                child.popen.send_signal(signal.SIGTERM)
+            code = await anyio.to_thread.run_sync(child.popen.wait, abandon_on_cancel=True)
+    except BaseException as exc:
+        exc.add_note(child.describe())
+        raise
+    finally:
+        stop(child)
+    assert code == 0
+    assert answers[0]["error"] == {
+        "code": -32000,
+        "message": "the gateway closed its connection to upstream 'slow' (shutting down)",
+        "data": {"upstream": "slow"},
+    }
 
 
 EVERYTHING = str(Path(__file__).resolve().parent.parent / "interop" / "everything_server.py")

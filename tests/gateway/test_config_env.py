@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from mcp_interceptors.gateway.config import ConfigError, parse_config, substitute_env
+from mcp_interceptors.gateway.config import ConfigError, load_config, parse_config, substitute_env
 from mcp_interceptors.gateway.server import audit_store_location
 
 
@@ -18,6 +18,22 @@ def test_variables_defaults_and_a_literal_dollar_brace() -> None:
         "cel": "args.x == '${HOME}'",  # `$${` is a literal `${`, whatever the environment holds
         "n": 5,
     }
+
+
+def test_a_default_also_replaces_an_empty_variable_as_in_the_shell() -> None:
+    config = {"store": "${AUDIT_DIR:-.audit}/audit.db", "token": "${TOKEN}"}
+    assert substitute_env(config, {"AUDIT_DIR": "", "TOKEN": ""}, "gateway.yaml") == {
+        "store": ".audit/audit.db",  # not "/audit.db" at the root of the filesystem
+        "token": "",  # no default: the empty value stands
+    }
+
+
+def test_an_empty_static_token_is_refused_naming_the_field() -> None:
+    raw = {"upstreams": {"a": {"command": "server"}}, "auth": {"tokens": ["ok", "${GATEWAY_TOKEN}"]}}
+    with pytest.raises(ConfigError) as error:
+        parse_config(raw, file="gateway.yaml", env={"GATEWAY_TOKEN": ""})
+    assert (error.value.file, error.value.path) == ("gateway.yaml", "auth.tokens.1")
+    assert "non-empty" in error.value.fix
 
 
 def test_a_missing_variable_names_the_field_and_the_fix() -> None:
@@ -32,3 +48,27 @@ def test_the_audit_folder_the_gateway_creates_is_owner_only(tmp_path: Path) -> N
     config = parse_config({"upstreams": {"a": {"command": "true"}}, "audit": audit})
     assert audit_store_location(config) == str(tmp_path / "trail" / "audit.db")
     assert (tmp_path / "trail").stat().st_mode & 0o777 == 0o700
+
+
+@pytest.mark.parametrize(
+    ("text", "path"),
+    [
+        ("upstreams:\n  a: {command: one}\n  a: {command: two}\n", "upstreams.a"),
+        ("upstreams:\n  a: {command: one, env: {X: '1', X: '2'}}\n", "upstreams.a.env.X"),
+    ],
+)
+def test_a_key_given_twice_is_refused_rather_than_the_last_one_winning(tmp_path: Path, text: str, path: str) -> None:
+    file = tmp_path / "gateway.yaml"
+    file.write_text(text, encoding="utf-8")
+    with pytest.raises(ConfigError) as error:
+        load_config(file)
+    assert (error.value.file, error.value.path) == (str(file), path)
+    assert "given twice" in error.value.problem
+
+
+def test_an_http_path_without_its_leading_slash_is_refused_at_load() -> None:
+    raw = {"upstreams": {"a": {"command": "server"}}, "http": {"path": "mcp"}}
+    with pytest.raises(ConfigError) as error:
+        parse_config(raw, file="gateway.yaml")
+    assert error.value.path == "http.path"
+    assert "start the path with '/'" in error.value.fix

@@ -4,12 +4,14 @@ from __future__ import annotations
 
 from typing import Any
 
+import anyio
 import pytest
 from fakes import descriptor
 from mcp_types import CONNECTION_CLOSED
 
 from mcp_interceptors import Chain
-from mcp_interceptors.gateway.sources import ConnectionSource
+from mcp_interceptors.gateway.config import ConfigError, parse_config
+from mcp_interceptors.gateway.sources import ConnectionSource, chain_for, populate_chain
 from mcp_interceptors.gateway.upstream import UpstreamUnavailableError
 
 pytestmark = pytest.mark.anyio
@@ -39,3 +41,19 @@ async def test_r60_a_crashed_interceptor_host_behind_the_gateway_is_a_failure_no
     assert (result.aborted_at.interceptor, result.aborted_at.type) == ("watchdog", "validation")
     assert result.aborted_at.reason == "invocation failed: interceptor host connection closed"
     assert [(f.code, f.timeout) for f in result.failures] == [(-32603, False)]
+
+
+async def test_r62_a_widening_hook_override_names_the_config_file_and_field() -> None:
+    raw = {
+        "upstreams": {"a": {"command": "server"}},
+        "interceptors": {
+            "guards": [{"name": "sampling-guard"}],
+            "overrides": {"sampling-guard": {"hooks": [{"events": ["tools/call"], "phase": "request"}]}},
+        },
+    }
+    config = parse_config(raw, file="gateway.yaml")
+    async with anyio.create_task_group() as tg:
+        with pytest.raises(ConfigError) as error:
+            await populate_chain(chain_for(config), config, tg, file="gateway.yaml")
+    assert (error.value.file, error.value.path) == ("gateway.yaml", "interceptors.overrides.sampling-guard.hooks")
+    assert "adds (tools/call, request)" in error.value.problem

@@ -11,6 +11,7 @@ from typing import Any
 import anyio
 
 from mcp_interceptors.cli._common import CommandError, print_json
+from mcp_interceptors.gateway.auth import check_auth
 from mcp_interceptors.gateway.check import missing_commands, render_check, resolved_plan
 from mcp_interceptors.gateway.config import (
     ConfigError,
@@ -88,6 +89,7 @@ def run_gateway(args: argparse.Namespace) -> int:
         config, file = _config(args)
         if args.guard and args.config:
             raise CommandError("--guard is for the no-config shortcut; list guards in the config file instead", 2)
+        check_auth(config, file)
         if args.check:
             return anyio.run(_check, config, file, args.json)
         http = _parse_http(args.http) if args.http else None
@@ -124,6 +126,8 @@ def _parse_http(value: str) -> tuple[str, int]:
     host, sep, port = value.rpartition(":")
     if not sep or not port.isdigit():
         raise CommandError(f"--http {value!r} must look like HOST:PORT, e.g. 127.0.0.1:8080", 2)
+    if not 1 <= int(port) <= 65535:
+        raise CommandError(f"--http {value!r}: the port must be between 1 and 65535", 2)
     return host.strip("[]") or "127.0.0.1", int(port)
 
 

@@ -39,7 +39,8 @@ class StaticTokenVerifier:
 class JwtVerifier:
     """Verifies JWTs against a PEM public key or a JWKS file, with issuer/audience checks."""
 
-    def __init__(self, config: AuthConfig, file: str = "<config>") -> None:
+    def __init__(self, config: AuthConfig, file: str = "<config>", base_dir: str | None = None) -> None:
+        """Key files are relative to `base_dir` (the config file's folder), as every path in a config is."""
         jwt_config = config.jwt
         assert jwt_config is not None
         self._issuer = jwt_config.issuer
@@ -48,17 +49,17 @@ class JwtVerifier:
         self._keys: dict[str | None, Any] = {}
         try:
             if jwt_config.public_key_file is not None:
-                pem = Path(jwt_config.public_key_file).read_text(encoding="utf-8")
+                pem = _resolve(jwt_config.public_key_file, base_dir).read_text(encoding="utf-8")
                 self._keys[None] = jwt.PyJWK.from_json(json.dumps(_pem_to_jwk(pem))).key if pem.startswith("{") else pem
             else:
                 assert jwt_config.jwks_file is not None
-                jwks = jwt.PyJWKSet.from_json(Path(jwt_config.jwks_file).read_text(encoding="utf-8"))
+                jwks = jwt.PyJWKSet.from_json(_resolve(jwt_config.jwks_file, base_dir).read_text(encoding="utf-8"))
                 for key in jwks.keys:
                     self._keys[key.key_id] = key.key
         except (OSError, ValueError, jwt.PyJWTError) as exc:
-            raise ConfigError(
-                file, "auth.jwt", f"cannot load the verification key: {exc}", "check the key file"
-            ) from None
+            where = "auth.jwt.public_key_file" if jwt_config.public_key_file is not None else "auth.jwt.jwks_file"
+            fix = "check the key file (a relative path is relative to the config file's folder)"
+            raise ConfigError(file, where, f"cannot load the verification key: {exc}", fix) from None
 
     async def verify_token(self, token: str) -> AccessToken | None:
         try:
@@ -93,6 +94,17 @@ class JwtVerifier:
         )
 
 
+def _resolve(name: str, base_dir: str | None) -> Path:
+    path = Path(name).expanduser()
+    return Path(base_dir) / path if base_dir is not None and not path.is_absolute() else path
+
+
+def check_auth(config: GatewayConfig, file: str) -> None:
+    """Load the configured JWT keys now, so `--check` and start-up name the file and field of a bad one."""
+    if config.auth.jwt is not None:
+        JwtVerifier(config.auth, file, config.base_dir)
+
+
 def _pem_to_jwk(text: str) -> dict[str, Any]:
     loaded: dict[str, Any] = json.loads(text)
     return loaded
@@ -106,7 +118,7 @@ def build_auth(config: GatewayConfig, host: str, port: int) -> tuple[AuthSetting
     resource = auth.resource_server_url or f"http://{authority(host, port)}{config.http.path}"
     verifier: TokenVerifier
     if auth.jwt is not None:
-        verifier = JwtVerifier(auth)
+        verifier = JwtVerifier(auth, base_dir=config.base_dir)
         issuer = auth.jwt.issuer or resource
     else:
         verifier = StaticTokenVerifier(auth.tokens, auth.required_scopes)

@@ -183,8 +183,8 @@ class ChainConfig(_Model):
 
 
 class JwtConfig(_Model):
-    public_key_file: str | None = None
-    jwks_file: str | None = None
+    public_key_file: str | None = Field(None, description="PEM public key file, relative to this file.")
+    jwks_file: str | None = Field(None, description="JWKS (JSON) file, relative to this file.")
     issuer: str | None = None
     audience: str | None = None
     algorithms: list[str] = Field(default_factory=lambda: ["RS256", "ES256", "EdDSA"])
@@ -197,7 +197,9 @@ class JwtConfig(_Model):
 
 
 class AuthConfig(_Model):
-    tokens: list[str] = Field(default_factory=list, description="Static bearer tokens (use ${ENV} for secrets).")
+    tokens: list[Annotated[str, Field(min_length=1)]] = Field(
+        default_factory=list, description="Static bearer tokens (use ${ENV} for secrets)."
+    )
     jwt: JwtConfig | None = None
     required_scopes: list[str] = Field(default_factory=list)
     resource_server_url: str | None = None
@@ -208,7 +210,7 @@ class AuthConfig(_Model):
 
 
 class HttpConfig(_Model):
-    path: str = "/mcp"
+    path: Annotated[str, Field(pattern=r"^/")] = Field("/mcp", description="Streamable HTTP endpoint, e.g. /mcp.")
     sse: bool = Field(True, description="Also serve the legacy SSE endpoint at /sse.")
     max_body_bytes: Annotated[int, Field(gt=0)] = 4 * 1024 * 1024
     session_idle_s: Annotated[float, Field(gt=0)] = Field(
@@ -268,7 +270,8 @@ class GatewayConfig(_Model):
 
 
 def substitute_env(value: Any, env: Mapping[str, str], file: str, path: str = "") -> Any:
-    """Replace `${VAR}` and `${VAR:-default}` in every string; a missing VAR is a `ConfigError`.
+    """Replace `${VAR}` and `${VAR:-default}` (the default if VAR is unset or empty, as in the shell) in
+    every string; a missing VAR without a default is a `ConfigError`.
     `$${VAR}` stands for a literal `${VAR}` (a CEL expression or pattern may need one)."""
     if isinstance(value, str):
 
@@ -276,10 +279,10 @@ def substitute_env(value: Any, env: Mapping[str, str], file: str, path: str = ""
             escaped, name, default = match.group(1), match.group(2), match.group(3)
             if escaped:
                 return match.group(0)[1:]
+            if default is not None and not env.get(name):  # `:-` as in the shell: unset or empty
+                return default
             if name in env:
                 return env[name]
-            if default is not None:
-                return default
             fix = f"export {name}=... or write ${{{name}:-default}}"
             raise ConfigError(file, path, f"environment variable {name} is not set", fix)
 
@@ -321,11 +324,39 @@ def load_config(path: str | Path, *, env: Mapping[str, str] | None = None) -> Ga
         raise ConfigError(file, "", f"cannot read the file ({exc.strerror})", "check the path") from None
     try:
         raw = yaml.safe_load(text)
+        repeated = _repeated_key(yaml.compose(text, Loader=yaml.SafeLoader))
     except yaml.YAMLError as exc:
         mark = getattr(exc, "problem_mark", None)
         where = f"line {mark.line + 1} column {mark.column + 1}" if mark is not None else "unknown position"
         raise ConfigError(file, "", f"invalid YAML at {where}", "fix the YAML syntax") from None
+    if repeated is not None:
+        path, line = repeated
+        raise ConfigError(file, path, f"given twice (the second at line {line})", "keep only one of them")
     return parse_config(raw if raw is not None else {}, file=file, env=env, base_dir=str(Path(path).resolve().parent))
+
+
+def _repeated_key(node: yaml.Node | None, path: str = "", seen: set[int] | None = None) -> tuple[str, int] | None:
+    """The field path and line of the first key given twice in one mapping (YAML keeps the last silently)."""
+    seen = set() if seen is None else seen
+    if node is None or id(node) in seen:  # an alias of a node already walked
+        return None
+    seen.add(id(node))
+    if isinstance(node, yaml.MappingNode):
+        keys: set[str] = set()
+        for key_node, value_node in node.value:
+            key = str(key_node.value) if isinstance(key_node, yaml.ScalarNode) else None
+            where = f"{path}.{key}" if path else str(key)
+            if key is not None and key in keys:
+                return where, key_node.start_mark.line + 1
+            if key is not None:
+                keys.add(key)
+            if (found := _repeated_key(value_node, where, seen)) is not None:
+                return found
+    elif isinstance(node, yaml.SequenceNode):
+        for index, item in enumerate(node.value):
+            if (found := _repeated_key(item, f"{path}[{index}]", seen)) is not None:
+                return found
+    return None
 
 
 def _default_cwd(data: dict[str, Any], base_dir: str) -> None:
@@ -346,7 +377,11 @@ def _fix_for(error: Mapping[str, Any]) -> str:
         return "add the key"
     if kind in ("literal_error", "enum"):
         return "use one of the allowed values"
+    if kind == "string_too_short":
+        return "give a non-empty value (is an environment variable it names set to the empty string?)"
     if kind == "string_pattern_mismatch":
+        if error.get("loc", ())[-1:] == ("path",):
+            return "start the path with '/', e.g. /mcp"
         return "use letters, digits, '.', '_' or '-'"
     return "see `mcp-interceptors config-schema`"
 

@@ -1,13 +1,15 @@
 """Serve a `Gateway` on stdio or Streamable HTTP (plus the legacy SSE endpoint), with auth.
 
 HTTP binds loopback by default with DNS-rebinding protection; a non-loopback bind needs auth
-unless `insecure_no_auth` is set. Shutdown is clean: uvicorn drains, then upstreams close.
+unless `insecure_no_auth` is set. Shutdown is clean: uvicorn drains (calls still waiting on an
+upstream when the drain ends get a JSON-RPC error), then upstreams close.
 """
 
 from __future__ import annotations
 
 import contextlib
 import logging
+import re
 import signal
 import socket
 import sys
@@ -16,18 +18,22 @@ from typing import Any
 
 import anyio
 import uvicorn
+from mcp.server.auth.settings import AuthSettings
 from mcp.server.stdio import stdio_server
 from mcp.server.transport_security import TransportSecuritySettings
 
 from mcp_interceptors.gateway.auth import build_auth
 from mcp_interceptors.gateway.config import GatewayConfig, authority
-from mcp_interceptors.gateway.server import Gateway
+from mcp_interceptors.gateway.server import SSE_SESSION_PREFIX, Gateway
 from mcp_interceptors.gateway.stdio import serve_stdio_fast
 
 logger = logging.getLogger(__name__)
 LOOPBACK = ("127.0.0.1", "localhost", "::1")
+WILDCARD = ("0.0.0.0", "::", "")
 #: On shutdown, how long in-flight responses may finish; open SSE streams never would on their own.
 _DRAIN_S = 3.0
+#: Before the drain ends, calls still waiting on an upstream are failed, so their clients get an error.
+_ABORT_MARGIN_S = 0.5
 
 
 class BindRefusedError(ValueError):
@@ -63,8 +69,13 @@ def check_listen(host: str, port: int) -> None:
 
 
 async def serve_stdio(gateway: Gateway) -> None:
+    """Serve until the client closes stdin, or SIGTERM/SIGINT asks us to stop (the caller then closes
+    the upstreams, so no server outlives the gateway)."""
     if sys.platform != "win32":
-        await serve_stdio_fast(gateway)
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(_cancel_on_signal, tg.cancel_scope)
+            await serve_stdio_fast(gateway)
+            tg.cancel_scope.cancel()
         return
     if not gateway.connected:
         await gateway.connect_upstreams()  # no first message to read ahead of mcp's transport
@@ -84,12 +95,20 @@ def http_app(gateway: Gateway, host: str, port: int, *, insecure_no_auth: bool =
     allowed_hosts = [f"{h}:*" for h in ("127.0.0.1", "localhost", "[::1]")] + list(config.http.allowed_hosts)
     if host not in LOOPBACK:
         allowed_hosts.append(authority(host, port))
+    if host in WILDCARD and not config.http.allowed_hosts:
+        logger.warning(
+            "serving every interface (%s), but only requests whose Host header names localhost are accepted "
+            "(DNS-rebinding protection; others get 421): list the names clients use in http.allowed_hosts, "
+            'e.g. ["gateway.example.com:%d"]',
+            authority(host, port),
+            port,
+        )
     allowed_origins = [f"http://{h}:*" for h in ("127.0.0.1", "localhost", "[::1]")] + list(config.http.allowed_origins)
     security = TransportSecuritySettings(
         enable_dns_rebinding_protection=True, allowed_hosts=allowed_hosts, allowed_origins=allowed_origins
     )
     auth_settings, verifier = build_auth(config, host, port)
-    routes = sse_routes(gateway, security, config.http.max_body_bytes) if config.http.sse else []
+    routes = sse_routes(gateway, security, config.http.max_body_bytes, auth_settings) if config.http.sse else []
     # `json_response` stays off. For 2026-07-28 requests mcp already answers with a JSON body unless the
     # call emits a notification first. For the handshake era the flag covers every session of the manager,
     # and it drops the progress, log and sampling/elicitation traffic relayed during a call
@@ -132,8 +151,20 @@ class SessionEndWatcher:
             self.gateway.close_session(session_id.decode("latin-1"))
 
 
-def sse_routes(gateway: Gateway, security: TransportSecuritySettings, max_body: int) -> list[Any]:
-    """The handshake-era SSE endpoint: GET /sse opens the stream, POST /messages/ carries requests."""
+#: The first event of an SSE stream names the session: `data: /messages/?session_id=<hex>`.
+_SSE_SESSION_ID = re.compile(rb"session_id=([0-9a-fA-F]+)")
+
+
+def sse_routes(
+    gateway: Gateway, security: TransportSecuritySettings, max_body: int, auth: AuthSettings | None = None
+) -> list[Any]:
+    """The handshake-era SSE endpoint: GET /sse opens the stream, POST /messages/ carries requests.
+
+    With `auth`, both need a valid bearer token, as the Streamable HTTP path does: mcp wraps only
+    that path in its auth check, and the app-wide middleware merely reads the token.
+    """
+    from mcp.server.auth.middleware.bearer_auth import RequireAuthMiddleware
+    from mcp.server.auth.routes import build_resource_metadata_url
     from mcp.server.sse import SseServerTransport
     from starlette.routing import Mount, Route
 
@@ -141,16 +172,35 @@ def sse_routes(gateway: Gateway, security: TransportSecuritySettings, max_body: 
     server = gateway.server
 
     class SseEndpoint:
-        """An ASGI endpoint: the SSE transport needs the raw `send` callable."""
+        """An ASGI endpoint: the SSE transport needs the raw `send` callable. Each SSE connection is its
+        own handshake-era session (keyed by the `session_id` the stream announces): when the stream ends,
+        so do that session's upstream sessions."""
 
         async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
-            async with transport.connect_sse(scope, receive, send) as (read, write):
-                await server.run(read, write, server.create_initialization_options())
+            announced: list[str] = []
 
-    return [
-        Route("/sse", endpoint=SseEndpoint(), methods=["GET"]),
-        Mount("/messages/", app=transport.handle_post_message),
-    ]
+            async def watch(message: Any) -> None:
+                if not announced and message.get("type") == "http.response.body":
+                    found = _SSE_SESSION_ID.search(bytes(message.get("body", b"")))
+                    if found is not None:
+                        announced.append(found.group(1).decode())
+                await send(message)
+
+            try:
+                async with transport.connect_sse(scope, receive, watch) as (read, write):
+                    await server.run(read, write, server.create_initialization_options())
+            finally:
+                if announced:
+                    gateway.close_session(SSE_SESSION_PREFIX + announced[0])
+
+    stream: Any = SseEndpoint()
+    messages: Any = transport.handle_post_message
+    if auth is not None:
+        metadata = build_resource_metadata_url(auth.resource_server_url) if auth.resource_server_url else None
+        scopes = auth.required_scopes or []
+        stream = RequireAuthMiddleware(stream, scopes, metadata)
+        messages = RequireAuthMiddleware(messages, scopes, metadata)
+    return [Route("/sse", endpoint=stream, methods=["GET"]), Mount("/messages/", app=messages)]
 
 
 async def serve_http(
@@ -167,7 +217,7 @@ async def serve_http(
     )
     server = _Server(config)
     async with anyio.create_task_group() as tg:
-        tg.start_soon(_stop_on_signal, server)
+        tg.start_soon(_stop_on_signal, server, gateway.close_upstreams)
         tg.start_soon(server.serve)
         if on_ready is not None:
             # uvicorn offers no readiness event; this loop only runs at start-up
@@ -199,10 +249,31 @@ class _Server(uvicorn.Server):
             self.finished.set()
 
 
-async def _stop_on_signal(server: uvicorn.Server) -> None:
-    """SIGTERM/SIGINT: drain (uvicorn's graceful shutdown); a second one skips the drain."""
+async def _cancel_on_signal(scope: anyio.CancelScope) -> None:
+    """SIGTERM/SIGINT end a stdio gateway like end of input: cleanly, exit status 0."""
     with anyio.open_signal_receiver(signal.SIGTERM, signal.SIGINT) as signals:
         async for _ in signals:
-            if server.should_exit:
-                server.force_exit = True
-            server.should_exit = True
+            scope.cancel()
+            return
+
+
+async def _stop_on_signal(server: uvicorn.Server, abort: Callable[[], None]) -> None:
+    """SIGTERM/SIGINT: drain (uvicorn's graceful shutdown); a second one skips the drain.
+
+    Shortly before the drain ends (uvicorn then cuts every connection), `abort` closes the upstream
+    connections, so a call still in flight is answered with a JSON-RPC error instead of a torn stream.
+    """
+    async with anyio.create_task_group() as tg:
+        with anyio.open_signal_receiver(signal.SIGTERM, signal.SIGINT) as signals:
+            async for _ in signals:
+                if server.should_exit:
+                    server.force_exit = True
+                    abort()
+                else:
+                    tg.start_soon(_abort_later, abort)
+                server.should_exit = True
+
+
+async def _abort_later(abort: Callable[[], None]) -> None:
+    await anyio.sleep(_DRAIN_S - _ABORT_MARGIN_S)  # a deadline, not a poll: uvicorn's drain timer
+    abort()

@@ -64,6 +64,8 @@ from mcp_interceptors.protocol.invoke import (
 )
 
 logger = logging.getLogger(__name__)
+#: Sessions of the legacy SSE endpoint are keyed by its `session_id` query parameter, so prefixed.
+SSE_SESSION_PREFIX = "sse:"
 
 #: Requests the gateway's own `Server` answers instead of forwarding.
 LOCAL_METHODS = frozenset(
@@ -262,6 +264,14 @@ class Gateway:
             conns[name] = conn
         return conns
 
+    def close_upstreams(self) -> None:
+        """Close every upstream connection, shared and per-session (shutting down): calls still waiting
+        on one fail with an error naming it."""
+        for key in list(self.sessions):
+            self.close_session(key)
+        for conn in self.shared.values():
+            conn.close()
+
     def close_session(self, key: str) -> None:
         session = self.sessions.pop(key, None)
         if session is None or session.era != "legacy":
@@ -315,7 +325,11 @@ class Gateway:
     def session_for(self, ctx: ServerRequestContext[Any, Any]) -> DownstreamSession:
         era: Era = "2026-07-28" if ctx.protocol_version in MODERN_PROTOCOL_VERSIONS else "legacy"
         request = ctx.request
-        header = request.headers.get("mcp-session-id") if request is not None and era == "legacy" else None
+        header = None
+        if request is not None and era == "legacy":
+            header = request.headers.get("mcp-session-id")
+            if header is None and (sse := request.query_params.get("session_id")):  # the legacy SSE endpoint
+                header = SSE_SESSION_PREFIX + sse
         client_params = ctx.session.client_params
         params = client_params.model_dump(by_alias=True, mode="json", exclude_none=True) if client_params else None
         return self.session(era, header, _principal(), params)

@@ -22,7 +22,7 @@ from mcp_interceptors.gateway.bridge import BridgedCall
 from mcp_interceptors.gateway.legs import GOVERNED_EVENTS
 from mcp_interceptors.gateway.recording import RECEIPT_META_KEY, CallRecord, Leg, receipt_meta
 from mcp_interceptors.gateway.routing import CALLS, LISTS, Catalog, Route, advertised_keys, build_catalog
-from mcp_interceptors.gateway.upstream import UpstreamConnection
+from mcp_interceptors.gateway.upstream import UpstreamConnection, first_error
 from mcp_interceptors.protocol.invoke import InvocationContext, Principal, now_iso
 
 if TYPE_CHECKING:
@@ -209,10 +209,13 @@ class DownstreamSession:
         async def fetch(name: str, conn: UpstreamConnection, method: str) -> None:
             listings[name][method] = await fetch_all_pages(conn, method)
 
-        async with anyio.create_task_group() as tg:
-            for name, conn in conns.items():
-                for method in methods:
-                    tg.start_soon(fetch, name, conn, method)
+        try:
+            async with anyio.create_task_group() as tg:
+                for name, conn in conns.items():
+                    for method in methods:
+                        tg.start_soon(fetch, name, conn, method)
+        except* MCPError as group:  # an upstream down or failing: its own error (naming it), not a group
+            raise first_error(group) from None
         fresh = build_catalog(listings, self.gateway.prefixes)
         if self.catalog is None:
             self.catalog = Catalog()

@@ -10,7 +10,9 @@ from __future__ import annotations
 import importlib
 import logging
 import sys
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
+from contextlib import contextmanager
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -22,20 +24,19 @@ from mcp import MCPError
 
 from mcp_interceptors.executor import Call
 from mcp_interceptors.gateway.config import ConfigError, GatewayConfig, InterceptorServerConfig, RequiredConfig
-from mcp_interceptors.gateway.upstream import UpstreamConnection, UpstreamUnavailableError
+from mcp_interceptors.gateway.upstream import UpstreamConnection, UpstreamTimeoutError, UpstreamUnavailableError
 from mcp_interceptors.host import hooks_for
 from mcp_interceptors.invoker import (
     Chain,
     LocalHost,
     RequiredInterceptor,
-    UnavailableSource,
     invocation_error,
     invoke_body,
     read_invoke_result,
 )
 from mcp_interceptors.planning import Overrides
 from mcp_interceptors.protocol.descriptors import InterceptorDescriptor, parse_list_result
-from mcp_interceptors.protocol.errors import HostConnectionError
+from mcp_interceptors.protocol.errors import HostConnectionError, WideningOverrideError
 from mcp_interceptors.protocol.invoke import INVOKE_METHOD, LIST_METHOD
 from mcp_interceptors.protocol.results import InterceptorResult
 from mcp_interceptors.signatures import load_verify_key, verify_key_from
@@ -111,16 +112,17 @@ def required_for(items: list[RequiredConfig]) -> list[RequiredInterceptor]:
 async def populate_chain(chain: Chain, config: GatewayConfig, tg: anyio.abc.TaskGroup, *, file: str) -> None:
     """Add every configured source to `chain`; remote hosts' connections run in `tg`."""
     overrides = {name: item.to_overrides() for name, item in config.interceptors.overrides.items()}
-    for index, guard in enumerate(config.interceptors.guards):
-        host = load_guard(guard.name, guard.config, file, index)
-        chain.add_local(host, name=_unique(chain, guard.name), overrides=_pick(overrides, host))
-    for index, host_config in enumerate(config.interceptors.hosts):
-        host = load_host(host_config.module, file, index, config.base_dir)
-        name = host_config.name or getattr(host, "name", None) or host_config.module
-        chain.add_local(host, name=_unique(chain, name), overrides=_pick(overrides, host))
-    for index, server in enumerate(config.interceptors.servers):
-        verify_key = verify_key_for(server, file, index, config.base_dir)
-        await _add_server(chain, server, overrides, tg, verify_key)
+    with _widening_as_config_error(file):
+        for index, guard in enumerate(config.interceptors.guards):
+            host = load_guard(guard.name, guard.config, file, index)
+            chain.add_local(host, name=_unique(chain, guard.name), overrides=_pick(overrides, host))
+        for index, host_config in enumerate(config.interceptors.hosts):
+            host = load_host(host_config.module, file, index, config.base_dir)
+            name = host_config.name or getattr(host, "name", None) or host_config.module
+            chain.add_local(host, name=_unique(chain, name), overrides=_pick(overrides, host))
+        for index, server in enumerate(config.interceptors.servers):
+            verify_key = verify_key_for(server, file, index, config.base_dir)
+            await _add_server(chain, server, overrides, tg, verify_key, file=file, index=index)
     advertised = {entry.name for entry in chain.entries}
     for index, name in enumerate(config.interceptors.overrides):
         if name not in advertised:
@@ -131,6 +133,18 @@ async def populate_chain(chain: Chain, config: GatewayConfig, tg: anyio.abc.Task
                 f"use one of: {', '.join(sorted(advertised)) or '(none configured)'}",
             )
     check_interceptor_configs(config.interceptors.config, chain, file)
+
+
+@contextmanager
+def _widening_as_config_error(file: str) -> Iterator[None]:
+    """A hook override that widens what its interceptor advertises (R62), as the config error it is."""
+    try:
+        yield
+    except WideningOverrideError as exc:
+        data = exc.data if isinstance(exc.data, Mapping) else {}
+        path = f"interceptors.overrides.{data.get('interceptor', '?')}.hooks"
+        fix = "list only events and phases it advertises (`gateway --check` shows them without the override)"
+        raise ConfigError(file, path, exc.message, fix) from None
 
 
 def check_interceptor_configs(configs: Mapping[str, Mapping[str, Any]], chain: Chain, file: str) -> None:
@@ -171,9 +185,13 @@ class ConnectionSource:
     crash, and meanwhile its invocations fail and are routed by mode/failOpen. With `verify_key`,
     its validation results must be signed by that key (else the invocation fails, too)."""
 
-    def __init__(self, conn: UpstreamConnection, *, verify_key: Ed25519PublicKey | None = None) -> None:
+    def __init__(
+        self, conn: UpstreamConnection, *, verify_key: Ed25519PublicKey | None = None, unavailable: str | None = None
+    ) -> None:
         self.conn = conn
         self.verify_key = verify_key
+        #: Why the host could not be reached at start: until it first connects, invocations fail at once.
+        self.unavailable = unavailable
 
     async def discover(self) -> list[InterceptorDescriptor]:
         raw = await self.conn.request(LIST_METHOD, None)
@@ -185,6 +203,8 @@ class ConnectionSource:
         return found
 
     async def invoke(self, call: Call) -> InterceptorResult:
+        if self.unavailable is not None and self.conn.info is None:
+            raise HostConnectionError(call.name, f"interceptor host unavailable: {self.unavailable}")
         body = invoke_body(
             call.name,
             call.event,
@@ -198,6 +218,8 @@ class ConnectionSource:
             raw = await self.conn.request(INVOKE_METHOD, body)
         except UpstreamUnavailableError as exc:  # -32000 with data: not the host's timeout, the host is gone
             raise HostConnectionError(call.name, exc.message) from None
+        except UpstreamTimeoutError as exc:  # our own deadline: a timeout, as a data-less -32001 is
+            raise invocation_error(MCPError(exc.code, exc.message), call.name) from None
         except MCPError as exc:
             raise invocation_error(exc, call.name) from None
         return read_invoke_result(raw, call.name, call.phase, call.type, verify_key=self.verify_key)
@@ -234,16 +256,27 @@ async def _add_server(
     overrides: dict[str, Overrides],
     tg: anyio.abc.TaskGroup,
     verify_key: Ed25519PublicKey | None = None,
+    *,
+    file: str = "<config>",
+    index: int = 0,
 ) -> None:
     required = required_for(server.required)
     conn = UpstreamConnection(server.name, server)
     try:
         await tg.start(conn.run)
-    except UpstreamUnavailableError as exc:  # an unreachable host: pinned interceptors fail closed
+    except UpstreamUnavailableError as exc:  # an unreachable host: pinned interceptors fail closed (R66)
         if not required:
-            where = f"interceptors.servers.{server.name}"
-            raise ConfigError("<runtime>", where, exc.message, "start it, or pin `required` interceptors") from None
-        chain.add_source(UnavailableSource(exc.message), [r.placeholder() for r in required], name=server.name)
+            where = f"interceptors.servers[{index}]"
+            raise ConfigError(file, where, exc.message, "start it, or pin `required` interceptors") from None
+        logger.error(
+            "interceptor server %r is unavailable (%s): its required interceptors fail closed until it connects",
+            server.name,
+            exc.message,
+        )
+        # Keep trying, with the connection's backoff: once it is up, the pinned interceptors run there.
+        tg.start_soon(partial(conn.run, retry_start=True))
+        source = ConnectionSource(conn, verify_key=verify_key, unavailable=exc.message)
+        chain.add_source(source, [r.placeholder() for r in required], name=server.name)
         return
     source = ConnectionSource(conn, verify_key=verify_key)
     await chain.add_discovered(

@@ -34,8 +34,10 @@ from mcp_types import (
     CLIENT_CAPABILITIES_META_KEY,
     CLIENT_INFO_META_KEY,
     CONNECTION_CLOSED,
+    INTERNAL_ERROR,
     LOG_LEVEL_META_KEY,
     PROTOCOL_VERSION_META_KEY,
+    REQUEST_TIMEOUT,
     SERVER_INFO_META_KEY,
 )
 from mcp_types.version import HANDSHAKE_PROTOCOL_VERSIONS, LATEST_HANDSHAKE_VERSION, LATEST_MODERN_VERSION
@@ -66,6 +68,8 @@ DEFAULT_CLIENT_CAPABILITIES: dict[str, Any] = {
 }
 _BACKOFF_FIRST_S = 0.2
 _BACKOFF_MAX_S = 10.0
+#: A connection up this long resets the backoff; one that dies sooner (a crash loop) keeps backing off.
+_STABLE_S = 30.0
 _CONNECT_WAIT_S = 10.0
 
 
@@ -90,6 +94,15 @@ def _innermost(exc: BaseException) -> BaseException:
     return exc
 
 
+def first_error(group: BaseExceptionGroup[MCPError]) -> MCPError:
+    """The first `MCPError` of a task group's failures, to answer with as one error."""
+    leaf: BaseException = group
+    while isinstance(leaf, BaseExceptionGroup):
+        leaf = leaf.exceptions[0]
+    assert isinstance(leaf, MCPError)
+    return leaf
+
+
 def describe_exception(exc: BaseException) -> str:
     """One line for logs and errors, looking inside exception groups."""
     exc = _innermost(exc)
@@ -100,6 +113,10 @@ def describe_exception(exc: BaseException) -> str:
 
 class UpstreamUnavailableError(MCPError):
     """The upstream is down or reconnecting; in-flight and new calls get this instead of hanging."""
+
+
+class UpstreamTimeoutError(MCPError):
+    """The upstream did not answer within the request's timeout (-32001; the request there is cancelled)."""
 
 
 class Wire(Protocol):
@@ -114,20 +131,26 @@ class Wire(Protocol):
     async def notify(self, method: str, params: Mapping[str, Any] | None, opts: CallOptions | None = None) -> None: ...
 
 
+OnHttpError = Callable[[int, str], None]
+
+
 @asynccontextmanager
-async def open_wire(config: TransportConfig) -> AsyncIterator[Wire]:
+async def open_wire(config: TransportConfig, on_http_error: OnHttpError | None = None) -> AsyncIterator[Wire]:
     """A stdio server gets the lean `JsonRpcPeer` (dicts end to end); HTTP and SSE use mcp's
     transports under its `JSONRPCDispatcher`."""
     if config.command is not None:
         async with stdio_peer(config.command, list(config.args), env=config.env or None, cwd=config.cwd) as peer:
             yield peer
         return
-    async with open_transport(config) as (read, write):
+    async with open_transport(config, on_http_error) as (read, write):
         yield JSONRPCDispatcher(read, write)
 
 
-def open_transport(config: TransportConfig) -> AbstractAsyncContextManager[Any]:
-    """The mcp client transport for a configured server."""
+def open_transport(
+    config: TransportConfig, on_http_error: OnHttpError | None = None
+) -> AbstractAsyncContextManager[Any]:
+    """The mcp client transport for a configured server. `on_http_error` hears each HTTP error status
+    (mcp's client reports them all as -32603 "Server returned an error response")."""
     if config.command is not None:
         params = StdioServerParameters(command=config.command, args=config.args, env=config.env or None, cwd=config.cwd)
         return stdio_client(params)
@@ -138,7 +161,17 @@ def open_transport(config: TransportConfig) -> AbstractAsyncContextManager[Any]:
     if config.transport == "sse":
         return sse_client(config.url, headers=headers or None)
     timeout = httpx2.Timeout(max(config.timeout_ms / 1000, 30.0), read=300.0)
-    return streamable_http_client(config.url, http_client=httpx2.AsyncClient(headers=headers, timeout=timeout))
+    hooks: dict[str, list[Any]] = {}
+    if on_http_error is not None:
+        report = on_http_error
+
+        async def heard(response: httpx2.Response) -> None:
+            if response.status_code >= 400:
+                report(response.status_code, response.reason_phrase)
+
+        hooks["response"] = [heard]
+    client = httpx2.AsyncClient(headers=headers, timeout=timeout, event_hooks=hooks)
+    return streamable_http_client(config.url, http_client=client)
 
 
 class UpstreamConnection:
@@ -176,6 +209,8 @@ class UpstreamConnection:
         self._closed = False
         self._last_error: str | None = None
         self._scope: anyio.CancelScope | None = None
+        #: The last HTTP error status the upstream answered with ("401 Unauthorized"), to explain mcp's -32603.
+        self._http_error: str | None = None
 
     @property
     def is_http(self) -> bool:
@@ -187,18 +222,21 @@ class UpstreamConnection:
 
     # ------------------------------------------------------------------ lifecycle
 
-    async def run(self, *, task_status: anyio.abc.TaskStatus[None] = anyio.TASK_STATUS_IGNORED) -> None:
+    async def run(
+        self, *, retry_start: bool = False, task_status: anyio.abc.TaskStatus[None] = anyio.TASK_STATUS_IGNORED
+    ) -> None:
         """Connect, hand over readiness, and reconnect with backoff until cancelled.
 
-        The first connection failure is raised (so a gateway fails at start with a clear error);
-        later failures are logged and retried.
+        The first connection failure is raised (so a gateway fails at start with a clear error),
+        unless `retry_start`; later failures are logged and retried.
         """
         started = False
         delay = _BACKOFF_FIRST_S
+        ready_at: float | None = None
 
         def on_ready() -> None:
-            nonlocal started, delay
-            delay = _BACKOFF_FIRST_S
+            nonlocal started, ready_at
+            ready_at = anyio.current_time()
             if not started:
                 started = True
                 task_status.started()
@@ -206,14 +244,15 @@ class UpstreamConnection:
         with anyio.CancelScope() as scope:
             self._scope = scope
             while not self._closed:
+                ready_at = None
                 try:
                     await self._connect_once(on_ready)
                     self._last_error = "connection closed"
                 except Exception as exc:  # transport/handshake failure: report, then back off
                     if isinstance(_innermost(exc), _EraRefused):
                         continue  # reconnect at once on a fresh transport, in the handshake era
-                    self._last_error = describe_exception(exc)
-                    if not started:
+                    self._last_error = self._explain(describe_exception(exc), _innermost(exc))
+                    if not started and not retry_start:
                         raise UpstreamUnavailableError(
                             CONNECTION_CLOSED, f"upstream {self.name!r} failed to start: {self._last_error}"
                         ) from exc
@@ -221,6 +260,8 @@ class UpstreamConnection:
                     self._mark_down()
                 if self._closed:
                     break
+                if ready_at is not None and anyio.current_time() - ready_at >= _STABLE_S:
+                    delay = _BACKOFF_FIRST_S  # it was up a while: a fresh failure, not a crash loop
                 logger.warning("upstream %r: %s; reconnecting in %.1fs", self.name, self._last_error, delay)
                 self.restarts += 1
                 await anyio.sleep(delay)
@@ -228,7 +269,7 @@ class UpstreamConnection:
 
     async def _connect_once(self, on_ready: Callable[[], None]) -> None:
         """One connection's life: open, handshake, serve until EOF (the upstream exited or hung up)."""
-        async with open_wire(self.config) as dispatcher:
+        async with open_wire(self.config, self._heard_http_error) as dispatcher:
             ended = anyio.Event()
             async with anyio.create_task_group() as tg:
                 await tg.start(self._pump, dispatcher, ended)
@@ -273,6 +314,16 @@ class UpstreamConnection:
             )
         except MCPError as exc:
             logger.info("upstream %r: subscriptions/listen ended: %s", self.name, exc.message)
+
+    def _heard_http_error(self, status: int, reason: str) -> None:
+        self._http_error = f"{status} {reason}".strip()
+
+    def _explain(self, message: str, exc: BaseException) -> str:
+        """mcp's stand-in for an HTTP error status, with the status it stands for."""
+        if not (isinstance(exc, MCPError) and _is_http_error(exc)) or self._http_error is None:
+            return message
+        hint = "; check the upstream's bearer_token or headers" if self._http_error[:3] in ("401", "403") else ""
+        return f"{message}: HTTP {self._http_error}{hint}"
 
     def _mark_down(self) -> None:
         """Forget the dead dispatcher; requests from now on wait for the next connection."""
@@ -379,7 +430,9 @@ class UpstreamConnection:
             await self._connected.wait()
         if self._dispatcher is None:
             reason = self._last_error or "not connected"
-            raise UpstreamUnavailableError(CONNECTION_CLOSED, f"upstream {self.name!r} is unavailable ({reason})")
+            raise UpstreamUnavailableError(
+                CONNECTION_CLOSED, f"upstream {self.name!r} is unavailable ({reason})", {"upstream": self.name}
+            )
         return self._dispatcher
 
     async def request(
@@ -438,12 +491,28 @@ class UpstreamConnection:
         try:
             return await dispatcher.send_raw_request(method, body or None, opts)
         except MCPError as exc:
+            if _is_local_timeout(exc, method):  # our deadline, not an upstream's own -32001 error
+                timeout_ms = opts["timeout"] * 1000
+                raise UpstreamTimeoutError(
+                    exc.code,
+                    f"upstream {self.name!r} did not answer {method} within {timeout_ms:g} ms",
+                    {"upstream": self.name, "timeoutMs": timeout_ms},
+                ) from None
             if _is_local_close(exc):  # not an upstream's own -32000 error, which passes through
                 if self._dispatcher is dispatcher:
                     self._mark_down()
-                raise UpstreamUnavailableError(
-                    CONNECTION_CLOSED, f"upstream {self.name!r} closed the connection", {"upstream": self.name}
-                ) from None
+                message = (
+                    f"the gateway closed its connection to upstream {self.name!r} (shutting down)"
+                    if self._closed
+                    else f"upstream {self.name!r} closed the connection"
+                )
+                raise UpstreamUnavailableError(CONNECTION_CLOSED, message, {"upstream": self.name}) from None
+            if _is_http_error(exc) and self._http_error is not None:
+                message = self._explain(f"upstream {self.name!r} answered with an error", exc)
+                raise MCPError(exc.code, message, {"upstream": self.name, "httpStatus": self._http_error}) from None
+            if _is_lost_stream(exc):  # this call's HTTP response stream broke; the connection may live on
+                message = f"upstream {self.name!r} closed the connection ({exc.message})"
+                raise UpstreamUnavailableError(CONNECTION_CLOSED, message, {"upstream": self.name}) from None
             raise
         except ValueError:
             if request_id is None:
@@ -495,6 +564,21 @@ class UpstreamConnection:
             return
         if self.on_notify is not None:
             await self.on_notify(method, body)
+
+
+def _is_local_timeout(exc: MCPError, method: str) -> bool:
+    """The dispatcher's own timeout (ours and mcp's word it alike), not an error the upstream sent."""
+    return exc.code == REQUEST_TIMEOUT and exc.message == f"Request {method!r} timed out" and exc.data is None
+
+
+def _is_http_error(exc: MCPError) -> bool:
+    """mcp's HTTP client's stand-in for a 4xx/5xx answer that carried no JSON-RPC error."""
+    return exc.code == INTERNAL_ERROR and exc.message == "Server returned an error response" and exc.data is None
+
+
+def _is_lost_stream(exc: MCPError) -> bool:
+    """mcp's HTTP client giving up on one request's response stream ("SSE stream ended without a response")."""
+    return exc.code == CONNECTION_CLOSED and exc.data is None and exc.message.startswith("SSE stream ")
 
 
 def _is_local_close(exc: MCPError) -> bool:

@@ -1,0 +1,58 @@
+"""Downstream JWT auth: key files are found relative to the config file, and a bad one is named."""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+
+import jwt
+import pytest
+from cryptography.hazmat.primitives import serialization
+from cryptography.hazmat.primitives.asymmetric import ed25519
+
+from mcp_interceptors.gateway.auth import build_auth, check_auth
+from mcp_interceptors.gateway.config import ConfigError, load_config
+
+pytestmark = pytest.mark.anyio
+
+
+@pytest.fixture
+def anyio_backend() -> str:
+    return "asyncio"
+
+
+def _write_config(folder: Path, key_field: str, key_file: str) -> Path:
+    config = folder / "gateway.yaml"
+    config.write_text(
+        f"upstreams:\n  a: {{command: python, args: [server.py]}}\n"
+        f"auth:\n  jwt: {{{key_field}: {key_file}, audience: gw}}\n",
+        encoding="utf-8",
+    )
+    return config
+
+
+async def test_a_relative_jwt_key_file_is_relative_to_the_config_file(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    key = ed25519.Ed25519PrivateKey.generate()
+    public = key.public_key().public_bytes(serialization.Encoding.PEM, serialization.PublicFormat.SubjectPublicKeyInfo)
+    (tmp_path / "keys").mkdir()
+    (tmp_path / "keys" / "public.pem").write_bytes(public)
+    config = load_config(_write_config(tmp_path, "public_key_file", "keys/public.pem"))
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    monkeypatch.chdir(elsewhere)  # the gateway started from another folder
+    _, verifier = build_auth(config, "127.0.0.1", 8080)
+    assert verifier is not None
+    token = jwt.encode({"sub": "alice", "aud": "gw", "exp": int(time.time()) + 60}, key, algorithm="EdDSA")
+    access = await verifier.verify_token(token)
+    assert access is not None and access.subject == "alice"
+
+
+@pytest.mark.parametrize("key_field", ["public_key_file", "jwks_file"])
+def test_a_missing_jwt_key_file_names_the_config_file_and_the_field(tmp_path: Path, key_field: str) -> None:
+    file = _write_config(tmp_path, key_field, "missing.pem")
+    with pytest.raises(ConfigError) as error:
+        check_auth(load_config(file), str(file))
+    assert (error.value.file, error.value.path) == (str(file), f"auth.jwt.{key_field}")
+    assert str(tmp_path / "missing.pem") in error.value.problem

@@ -259,6 +259,14 @@ def test_audit_verify_with_a_trust_file_that_is_not_keys_fails_with_one_line(tmp
     )
 
 
+def test_audit_verify_with_a_named_key_file_that_is_missing_fails_instead_of_trusting_on_first_use(
+    tmp_path: Path,
+) -> None:
+    missing = tmp_path / "typo-key"
+    done = cli("audit", "verify", "--store", str(tmp_path / "audit.db"), "--key-file", str(missing))
+    assert one_line_error(done, 2) == f"error: audit key file {missing} does not exist"
+
+
 def test_gateway_json_without_check_is_a_usage_error() -> None:
     done = cli("gateway", "--json", "--guard", "secrets", "--", "true")
     line = one_line_error(done, 2)

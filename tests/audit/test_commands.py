@@ -268,3 +268,37 @@ def test_follower_watches_skipped_positions_until_they_fill_or_expire(
     assert [pos for pos, _ in follower.poll(sqlite_store)] == [last + 1]
     monkeypatch.setattr(commands, "GAP_WAIT_S", 0.0)  # the other one was rolled back: stop looking
     assert follower.poll(sqlite_store) == [] and follower.gaps == {}
+
+
+def test_tail_show_and_keys_report_a_malformed_stored_record_with_exit_2(
+    sqlite_store: SqliteStore, trail: list[str], tmp_path: Path
+) -> None:
+    """A record that is not a JSON object (or a header whose key is not an object) is an unreadable
+    record: one error line and exit 2, as documented, not a traceback with exit 1 ("verification failed")."""
+    conn = sqlite3.connect(sqlite_store.path)
+    with conn:
+        conn.execute("UPDATE audit_records SET record = '{bad' WHERE id = ?", (trail[1],))
+        conn.execute("UPDATE audit_records SET record = '[1]' WHERE id = ?", (trail[0],))
+        conn.execute("UPDATE audit_receipts SET receipt = 'nope' WHERE id = ?", (trail[3],))
+    out, err = io.StringIO(), io.StringIO()
+    assert tail(sqlite_store.path, out, err=err) == EXIT_ERROR
+    lines = out.getvalue().splitlines()
+    assert lines[:2] == ["?  #1  not a well-formed record", "?  #2  not a well-formed record"]
+    assert trail[2] in lines[2] and trail[3] in lines[3]
+    assert err.getvalue() == "error: some records are not well-formed JSON objects; `audit verify` names them\n"
+    err = io.StringIO()
+    assert show(sqlite_store.path, trail[1], io.StringIO(), err=err) == EXIT_ERROR
+    assert err.getvalue() == f"error: audit record {trail[1]} is not a well-formed JSON object; run `audit verify`\n"
+    err = io.StringIO()
+    assert show(sqlite_store.path, trail[3], io.StringIO(), err=err) == EXIT_ERROR
+    assert err.getvalue() == f"error: the receipt of {trail[3]} is not a well-formed JSON object; run `audit verify`\n"
+    err = io.StringIO()
+    assert keys(sqlite_store.path, io.StringIO(), key_path=_key_path(tmp_path), err=err) == EXIT_ERROR
+    assert err.getvalue() == "error: 2 records have no readable key; `audit verify` names them\n"
+
+
+def test_keys_for_a_missing_key_file_does_not_suggest_itself(tmp_path: Path) -> None:
+    err = io.StringIO()
+    assert keys(None, io.StringIO(), key_path=tmp_path / "none", err=err) == EXIT_ERROR
+    assert "run `audit keys` to create it" not in err.getvalue()
+    assert "the gateway creates it when it first starts with audit enabled" in err.getvalue()

@@ -13,10 +13,11 @@ import anyio
 import orjson
 import pytest
 from e2e_hosts import LEAK_MARKER
-from e2e_support import ERAS, ConfigWriter, fresh_gateway, upstream_entry
+from e2e_support import ERAS, ConfigWriter, fresh_gateway, raw_request, upstream_entry
 from mcp import MCPError
 
 from mcp_interceptors.audit import SqliteStore
+from mcp_interceptors.gateway.recording import RECEIPT_META_KEY
 
 pytestmark = [pytest.mark.anyio, pytest.mark.e2e]
 
@@ -54,3 +55,37 @@ async def test_a_response_denial_is_the_one_record_that_closes_the_call(
         ("response", "deny", "validation_failed"),
     ]
     assert len({r["call_id"] for r in records}) == 1
+
+
+@pytest.mark.parametrize("era", ERAS)
+async def test_execute_chain_runs_are_recorded_and_answered_with_their_receipt(
+    write_config: ConfigWriter, tmp_path: Path, era: str
+) -> None:
+    """`interceptor/executeChain` is a chain the gateway runs: it gets its record (durable before the
+    answer) whatever the verdict, and an opted-in client gets that record in the result's `_meta`."""
+    store = tmp_path / "audit.db"
+    config = write_config(
+        {
+            "upstreams": {"e2e": upstream_entry()},
+            "interceptors": {"guards": [{"name": "tool-policy", "config": {"deny": ["shell"]}}]},
+            "expose_execute_chain": True,
+            "audit": {"enabled": True, "store": str(store), "key_file": str(tmp_path / "audit-key"), "receipts": True},
+        }
+    )
+    answers = []
+    with anyio.fail_after(60):
+        async with fresh_gateway("stdio", config, era) as client:
+            for tool in ("echo", "shell"):
+                payload = {"method": "tools/call", "params": {"name": tool, "arguments": {}}}
+                params = {"event": "tools/call", "phase": "request", "payload": payload}
+                answers.append(await raw_request(client, "interceptor/executeChain", params))
+    assert [answer["status"] for answer in answers] == ["success", "validation_failed"]
+    records = [body for body in decisions(store) if body["event"] == "tools/call"]
+    assert [(r["phase"], r["decision"], r["status"]) for r in records] == [
+        ("request", "allow", "success"),
+        ("request", "deny", "validation_failed"),
+    ]
+    assert records[1]["interceptors"][0]["name"] == "tool-policy"
+    receipts = [answer["_meta"][RECEIPT_META_KEY] for answer in answers]
+    assert [len(receipt["records"]) for receipt in receipts] == [1, 1]
+    assert receipts[1]["receipt"]["request"]["id"] == receipts[1]["records"][0]["id"]

@@ -48,20 +48,23 @@ def tail(
         store = open_store(target, create=False)
     except AuditError as exc:
         return _fail(err, exc)
+    readable = True
     try:
         recent = store.tail(limit)
         follower = Follower(recent[0][0] - 1 if recent else 0)
         follower.saw(recent)
-        for _, raw in recent:
-            _print_record(out, raw, as_json)
+        for pos, raw in recent:
+            readable = _print_record(out, pos, raw, as_json) and readable
         while follow and not should_stop():
-            for _, raw in follower.poll(store):
-                _print_record(out, raw, as_json)
+            for pos, raw in follower.poll(store):
+                readable = _print_record(out, pos, raw, as_json) and readable
             out.flush()
             # Polling is the interface here: readers must not hold locks the writer needs.
             time.sleep(poll_interval)
     finally:
         store.close()
+    if not readable:
+        return _fail(err, "some records are not well-formed JSON objects; `audit verify` names them")
     return EXIT_OK
 
 
@@ -116,10 +119,16 @@ def show(target: Target, record_id: str, out: TextIO, *, err: TextIO = sys.stder
         raw = store.get_record(record_id)
         if raw is None:
             return _fail(err, f"no audit record with id {record_id}")
-        document: dict[str, Any] = {"record": orjson.loads(raw)}
-        receipt = store.get_receipt(record_id)
-        if receipt is not None:
-            document["receipt"] = orjson.loads(receipt)
+        record = _json_object(raw)
+        if record is None:
+            return _fail(err, f"audit record {record_id} is not a well-formed JSON object; run `audit verify`")
+        document: dict[str, Any] = {"record": record}
+        receipt_raw = store.get_receipt(record_id)
+        if receipt_raw is not None:
+            receipt = _json_object(receipt_raw)
+            if receipt is None:
+                return _fail(err, f"the receipt of {record_id} is not a well-formed JSON object; run `audit verify`")
+            document["receipt"] = receipt
         out.write(orjson.dumps(document, option=orjson.OPT_INDENT_2).decode() + "\n")
     finally:
         store.close()
@@ -205,26 +214,38 @@ def keys(
     except AuditError as exc:
         return _fail(err, exc)
     try:
-        seen = _store_keys(store)
+        seen, unreadable = _store_keys(store)
     finally:
         store.close()
     trusted = key.trusted()
     for key_id, (public_key, segments) in seen.items():
         status = "trusted" if trusted.get(key_id) == public_key else "not in the local key file"
         out.write(f"store key: {key_id} {public_key.public_key} segments={segments} ({status})\n")
+    if unreadable:
+        return _fail(err, f"{unreadable} records have no readable key; `audit verify` names them")
     return EXIT_OK
 
 
-def _store_keys(source: RecordSource) -> dict[str, tuple[PublicKey, int]]:
+def _store_keys(source: RecordSource) -> tuple[dict[str, tuple[PublicKey, int]], int]:
+    """The keys of the store's segment headers, with how many segments each signed; and how many
+    records could not be read as a record or a header's key."""
     seen: dict[str, tuple[PublicKey, int]] = {}
+    unreadable = 0
     for _, raw in source.iter_records():
-        record = orjson.loads(raw)
+        record = _json_object(raw)
+        if record is None:
+            unreadable += 1
+            continue
         if record.get("kind") != "segment":
             continue
-        public = PublicKey.from_b64(str(record["body"]["public_key"]))
+        try:
+            public = PublicKey.from_b64(str(record["body"]["public_key"]))
+        except (KeyError, TypeError, ValueError):
+            unreadable += 1
+            continue
         _, count = seen.get(public.key_id, (public, 0))
         seen[public.key_id] = (public, count + 1)
-    return seen
+    return seen, unreadable
 
 
 def _trust_anchors(trusted_keys: Sequence[Path], key_path: Path | None) -> dict[str, PublicKey] | None:
@@ -241,12 +262,27 @@ def _trust_anchors(trusted_keys: Sequence[Path], key_path: Path | None) -> dict[
     return None
 
 
-def _print_record(out: TextIO, raw: bytes, as_json: bool) -> None:
+def _json_object(raw: bytes) -> dict[str, Any] | None:
+    """A stored record or receipt as a dict; None when it is not a JSON object (verify says why)."""
+    try:
+        value = orjson.loads(raw)
+    except orjson.JSONDecodeError:
+        return None
+    return value if isinstance(value, dict) else None
+
+
+def _print_record(out: TextIO, pos: int, raw: bytes, as_json: bool) -> bool:
+    """One line per record; False (after a placeholder line) when the record cannot be read."""
+    record = _json_object(raw)
+    if record is None:
+        if not as_json:
+            out.write(f"?  #{pos}  not a well-formed record\n")
+        return False
     if as_json:
         out.write(raw.decode() + "\n")
-        return
-    record = orjson.loads(raw)
-    body = record.get("body") or {}
+        return True
+    body = record.get("body")
+    body = body if isinstance(body, dict) else {}
     if record.get("kind") == "segment":
         line = f"segment start  key={record.get('key_id')} prev={body.get('prev_record') or 'genesis'}"
     else:
@@ -258,6 +294,7 @@ def _print_record(out: TextIO, raw: bytes, as_json: bool) -> None:
         if body.get("drift"):
             line += "  DRIFT"
     out.write(f"{body.get('time')}  {record.get('id')}  {line}\n")
+    return True
 
 
 def _fail(err: TextIO, problem: object) -> int:

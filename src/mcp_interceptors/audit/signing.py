@@ -150,7 +150,9 @@ def load_key(path: str | os.PathLike[str]) -> SigningKey:
         mode = path.stat().st_mode
         raw = path.read_bytes()
     except FileNotFoundError as exc:
-        raise KeyFileError(f"audit key file {path} does not exist; run `audit keys` to create it") from exc
+        raise KeyFileError(
+            f"audit key file {path} does not exist (the gateway creates it when it first starts with audit enabled)"
+        ) from exc
     except OSError as exc:  # a directory, no permission: a precise error instead of a traceback
         raise KeyFileError(f"audit key file {path} cannot be read: {exc.strerror or exc}") from exc
     if mode & (stat.S_IRWXG | stat.S_IRWXO):

@@ -96,6 +96,10 @@ def run_show(args: argparse.Namespace) -> int:
 
 def run_verify(args: argparse.Namespace) -> int:
     store, key_file = _locations(args)
+    if args.key_file is not None and not args.trust and not args.key_file.expanduser().exists():
+        # Named explicitly: a typo must not quietly fall back to trusting the store's own keys.
+        sys.stderr.write(f"error: audit key file {args.key_file} does not exist\n")
+        return commands.EXIT_ERROR
     return commands.verify(store, sys.stdout, trusted_keys=args.trust, key_path=key_file)
 
 

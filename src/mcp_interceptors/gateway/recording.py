@@ -105,14 +105,14 @@ class CallRecord:
             self.writer, context, call_id=self.call_id, pending=self.pending, request=self.request, parent=self
         )
 
-    async def denied(self, leg: Leg) -> None:
+    async def denied(self, leg: Leg) -> list[AuditReceipt]:
         """A blocked leg: recorded (closing the call) and made durable before the client hears of it."""
         await self._submit(leg, intent=None, executed=None, decision="deny")
         record: CallRecord | None = self
         while record is not None:
             record.closed = True
             record = record.parent
-        await self.settle()
+        return await self.settle()
 
     def approved_request(self, leg: Leg) -> None:
         self.request = leg

@@ -40,7 +40,7 @@ from mcp_interceptors.gateway.bridge import Bridges
 from mcp_interceptors.gateway.config import GatewayConfig
 from mcp_interceptors.gateway.host_input import chain_body, check_payload, result_body, vouched_context
 from mcp_interceptors.gateway.legs import Governor
-from mcp_interceptors.gateway.recording import CallRecord
+from mcp_interceptors.gateway.recording import RECEIPT_META_KEY, CallRecord, Leg, receipt_meta
 from mcp_interceptors.gateway.routing import CALLS, LISTS, Catalog
 from mcp_interceptors.gateway.session import DownstreamSession, Era
 from mcp_interceptors.gateway.upstream import GATEWAY_CLIENT_INFO, UpstreamConnection, UpstreamUnavailableError
@@ -523,17 +523,30 @@ class Gateway:
             raise MCPError(-32602, message, {"field": field}) from None
         try:
             check_payload(parsed.payload, event=parsed.event, phase=parsed.phase)
+            context = self._host_context(ctx, parsed.context, parsed.event, parsed.phase, parsed.payload)
             result = await self.chain.execute(
                 parsed.event,
                 parsed.phase,
                 parsed.payload,
                 direction=parsed.direction or direction_for("client", parsed.event, parsed.phase),
                 config={**(parsed.config or {}), **self.config.interceptors.config},
-                context=self._host_context(ctx, parsed.context, parsed.event, parsed.phase, parsed.payload),
+                context=context,
                 timeout_ms=parsed.timeout_ms,
                 interceptors=parsed.interceptors,
             )
-            return chain_body(result)
+            body = chain_body(result)
+            record = self.new_record(context)
+            if not record.enabled:
+                return body
+            # A chain the gateway ran is recorded like a leg (docs/audit.md), and durable before the answer.
+            leg = Leg(parsed.event, parsed.phase, result, parsed.payload)
+            if result.allowed:
+                await record.answered(leg, result.final_payload)
+                receipts = await record.settle()
+            else:
+                receipts = await record.denied(leg)
+            meta = receipt_meta(receipts) if self.config.audit.receipts else None
+            return body if meta is None else {**body, "_meta": {RECEIPT_META_KEY: meta}}
         except InterceptorsError as exc:
             raise MCPError(exc.code, exc.message, exc.data) from None
 

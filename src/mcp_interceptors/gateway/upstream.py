@@ -126,19 +126,30 @@ async def open_wire(config: TransportConfig) -> AsyncIterator[Wire]:
         yield JSONRPCDispatcher(read, write)
 
 
-def open_transport(config: TransportConfig) -> AbstractAsyncContextManager[Any]:
-    """The mcp client transport for a configured server."""
+def open_transport(
+    config: TransportConfig, http_client: httpx2.AsyncClient | None = None
+) -> AbstractAsyncContextManager[Any]:
+    """The mcp client transport for a configured server (Streamable HTTP on `http_client` if given)."""
     if config.command is not None:
         params = StdioServerParameters(command=config.command, args=config.args, env=config.env or None, cwd=config.cwd)
         return stdio_client(params)
     assert config.url is not None
+    if config.transport == "sse":
+        return sse_client(config.url, headers=_http_headers(config) or None)
+    return streamable_http_client(config.url, http_client=http_client or http_client_for(config))
+
+
+def _http_headers(config: TransportConfig) -> dict[str, str]:
     headers = dict(config.headers)
     if config.bearer_token:
         headers["Authorization"] = f"Bearer {config.bearer_token}"
-    if config.transport == "sse":
-        return sse_client(config.url, headers=headers or None)
+    return headers
+
+
+def http_client_for(config: TransportConfig) -> httpx2.AsyncClient:
+    """An HTTP client with the server's configured headers and timeouts."""
     timeout = httpx2.Timeout(max(config.timeout_ms / 1000, 30.0), read=300.0)
-    return streamable_http_client(config.url, http_client=httpx2.AsyncClient(headers=headers, timeout=timeout))
+    return httpx2.AsyncClient(headers=_http_headers(config), timeout=timeout)
 
 
 class UpstreamConnection:
@@ -176,6 +187,8 @@ class UpstreamConnection:
         self._closed = False
         self._last_error: str | None = None
         self._scope: anyio.CancelScope | None = None
+        #: The HTTP client of the requests that take an exchange of their own (see `_private_request`).
+        self._exchanges: httpx2.AsyncClient | None = None
 
     @property
     def is_http(self) -> bool:
@@ -203,28 +216,34 @@ class UpstreamConnection:
                 started = True
                 task_status.started()
 
-        with anyio.CancelScope() as scope:
-            self._scope = scope
-            while not self._closed:
-                try:
-                    await self._connect_once(on_ready)
-                    self._last_error = "connection closed"
-                except Exception as exc:  # transport/handshake failure: report, then back off
-                    if isinstance(_innermost(exc), _EraRefused):
-                        continue  # reconnect at once on a fresh transport, in the handshake era
-                    self._last_error = describe_exception(exc)
-                    if not started:
-                        raise UpstreamUnavailableError(
-                            CONNECTION_CLOSED, f"upstream {self.name!r} failed to start: {self._last_error}"
-                        ) from exc
-                finally:
-                    self._mark_down()
-                if self._closed:
-                    break
-                logger.warning("upstream %r: %s; reconnecting in %.1fs", self.name, self._last_error, delay)
-                self.restarts += 1
-                await anyio.sleep(delay)
-                delay = min(delay * 2, _BACKOFF_MAX_S)
+        try:
+            with anyio.CancelScope() as scope:
+                self._scope = scope
+                while not self._closed:
+                    try:
+                        await self._connect_once(on_ready)
+                        self._last_error = "connection closed"
+                    except Exception as exc:  # transport/handshake failure: report, then back off
+                        if isinstance(_innermost(exc), _EraRefused):
+                            continue  # reconnect at once on a fresh transport, in the handshake era
+                        self._last_error = describe_exception(exc)
+                        if not started:
+                            raise UpstreamUnavailableError(
+                                CONNECTION_CLOSED, f"upstream {self.name!r} failed to start: {self._last_error}"
+                            ) from exc
+                    finally:
+                        self._mark_down()
+                    if self._closed:
+                        break
+                    logger.warning("upstream %r: %s; reconnecting in %.1fs", self.name, self._last_error, delay)
+                    self.restarts += 1
+                    await anyio.sleep(delay)
+                    delay = min(delay * 2, _BACKOFF_MAX_S)
+        finally:
+            if self._exchanges is not None:  # the HTTP client of private exchanges lives as long as this
+                with anyio.CancelScope(shield=True):
+                    await self._exchanges.aclose()
+                self._exchanges = None
 
     async def _connect_once(self, on_ready: Callable[[], None]) -> None:
         """One connection's life: open, handshake, serve until EOF (the upstream exited or hung up)."""
@@ -401,12 +420,52 @@ class UpstreamConnection:
         """
         if on_notify is None:
             return await self._request(method, params, request_id, on_progress, headers, timeout_s)
+        if self._receivers and self._private_exchanges:
+            # Another call waits for its notifications here, and one stream cannot say whose a log line is:
+            # a 2026-07-28 HTTP request is self-contained, so this one takes an exchange of its own.
+            return await self._private_request(method, params, on_progress, headers, timeout_s, on_notify)
         token = object()
         self._receivers[token] = on_notify
         try:
             return await self._request(method, params, request_id, on_progress, headers, timeout_s)
         finally:
             del self._receivers[token]
+
+    @property
+    def _private_exchanges(self) -> bool:
+        """Whether a request can go on a transport of its own: a 2026-07-28 Streamable HTTP upstream."""
+        return self.config.url is not None and self.config.transport == "streamable-http" and self.era == "2026-07-28"
+
+    async def _private_request(
+        self,
+        method: str,
+        params: Mapping[str, Any] | None,
+        on_progress: Any,
+        headers: Mapping[str, str] | None,
+        timeout_s: float | None,
+        on_notify: OnUpstreamNotify,
+    ) -> dict[str, Any]:
+        """One request on its own Streamable HTTP exchange, so its notifications are known to be its own."""
+        await self._ready()
+        body, opts = self._prepare(method, params, None, on_progress, headers, timeout_s)
+
+        async def refuse(dctx: DispatchContext[Any], method: str, params: Mapping[str, Any] | None) -> Any:
+            raise MCPError(-32601, "Method not found", method)  # 2026-07-28 servers send no requests
+
+        async def relay(dctx: DispatchContext[Any], method: str, params: Mapping[str, Any] | None) -> None:
+            if method not in ("notifications/progress", "notifications/cancelled"):
+                await on_notify(method, dict(params) if params is not None else None)
+
+        if self._exchanges is None:
+            self._exchanges = http_client_for(self.config)
+        async with open_transport(self.config, self._exchanges) as (read, write), anyio.create_task_group() as tg:
+            dispatcher = JSONRPCDispatcher(read, write)
+            await tg.start(dispatcher.run, refuse, relay)
+            try:
+                result = await dispatcher.send_raw_request(method, body or None, opts)
+            finally:
+                tg.cancel_scope.cancel()
+        return result
 
     async def _request(
         self,
@@ -418,6 +477,32 @@ class UpstreamConnection:
         timeout_s: float | None,
     ) -> dict[str, Any]:
         dispatcher = await self._ready()
+        body, opts = self._prepare(method, params, request_id, on_progress, headers, timeout_s)
+        try:
+            return await dispatcher.send_raw_request(method, body or None, opts)
+        except MCPError as exc:
+            if _is_local_close(exc):  # not an upstream's own -32000 error, which passes through
+                if self._dispatcher is dispatcher:
+                    self._mark_down()
+                raise UpstreamUnavailableError(
+                    CONNECTION_CLOSED, f"upstream {self.name!r} closed the connection", {"upstream": self.name}
+                ) from None
+            raise
+        except ValueError:
+            if request_id is None:
+                raise
+            return await self._request(method, params, None, on_progress, headers, timeout_s)
+
+    def _prepare(
+        self,
+        method: str,
+        params: Mapping[str, Any] | None,
+        request_id: Any,
+        on_progress: Any,
+        headers: Mapping[str, str] | None,
+        timeout_s: float | None,
+    ) -> tuple[dict[str, Any], CallOptions]:
+        """The body in this connection's era (its envelope, or none) and the call's options."""
         body = dict(params) if params is not None else {}
         if self.era == "2026-07-28":
             body["_meta"] = self.envelope(body.get("_meta"))
@@ -435,20 +520,7 @@ class UpstreamConnection:
             opts["on_progress"] = on_progress
         if self.is_http:
             opts["headers"] = {**self._routing_headers(method, body), **(headers or {})}
-        try:
-            return await dispatcher.send_raw_request(method, body or None, opts)
-        except MCPError as exc:
-            if _is_local_close(exc):  # not an upstream's own -32000 error, which passes through
-                if self._dispatcher is dispatcher:
-                    self._mark_down()
-                raise UpstreamUnavailableError(
-                    CONNECTION_CLOSED, f"upstream {self.name!r} closed the connection", {"upstream": self.name}
-                ) from None
-            raise
-        except ValueError:
-            if request_id is None:
-                raise
-            return await self._request(method, params, None, on_progress, headers, timeout_s)
+        return body, opts
 
     async def notify(self, method: str, params: Mapping[str, Any] | None) -> None:
         dispatcher = self._dispatcher

@@ -308,6 +308,22 @@ async def test_extension_capability_is_advertised_in_the_handshake(gateway: Targ
     assert (info.name, info.version) == ("mcp-interceptors-gateway", "0.1.0")  # an empty version makes clients warn
 
 
+@pytest.mark.parametrize("mode", ["legacy", "auto"])
+async def test_single_upstreams_extensions_are_advertised_as_a_direct_server_advertises_them(
+    gateway: Target, mode: str
+) -> None:
+    """Its extension methods pass through, so a client must be able to discover them: `server/discover`
+    carries the upstream's `extensions` beside ours; a 2025-11-25 `initialize` has no such member."""
+    with anyio.fail_after(30):
+        async with gateway.client(mode) as client:
+            capabilities = client.server_capabilities
+    if mode == "legacy":
+        assert set(capabilities.experimental or {}) == {EXTENSION_ID}
+        assert capabilities.extensions is None
+    else:
+        assert set(capabilities.extensions or {}) == {EXTENSION_ID, "dev.e2e/vendor"}
+
+
 async def test_execute_chain_runs_the_configured_chain_for_a_client_payload(s: Session) -> None:
     secret_call = {"method": "tools/call", "params": {"name": "echo", "arguments": {"text": "sk-live-ABCDEFGH1"}}}
     denied_call = {"method": "tools/call", "params": {"name": "delete_everything", "arguments": {}}}

@@ -282,6 +282,38 @@ async def test_http_answers_match_a_direct_server_for_era_foreign_and_unknown_re
     assert [status for status, _ in answers["direct"]] == [404, 404]
 
 
+async def test_modern_clients_log_lines_reach_them_while_another_call_is_in_flight(write_config: ConfigWriter) -> None:
+    """2026-07-28 clients share the gateway's connection to a 2026-07-28 HTTP upstream, where one stream
+    cannot say whose log line is whose: a call made while another waits gets an exchange of its own, so
+    its log lines reach its client (they were dropped as unattributable)."""
+    upstream_port = free_tcp_port()
+    config = write_config({"upstreams": {"e2e": {"url": f"http://127.0.0.1:{upstream_port}/mcp"}}})
+    logs: list[Any] = []
+    logged = anyio.Event()
+
+    async def on_log(params: Any) -> None:
+        logs.append(params.data)
+        logged.set()
+
+    with anyio.fail_after(60):
+        async with (
+            running([sys.executable, UPSTREAM, "--http", str(upstream_port)], port=upstream_port, label="upstream"),
+            serve(config) as base,
+            Client(f"{base}/mcp", mode="2026-07-28") as sleeper,
+            Client(f"{base}/mcp", mode="2026-07-28", logging_callback=on_log, log_level="debug") as logger,
+        ):
+            async with anyio.create_task_group() as tg:
+                tg.start_soon(sleeper.call_tool, "sleep", {"seconds": 30, "token": "held"})
+                assert text_of(await logger.call_tool("wait_started", {"token": "held"})) == "started"
+                assert text_of(await logger.call_tool("log", {"message": "mine"})) == "logged"
+                with anyio.move_on_after(3):  # a direct server delivers it before the result
+                    await logged.wait()
+                tg.cancel_scope.cancel()
+            # the held call's exchange still works on its own, and cancelling it reaches the upstream
+            assert text_of(await logger.call_tool("was_cancelled", {"token": "held"})) == "cancelled"
+    assert logs == ["mine"]
+
+
 MODERN_ENVELOPE = {
     "io.modelcontextprotocol/protocolVersion": "2026-07-28",
     "io.modelcontextprotocol/clientCapabilities": {},

@@ -438,15 +438,20 @@ class Gateway:
         for key in _CAPABILITY_KEYS:
             if key not in merged:
                 capabilities.pop(key, None)
+        only = next(iter(self.shared.values())).info if len(self.shared) == 1 else None
+        if only is not None:
+            # One upstream: its extension methods are forwarded, so its extensions are advertised as it
+            # advertises them (`extensions` only where the era's wire has them); ours wins on our own id.
+            for key in ("experimental",) if legacy else ("experimental", "extensions"):
+                if isinstance(theirs := only.capabilities.get(key), Mapping) and theirs:
+                    capabilities[key] = {**theirs, **(capabilities.get(key) or {})}
         if legacy:
             capabilities["experimental"] = {**(capabilities.get("experimental") or {}), EXTENSION_ID: settings}
         else:
             capabilities["extensions"] = {**(capabilities.get("extensions") or {}), EXTENSION_ID: settings}
         result["capabilities"] = capabilities
-        if len(self.shared) == 1:
-            info = next(iter(self.shared.values())).info
-            if info is not None and info.instructions:
-                result["instructions"] = info.instructions
+        if only is not None and only.instructions:
+            result["instructions"] = only.instructions
 
     def _unrelayed_subscribe(self, upstream: str, legacy: bool) -> bool:
         """Whether `upstream`'s `resources.subscribe` would promise the client what the gateway cannot relay.

@@ -147,19 +147,31 @@ async def open_wire(config: TransportConfig, on_http_error: OnHttpError | None =
 
 
 def open_transport(
-    config: TransportConfig, on_http_error: OnHttpError | None = None
+    config: TransportConfig,
+    on_http_error: OnHttpError | None = None,
+    http_client: httpx2.AsyncClient | None = None,
 ) -> AbstractAsyncContextManager[Any]:
-    """The mcp client transport for a configured server. `on_http_error` hears each HTTP error status
-    (mcp's client reports them all as -32603 "Server returned an error response")."""
+    """The mcp client transport for a configured server (Streamable HTTP on `http_client` if given).
+    `on_http_error` hears each HTTP error status (mcp's client reports them all as -32603 "Server
+    returned an error response")."""
     if config.command is not None:
         params = StdioServerParameters(command=config.command, args=config.args, env=config.env or None, cwd=config.cwd)
         return stdio_client(params)
     assert config.url is not None
+    if config.transport == "sse":
+        return sse_client(config.url, headers=_http_headers(config) or None)
+    return streamable_http_client(config.url, http_client=http_client or http_client_for(config, on_http_error))
+
+
+def _http_headers(config: TransportConfig) -> dict[str, str]:
     headers = dict(config.headers)
     if config.bearer_token:
         headers["Authorization"] = f"Bearer {config.bearer_token}"
-    if config.transport == "sse":
-        return sse_client(config.url, headers=headers or None)
+    return headers
+
+
+def http_client_for(config: TransportConfig, on_http_error: OnHttpError | None = None) -> httpx2.AsyncClient:
+    """An HTTP client with the server's configured headers and timeouts."""
     timeout = httpx2.Timeout(max(config.timeout_ms / 1000, 30.0), read=300.0)
     hooks: dict[str, list[Any]] = {}
     if on_http_error is not None:
@@ -170,8 +182,7 @@ def open_transport(
                 report(response.status_code, response.reason_phrase)
 
         hooks["response"] = [heard]
-    client = httpx2.AsyncClient(headers=headers, timeout=timeout, event_hooks=hooks)
-    return streamable_http_client(config.url, http_client=client)
+    return httpx2.AsyncClient(headers=_http_headers(config), timeout=timeout, event_hooks=hooks)
 
 
 class UpstreamConnection:
@@ -211,6 +222,8 @@ class UpstreamConnection:
         self._scope: anyio.CancelScope | None = None
         #: The last HTTP error status the upstream answered with ("401 Unauthorized"), to explain mcp's -32603.
         self._http_error: str | None = None
+        #: The HTTP client of the requests that take an exchange of their own (see `_private_request`).
+        self._exchanges: httpx2.AsyncClient | None = None
 
     @property
     def is_http(self) -> bool:
@@ -241,31 +254,37 @@ class UpstreamConnection:
                 started = True
                 task_status.started()
 
-        with anyio.CancelScope() as scope:
-            self._scope = scope
-            while not self._closed:
-                ready_at = None
-                try:
-                    await self._connect_once(on_ready)
-                    self._last_error = "connection closed"
-                except Exception as exc:  # transport/handshake failure: report, then back off
-                    if isinstance(_innermost(exc), _EraRefused):
-                        continue  # reconnect at once on a fresh transport, in the handshake era
-                    self._last_error = self._explain(describe_exception(exc), _innermost(exc))
-                    if not started and not retry_start:
-                        raise UpstreamUnavailableError(
-                            CONNECTION_CLOSED, f"upstream {self.name!r} failed to start: {self._last_error}"
-                        ) from exc
-                finally:
-                    self._mark_down()
-                if self._closed:
-                    break
-                if ready_at is not None and anyio.current_time() - ready_at >= _STABLE_S:
-                    delay = _BACKOFF_FIRST_S  # it was up a while: a fresh failure, not a crash loop
-                logger.warning("upstream %r: %s; reconnecting in %.1fs", self.name, self._last_error, delay)
-                self.restarts += 1
-                await anyio.sleep(delay)
-                delay = min(delay * 2, _BACKOFF_MAX_S)
+        try:
+            with anyio.CancelScope() as scope:
+                self._scope = scope
+                while not self._closed:
+                    ready_at = None
+                    try:
+                        await self._connect_once(on_ready)
+                        self._last_error = "connection closed"
+                    except Exception as exc:  # transport/handshake failure: report, then back off
+                        if isinstance(_innermost(exc), _EraRefused):
+                            continue  # reconnect at once on a fresh transport, in the handshake era
+                        self._last_error = self._explain(describe_exception(exc), _innermost(exc))
+                        if not started and not retry_start:
+                            raise UpstreamUnavailableError(
+                                CONNECTION_CLOSED, f"upstream {self.name!r} failed to start: {self._last_error}"
+                            ) from exc
+                    finally:
+                        self._mark_down()
+                    if self._closed:
+                        break
+                    if ready_at is not None and anyio.current_time() - ready_at >= _STABLE_S:
+                        delay = _BACKOFF_FIRST_S  # it was up a while: a fresh failure, not a crash loop
+                    logger.warning("upstream %r: %s; reconnecting in %.1fs", self.name, self._last_error, delay)
+                    self.restarts += 1
+                    await anyio.sleep(delay)
+                    delay = min(delay * 2, _BACKOFF_MAX_S)
+        finally:
+            if self._exchanges is not None:  # the HTTP client of private exchanges lives as long as this
+                with anyio.CancelScope(shield=True):
+                    await self._exchanges.aclose()
+                self._exchanges = None
 
     async def _connect_once(self, on_ready: Callable[[], None]) -> None:
         """One connection's life: open, handshake, serve until EOF (the upstream exited or hung up)."""
@@ -454,12 +473,55 @@ class UpstreamConnection:
         """
         if on_notify is None:
             return await self._request(method, params, request_id, on_progress, headers, timeout_s)
+        if self._receivers and self._private_exchanges:
+            # Another call waits for its notifications here, and one stream cannot say whose a log line is:
+            # a 2026-07-28 HTTP request is self-contained, so this one takes an exchange of its own.
+            return await self._private_request(method, params, on_progress, headers, timeout_s, on_notify)
         token = object()
         self._receivers[token] = on_notify
         try:
             return await self._request(method, params, request_id, on_progress, headers, timeout_s)
         finally:
             del self._receivers[token]
+
+    @property
+    def _private_exchanges(self) -> bool:
+        """Whether a request can go on a transport of its own: a 2026-07-28 Streamable HTTP upstream."""
+        return self.config.url is not None and self.config.transport == "streamable-http" and self.era == "2026-07-28"
+
+    async def _private_request(
+        self,
+        method: str,
+        params: Mapping[str, Any] | None,
+        on_progress: Any,
+        headers: Mapping[str, str] | None,
+        timeout_s: float | None,
+        on_notify: OnUpstreamNotify,
+    ) -> dict[str, Any]:
+        """One request on its own Streamable HTTP exchange, so its notifications are known to be its own."""
+        await self._ready()
+        body, opts = self._prepare(method, params, None, on_progress, headers, timeout_s)
+
+        async def refuse(dctx: DispatchContext[Any], method: str, params: Mapping[str, Any] | None) -> Any:
+            raise MCPError(-32601, "Method not found", method)  # 2026-07-28 servers send no requests
+
+        async def relay(dctx: DispatchContext[Any], method: str, params: Mapping[str, Any] | None) -> None:
+            if method not in ("notifications/progress", "notifications/cancelled"):
+                await on_notify(method, dict(params) if params is not None else None)
+
+        if self._exchanges is None:
+            self._exchanges = http_client_for(self.config, self._heard_http_error)
+        async with (
+            open_transport(self.config, http_client=self._exchanges) as (read, write),
+            anyio.create_task_group() as tg,
+        ):
+            dispatcher = JSONRPCDispatcher(read, write)
+            await tg.start(dispatcher.run, refuse, relay)
+            try:
+                result = await self._sent(dispatcher, method, body, opts, shared=None)
+            finally:
+                tg.cancel_scope.cancel()
+        return result
 
     async def _request(
         self,
@@ -471,6 +533,24 @@ class UpstreamConnection:
         timeout_s: float | None,
     ) -> dict[str, Any]:
         dispatcher = await self._ready()
+        body, opts = self._prepare(method, params, request_id, on_progress, headers, timeout_s)
+        try:
+            return await self._sent(dispatcher, method, body, opts, shared=dispatcher)
+        except ValueError:
+            if request_id is None:
+                raise
+            return await self._request(method, params, None, on_progress, headers, timeout_s)
+
+    def _prepare(
+        self,
+        method: str,
+        params: Mapping[str, Any] | None,
+        request_id: Any,
+        on_progress: Any,
+        headers: Mapping[str, str] | None,
+        timeout_s: float | None,
+    ) -> tuple[dict[str, Any], CallOptions]:
+        """The body in this connection's era (its envelope, or none) and the call's options."""
         body = dict(params) if params is not None else {}
         if self.era == "2026-07-28":
             body["_meta"] = self.envelope(body.get("_meta"))
@@ -488,6 +568,13 @@ class UpstreamConnection:
             opts["on_progress"] = on_progress
         if self.is_http:
             opts["headers"] = {**self._routing_headers(method, body), **(headers or {})}
+        return body, opts
+
+    async def _sent(
+        self, dispatcher: Wire, method: str, body: dict[str, Any], opts: CallOptions, *, shared: Wire | None
+    ) -> dict[str, Any]:
+        """Send on `dispatcher`; mcp's local errors become errors naming the upstream. `shared` is the
+        connection's own dispatcher (marked down when it closed), None for a private exchange."""
         try:
             return await dispatcher.send_raw_request(method, body or None, opts)
         except MCPError as exc:
@@ -499,7 +586,7 @@ class UpstreamConnection:
                     {"upstream": self.name, "timeoutMs": timeout_ms},
                 ) from None
             if _is_local_close(exc):  # not an upstream's own -32000 error, which passes through
-                if self._dispatcher is dispatcher:
+                if shared is not None and self._dispatcher is shared:
                     self._mark_down()
                 message = (
                     f"the gateway closed its connection to upstream {self.name!r} (shutting down)"
@@ -514,10 +601,6 @@ class UpstreamConnection:
                 message = f"upstream {self.name!r} closed the connection ({exc.message})"
                 raise UpstreamUnavailableError(CONNECTION_CLOSED, message, {"upstream": self.name}) from None
             raise
-        except ValueError:
-            if request_id is None:
-                raise
-            return await self._request(method, params, None, on_progress, headers, timeout_s)
 
     async def notify(self, method: str, params: Mapping[str, Any] | None) -> None:
         dispatcher = self._dispatcher

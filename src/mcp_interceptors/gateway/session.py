@@ -144,7 +144,11 @@ class DownstreamSession:
                 name, conn = next(iter(conns.items()))
                 result = await conn.request(method, params)
                 result = self._expose_single(method, name, result, first_page=cursor is None)
+                listed = result
                 result = await governor.govern_response(method, result, self.context(name, request_id), record)
+                if result.get("cacheScope") == "public" and result != listed:
+                    # The chain shaped this listing for this caller (its principal, say): not one to share.
+                    result = {**result, "cacheScope": "private"}
             else:
                 result = await self._merged_listing(method, request_id, record)
         except MCPError as exc:

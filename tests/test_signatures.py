@@ -187,6 +187,12 @@ def test_signed_result_a_non_ed25519_pem_key_is_refused() -> None:
     assert str(public.value) == f"the PEM key is {type(rsa.public_key()).__name__}, not an Ed25519 public key"
 
 
+@pytest.mark.parametrize("value", [5, None, 1.5])
+def test_signed_result_a_verify_key_of_the_wrong_type_is_a_value_error(value: object) -> None:
+    with pytest.raises(ValueError, match=f"a public key is a key object, bytes or text, not {type(value).__name__}"):
+        verify_key_from(value)  # type: ignore[arg-type]
+
+
 def test_signed_result_key_file_is_created_once_with_mode_0600(tmp_path: Path) -> None:
     path = tmp_path / "keys" / "host-key.pem"
     first = load_signing_key(path, create=True)

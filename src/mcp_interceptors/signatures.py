@@ -98,7 +98,9 @@ def verify_key_from(value: VerifyKeyLike) -> Ed25519PublicKey:
     """A public key from a key object, its 32 raw bytes, those bytes in base64url, or SPKI PEM."""
     if isinstance(value, Ed25519PublicKey):
         return value
-    raw = value.encode() if isinstance(value, str) else value
+    if not isinstance(value, str | bytes | bytearray):
+        raise ValueError(f"a public key is a key object, bytes or text, not {type(value).__name__}")
+    raw = value.encode() if isinstance(value, str) else bytes(value)
     if raw.lstrip().startswith(b"-----BEGIN"):
         key = load_pem_public_key(raw)
         if not isinstance(key, Ed25519PublicKey):

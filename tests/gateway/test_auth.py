@@ -56,3 +56,23 @@ def test_a_missing_jwt_key_file_names_the_config_file_and_the_field(tmp_path: Pa
         check_auth(load_config(file), str(file))
     assert (error.value.file, error.value.path) == (str(file), f"auth.jwt.{key_field}")
     assert str(tmp_path / "missing.pem") in error.value.problem
+
+
+async def test_a_jwt_issuer_that_is_not_a_url_is_checked_but_not_advertised(tmp_path: Path) -> None:
+    key = ed25519.Ed25519PrivateKey.generate()
+    public = key.public_key().public_bytes(serialization.Encoding.PEM, serialization.PublicFormat.SubjectPublicKeyInfo)
+    (tmp_path / "public.pem").write_bytes(public)
+    config_file = tmp_path / "gateway.yaml"
+    config_file.write_text(
+        "upstreams:\n  a: {command: python, args: [server.py]}\n"
+        "auth:\n  jwt: {public_key_file: public.pem, audience: gw, issuer: my-idp}\n",
+        encoding="utf-8",
+    )
+    settings, verifier = build_auth(load_config(config_file), "127.0.0.1", 8080)
+    assert settings is not None and verifier is not None
+    assert str(settings.issuer_url) == "http://127.0.0.1:8080/mcp"  # the resource stands in for the metadata
+    claims = {"sub": "alice", "aud": "gw", "exp": int(time.time()) + 60}
+    good = jwt.encode({**claims, "iss": "my-idp"}, key, algorithm="EdDSA")
+    other = jwt.encode({**claims, "iss": "someone-else"}, key, algorithm="EdDSA")
+    assert (await verifier.verify_token(good)) is not None
+    assert (await verifier.verify_token(other)) is None

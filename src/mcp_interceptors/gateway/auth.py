@@ -110,6 +110,10 @@ def _pem_to_jwk(text: str) -> dict[str, Any]:
     return loaded
 
 
+def _is_http_url(value: str | None) -> bool:
+    return value is not None and value.startswith(("https://", "http://")) and len(value.split("://", 1)[1]) > 0
+
+
 def build_auth(config: GatewayConfig, host: str, port: int) -> tuple[AuthSettings | None, TokenVerifier | None]:
     """mcp auth settings and verifier for the configured downstream auth, or (None, None)."""
     auth = config.auth
@@ -119,7 +123,9 @@ def build_auth(config: GatewayConfig, host: str, port: int) -> tuple[AuthSetting
     verifier: TokenVerifier
     if auth.jwt is not None:
         verifier = JwtVerifier(auth, base_dir=config.base_dir)
-        issuer = auth.jwt.issuer or resource
+        # `iss` may be any string (RFC 7519 StringOrURI), but only a URL can be advertised as the
+        # authorization server; tokens are still checked against the configured issuer.
+        issuer = auth.jwt.issuer if _is_http_url(auth.jwt.issuer) else resource
     else:
         verifier = StaticTokenVerifier(auth.tokens, auth.required_scopes)
         issuer = resource

@@ -13,7 +13,7 @@ import anyio
 import orjson
 import pytest
 from e2e_hosts import LEAK_MARKER
-from e2e_support import ERAS, ConfigWriter, fresh_gateway, raw_request, upstream_entry
+from e2e_support import ERAS, ConfigWriter, Sampler, fresh_gateway, raw_request, upstream_entry
 from mcp import MCPError
 
 from mcp_interceptors.audit import SqliteStore
@@ -89,3 +89,35 @@ async def test_execute_chain_runs_are_recorded_and_answered_with_their_receipt(
     receipts = [answer["_meta"][RECEIPT_META_KEY] for answer in answers]
     assert [len(receipt["records"]) for receipt in receipts] == [1, 1]
     assert receipts[1]["receipt"]["request"]["id"] == receipts[1]["records"][0]["id"]
+
+
+async def test_a_2026_input_request_and_its_answer_make_one_compound_receipt(
+    write_config: ConfigWriter, tmp_path: Path
+) -> None:
+    """A 2026-07-28 client gets the sampling request inside an `input_required` result and answers it with
+    its retry: the two legs are one call of the audit trail, closed by one receipt naming both."""
+    store_path = tmp_path / "audit.db"
+    config = write_config(
+        {
+            "upstreams": {"e2e": upstream_entry()},
+            "audit": {"enabled": True, "store": str(store_path), "key_file": str(tmp_path / "audit-key")},
+        }
+    )
+    with anyio.fail_after(60):
+        async with fresh_gateway("stdio", config, "2026-07-28", sampling_callback=Sampler()) as client:
+            result = await client.call_tool("ask", {"question": "what is six times seven?"})
+    assert not result.is_error
+    store = SqliteStore(store_path, create=False)
+    try:
+        records = [orjson.loads(raw) for _, raw in store.iter_records()]
+        sampling = [r for r in records if r["body"].get("event") == "sampling/createMessage"]
+        assert [(r["body"]["phase"], r["body"]["decision"]) for r in sampling] == [
+            ("request", "allow"),
+            ("response", "allow"),
+        ]
+        assert sampling[0]["body"]["call_id"] == sampling[1]["body"]["call_id"]
+        receipt = store.get_receipt(sampling[1]["id"])
+    finally:
+        store.close()
+    assert receipt is not None
+    assert orjson.loads(receipt)["request"]["id"] == sampling[0]["id"]

@@ -90,11 +90,16 @@ class CallRecord:
     def enabled(self) -> bool:
         return self.writer is not None
 
-    def embedded(self) -> CallRecord:
-        """A record for a request embedded in this call (an input request or its answer), settled with it."""
+    def embedded(self, call_id: str | None = None) -> CallRecord:
+        """A record for a request embedded in this call (an input request or its answer), settled with it.
+
+        `call_id` continues an embedded call opened earlier: an answer arriving with the client's retry.
+        """
         if self.writer is None:
             return self
-        return CallRecord(self.writer, self.context, pending=self.pending, parent=self)
+        if call_id is None:
+            return CallRecord(self.writer, self.context, pending=self.pending, parent=self)
+        return CallRecord(self.writer, self.context, call_id=call_id, pending=self.pending, parent=self)
 
     def for_server(self, server: str) -> CallRecord:
         """The same call, attributed to one upstream (a merged listing's per-upstream response)."""

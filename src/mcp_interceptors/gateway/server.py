@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import logging
 import time
+from collections import OrderedDict
 from collections.abc import Mapping
 from functools import partial
 from pathlib import Path
@@ -73,6 +74,8 @@ LOCAL_METHODS = frozenset(
 )
 #: How long a request an upstream sends before the stdio client's handshake waits for that client.
 _STDIO_CLIENT_WAIT_S = 30.0
+#: Input requests awaiting a 2026-07-28 client's answer that the audit trail keeps linkable (oldest go first).
+_OPEN_INPUTS_KEPT = 10_000
 _CAPABILITY_KEYS = ("tools", "prompts", "resources", "logging", "completions")
 
 
@@ -132,6 +135,7 @@ class Gateway:
         )
         self.prefixes = {name: config.prefix_for(name) for name in config.upstreams}
         self.shared: dict[str, UpstreamConnection] = {}
+        self._open_inputs: OrderedDict[tuple[str, str], tuple[str, str]] = OrderedDict()
         self.sessions: dict[str, DownstreamSession] = {}
         self.bus = InMemorySubscriptionBus()
         self.bridges = Bridges()
@@ -170,6 +174,16 @@ class Gateway:
         if self.audit_writer is None:
             return CallRecord(None, context, call_id="")
         return CallRecord(self.audit_writer, context)
+
+    def open_input(self, request_state: str, key: str, call_id: str, method: str) -> None:
+        """Remember the audit call of an input request sent to a 2026-07-28 client, until its answer comes."""
+        self._open_inputs[(request_state, key)] = (call_id, method)
+        while len(self._open_inputs) > _OPEN_INPUTS_KEPT:
+            self._open_inputs.popitem(last=False)
+
+    def close_input(self, request_state: str, key: str) -> tuple[str, str] | None:
+        """The `(call id, method)` of the input request an answer in a retry responds to, if one is open."""
+        return self._open_inputs.pop((request_state, key), None)
 
     async def start(self, tg: anyio.abc.TaskGroup, *, connect: bool = True) -> None:
         """Start the audit writer and, unless `connect` is false (a stdio gateway waits for its client

@@ -423,6 +423,7 @@ class DownstreamSession:
         if not isinstance(requests, Mapping):
             return result
         governed: dict[str, Any] = {}
+        state = result.get("requestState")
         for key, request in requests.items():
             method = request.get("method") if isinstance(request, Mapping) else None
             if isinstance(method, str) and method in GOVERNED_EVENTS:
@@ -430,6 +431,8 @@ class DownstreamSession:
                 params = await self.gateway.governor.govern_request(method, request.get("params"), context, embedded)
                 sent = {"method": method, "params": _without_meta(params)}
                 await embedded.dispatched(executed=sent, intent=sent)
+                if record.enabled and isinstance(state, str):  # its answer comes with the retry
+                    self.gateway.open_input(state, str(key), embedded.call_id, method)
                 governed[key] = {**request, "params": params}
             else:
                 governed[key] = request
@@ -444,10 +447,15 @@ class DownstreamSession:
         responses = (params or {}).get("inputResponses")
         if not isinstance(responses, dict):
             return
+        state = (params or {}).get("requestState")
         for key, value in list(responses.items()):
+            # The audit call its request opened, so request and answer make one compound receipt.
+            opened = self.gateway.close_input(state, str(key)) if record.enabled and isinstance(state, str) else None
             for method in input_response_methods(value):
                 if isinstance(value, dict):
-                    value = await self.gateway.governor.govern_response(method, value, context, record.embedded())
+                    linked = opened is not None and opened[1] == method
+                    answer_record = record.embedded(opened[0] if opened is not None and linked else None)
+                    value = await self.gateway.governor.govern_response(method, value, context, answer_record)
             responses[key] = value
 
     async def _broadcast(self, method: str, params: dict[str, Any] | None) -> dict[str, Any]:

@@ -214,7 +214,9 @@ class HttpConfig(_Model):
     sse: bool = Field(True, description="Also serve the legacy SSE endpoint at /sse.")
     max_body_bytes: Annotated[int, Field(gt=0)] = 4 * 1024 * 1024
     session_idle_s: Annotated[float, Field(gt=0)] = Field(
-        1800, description="Close a handshake-era session (and its upstream sessions) after this idle time."
+        1800,
+        description="Close a handshake-era session (and its upstream sessions) after this idle time "
+        "(checked every quarter of it, at most every minute).",
     )
     allowed_hosts: list[str] = Field(default_factory=list, description="Extra Host values (DNS rebinding).")
     allowed_origins: list[str] = Field(default_factory=list)

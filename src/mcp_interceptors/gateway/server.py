@@ -242,8 +242,14 @@ class Gateway:
         await probe.refresh_catalog()  # raises RoutingError on a collision
         self.startup_catalog = probe.catalog
 
-    async def sweep_idle_sessions(self, idle_s: float, *, every_s: float = 60.0) -> None:
-        """Close handshake-era sessions (and their upstream sessions) unused for `idle_s` seconds."""
+    async def sweep_idle_sessions(self, idle_s: float, *, every_s: float | None = None) -> None:
+        """Close handshake-era sessions (and their upstream sessions) unused for `idle_s` seconds.
+
+        Sweeps every `every_s` seconds, by default a quarter of `idle_s` (at most a minute): a session
+        closes at most a quarter late.
+        """
+        if every_s is None:
+            every_s = min(60.0, idle_s / 4)
         while True:
             await anyio.sleep(every_s)
             cutoff = time.monotonic() - idle_s

@@ -63,6 +63,12 @@ def test_missing_and_malformed_key_files(tmp_path: Path) -> None:
         load_key(bad)
 
 
+@pytest.mark.parametrize("text", ["eHg", "", "A" * 44])
+def test_a_public_key_that_is_not_32_bytes_is_a_value_error(text: str) -> None:
+    with pytest.raises(ValueError, match="an Ed25519 public key is 32 bytes"):
+        PublicKey.from_b64(text)
+
+
 def test_signature_verifies_only_for_its_digest(tmp_path: Path) -> None:
     key = load_or_create_key(tmp_path / "audit-key")
     digest = hashlib.sha256(b"record").digest()

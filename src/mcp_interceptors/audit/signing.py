@@ -56,7 +56,11 @@ class PublicKey:
 
     @classmethod
     def from_b64(cls, public_key: str) -> PublicKey:
-        return cls(key_id=key_id_for(b64decode(public_key)), public_key=public_key)
+        """The key from its base64url text; a `ValueError` unless that is 32 bytes (an Ed25519 key)."""
+        raw = b64decode(public_key)
+        if len(raw) != 32:
+            raise ValueError(f"an Ed25519 public key is 32 bytes, got {len(raw)}")
+        return cls(key_id=key_id_for(raw), public_key=public_key)
 
     def verify(self, signature: str, digest: bytes) -> bool:
         try:

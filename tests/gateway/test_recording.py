@@ -10,8 +10,9 @@ import orjson
 import pytest
 
 from mcp_interceptors.audit import SqliteStore, load_or_create_key, open_audit_writer
-from mcp_interceptors.gateway.recording import CallRecord, Leg, is_same_json
+from mcp_interceptors.gateway.recording import CallRecord, Leg
 from mcp_interceptors.protocol.invoke import InvocationContext
+from mcp_interceptors.protocol.results import same_json
 
 pytestmark = pytest.mark.anyio
 
@@ -25,15 +26,15 @@ ARGUMENTS = {"text": "hi", "n": 1, "ratio": 0.5, "tags": ["a", {"b": None}]}
         ({"params": ARGUMENTS, "name": "echo"}, {"name": "echo", "params": ARGUMENTS}, True),
         (orjson.loads(orjson.dumps(ARGUMENTS)), ARGUMENTS, True),  # equal leaves, no shared objects
         ({"flag": True}, {"flag": 1}, False),  # equal in Python, not in JSON
-        ({"n": 1}, {"n": 1.0}, False),  # same JSON value, but left to the hashes
+        ({"n": 1}, {"n": 1.0}, True),  # one JSON value (RFC 8785 writes both as 1)
         ({"a": [1, 2]}, {"a": [1, 2, 3]}, False),
         ({"a": "x"}, {"b": "x"}, False),
         (None, None, True),
         (float("nan"), float("nan"), False),
     ],
 )
-def test_is_same_json_is_exact_or_declines(a: Any, b: Any, same: bool) -> None:
-    assert is_same_json(a, b) is same
+def test_same_json_is_json_equality(a: Any, b: Any, same: bool) -> None:
+    assert same_json(a, b) is same
 
 
 async def request_body(tmp_path: Path, executed: Any, intent: Any) -> dict[str, Any]:

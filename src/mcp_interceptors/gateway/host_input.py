@@ -12,7 +12,6 @@ from typing import Any
 from mcp_interceptors.executor import ChainResult
 from mcp_interceptors.protocol.errors import InterceptorExecutionError, InterceptorsError
 from mcp_interceptors.protocol.invoke import MAX_PAYLOAD_DEPTH, InvocationContext, is_too_deep
-from mcp_interceptors.protocol.invoke import check_payload as check_payload
 from mcp_interceptors.protocol.results import InterceptorResult, MutationResult
 
 #: Context fields the gateway knows from its own request, in every spelling a host might read.

@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING, Any
 from mcp_interceptors.executor import ChainResult
 from mcp_interceptors.protocol.events import Phase
 from mcp_interceptors.protocol.invoke import InvocationContext
-from mcp_interceptors.protocol.results import MutationResult, ValidationResult
+from mcp_interceptors.protocol.results import MutationResult, ValidationResult, same_json
 
 if TYPE_CHECKING:
     from mcp_interceptors.audit import AuditReceipt, AuditWriter, PendingRecord
@@ -125,7 +125,7 @@ class CallRecord:
     async def dispatched(self, executed: Any, intent: Any) -> None:
         """The approved request went out: record intent (translated to the upstream) and what was sent."""
         if self.request is not None:
-            if executed is not intent and is_same_json(executed, intent):
+            if executed is not intent and same_json(executed, intent):
                 executed = intent  # one canonical hash serves both (and `drift` is false)
             await self._submit(self.request, intent=intent, executed=executed, decision="allow")
 
@@ -181,24 +181,6 @@ class CallRecord:
             error=error,
         )
         self.pending.append(await self.writer.submit(decision_input))
-
-
-def is_same_json(a: Any, b: Any) -> bool:
-    """Whether `a` and `b` are certainly one JSON value: same types all the way down, equal leaves.
-
-    The gateway builds the intent and executed payloads of a request from the same objects, so shared
-    subtrees answer by identity and this costs a few steps; `False` only means "let the hashes decide".
-    """
-    if a is b:
-        return True
-    kind = type(a)
-    if kind is not type(b):
-        return False  # e.g. `True` against `1`: equal in Python, different in JSON
-    if kind is dict:
-        return a.keys() == b.keys() and all(is_same_json(value, b[key]) for key, value in a.items())
-    if kind is list:
-        return len(a) == len(b) and all(is_same_json(x, y) for x, y in zip(a, b, strict=True))
-    return kind in (str, int, float) and bool(a == b)
 
 
 def receipt_meta(receipts: list[AuditReceipt]) -> dict[str, Any] | None:

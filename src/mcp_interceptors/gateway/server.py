@@ -39,7 +39,7 @@ from pydantic import ConfigDict, ValidationError
 from mcp_interceptors.executor import Call
 from mcp_interceptors.gateway.bridge import Bridges
 from mcp_interceptors.gateway.config import GatewayConfig
-from mcp_interceptors.gateway.host_input import chain_body, check_payload, result_body, vouched_context
+from mcp_interceptors.gateway.host_input import chain_body, result_body, vouched_context
 from mcp_interceptors.gateway.legs import Governor
 from mcp_interceptors.gateway.recording import RECEIPT_META_KEY, CallRecord, Leg, receipt_meta
 from mcp_interceptors.gateway.routing import CALLS, LISTS, Catalog
@@ -62,6 +62,7 @@ from mcp_interceptors.protocol.invoke import (
     InvocationContext,
     Principal,
     RawParams,
+    check_payload,
 )
 
 logger = logging.getLogger(__name__)

@@ -307,6 +307,41 @@ async def test_r60_interceptors_not_yet_invoked_at_the_deadline_are_routed_by_po
     assert [(f.interceptor, f.timeout) for f in result.failures] == [("first", True), ("second", True)]
 
 
+class InProcessSource(FakeSource):
+    """A `FakeSource` taking the executor's in-process path, as an `InterceptorHost` does."""
+
+    local = True
+
+
+@pytest.mark.parametrize("source_type", [FakeSource, InProcessSource])
+async def test_r60_a_handler_that_never_awaits_past_the_chain_deadline_is_a_deadline_failure(
+    source_type: type[FakeSource],
+) -> None:
+    """The chain's scope cancels only at a checkpoint: CPU-bound work past the deadline used to be accepted,
+    and what came after it ran (a 1 ms `interceptor/executeChain` ran 37 ms of in-process guards: `success`)."""
+
+    async def busy(call: Call) -> Any:
+        done = time.perf_counter() + 0.2
+        while time.perf_counter() < done:  # no await: nothing can cancel it
+            pass
+        return await set_key("busy", 1)(call)
+
+    source = source_type({"busy": busy, "after": set_key("after", 1), "v": verdict(True)})
+    result = await run(
+        source,
+        descriptor("busy", "mutation", priorityHint=1, failOpen=True),
+        descriptor("after", "mutation", priorityHint=2),
+        descriptor("v"),
+        timeout_ms=50,
+    )
+    assert source.names == ["busy"]  # nothing starts after the deadline
+    assert result.status == "timeout"
+    assert result.final_payload is None
+    assert result.aborted_at is not None
+    assert (result.aborted_at.interceptor, result.aborted_at.type) == ("after", "timeout")
+    assert [(f.interceptor, f.timeout) for f in result.failures] == [("busy", True), ("after", True)]
+
+
 async def test_r60_each_invocation_is_sent_the_remaining_budget() -> None:
     source = FakeSource({"v": verdict(True), "own": verdict(True)})
     await run(source, descriptor("v"), descriptor("own"), overrides={"own": Overrides(timeout_ms=50)}, timeout_ms=2000)

@@ -221,13 +221,16 @@ class _Invoker:
             return Outcome(code=-32603, reason=f"host {step.source!r} is not connected")
         if step.policy.timeout_ms is None and getattr(source, "local", False):
             # The hot path: an in-process host with no timeout of its own; the chain's scope bounds it.
+            if self._passed():
+                return DEADLINE
             plan, name = self.plan, step.name
             call = Call(name, step.type, plan.event, plan.phase, payload, self.config.get(name), None, self.context)
             started = time.perf_counter()
             try:
-                return Outcome(_timed(await source.invoke(call), started))
+                answer = Outcome(_timed(await source.invoke(call), started))
             except Exception as exc:  # never a cancellation
-                return _failure(exc, self.deadline is not None, None)
+                answer = _failure(exc, self.deadline is not None, None)
+            return DEADLINE if self._passed() else answer
         own = step.policy.timeout_ms / 1000 if step.policy.timeout_ms is not None else None
         remaining = self.deadline - anyio.current_time() if self.deadline is not None else None
         if remaining is not None and remaining <= 0:
@@ -248,7 +251,8 @@ class _Invoker:
             context=self.context,
         )
         if own is None or chain_bound:  # the chain's scope (if any) bounds it
-            return await _attempt(source, call, chain_bound, None)
+            answer = await _attempt(source, call, chain_bound, None)
+            return DEADLINE if chain_bound and self._passed() else answer
         outcome = None
         with anyio.move_on_after(own) as scope:
             outcome = await _attempt(source, call, False, scope)
@@ -257,6 +261,12 @@ class _Invoker:
         if scope.cancelled_caught or outcome is None or anyio.current_time() > scope.deadline:
             return Outcome(code=TIMEOUT_G4, reason="timeout", timeout=True)
         return outcome
+
+    def _passed(self) -> bool:
+        """Whether the chain deadline has passed. Its scope cancels only at a checkpoint, so an in-process
+        handler that never awaits finishes past it: that answer is a deadline failure all the same (R60),
+        as a late answer past an interceptor's own timeout is (below), and nothing starts after it."""
+        return self.deadline is not None and anyio.current_time() > self.deadline
 
 
 async def _attempt(source: Source, call: Call, chain_bound: bool, scope: anyio.CancelScope | None) -> Outcome:

@@ -22,6 +22,7 @@ from mcp_interceptors import (
     MutationResult,
     ValidationMessage,
     ValidationResult,
+    guards,
 )
 from mcp_interceptors.executor import Call
 from mcp_interceptors.protocol.errors import InvalidParamsError
@@ -730,6 +731,25 @@ async def test_r23_payload_nested_too_deep_is_invalid_params_naming_it(depth: in
             -32602,
             {"interceptor": name, "field": "payload", "reason": reason},
         )
+
+
+async def test_r23_config_nested_too_deep_is_invalid_params_naming_it() -> None:
+    """A `config` nested past 200 levels is refused like such a payload: `-32602` naming `config`.
+
+    It used to reach the handler: tool-policy (whose `arguments[].schema` takes any object) answered
+    `-32603 Interceptor execution failed` with `reason: "TypeError: Recursion limit reached"`.
+    """
+    deep: Any = {}
+    for _ in range(300):
+        deep = {"a": deep}
+    host = guards.load("tool-policy")
+    context = SimpleNamespace(params=call("tool-policy", TOOL_CALL, config={"arguments": [{"schema": deep}]}))
+    with pytest.raises(MCPError) as caught:
+        await host._serve_invoke(context, RawParams())  # type: ignore[arg-type]
+    assert (caught.value.code, caught.value.data) == (
+        -32602,
+        {"interceptor": "tool-policy", "field": "config", "reason": "config is nested more than 200 levels deep"},
+    )
 
 
 async def test_r23_payload_nested_too_deep_is_invalid_params_over_the_wire(era: str) -> None:

@@ -348,6 +348,7 @@ class InterceptorHost(Extension):
         try:
             parsed = parse_invoke_params(ctx.params)
             check_payload(parsed.payload, interceptor=parsed.name)  # deeper ones cannot be copied or answered
+            check_payload(parsed.config, field="config", interceptor=parsed.name)
             result = await self.invoke_params(parsed)
         except InterceptorsError as exc:
             raise MCPError(exc.code, exc.message, exc.data) from None

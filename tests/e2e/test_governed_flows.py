@@ -358,6 +358,33 @@ async def test_r21_execute_chain_naming_an_unknown_interceptor_or_a_pattern_even
     assert (pattern.value.code, pattern.value.data) == (-32602, {"field": "event", "event": "*"})
 
 
+async def test_r23_execute_chain_config_for_an_unknown_interceptor_or_nested_too_deep_is_invalid_params(
+    s: Session,
+) -> None:
+    """A `config` key naming no interceptor of the chain was dropped silently (the chain ran without the
+    caller's config: `success`); a config nested past 200 levels reached the guards, which failed on it."""
+    call = {"method": "tools/call", "params": {"name": "echo", "arguments": {"text": "hi"}}}
+    typo = {"event": "tools/call", "phase": "request", "payload": call, "config": {"deny_tools": {}}}
+    deep: Any = {}
+    for _ in range(200):  # 201 levels from `config`
+        deep = {"a": deep}
+    too_deep = {**typo, "config": {"deny-tools": deep}}
+    with anyio.fail_after(30):
+        with pytest.raises(MCPError) as unknown:
+            await raw_request(s.client, "interceptor/executeChain", typo)
+        with pytest.raises(MCPError) as nested:
+            await raw_request(s.client, "interceptor/executeChain", too_deep)
+    assert (unknown.value.code, unknown.value.data) == (-32602, {"field": "config", "unknown": ["deny_tools"]})
+    if (s.transport, s.era) == ("http", "legacy"):  # mcp's handshake-era HTTP parser stops at ~200 levels
+        assert nested.value.code == -32700
+        return
+    reason = "config is nested more than 200 levels deep"
+    assert (nested.value.code, nested.value.data) == (
+        -32602,
+        {"event": "tools/call", "phase": "request", "field": "config", "reason": reason},
+    )
+
+
 @pytest.mark.parametrize("era", ERAS)
 async def test_execute_chain_is_method_not_found_unless_exposed(write_config: ConfigWriter, era: str) -> None:
     config = write_config(standard_config(expose_execute_chain=False))

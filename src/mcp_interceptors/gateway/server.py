@@ -53,7 +53,7 @@ from mcp_interceptors.invoker import Chain
 from mcp_interceptors.planning import direction_for
 from mcp_interceptors.protocol.chain import ChainExecutionParams
 from mcp_interceptors.protocol.descriptors import InterceptorDescriptor, supported_events
-from mcp_interceptors.protocol.errors import InterceptorNotFoundError, InterceptorsError
+from mcp_interceptors.protocol.errors import InterceptorNotFoundError, InterceptorsError, unknown_interceptors_error
 from mcp_interceptors.protocol.events import EXTENSION_ID
 from mcp_interceptors.protocol.invoke import (
     EXECUTE_CHAIN_METHOD,
@@ -527,6 +527,7 @@ class Gateway:
             if entry is None:
                 raise InterceptorNotFoundError(parsed.name)
             check_payload(parsed.payload, interceptor=parsed.name)
+            check_payload(parsed.config, field="config", interceptor=parsed.name)
             context = self._host_context(ctx, parsed.context, parsed.event, parsed.phase, parsed.payload)
             configured = self.config.interceptors.config.get(parsed.name)
             update: dict[str, Any] = {"context": context}
@@ -549,6 +550,10 @@ class Gateway:
             raise MCPError(-32602, message, {"field": field}) from None
         try:
             check_payload(parsed.payload, event=parsed.event, phase=parsed.phase)
+            check_payload(parsed.config, field="config", event=parsed.event, phase=parsed.phase)
+            unknown = sorted(set(parsed.config or {}) - {d.name for d in self.descriptors()})
+            if unknown:  # as for `interceptors`: a misspelt name must not silently drop the caller's config
+                raise unknown_interceptors_error(unknown, field="config")
             context = self._host_context(ctx, parsed.context, parsed.event, parsed.phase, parsed.payload)
             result = await self.chain.execute(
                 parsed.event,

@@ -104,17 +104,18 @@ class DiscoveryError(InterceptorsError):
 class ChainParamsError(InvalidParamsError, ValueError):
     """A chain run asked for something the chain cannot do as asked (-32602): it fails closed.
 
-    `data.field` names the parameter (`event` or `interceptors`); a chain never quietly runs a
+    `data.field` names the parameter (`event`, `interceptors` or `config`); a chain never quietly runs a
     smaller plan than the caller named.
     """
 
 
-def unknown_interceptors_error(unknown: Sequence[str]) -> ChainParamsError:
-    """`interceptors` names interceptors the chain does not have (a typo must not run an empty plan)."""
+def unknown_interceptors_error(unknown: Sequence[str], field: str = "interceptors") -> ChainParamsError:
+    """`interceptors` (or the keys of a chain's `config`) names interceptors the chain does not have (a typo
+    must not run an empty plan, or run the plan without the caller's config)."""
     listed = ", ".join(repr(name) for name in unknown)
     return ChainParamsError(
-        f"interceptors names {listed}, which this chain does not have; check the spelling against its interceptors",
-        data={"field": "interceptors", "unknown": list(unknown)},
+        f"{field} names {listed}, which this chain does not have; check the spelling against its interceptors",
+        data={"field": field, "unknown": list(unknown)},
     )
 
 

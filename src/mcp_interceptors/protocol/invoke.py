@@ -122,8 +122,9 @@ def is_too_deep(value: Any, limit: int = MAX_PAYLOAD_DEPTH) -> bool:
     return False
 
 
-def check_payload(payload: Any, **data: Any) -> None:
-    """Refuse a payload too deep to answer with `-32602` naming it; `data` says for what (interceptor, event)."""
+def check_payload(payload: Any, *, field: str = "payload", **data: Any) -> None:
+    """Refuse a payload (or the `config` of the same params) too deep to answer with `-32602` naming the
+    field; `data` says for what (interceptor, event). A deep `config` would crash the handler instead."""
     if is_too_deep(payload):
-        reason = f"payload is nested more than {MAX_PAYLOAD_DEPTH} levels deep"
-        raise InvalidParamsError(f"Invalid params: {reason}", data={**data, "field": "payload", "reason": reason})
+        reason = f"{field} is nested more than {MAX_PAYLOAD_DEPTH} levels deep"
+        raise InvalidParamsError(f"Invalid params: {reason}", data={**data, "field": field, "reason": reason})

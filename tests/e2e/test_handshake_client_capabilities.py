@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import sys
 from pathlib import Path
+from typing import Any
 
 import anyio
 import pytest
@@ -17,7 +18,8 @@ from e2e_support import ConfigWriter, fresh_gateway, gateway_env, raw_request
 from helpers import cli_argv, free_tcp_port, running
 from mcp import Client, MCPError
 
-MODERN_UPSTREAM = str(Path(__file__).resolve().parent / "modern_upstream.py")
+HERE = Path(__file__).resolve().parent
+MODERN_UPSTREAM = str(HERE / "modern_upstream.py")
 
 pytestmark = [pytest.mark.anyio, pytest.mark.e2e]
 
@@ -50,6 +52,34 @@ async def test_an_http_gateway_stops_advertising_subscribe_once_the_upstream_ref
                 resources = later.server_capabilities.resources
     assert resources is not None
     assert not resources.subscribe
+
+
+@pytest.mark.parametrize(("upstream", "serves_it"), [("e2e_upstream.py", False), ("subscribing_upstream.py", True)])
+async def test_an_http_gateway_promises_handshake_clients_subscribe_once_their_own_upstream_session_did(
+    write_config: ConfigWriter, upstream: str, serves_it: bool
+) -> None:
+    """A dual-era upstream reached through a 2026-07-28 connection advertises `resources.subscribe` there for
+    subscriptions/listen; that was promised to every handshake-era client of an HTTP gateway, whose
+    resources/subscribe, forwarded on its own handshake-era session, got `-32601` from every mcp `MCPServer`.
+    Their sessions' own `initialize` results tell: it is promised once one of them showed it."""
+    config = write_config({"upstreams": {"up": {"command": sys.executable, "args": [str(HERE / upstream)]}}})
+    port = free_tcp_port()
+    argv = cli_argv("gateway", "--config", str(config), "--http", f"127.0.0.1:{port}")
+    with anyio.fail_after(60):
+        async with running(argv, port=port, env=gateway_env(), label="HTTP gateway"):
+            async with Client(f"http://127.0.0.1:{port}/mcp", mode="legacy") as first:
+                first_resources = first.server_capabilities.resources
+                await first.list_resources()  # its upstream sessions open
+            async with Client(f"http://127.0.0.1:{port}/mcp", mode="legacy") as later:
+                later_resources = later.server_capabilities.resources
+                try:
+                    answer: Any = await raw_request(later, "resources/subscribe", {"uri": "e2e://welcome"})
+                except MCPError as refused:
+                    answer = refused.code
+    assert first_resources is not None and not first_resources.subscribe  # not known yet: not promised
+    assert later_resources is not None
+    assert bool(later_resources.subscribe) is serves_it
+    assert answer == ({} if serves_it else -32601)
 
 
 @pytest.mark.parametrize("transport", ["stdio", "http"])

@@ -145,6 +145,9 @@ class Gateway:
         self._stdio_client: anyio.Event | None = None
         #: Upstreams that refused a handshake-era session: their handshake-era clients use the shared one.
         self.handshake_refused: set[str] = set()
+        #: Upstreams whose handshake-era sessions advertised `resources.subscribe` (its 2026-07-28 flag says
+        #: subscriptions/listen serves resources, not that resources/subscribe works in that era).
+        self.handshake_subscribe: set[str] = set()
         self.server: Server[Any] = Server(
             config.name,
             version=GATEWAY_CLIENT_INFO["version"],  # serverInfo needs one: clients warn on an empty version
@@ -274,6 +277,8 @@ class Gateway:
             )
             try:
                 await self._tg.start(conn.run)
+                if conn.info is not None and (conn.info.capabilities.get("resources") or {}).get("subscribe"):
+                    self.handshake_subscribe.add(name)
             except UpstreamUnavailableError:
                 shared = self.shared.get(name)
                 if shared is None or shared.era != "2026-07-28":
@@ -479,11 +484,14 @@ class Gateway:
 
         On a 2026-07-28 connection it promises `resourceSubscriptions` on subscriptions/listen: the gateway
         does not ask the upstream for those (README, Known limits), and a handshake-era client's
-        resources/subscribe cannot be forwarded there either."""
+        resources/subscribe cannot be forwarded there either. A handshake-era client with sessions of its
+        own is promised it once such a session showed the upstream serves resources/subscribe (an mcp
+        server advertises the 2026-07-28 flag whenever it serves subscriptions/listen, and answers
+        resources/subscribe `-32601` in the handshake era unless it has a handler)."""
         conn = self.shared.get(upstream)
         if conn is None or conn.era != "2026-07-28":
             return False
-        return not legacy or self._bridges_handshake(upstream)
+        return not legacy or self._bridges_handshake(upstream) or upstream not in self.handshake_subscribe
 
     def _bridges_handshake(self, upstream: str) -> bool:
         """Whether handshake-era clients reach `upstream` through its 2026-07-28 connection: a stdio

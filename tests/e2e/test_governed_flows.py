@@ -178,6 +178,16 @@ HIDDEN_REFUSAL = (
 )
 
 
+async def test_an_unknown_resource_is_refused_with_the_data_a_server_sends(s: Session) -> None:
+    """`-32602` with `data: {uri}` alone, as an mcp server answers (2026-07-28 resource-not-found): the
+    TypeScript SDK makes a `ResourceNotFoundError` of exactly that, and with the `reason` and `event` a
+    refused tool carries it saw a generic error through the gateway where a direct server gave it one."""
+    with anyio.fail_after(30), pytest.raises(MCPError) as refused:
+        await s.client.read_resource("nowhere://x")
+    assert (refused.value.code, refused.value.message) == (-32602, "Unknown resource: nowhere://x")
+    assert refused.value.data == {"uri": "nowhere://x"}
+
+
 async def test_tool_filtered_from_tools_list_is_refused_at_tools_call(s: Session) -> None:
     with anyio.fail_after(30):
         tools = await s.client.list_tools()

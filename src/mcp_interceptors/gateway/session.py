@@ -381,11 +381,10 @@ class DownstreamSession:
         route = self.catalog.route(method, key)
         if route is None or (enforce and not self._was_advertised(list_method, key)):
             kind = {"tools/list": "tool", "prompts/list": "prompt"}.get(list_method, "resource")
-            raise MCPError(
-                INVALID_PARAMS,
-                f"Unknown {kind}: {key}",
-                {"reason": "not advertised to this session", key_name: key, "event": method},
-            )
+            data = {"reason": "not advertised to this session", key_name: key, "event": method}
+            if kind == "resource":  # resource-not-found as a server sends it: clients recognise `{uri}` alone
+                data = {key_name: key}
+            raise MCPError(INVALID_PARAMS, f"Unknown {kind}: {key}", data)
         return route
 
     def _was_advertised(self, list_method: str, key: str) -> bool:

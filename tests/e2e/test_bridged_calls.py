@@ -128,3 +128,24 @@ async def test_a_bridged_question_never_reaches_another_clients_call(write_confi
     assert isinstance(refused, MCPError)
     assert refused.code == -32600
     assert refused.message.startswith("gateway refused sampling/createMessage: calls of 2 different clients")
+
+
+@pytest.mark.parametrize("transport", ["stdio", "http"])
+async def test_a_retry_missing_an_input_response_is_asked_again(write_config: ConfigWriter, transport: str) -> None:
+    """The upstream still waits on its question: a retry without the answer gets the question again at once
+    (as from a direct server), not a hang until the upstream's timeout."""
+    config = write_config(handshake_config())
+    with anyio.fail_after(30):
+        async with fresh_gateway(transport, config, "2026-07-28", sampling_callback=Sampler()) as client:
+            await client.list_tools()
+            call = {"name": "ask", "arguments": {"question": "again?"}}
+            first = await raw_request(client, "tools/call", call)
+            state = first["requestState"]
+            again = await raw_request(client, "tools/call", {**call, "requestState": state, "inputResponses": {}})
+            answer = {"role": "assistant", "content": {"type": "text", "text": "yes"}, "model": "m"}
+            done = await raw_request(
+                client, "tools/call", {**call, "requestState": state, "inputResponses": {"q1": answer}}
+            )
+    assert first["resultType"] == again["resultType"] == "input_required"
+    assert again["inputRequests"] == first["inputRequests"]
+    assert done["content"] == [{"type": "text", "text": "model says: yes"}]

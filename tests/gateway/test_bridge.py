@@ -115,3 +115,71 @@ async def test_a_server_request_goes_to_the_newest_call_only_when_all_calls_have
                 await bridged.next_reply()  # each call's outcome is taken, so its task ends
     assert refused.value.code == -32600
     assert refused.value.data == {"reason": "ambiguous_caller", "upstream": "legacy"}
+
+
+async def test_a_retry_without_an_answer_is_asked_again() -> None:
+    """A retry that leaves a question unanswered gets it again at once, as from a direct server (not a hang)."""
+    answer = {"role": "assistant", "content": {"type": "text", "text": "42"}, "model": "m"}
+
+    async def call(bridged: BridgedCall) -> dict[str, Any]:
+        return {"answer": await bridged.ask("sampling/createMessage", {"messages": []})}
+
+    bridges = Bridges()
+    with anyio.fail_after(10):
+        async with anyio.create_task_group() as tg:
+            bridged = bridges.start(tg, "owner", "legacy", call)
+            first = await bridged.resume({})
+            again = await bridged.resume({"q9": answer})  # not the key asked: q1 is still unanswered
+            assert again == first
+            assert await bridged.resume({"q1": answer}) == {"answer": answer}
+
+
+async def test_a_question_the_upstream_stopped_waiting_for_is_not_asked_again() -> None:
+    gave_up = anyio.Event()
+    release = anyio.Event()
+
+    async def call(bridged: BridgedCall) -> dict[str, Any]:
+        with anyio.move_on_after(0.05):
+            await bridged.ask("roots/list", {})
+        gave_up.set()
+        await release.wait()
+        return {"roots": "none"}
+
+    bridges = Bridges()
+    with anyio.fail_after(10):
+        async with anyio.create_task_group() as tg:
+            bridged = bridges.start(tg, "owner", "legacy", call)
+            assert list((await bridged.resume({}))["inputRequests"]) == ["q1"]
+            await gave_up.wait()
+            release.set()
+            assert await bridged.resume({}) == {"roots": "none"}
+
+
+async def test_a_replayed_retry_is_refused_while_another_waits_on_the_call() -> None:
+    """Two requests with one `requestState` at once: the second is refused precisely; the first gets the result."""
+    answer = {"roots": []}
+    release = anyio.Event()
+
+    async def call(bridged: BridgedCall) -> dict[str, Any]:
+        got = await bridged.ask("roots/list", {})
+        await release.wait()
+        return {"answer": got}
+
+    bridges = Bridges()
+    outcome: list[dict[str, Any]] = []
+    with anyio.fail_after(10):
+        async with anyio.create_task_group() as tg:
+            bridged = bridges.start(tg, "owner", "legacy", call)
+            await bridged.resume({})
+
+            async def first_retry() -> None:
+                outcome.append(await bridged.resume({"q1": answer}))
+
+            tg.start_soon(first_retry)
+            await anyio.wait_all_tasks_blocked()
+            with pytest.raises(MCPError) as refused:
+                await bridged.resume({"q1": {"roots": ["forged"]}})
+            release.set()
+    assert refused.value.code == -32602
+    assert refused.value.data == {"reason": "request_state_in_use", "field": "requestState"}
+    assert outcome == [{"answer": answer}]

@@ -329,11 +329,12 @@ class DownstreamSession:
                 return await conn.request(method, body, on_progress=bridged.progress, on_notify=bridged.notify)
 
             bridged = bridges.start(self.gateway.task_group, self.key, conn.name, call)
+        if bridged.waiting:
+            bridged.resume_refused()
         bridged.on_progress, bridged.on_notify = relay, downstream.notify_related
         answers = params.get("inputResponses")
-        bridged.deliver(answers if isinstance(answers, dict) else {})
         try:
-            return await bridged.next_reply()
+            return await bridged.resume(answers if isinstance(answers, dict) else {})
         except anyio.get_cancelled_exc_class():
             bridged.scope.cancel()  # the client gave up on the call: so does the upstream
             raise

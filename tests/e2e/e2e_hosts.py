@@ -113,3 +113,18 @@ async def deny_leaks(inv: Invocation) -> ValidationResult:
         message = ValidationMessage(path="$.content", message="the result leaks", severity="error")
         return ValidationResult(valid=False, severity="error", messages=[message])
     return ValidationResult(valid=True)
+
+
+#: A host with one validator on `resources/subscribe`: subscribing to `FORBIDDEN_SUBSCRIPTION` is refused.
+subscribe_guard = InterceptorHost("e2e-subscribe-guard")
+FORBIDDEN_SUBSCRIPTION = "sub://other"
+
+
+@subscribe_guard.validator(
+    "deny-subscription", events=["resources/subscribe"], phase="request", description="Refuses one subscription."
+)
+async def deny_subscription(inv: Invocation) -> ValidationResult:
+    if (inv.payload.get("params") or {}).get("uri") == FORBIDDEN_SUBSCRIPTION:
+        message = ValidationMessage(path="$.params.uri", message="not this one", severity="error")
+        return ValidationResult(valid=False, severity="error", messages=[message])
+    return ValidationResult(valid=True)

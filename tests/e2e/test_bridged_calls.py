@@ -149,3 +149,29 @@ async def test_a_retry_missing_an_input_response_is_asked_again(write_config: Co
     assert first["resultType"] == again["resultType"] == "input_required"
     assert again["inputRequests"] == first["inputRequests"]
     assert done["content"] == [{"type": "text", "text": "model says: yes"}]
+
+
+async def test_a_retry_naming_another_request_is_refused_not_continued(write_config: ConfigWriter) -> None:
+    """A `requestState` continues the call it was issued for: a "retry" that names another tool (or other
+    arguments) would be governed and recorded as that request while the first call went on."""
+    name = unique("note")
+    config = write_config(handshake_config())
+    answer = {"role": "assistant", "content": {"type": "text", "text": "yes"}, "model": "m"}
+    with anyio.fail_after(30):
+        async with fresh_gateway("stdio", config, "2026-07-28", sampling_callback=Sampler()) as client:
+            await client.list_tools()
+            call = {"name": "ask", "arguments": {"question": "q"}}
+            state = (await raw_request(client, "tools/call", call))["requestState"]
+            other = {"name": "save_note", "arguments": {"name": name, "text": "smuggled"}}
+            refusals = []
+            for retry in (other, {**call, "arguments": {"question": "another"}}):
+                with pytest.raises(MCPError) as refused:
+                    await raw_request(client, "tools/call", {**retry, "requestState": state, "inputResponses": {}})
+                refusals.append((refused.value.code, refused.value.data))
+            done = await raw_request(
+                client, "tools/call", {**call, "requestState": state, "inputResponses": {"q1": answer}}
+            )
+            saved = await client.call_tool("read_note", {"name": name})
+    assert refusals == [(-32602, {"reason": "request_state_mismatch", "field": "requestState"})] * 2
+    assert done["content"] == [{"type": "text", "text": "model says: yes"}]  # the call itself is intact
+    assert text_of(saved) == "<missing>"

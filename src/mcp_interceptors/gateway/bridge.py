@@ -53,6 +53,8 @@ class BridgedCall:
     delivered: anyio.Event = field(default_factory=anyio.Event)
     #: A client request is waiting on this call now (a second retry with the same token is refused).
     waiting: bool = False
+    #: The request this call runs (`{method, params}` as sent upstream, without `_meta`): what a retry repeats.
+    request: dict[str, Any] | None = None
     asked: int = 0
 
     async def progress(self, progress: float, total: float | None, message: str | None) -> None:

@@ -242,6 +242,8 @@ class DownstreamSession:
         context = self.context(route.upstream, request_id)
         record = self.gateway.new_record(context)
         await self._govern_input_responses(params, context, record)
+        # What a retry of this call must repeat: the client's request, as sent, but for its answers.
+        asked = {"method": method, "params": _without_meta(_without_answers(params))}
         params = await governor.govern_request(method, params, context, record)
         route = await self._route(method, params, check=True)  # policy runs on the final payload
         conns = await self.connections()
@@ -259,7 +261,9 @@ class DownstreamSession:
         await record.dispatched(executed=sent, intent=approved)
         try:
             headers = self._param_headers(conn, method, (params or {}).get("name"), upstream_params.get("arguments"))
-            result = await self._forward(conn, method, upstream_params, context, downstream, relay, record, headers)
+            result = await self._forward(
+                conn, method, upstream_params, context, downstream, relay, record, headers, asked=asked
+            )
         except MCPError as exc:
             await record.failed(method, exc.code, exc.message)
             await record.settle()
@@ -276,11 +280,13 @@ class DownstreamSession:
         relay: Callable[..., Awaitable[None]] | None,
         record: CallRecord,
         headers: dict[str, str],
+        *,
+        asked: dict[str, Any],
     ) -> dict[str, Any]:
         """Send the call and govern what comes back, including `input_required` rounds."""
         governor = self.gateway.governor
         if self.era == "2026-07-28" and conn.era == "legacy":
-            result = await self._bridged_call(conn, method, upstream_params, downstream, relay)
+            result = await self._bridged_call(conn, method, upstream_params, downstream, relay, asked)
         else:
             result = await conn.request(
                 method, upstream_params, on_progress=relay, headers=headers, on_notify=downstream.notify_related
@@ -305,6 +311,7 @@ class DownstreamSession:
         params: dict[str, Any],
         downstream: Downstream,
         relay: Callable[..., Awaitable[None]] | None,
+        asked: dict[str, Any],
     ) -> dict[str, Any]:
         """A 2026-07-28 client on a handshake-era upstream: its requests to the client become input requests.
 
@@ -323,12 +330,21 @@ class DownstreamSession:
                 {"reason": "invalid_request_state", "field": "requestState"},
             )
         if bridged is None:
-            body = {k: v for k, v in params.items() if k not in ("inputResponses", "requestState")}
+            body = _without_answers(params)
 
             async def call(bridged: BridgedCall) -> dict[str, Any]:
                 return await conn.request(method, body, on_progress=bridged.progress, on_notify=bridged.notify)
 
             bridged = bridges.start(self.gateway.task_group, self.key, conn.name, call)
+            bridged.request = asked
+        elif bridged.request != asked:
+            # A retry is the same request plus answers: another tool or other arguments would be governed
+            # (and recorded) as sent while the call its token names went on.
+            raise MCPError(
+                INVALID_PARAMS,
+                "requestState was issued for another request (a retry must repeat the request's method and params)",
+                {"reason": "request_state_mismatch", "field": "requestState"},
+            )
         if bridged.waiting:
             bridged.resume_refused()
         bridged.on_progress, bridged.on_notify = relay, downstream.notify_related
@@ -550,6 +566,10 @@ class DownstreamSession:
 
 def _without_meta(params: Mapping[str, Any] | None) -> dict[str, Any]:
     return {k: v for k, v in (params or {}).items() if k != "_meta"}
+
+
+def _without_answers(params: Mapping[str, Any] | None) -> dict[str, Any]:
+    return {k: v for k, v in (params or {}).items() if k not in ("inputResponses", "requestState")}
 
 
 def _relay(downstream: Downstream, params: Mapping[str, Any] | None) -> Callable[..., Awaitable[None]] | None:

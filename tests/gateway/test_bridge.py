@@ -183,3 +183,68 @@ async def test_a_replayed_retry_is_refused_while_another_waits_on_the_call() -> 
     assert refused.value.code == -32602
     assert refused.value.data == {"reason": "request_state_in_use", "field": "requestState"}
     assert outcome == [{"answer": answer}]
+
+
+async def test_an_abandoned_call_refuses_its_questions_and_takes_no_more() -> None:
+    """A guard refused a call's question: the upstream request gets that error, and the owner's other
+    call gets its own question (the abandoned one, though newer, is no longer a target)."""
+    refusal = MCPError(-32602, "Blocked by interceptor validation", {"interceptor": "deny-questions"})
+    release = anyio.Event()
+    seen: list[Any] = []
+
+    async def asks_later(bridged: BridgedCall) -> dict[str, Any]:
+        await release.wait()
+        target = bridges.asker("legacy", "sampling/createMessage")
+        assert target is not None
+        return {"answer": await target.ask("sampling/createMessage", {"messages": ["later"]})}
+
+    async def asks_now(bridged: BridgedCall) -> dict[str, Any]:
+        try:
+            await bridged.ask("sampling/createMessage", {"messages": ["refused"]})
+        except MCPError as exc:
+            seen.append(exc)
+            raise
+        raise AssertionError("unreachable")
+
+    bridges = Bridges()
+    answer = {"role": "assistant", "content": {"type": "text", "text": "42"}, "model": "m"}
+    with anyio.fail_after(10):
+        async with anyio.create_task_group() as tg:
+            older = bridges.start(tg, "owner", "legacy", asks_later)
+            newer = bridges.start(tg, "owner", "legacy", asks_now)
+            await newer.resume({})
+            newer.abandon(refusal)
+            await anyio.wait_all_tasks_blocked()
+            release.set()
+            round_ = await older.resume({})
+            assert round_["inputRequests"] == {
+                "q1": {"method": "sampling/createMessage", "params": {"messages": ["later"]}}
+            }
+            assert await older.resume({"q1": answer}) == {"answer": answer}
+    assert seen == [refusal]
+    assert bridges.find(newer.token, "owner") is None
+
+
+async def test_questions_left_open_when_a_call_ends_get_an_error() -> None:
+    """A call cancelled (its client gave up) with a question still open: the upstream request that asked
+    is answered with an error at once, not left waiting for the bridge timeout."""
+    outcome: list[Any] = []
+
+    async def call(bridged: BridgedCall) -> dict[str, Any]:
+        await anyio.sleep_forever()
+        raise AssertionError("unreachable")
+
+    async def upstream_request(bridged: BridgedCall) -> None:
+        try:
+            outcome.append(await bridged.ask("elicitation/create", {}))
+        except MCPError as exc:
+            outcome.append(exc.code)
+
+    bridges = Bridges()
+    with anyio.fail_after(10):
+        async with anyio.create_task_group() as tg:
+            bridged = bridges.start(tg, "owner", "legacy", call)
+            tg.start_soon(upstream_request, bridged)
+            await bridged.resume({})
+            bridged.scope.cancel()
+    assert outcome == [-32603]

@@ -32,6 +32,8 @@ class _Question:
     answer: dict[str, Any] | None = None
     #: Sent to the client in an `input_required` round (so a retry without its answer asks it again).
     shown: bool = False
+    #: Why it will never be answered (the call was abandoned): what the upstream gets instead.
+    error: MCPError | None = None
 
 
 @dataclass
@@ -77,8 +79,24 @@ class BridgedCall:
         finally:
             if not question.answered.is_set():  # the upstream stopped waiting: never asked again
                 self.questions.pop(question.key, None)
+        if question.error is not None:
+            raise question.error
         assert question.answer is not None
         return question.answer
+
+    def abandon(self, error: MCPError) -> None:
+        """The client's request on this call failed (a guard blocked a question or an answer): the
+        upstream gets `error` for every question still open, and its call is cancelled. Left running,
+        the call would wait for answers that never come, and take the questions of the owner's other
+        calls (the newest call gets them) to its grave."""
+        self.fail_questions(error)
+        self.scope.cancel()
+
+    def fail_questions(self, error: MCPError) -> None:
+        for question in self.questions.values():
+            if not question.answered.is_set():
+                question.error = error
+                question.answered.set()
 
     def deliver(self, answers: dict[str, Any]) -> None:
         for key, answer in answers.items():
@@ -189,6 +207,10 @@ class Bridges:
         finally:
             self.by_token.pop(bridged.token, None)
             self._leave_upstream(bridged)
+            # Questions still open (the call timed out or was cancelled) get an error, not a long wait.
+            bridged.fail_questions(
+                MCPError(-32603, "the call this request was shown in ended before the client answered it")
+            )
             bridged.send.close()  # a client request still waiting gets an error, not a hang
             bridged.receive.close()
 

@@ -23,6 +23,7 @@ from mcp_interceptors.gateway.legs import GOVERNED_EVENTS
 from mcp_interceptors.gateway.recording import RECEIPT_META_KEY, CallRecord, Leg, receipt_meta
 from mcp_interceptors.gateway.routing import CALLS, LISTS, Catalog, Route, advertised_keys, build_catalog
 from mcp_interceptors.gateway.upstream import UpstreamConnection, first_error
+from mcp_interceptors.protocol.errors import InterceptorsError
 from mcp_interceptors.protocol.invoke import InvocationContext, Principal, now_iso
 
 if TYPE_CHECKING:
@@ -241,7 +242,11 @@ class DownstreamSession:
         route = await self._route(method, params)
         context = self.context(route.upstream, request_id)
         record = self.gateway.new_record(context)
-        await self._govern_input_responses(params, context, record)
+        try:
+            await self._govern_input_responses(params, context, record)
+        except (MCPError, InterceptorsError) as exc:
+            self._abandon_bridged((params or {}).get("requestState"), exc)  # the answer is refused: so is the call
+            raise
         # What a retry of this call must repeat: the client's request, as sent, but for its answers.
         asked = {"method": method, "params": _without_meta(_without_answers(params))}
         params = await governor.govern_request(method, params, context, record)
@@ -294,7 +299,11 @@ class DownstreamSession:
         for _ in range(MAX_INPUT_ROUNDS):
             if result.get("resultType") != "input_required":
                 return await governor.govern_response(method, result, context, record)
-            governed = await self._govern_input_requests(result, context, record)
+            try:
+                governed = await self._govern_input_requests(result, context, record)
+            except (MCPError, InterceptorsError) as exc:
+                self._abandon_bridged(result.get("requestState"), exc)  # a question is refused: so is the call
+                raise
             if self.era != "legacy":
                 await record.answered(Leg(method, "response", None, result), governed)
                 return governed  # a 2026-07-28 client answers and retries itself
@@ -356,6 +365,12 @@ class DownstreamSession:
             raise
         finally:
             bridged.on_progress = bridged.on_notify = None
+
+    def _abandon_bridged(self, token: Any, exc: MCPError | InterceptorsError) -> None:
+        """End the bridged call `token` names, if any: its client was refused, so the upstream is too."""
+        bridged = self.gateway.bridges.find(token, self.key) if self.era == "2026-07-28" else None
+        if bridged is not None:
+            bridged.abandon(exc if isinstance(exc, MCPError) else MCPError(exc.code, exc.message, exc.data))
 
     def _param_headers(self, conn: UpstreamConnection, method: str, exposed: Any, arguments: Any) -> dict[str, str]:
         """`Mcp-Param-*` headers a 2026-07-28 HTTP upstream expects for a tool's `x-mcp-header` arguments."""

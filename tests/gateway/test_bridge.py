@@ -248,3 +248,28 @@ async def test_questions_left_open_when_a_call_ends_get_an_error() -> None:
             await bridged.resume({})
             bridged.scope.cancel()
     assert outcome == [-32603]
+
+
+async def test_a_server_request_goes_to_a_call_whose_client_is_waiting() -> None:
+    """The newer call is between rounds (its client may never retry: a retry is optional); the older
+    call's client waits on it: the upstream's next request goes where a client will see it."""
+    release = anyio.Event()
+
+    async def asks_now(bridged: BridgedCall) -> dict[str, Any]:
+        return {"answer": await bridged.ask("roots/list", {})}
+
+    async def waits(bridged: BridgedCall) -> dict[str, Any]:
+        await release.wait()
+        return {}
+
+    bridges = Bridges()
+    with anyio.fail_after(10):
+        async with anyio.create_task_group() as tg:
+            older = bridges.start(tg, "owner", "legacy", waits)
+            newer = bridges.start(tg, "owner", "legacy", asks_now)
+            assert (await newer.resume({}))["resultType"] == "input_required"  # the client does not come back
+            tg.start_soon(older.resume, {})
+            await anyio.wait_all_tasks_blocked()
+            assert bridges.asker("legacy", "sampling/createMessage") is older
+            release.set()
+            tg.cancel_scope.cancel()

@@ -226,9 +226,11 @@ class Bridges:
     def asker(self, upstream: str, method: str) -> BridgedCall | None:
         """The bridged call a server request from `upstream` goes to, or None when none is in flight.
 
-        The wire does not say which of our calls a server request belongs to, so the newest call takes
-        it, but only when every call in flight there has one owner: with several owners, refused, since a
-        guess could show one client's question to another and hand it that client's answer.
+        The wire does not say which of our calls a server request belongs to, so the newest call a client
+        request is waiting on takes it (else the newest call), but only when every call in flight there has
+        one owner: with several owners, refused, since a guess could show one client's question to another
+        and hand it that client's answer. A call between rounds has a question open, so its upstream handler
+        is waiting on that answer, not asking; and its client may never come back (a retry is optional).
         """
         calls = self.by_upstream.get(upstream)
         if not calls:
@@ -241,4 +243,5 @@ class Bridges:
                 "connection and it cannot tell which one the request belongs to",
                 {"reason": "ambiguous_caller", "upstream": upstream},
             )
-        return calls[-1]
+        waiting = [bridged for bridged in calls if bridged.waiting]
+        return (waiting or calls)[-1]

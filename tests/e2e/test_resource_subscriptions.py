@@ -15,7 +15,7 @@ from typing import Any
 import anyio
 import pytest
 from e2e_hosts import FORBIDDEN_SUBSCRIPTION
-from e2e_support import ConfigWriter, fresh_gateway, text_of
+from e2e_support import ConfigWriter, fresh_gateway, raw_request, text_of
 from mcp import MCPError
 from mcp.server.subscriptions import ResourceUpdated
 
@@ -72,3 +72,13 @@ async def test_a_resource_subscription_is_governed_as_resources_subscribe(
         "event": "resources/subscribe",
     }
     assert json.loads(text_of(left)) == []
+
+
+async def test_a_malformed_listen_is_refused_naming_the_field(write_config: ConfigWriter) -> None:
+    config = write_config(subscribing_config())
+    with anyio.fail_after(60):
+        async with fresh_gateway("stdio", config, "2026-07-28") as client:
+            with pytest.raises(MCPError) as refused:
+                await raw_request(client, "subscriptions/listen", {"notifications": {"resourceSubscriptions": [5]}})
+    assert refused.value.code == -32602
+    assert refused.value.data == {"field": "notifications.resourceSubscriptions.0"}

@@ -337,6 +337,9 @@ class Gateway:
         `resources/subscribe` (that era has no such request), governed and sent to each resource's
         handshake-era upstream, which sends updates only for what it was subscribed to. The upstream
         is unsubscribed when the last stream that wanted a resource ends."""
+        self._check_surface(
+            ctx.method, ctx.protocol_version, ctx.params
+        )  # an error naming the field, not mcp's bare one
         notifications = (ctx.params or {}).get("notifications")
         wanted = notifications.get("resourceSubscriptions") if isinstance(notifications, Mapping) else None
         if not isinstance(wanted, list) or not wanted:

@@ -337,9 +337,8 @@ class Gateway:
         `resources/subscribe` (that era has no such request), governed and sent to each resource's
         handshake-era upstream, which sends updates only for what it was subscribed to. The upstream
         is unsubscribed when the last stream that wanted a resource ends."""
-        self._check_surface(
-            ctx.method, ctx.protocol_version, ctx.params
-        )  # an error naming the field, not mcp's bare one
+        # A malformed listen gets an error naming the field, not mcp's bare one.
+        self._check_surface(ctx.method, ctx.protocol_version, ctx.params)
         notifications = (ctx.params or {}).get("notifications")
         wanted = notifications.get("resourceSubscriptions") if isinstance(notifications, Mapping) else None
         if not isinstance(wanted, list) or not wanted:
@@ -348,12 +347,14 @@ class Gateway:
         subscribed: list[tuple[UpstreamConnection, str]] = []
         try:
             for uri in dict.fromkeys(uri for uri in wanted if isinstance(uri, str)):
-                conn = await session.subscribe_for_listen(uri, ServerSessionDownstream(ctx), ctx.request_id)
-                if conn is not None:
-                    subscribed.append((conn, uri))
-                    self._listen_subscriptions[(conn.name, uri)] = (
-                        self._listen_subscriptions.get((conn.name, uri), 0) + 1
-                    )
+                conn = await session.subscription_owner(uri)
+                if conn is None:
+                    continue
+                # Counted before the upstream is asked, so a stream ending meanwhile does not unsubscribe it.
+                key = (conn.name, uri)
+                self._listen_subscriptions[key] = self._listen_subscriptions.get(key, 0) + 1
+                subscribed.append((conn, uri))
+                await session.subscribe(uri, ServerSessionDownstream(ctx), ctx.request_id)
             return await call_next(ctx)
         except InterceptorsError as exc:
             raise MCPError(exc.code, exc.message, exc.data) from None

@@ -490,20 +490,21 @@ class DownstreamSession:
                     value = await self.gateway.governor.govern_response(method, value, context, answer_record)
             responses[key] = value
 
-    async def subscribe_for_listen(
-        self, uri: str, downstream: Downstream, request_id: Any
-    ) -> UpstreamConnection | None:
-        """A 2026-07-28 client's `resourceSubscriptions` entry, as its `resources/subscribe`: refused like one
-        (not advertised, blocked by the chain), governed, and sent to the owner when that connection is in the
-        handshake era and can subscribe. Returns the connection subscribed, else None (a 2026-07-28 upstream
-        connection: see Known limits in the README)."""
+    async def subscription_owner(self, uri: str) -> UpstreamConnection | None:
+        """Where a 2026-07-28 client's `resourceSubscriptions` entry goes: refused as its `resources/subscribe`
+        would be (not advertised to it), and None unless the owner's connection is in the handshake era and
+        can subscribe (a 2026-07-28 upstream connection: see Known limits in the README)."""
         route = await self._route("resources/subscribe", {"uri": uri}, check=True)
         conn = (await self.connections())[route.upstream]
         resources = conn.info.capabilities.get("resources") if conn.info is not None else None
         if conn.era != "legacy" or not isinstance(resources, Mapping) or not resources.get("subscribe"):
             return None
-        await self._call("resources/subscribe", {"uri": uri}, downstream, request_id)
         return conn
+
+    async def subscribe(self, uri: str, downstream: Downstream, request_id: Any) -> None:
+        """A 2026-07-28 client's `resourceSubscriptions` entry as the `resources/subscribe` that era lacks:
+        governed, recorded and forwarded as one."""
+        await self._call("resources/subscribe", {"uri": uri}, downstream, request_id)
 
     async def _broadcast(self, method: str, params: dict[str, Any] | None) -> dict[str, Any]:
         conns = await self.connections()

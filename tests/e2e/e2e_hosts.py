@@ -113,3 +113,43 @@ async def deny_leaks(inv: Invocation) -> ValidationResult:
         message = ValidationMessage(path="$.content", message="the result leaks", severity="error")
         return ValidationResult(valid=False, severity="error", messages=[message])
     return ValidationResult(valid=True)
+
+
+#: A host with one validator on `resources/subscribe`: subscribing to `FORBIDDEN_SUBSCRIPTION` is refused.
+subscribe_guard = InterceptorHost("e2e-subscribe-guard")
+FORBIDDEN_SUBSCRIPTION = "sub://other"
+
+
+@subscribe_guard.validator(
+    "deny-subscription", events=["resources/subscribe"], phase="request", description="Refuses one subscription."
+)
+async def deny_subscription(inv: Invocation) -> ValidationResult:
+    if (inv.payload.get("params") or {}).get("uri") == FORBIDDEN_SUBSCRIPTION:
+        message = ValidationMessage(path="$.params.uri", message="not this one", severity="error")
+        return ValidationResult(valid=False, severity="error", messages=[message])
+    return ValidationResult(valid=True)
+
+
+#: A host with validators on sampling: a question or an answer mentioning `FORBIDDEN_QUESTION` is refused.
+question_guard = InterceptorHost("e2e-question-guard")
+FORBIDDEN_QUESTION = "forbidden-question-5b2c"
+
+
+@question_guard.validator(
+    "deny-questions", events=["sampling/createMessage"], phase="request", description="Refuses one question."
+)
+async def deny_questions(inv: Invocation) -> ValidationResult:
+    if FORBIDDEN_QUESTION in str(inv.payload):
+        message = ValidationMessage(path="$.params.messages", message="not this question", severity="error")
+        return ValidationResult(valid=False, severity="error", messages=[message])
+    return ValidationResult(valid=True)
+
+
+@question_guard.validator(
+    "deny-answers", events=["sampling/createMessage"], phase="response", description="Refuses one answer."
+)
+async def deny_answers(inv: Invocation) -> ValidationResult:
+    if FORBIDDEN_QUESTION in str(inv.payload):
+        message = ValidationMessage(path="$.content", message="not this answer", severity="error")
+        return ValidationResult(valid=False, severity="error", messages=[message])
+    return ValidationResult(valid=True)

@@ -172,6 +172,18 @@ async def ask_after(question: str, token: str, ctx: Context) -> str:
     return f"model says: {content.text if isinstance(content, TextContent) else content}"
 
 
+@server.tool(description="Ask the client's model; note under `name` what came back (`wait_started` on `noted:<name>`).")
+async def ask_and_note(question: str, name: str, ctx: Context) -> str:
+    message = SamplingMessage(role="user", content=TextContent(type="text", text=question))
+    try:
+        await ctx.session.create_message([message], max_tokens=50)
+        NOTES[name] = json.dumps({"answered": True})
+    except MCPError as exc:
+        NOTES[name] = json.dumps({"code": exc.error.code, "data": exc.error.data})
+    started(f"noted:{name}").set()
+    return NOTES[name]
+
+
 @server.tool(description="Wait up to `wait` seconds for a `sleep` (or `asking:` ask_after) with `token` to start.")
 async def wait_started(token: str, wait: float = 10.0) -> str:
     with anyio.move_on_after(wait):

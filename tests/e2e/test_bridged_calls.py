@@ -7,12 +7,15 @@ progress reaches the request the client is waiting on, and a cancelled call is c
 
 from __future__ import annotations
 
+import json
 import sys
 from pathlib import Path
 from typing import Any
 
 import anyio
+import mcp_types as types
 import pytest
+from e2e_hosts import FORBIDDEN_QUESTION
 from e2e_support import ConfigWriter, Sampler, fresh_gateway, gateway_env, raw_request, text_of, unique
 from helpers import cli_argv, free_tcp_port, http_transport, running
 from mcp import Client, MCPError
@@ -128,3 +131,93 @@ async def test_a_bridged_question_never_reaches_another_clients_call(write_confi
     assert isinstance(refused, MCPError)
     assert refused.code == -32600
     assert refused.message.startswith("gateway refused sampling/createMessage: calls of 2 different clients")
+
+
+@pytest.mark.parametrize("transport", ["stdio", "http"])
+async def test_a_retry_missing_an_input_response_is_asked_again(write_config: ConfigWriter, transport: str) -> None:
+    """The upstream still waits on its question: a retry without the answer gets the question again at once
+    (as from a direct server), not a hang until the upstream's timeout."""
+    config = write_config(handshake_config())
+    with anyio.fail_after(30):
+        async with fresh_gateway(transport, config, "2026-07-28", sampling_callback=Sampler()) as client:
+            await client.list_tools()
+            call = {"name": "ask", "arguments": {"question": "again?"}}
+            first = await raw_request(client, "tools/call", call)
+            state = first["requestState"]
+            again = await raw_request(client, "tools/call", {**call, "requestState": state, "inputResponses": {}})
+            answer = {"role": "assistant", "content": {"type": "text", "text": "yes"}, "model": "m"}
+            done = await raw_request(
+                client, "tools/call", {**call, "requestState": state, "inputResponses": {"q1": answer}}
+            )
+    assert first["resultType"] == again["resultType"] == "input_required"
+    assert again["inputRequests"] == first["inputRequests"]
+    assert done["content"] == [{"type": "text", "text": "model says: yes"}]
+
+
+async def test_a_retry_naming_another_request_is_refused_not_continued(write_config: ConfigWriter) -> None:
+    """A `requestState` continues the call it was issued for: a "retry" that names another tool (or other
+    arguments) would be governed and recorded as that request while the first call went on."""
+    name = unique("note")
+    config = write_config(handshake_config())
+    answer = {"role": "assistant", "content": {"type": "text", "text": "yes"}, "model": "m"}
+    with anyio.fail_after(30):
+        async with fresh_gateway("stdio", config, "2026-07-28", sampling_callback=Sampler()) as client:
+            await client.list_tools()
+            call = {"name": "ask", "arguments": {"question": "q"}}
+            state = (await raw_request(client, "tools/call", call))["requestState"]
+            other = {"name": "save_note", "arguments": {"name": name, "text": "smuggled"}}
+            refusals = []
+            for retry in (other, {**call, "arguments": {"question": "another"}}):
+                with pytest.raises(MCPError) as refused:
+                    await raw_request(client, "tools/call", {**retry, "requestState": state, "inputResponses": {}})
+                refusals.append((refused.value.code, refused.value.data))
+            done = await raw_request(
+                client, "tools/call", {**call, "requestState": state, "inputResponses": {"q1": answer}}
+            )
+            saved = await client.call_tool("read_note", {"name": name})
+    assert refusals == [(-32602, {"reason": "request_state_mismatch", "field": "requestState"})] * 2
+    assert done["content"] == [{"type": "text", "text": "model says: yes"}]  # the call itself is intact
+    assert text_of(saved) == "<missing>"
+
+
+async def test_a_blocked_question_is_refused_to_the_upstream_too(write_config: ConfigWriter) -> None:
+    """A guard blocks the question a bridged call asks: the client gets the chain's error, and so does the
+    upstream request that asked (at once), and the call is over. Left waiting, the call would take the
+    questions of the client's other calls."""
+    name = unique("asked")
+    config = write_config({**handshake_config(), "interceptors": {"hosts": [{"module": "e2e_hosts:question_guard"}]}})
+    with anyio.fail_after(30):
+        async with fresh_gateway("stdio", config, "2026-07-28", sampling_callback=Sampler()) as client:
+            with pytest.raises(MCPError) as blocked:
+                await client.call_tool("ask_and_note", {"question": FORBIDDEN_QUESTION, "name": name})
+            noted = await client.call_tool("wait_started", {"token": f"noted:{name}"})
+            upstream_saw = await client.call_tool("read_note", {"name": name})
+            fine = await client.call_tool("ask", {"question": "fine?"})
+    assert (blocked.value.code, blocked.value.data["interceptor"]) == (-32602, "deny-questions")
+    assert text_of(noted) == "started"
+    seen = json.loads(text_of(upstream_saw))
+    assert (seen["code"], seen["data"]["interceptor"]) == (-32602, "deny-questions")
+    assert text_of(fine) == "model says: 42"
+
+
+async def test_a_blocked_answer_is_refused_to_the_upstream_too(write_config: ConfigWriter) -> None:
+    """A guard blocks the client's answer in its retry: the upstream request that asked gets the chain's
+    error too, rather than wait (with its call) for an answer that will not come."""
+    name = unique("answered")
+    config = write_config({**handshake_config(), "interceptors": {"hosts": [{"module": "e2e_hosts:question_guard"}]}})
+
+    async def leaky(ctx: Any, params: types.CreateMessageRequestParams) -> types.CreateMessageResult:
+        return types.CreateMessageResult(
+            role="assistant", content=types.TextContent(type="text", text=FORBIDDEN_QUESTION), model="m"
+        )
+
+    with anyio.fail_after(30):
+        async with fresh_gateway("stdio", config, "2026-07-28", sampling_callback=leaky) as client:
+            with pytest.raises(MCPError) as blocked:
+                await client.call_tool("ask_and_note", {"question": "anything?", "name": name})
+            noted = await client.call_tool("wait_started", {"token": f"noted:{name}"})
+            upstream_saw = await client.call_tool("read_note", {"name": name})
+    assert (blocked.value.code, blocked.value.data["interceptor"]) == (-32602, "deny-answers")
+    assert text_of(noted) == "started"
+    seen = json.loads(text_of(upstream_saw))
+    assert (seen["code"], seen["data"]["interceptor"]) == (-32602, "deny-answers")

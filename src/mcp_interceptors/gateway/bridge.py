@@ -12,7 +12,7 @@ from __future__ import annotations
 import secrets
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, NoReturn
 
 import anyio
 import anyio.abc
@@ -30,6 +30,10 @@ class _Question:
     params: dict[str, Any] | None
     answered: anyio.Event = field(default_factory=anyio.Event)
     answer: dict[str, Any] | None = None
+    #: Sent to the client in an `input_required` round (so a retry without its answer asks it again).
+    shown: bool = False
+    #: Why it will never be answered (the call was abandoned): what the upstream gets instead.
+    error: MCPError | None = None
 
 
 @dataclass
@@ -49,6 +53,11 @@ class BridgedCall:
     on_notify: Callable[[str, dict[str, Any] | None], Awaitable[None]] | None = None
     #: Set once a client request has taken the call's final result or error.
     delivered: anyio.Event = field(default_factory=anyio.Event)
+    #: A client request is waiting on this call now (a second retry with the same token is refused).
+    waiting: bool = False
+    #: The request this call runs (`{method, params}` as sent upstream, without `_meta`): what a retry repeats.
+    request: dict[str, Any] | None = None
+    asked: int = 0
 
     async def progress(self, progress: float, total: float | None, message: str | None) -> None:
         if self.on_progress is not None:
@@ -60,13 +69,34 @@ class BridgedCall:
 
     async def ask(self, method: str, params: dict[str, Any] | None) -> dict[str, Any]:
         """Called for each upstream request: park it until the client's retry answers it."""
-        question = _Question(key=f"q{len(self.questions) + 1}", method=method, params=params)
+        self.asked += 1
+        question = _Question(key=f"q{self.asked}", method=method, params=params)
         self.questions[question.key] = question
-        await self.send.send(("request", question))
-        with anyio.fail_after(BRIDGE_TIMEOUT_S):
-            await question.answered.wait()
+        try:
+            await self.send.send(("request", question))
+            with anyio.fail_after(BRIDGE_TIMEOUT_S):
+                await question.answered.wait()
+        finally:
+            if not question.answered.is_set():  # the upstream stopped waiting: never asked again
+                self.questions.pop(question.key, None)
+        if question.error is not None:
+            raise question.error
         assert question.answer is not None
         return question.answer
+
+    def abandon(self, error: MCPError) -> None:
+        """The client's request on this call failed (a guard blocked a question or an answer): the
+        upstream gets `error` for every question still open, and its call is cancelled. Left running,
+        the call would wait for answers that never come, and take the questions of the owner's other
+        calls (the newest call gets them) to its grave."""
+        self.fail_questions(error)
+        self.scope.cancel()
+
+    def fail_questions(self, error: MCPError) -> None:
+        for question in self.questions.values():
+            if not question.answered.is_set():
+                question.error = error
+                question.answered.set()
 
     def deliver(self, answers: dict[str, Any]) -> None:
         for key, answer in answers.items():
@@ -75,8 +105,35 @@ class BridgedCall:
                 question.answer = answer
                 question.answered.set()
 
+    async def resume(self, answers: dict[str, Any]) -> dict[str, Any]:
+        """A client request (the first, or a retry with this call's token): deliver its answers, then
+        wait for the next reply. Refused while another request waits on this call: a replayed retry
+        must not take (or hide) the round meant for the one already waiting."""
+        if self.waiting:
+            self.resume_refused()
+        self.deliver(answers)
+        self.waiting = True
+        try:
+            return await self.next_reply()
+        finally:
+            self.waiting = False
+
+    def resume_refused(self) -> NoReturn:
+        raise MCPError(
+            -32602,
+            "requestState is in use: another request with it is still waiting for this call",
+            {"reason": "request_state_in_use", "field": "requestState"},
+        )
+
     async def next_reply(self) -> dict[str, Any]:
-        """The upstream's result, or an `input_required` result with every request now waiting."""
+        """The upstream's result, or an `input_required` result with every request now waiting.
+
+        Requests a retry left unanswered are asked again at once (as a direct server asks for a
+        missing input response): the upstream is waiting on them, so nothing else can come first.
+        """
+        unanswered = [q for q in self.questions.values() if q.shown and not q.answered.is_set()]
+        if unanswered:
+            return self._round(unanswered + await self._queued_requests())
         try:
             kind, value = await self.receive.receive()
         except (anyio.EndOfStream, anyio.ClosedResourceError):
@@ -89,16 +146,24 @@ class BridgedCall:
         if kind == "error":
             self.delivered.set()
             raise value
-        pending = [value]
-        while True:  # gather every request already queued, so the client answers them in one round
+        return self._round([value, *await self._queued_requests()])
+
+    async def _queued_requests(self) -> list[_Question]:
+        """Every request already queued, so the client answers them in one round."""
+        pending: list[_Question] = []
+        while True:
             try:
                 kind, more = self.receive.receive_nowait()
-            except anyio.WouldBlock:
-                break
+            except (anyio.WouldBlock, anyio.EndOfStream, anyio.ClosedResourceError):
+                return pending
             if kind != "request":
                 await self.send.send((kind, more))  # keep the final outcome for the next round
-                break
+                return pending
             pending.append(more)
+
+    def _round(self, pending: list[_Question]) -> dict[str, Any]:
+        for question in pending:
+            question.shown = True
         return {
             "resultType": "input_required",
             "inputRequests": {q.key: {"method": q.method, "params": q.params or {}} for q in pending},
@@ -142,6 +207,10 @@ class Bridges:
         finally:
             self.by_token.pop(bridged.token, None)
             self._leave_upstream(bridged)
+            # Questions still open (the call timed out or was cancelled) get an error, not a long wait.
+            bridged.fail_questions(
+                MCPError(-32603, "the call this request was shown in ended before the client answered it")
+            )
             bridged.send.close()  # a client request still waiting gets an error, not a hang
             bridged.receive.close()
 
@@ -157,9 +226,11 @@ class Bridges:
     def asker(self, upstream: str, method: str) -> BridgedCall | None:
         """The bridged call a server request from `upstream` goes to, or None when none is in flight.
 
-        The wire does not say which of our calls a server request belongs to, so the newest call takes
-        it, but only when every call in flight there has one owner: with several owners, refused, since a
-        guess could show one client's question to another and hand it that client's answer.
+        The wire does not say which of our calls a server request belongs to, so the newest call a client
+        request is waiting on takes it (else the newest call), but only when every call in flight there has
+        one owner: with several owners, refused, since a guess could show one client's question to another
+        and hand it that client's answer. A call between rounds has a question open, so its upstream handler
+        is waiting on that answer, not asking; and its client may never come back (a retry is optional).
         """
         calls = self.by_upstream.get(upstream)
         if not calls:
@@ -172,4 +243,5 @@ class Bridges:
                 "connection and it cannot tell which one the request belongs to",
                 {"reason": "ambiguous_caller", "upstream": upstream},
             )
-        return calls[-1]
+        waiting = [bridged for bridged in calls if bridged.waiting]
+        return (waiting or calls)[-1]

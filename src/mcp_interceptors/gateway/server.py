@@ -140,6 +140,8 @@ class Gateway:
         self.sessions: dict[str, DownstreamSession] = {}
         self.bus = InMemorySubscriptionBus()
         self.bridges = Bridges()
+        #: (upstream, uri) -> listen streams of 2026-07-28 clients subscribed to it there
+        self._listen_subscriptions: dict[tuple[str, str], int] = {}
         self.startup_catalog: Catalog | None = None
         self.audit_writer = audit_writer
         self._stdio_client: anyio.Event | None = None
@@ -316,6 +318,8 @@ class Gateway:
                 params = dict(ctx.params) if ctx.params is not None else None
                 await self.session_for(ctx).client_notification(method, params)
             return await call_next(ctx)
+        if method == "subscriptions/listen" and ctx.protocol_version in MODERN_PROTOCOL_VERSIONS:
+            return await self._listen(ctx, call_next)
         if method in LOCAL_METHODS:
             result: HandlerResult = await call_next(ctx)
             if method in ("initialize", "server/discover") and isinstance(result, dict):
@@ -332,6 +336,50 @@ class Gateway:
             return await session.handle(method, params, ServerSessionDownstream(ctx), ctx.request_id)
         except InterceptorsError as exc:
             raise MCPError(exc.code, exc.message, exc.data) from None
+
+    async def _listen(self, ctx: ServerRequestContext[Any, Any], call_next: CallNext) -> HandlerResult:
+        """A 2026-07-28 `subscriptions/listen`: its `resourceSubscriptions` are the client's
+        `resources/subscribe` (that era has no such request), governed and sent to each resource's
+        handshake-era upstream, which sends updates only for what it was subscribed to. The upstream
+        is unsubscribed when the last stream that wanted a resource ends."""
+        # A malformed listen gets an error naming the field, not mcp's bare one.
+        self._check_surface(ctx.method, ctx.protocol_version, ctx.params)
+        notifications = (ctx.params or {}).get("notifications")
+        wanted = notifications.get("resourceSubscriptions") if isinstance(notifications, Mapping) else None
+        if not isinstance(wanted, list) or not wanted:
+            return await call_next(ctx)
+        session = self.session_for(ctx)
+        subscribed: list[tuple[UpstreamConnection, str]] = []
+        try:
+            for uri in dict.fromkeys(uri for uri in wanted if isinstance(uri, str)):
+                conn = await session.subscription_owner(uri)
+                if conn is None:
+                    continue
+                # Counted before the upstream is asked, so a stream ending meanwhile does not unsubscribe it.
+                key = (conn.name, uri)
+                self._listen_subscriptions[key] = self._listen_subscriptions.get(key, 0) + 1
+                subscribed.append((conn, uri))
+                await session.subscribe(uri, ServerSessionDownstream(ctx), ctx.request_id)
+            return await call_next(ctx)
+        except InterceptorsError as exc:
+            raise MCPError(exc.code, exc.message, exc.data) from None
+        finally:
+            with anyio.CancelScope(shield=True):
+                for conn, uri in subscribed:
+                    await self._listen_unsubscribe(conn, uri)
+
+    async def _listen_unsubscribe(self, conn: UpstreamConnection, uri: str) -> None:
+        key = (conn.name, uri)
+        left = self._listen_subscriptions.get(key, 1) - 1
+        if left > 0:
+            self._listen_subscriptions[key] = left
+            return
+        self._listen_subscriptions.pop(key, None)
+        try:
+            with anyio.fail_after(conn.config.timeout_ms / 1000):
+                await conn.request("resources/unsubscribe", {"uri": uri})
+        except (MCPError, TimeoutError) as exc:
+            logger.info("upstream %r: resources/unsubscribe %s failed: %s", conn.name, uri, exc)
 
     def _check_surface(self, method: str, version: str, params: Mapping[str, Any] | None) -> None:
         """Answer malformed or era-foreign spec requests as a direct server would."""

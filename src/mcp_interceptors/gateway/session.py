@@ -23,6 +23,7 @@ from mcp_interceptors.gateway.legs import GOVERNED_EVENTS
 from mcp_interceptors.gateway.recording import RECEIPT_META_KEY, CallRecord, Leg, receipt_meta
 from mcp_interceptors.gateway.routing import CALLS, LISTS, Catalog, Route, advertised_keys, build_catalog
 from mcp_interceptors.gateway.upstream import UpstreamConnection, first_error
+from mcp_interceptors.protocol.errors import InterceptorsError
 from mcp_interceptors.protocol.invoke import InvocationContext, Principal, now_iso
 
 if TYPE_CHECKING:
@@ -241,7 +242,13 @@ class DownstreamSession:
         route = await self._route(method, params)
         context = self.context(route.upstream, request_id)
         record = self.gateway.new_record(context)
-        await self._govern_input_responses(params, context, record)
+        try:
+            await self._govern_input_responses(params, context, record)
+        except (MCPError, InterceptorsError) as exc:
+            self._abandon_bridged((params or {}).get("requestState"), exc)  # the answer is refused: so is the call
+            raise
+        # What a retry of this call must repeat: the client's request, as sent, but for its answers.
+        asked = {"method": method, "params": _without_meta(_without_answers(params))}
         params = await governor.govern_request(method, params, context, record)
         route = await self._route(method, params, check=True)  # policy runs on the final payload
         conns = await self.connections()
@@ -259,7 +266,9 @@ class DownstreamSession:
         await record.dispatched(executed=sent, intent=approved)
         try:
             headers = self._param_headers(conn, method, (params or {}).get("name"), upstream_params.get("arguments"))
-            result = await self._forward(conn, method, upstream_params, context, downstream, relay, record, headers)
+            result = await self._forward(
+                conn, method, upstream_params, context, downstream, relay, record, headers, asked=asked
+            )
         except MCPError as exc:
             await record.failed(method, exc.code, exc.message)
             await record.settle()
@@ -276,11 +285,13 @@ class DownstreamSession:
         relay: Callable[..., Awaitable[None]] | None,
         record: CallRecord,
         headers: dict[str, str],
+        *,
+        asked: dict[str, Any],
     ) -> dict[str, Any]:
         """Send the call and govern what comes back, including `input_required` rounds."""
         governor = self.gateway.governor
         if self.era == "2026-07-28" and conn.era == "legacy":
-            result = await self._bridged_call(conn, method, upstream_params, downstream, relay)
+            result = await self._bridged_call(conn, method, upstream_params, downstream, relay, asked)
         else:
             result = await conn.request(
                 method, upstream_params, on_progress=relay, headers=headers, on_notify=downstream.notify_related
@@ -288,7 +299,11 @@ class DownstreamSession:
         for _ in range(MAX_INPUT_ROUNDS):
             if result.get("resultType") != "input_required":
                 return await governor.govern_response(method, result, context, record)
-            governed = await self._govern_input_requests(result, context, record)
+            try:
+                governed = await self._govern_input_requests(result, context, record)
+            except (MCPError, InterceptorsError) as exc:
+                self._abandon_bridged(result.get("requestState"), exc)  # a question is refused: so is the call
+                raise
             if self.era != "legacy":
                 await record.answered(Leg(method, "response", None, result), governed)
                 return governed  # a 2026-07-28 client answers and retries itself
@@ -305,6 +320,7 @@ class DownstreamSession:
         params: dict[str, Any],
         downstream: Downstream,
         relay: Callable[..., Awaitable[None]] | None,
+        asked: dict[str, Any],
     ) -> dict[str, Any]:
         """A 2026-07-28 client on a handshake-era upstream: its requests to the client become input requests.
 
@@ -323,22 +339,38 @@ class DownstreamSession:
                 {"reason": "invalid_request_state", "field": "requestState"},
             )
         if bridged is None:
-            body = {k: v for k, v in params.items() if k not in ("inputResponses", "requestState")}
+            body = _without_answers(params)
 
             async def call(bridged: BridgedCall) -> dict[str, Any]:
                 return await conn.request(method, body, on_progress=bridged.progress, on_notify=bridged.notify)
 
             bridged = bridges.start(self.gateway.task_group, self.key, conn.name, call)
+            bridged.request = asked
+        elif bridged.request != asked:
+            # A retry is the same request plus answers: another tool or other arguments would be governed
+            # (and recorded) as sent while the call its token names went on.
+            raise MCPError(
+                INVALID_PARAMS,
+                "requestState was issued for another request (a retry must repeat the request's method and params)",
+                {"reason": "request_state_mismatch", "field": "requestState"},
+            )
+        if bridged.waiting:
+            bridged.resume_refused()
         bridged.on_progress, bridged.on_notify = relay, downstream.notify_related
         answers = params.get("inputResponses")
-        bridged.deliver(answers if isinstance(answers, dict) else {})
         try:
-            return await bridged.next_reply()
+            return await bridged.resume(answers if isinstance(answers, dict) else {})
         except anyio.get_cancelled_exc_class():
             bridged.scope.cancel()  # the client gave up on the call: so does the upstream
             raise
         finally:
             bridged.on_progress = bridged.on_notify = None
+
+    def _abandon_bridged(self, token: Any, exc: MCPError | InterceptorsError) -> None:
+        """End the bridged call `token` names, if any: its client was refused, so the upstream is too."""
+        bridged = self.gateway.bridges.find(token, self.key) if self.era == "2026-07-28" else None
+        if bridged is not None:
+            bridged.abandon(exc if isinstance(exc, MCPError) else MCPError(exc.code, exc.message, exc.data))
 
     def _param_headers(self, conn: UpstreamConnection, method: str, exposed: Any, arguments: Any) -> dict[str, str]:
         """`Mcp-Param-*` headers a 2026-07-28 HTTP upstream expects for a tool's `x-mcp-header` arguments."""
@@ -457,6 +489,22 @@ class DownstreamSession:
                     value = await self.gateway.governor.govern_response(method, value, context, answer_record)
             responses[key] = value
 
+    async def subscription_owner(self, uri: str) -> UpstreamConnection | None:
+        """Where a 2026-07-28 client's `resourceSubscriptions` entry goes: refused as its `resources/subscribe`
+        would be (not advertised to it), and None unless the owner's connection is in the handshake era and
+        can subscribe (a 2026-07-28 upstream connection: see Known limits in the README)."""
+        route = await self._route("resources/subscribe", {"uri": uri}, check=True)
+        conn = (await self.connections())[route.upstream]
+        resources = conn.info.capabilities.get("resources") if conn.info is not None else None
+        if conn.era != "legacy" or not isinstance(resources, Mapping) or not resources.get("subscribe"):
+            return None
+        return conn
+
+    async def subscribe(self, uri: str, downstream: Downstream, request_id: Any) -> None:
+        """A 2026-07-28 client's `resourceSubscriptions` entry as the `resources/subscribe` that era lacks:
+        governed, recorded and forwarded as one."""
+        await self._call("resources/subscribe", {"uri": uri}, downstream, request_id)
+
     async def _broadcast(self, method: str, params: dict[str, Any] | None) -> dict[str, Any]:
         conns = await self.connections()
         logging = [conn for conn in conns.values() if conn.info is not None and "logging" in conn.info.capabilities]
@@ -533,6 +581,10 @@ class DownstreamSession:
 
 def _without_meta(params: Mapping[str, Any] | None) -> dict[str, Any]:
     return {k: v for k, v in (params or {}).items() if k != "_meta"}
+
+
+def _without_answers(params: Mapping[str, Any] | None) -> dict[str, Any]:
+    return {k: v for k, v in (params or {}).items() if k not in ("inputResponses", "requestState")}
 
 
 def _relay(downstream: Downstream, params: Mapping[str, Any] | None) -> Callable[..., Awaitable[None]] | None:

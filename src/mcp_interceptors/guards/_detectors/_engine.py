@@ -186,18 +186,28 @@ def re2_escape(literal: str) -> str:
 
 def compile_set(sources: list[str]) -> Any:
     """An RE2 set searching for all `sources` in one pass (`.Match(data)` gives the indices of those found,
-    or None), or None without google-re2. A set has no NFA to fall back on: when its DFA outgrows its
-    memory, `Match` reports nothing. A non-empty answer is complete; an empty one is final only for
-    literal alternations (a literal trie stays a few hundred states), else it means "unknown"."""
+    empty or None when there are none), or None without google-re2. A set has no NFA to fall back on:
+    when its DFA outgrows its memory, `Match` reports nothing. A non-empty answer is complete; an empty
+    one is final only for literal alternations (a literal trie stays a few hundred states), else it means
+    "unknown"."""
     if re2 is None or not sources:
         return None
     options = re2.Options()
     options.max_mem = 32 << 20
-    compiled = re2.Set.SearchSet(options)
+    if re2_binding is None:  # pragma: no cover - see re2_binding
+        compiled = re2.Set.SearchSet(options)
+        for source in sources:
+            compiled.Add(source)
+        compiled.Compile()
+        return compiled
+    # The binding's set, as for patterns: the wrapper's `Match` is one more Python call per text.
+    binding = re2_binding.Set(_UNANCHORED, options)
     for source in sources:
-        compiled.Add(source)
-    compiled.Compile()
-    return compiled
+        if binding.Add(source.encode("utf-8")) < 0:
+            raise re2.error(f"failed to add {source!r} to an RE2 set")
+    if not binding.Compile():
+        raise re2.error("failed to compile an RE2 set")
+    return binding
 
 
 def compile_prefilter(sources: list[str]) -> Any:

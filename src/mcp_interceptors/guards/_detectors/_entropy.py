@@ -64,6 +64,11 @@ _EXPRESSION = re.compile(
     r"|[A-Za-z]+(?:-[A-Za-z]+)+[-*]*)$"
 )
 _PATHLIKE = re.compile(r"^(?:/|\./|\.\./|~/|[A-Za-z]:\\|[a-z][a-z0-9+.-]*://)")
+# What rejects a value by its start alone, in one match: a name=name pair, a template or a path.
+_REJECTED_START = re.compile(
+    "|".join(f"(?:{pattern.pattern.removeprefix('^')})" for pattern in (_NAME_PAIR, _PATHLIKE))
+    + r"|\$|%|<|\{|\[|@|(?i:env|vault|secret|ref|file):"
+)
 # Longer values are not judged (see is_random_value).
 _MAX_VALUE_LENGTH = 512
 # n * log2(n) for every count up to that length: the entropy sum looks terms up instead of taking logs.
@@ -138,12 +143,22 @@ def is_random_value(value: str, *, min_length: int = 8) -> bool:
     # (a random 12-char base62 string has a digit 88 % of the time; longer names meet _EXPRESSION).
     if len(value) < 16 and not has_digit and chars <= _NAME_CHARS:
         return False
-    # A trailing glob or a name=name pair: ARN patterns and keyword arguments (secret:events!*, bool=False).
-    if value.endswith("*") or _NAME_PAIR.match(value):
+    # A call, a trailing glob (ARN patterns: secret:events!*), a name=name pair (keyword arguments:
+    # bool=False), a template or a path. (The cheap tests first: every test below must pass for a secret.)
+    if (
+        "(" in chars
+        or value.endswith("*")
+        or _REJECTED_START.match(value)
+        or _TEMPLATE_END.search(value, len(value) - 2)
+    ):
         return False
     # A random string of length n has up to log2(n) bits/char; ask for most of that, capped at 3.0.
     if not has_entropy_at_least(value, min(3.0, math.log2(len(value)) - 0.6), len(chars)):
         return False
     # Only _EXPRESSION's dotted names hold digits: a value with a digit and no "." cannot match it.
-    is_expression = (not has_digit or "." in chars) and _EXPRESSION.match(value)
-    return not (is_placeholder(value, len(chars)) or is_expression or _PATHLIKE.match(value) or "(" in value)
+    if (not has_digit or "." in chars) and _EXPRESSION.match(value):
+        return False
+    # The rest of `is_placeholder` (its template tests are above).
+    lowered = value.lower()
+    few_chars = len(chars) <= _MOST_CHARS_LOWERING_TO_TWO and len(set(lowered)) <= 2
+    return not (few_chars or _PLACEHOLDER.search(lowered))

@@ -22,21 +22,28 @@ class Finding(NamedTuple):
     end: int
 
 
+# `Finding(...)` runs the named tuple's `__new__`, a Python function; the merge makes one per finding.
+_new_finding = tuple.__new__
+
+
 def merge_findings(findings: Iterable[Finding], rank: Mapping[str, int] | None = None) -> list[Finding]:
     """Fuse overlapping findings into one span covering all of them, sorted by start.
 
     The fused span is named after its longest member; ties go to the lower `rank` (specific kinds
-    before generic ones), then to the earliest. Covering the union, not picking a winner, means a
-    redaction can never leave part of an overlapping item in clear text.
+    before generic ones), then to the earliest, then to the kind name that sorts first. Covering the
+    union, not picking a winner, means a redaction can never leave part of an overlapping item in clear
+    text. Empty findings cover nothing and are dropped.
     """
-    return merge_spans([(f.start, f.end, f.kind) for f in findings], rank)
+    return merge_spans([(f.start, f.end, f.kind) for f in findings if f.end > f.start], rank)
 
 
 def merge_spans(spans: Sequence[tuple[int, int, str]], rank: Mapping[str, int] | None = None) -> list[Finding]:
-    """`merge_findings` over `(start, end, kind)` triples: scanners collect those, so only the merged
-    findings become `Finding` objects."""
+    """`merge_findings` over non-empty `(start, end, kind)` triples: scanners collect those, so only the
+    merged findings become `Finding` objects."""
     ranks = rank or {}
-    ordered = sorted(spans, key=lambda s: (s[0], s[0] - s[1], ranks.get(s[2], 0))) if len(spans) > 1 else spans
+    # Plain tuple order (start, end, kind) needs no key function; the loop below picks the longest member
+    # whatever order spans of one start come in.
+    ordered = sorted(spans) if len(spans) > 1 else spans
     merged: list[Finding] = []
     if not ordered:
         return merged
@@ -50,9 +57,9 @@ def merge_spans(spans: Sequence[tuple[int, int, str]], rank: Mapping[str, int] |
             if length > best_length or (length == best_length and ranks.get(kind, 0) < ranks.get(best_kind, 0)):
                 best_kind, best_length = kind, length
             continue
-        merged.append(Finding(best_kind, merged_start, end))
+        merged.append(_new_finding(Finding, (best_kind, merged_start, end)))
         merged_start, end, best_kind, best_length = start, stop, kind, stop - start
-    merged.append(Finding(best_kind, merged_start, end))
+    merged.append(_new_finding(Finding, (best_kind, merged_start, end)))
     return merged
 
 

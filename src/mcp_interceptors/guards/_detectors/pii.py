@@ -29,6 +29,8 @@ _SHORTEST = 6
 _RANK = {"ip_address": 1, "phone": 2}
 
 Check = Callable[[str, int, int], "tuple[int, int] | None"]
+# (index in the set, kind, pattern, groups, check, char needed, digits needed)
+_PlanEntry = tuple[int, str, CompiledPattern, tuple[int, ...], Check, str, int]
 
 _EMAIL_DOMAIN = r"@[A-Za-z0-9][A-Za-z0-9-]*(?:\.[A-Za-z0-9-]+)*\.[A-Za-z]{2,24}"
 # `icon@2x.png` is an asset name, not an address.
@@ -263,12 +265,13 @@ class PiiScanner:
         ]
         needs = [(char, digits) for kind, _, _, _, char, digits in rules if kind in wanted]
         # What `scan` loops over for every text: each rule with its index in the set and its needs.
-        self._plan = [
+        self._plan: list[_PlanEntry] = [
             (index, kind, pattern, groups, check, char, min_digits)
             for index, ((kind, pattern, groups, check), (char, min_digits)) in enumerate(
                 zip(self._rules, needs, strict=True)
             )
         ]
+        self._plan_for_answer: dict[frozenset[int], list[_PlanEntry]] = {}
         patterns = [pattern for kind, pattern, *_ in rules if kind in wanted]
         self._any = compile_prefilter(patterns)
         self._which = compile_set(patterns)
@@ -279,24 +282,28 @@ class PiiScanner:
             pattern.engine == "re2" or pattern.source is _EMAIL_DOMAIN for _, pattern, _, _ in self._rules
         )
 
-    def _active_rules(self, scan: ScanText) -> frozenset[int] | None:
-        """The indices of the rules whose pattern matches somewhere in the text, or None for "run them all".
+    def _active_plan(self, scan: ScanText) -> list[_PlanEntry] | None:
+        """The plan entries of the rules whose pattern matches somewhere in the text, or None for "unknown".
 
         Only where every rule's engine agrees with RE2 on where a pattern can match: on ASCII text, and on
         any text when the rules run on re2 (see `_set_fits_any_text`). The RE2 set answers in one DFA
         pass; its answer is final when it names rules, or when the text is short (each byte adds at most
         one DFA state, and _SET_FINAL_BYTES states fit its memory several times over). On a longer text
         an empty answer could mean the DFA ran out of memory, so a regex pass (which falls back to the
-        NFA) decides between "nothing" and "run them all".
+        NFA) decides between "nothing" and "unknown".
         """
         if self._which is None or self._any is None or not (scan.is_ascii or self._set_fits_any_text):
             return None
         data = scan.data
         matched = self._which.Match(data)
         if matched:
-            return frozenset(matched)
+            answer = frozenset(matched)
+            plan = self._plan_for_answer.get(answer)
+            if plan is None:  # at most one entry per subset of the rules
+                plan = self._plan_for_answer[answer] = [entry for entry in self._plan if entry[0] in answer]
+            return plan
         if len(data) <= _SET_FINAL_BYTES or self._any.search(data) is None:
-            return frozenset()
+            return []
         return None
 
     def scan(self, text: str) -> list[Finding]:
@@ -304,15 +311,14 @@ class PiiScanner:
         if len(text) < _SHORTEST:
             return []
         scan = ScanText(text)
-        active = self._active_rules(scan)
-        if active is not None and not active:
-            return []
-        # UTF-8 bytes hold ASCII digits only as themselves; past 64 KB nearly every text has enough.
-        digits = len(scan.data.translate(None, _NOT_DIGITS)) if len(text) <= 65536 else len(text)
+        plan = self._active_plan(scan)
+        if plan is None:
+            # Without the set's answer, the char and digits a rule needs are the cheap test. UTF-8 bytes
+            # hold ASCII digits only as themselves; past 64 KB nearly every text has enough.
+            digits = len(scan.data.translate(None, _NOT_DIGITS)) if len(text) <= 65536 else len(text)
+            plan = [entry for entry in self._plan if digits >= entry[6] and (not entry[5] or entry[5] in text)]
         found: list[tuple[int, int, str]] = []
-        for index, kind, pattern, groups, check, char, min_digits in self._plan:
-            if (active is not None and index not in active) or digits < min_digits or (char and char not in text):
-                continue
+        for _, kind, pattern, groups, check, _, _ in plan:
             for start, end in pattern.spans(scan, groups):
                 span = check(text, start, end)
                 if span is not None:

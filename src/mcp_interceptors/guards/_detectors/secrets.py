@@ -60,6 +60,8 @@ class _Rule:
     # checking that first skips most rules for most strings, which matters for the many short ones.
     literals: tuple[str, ...]
     keywords: tuple[str, ...] = ()
+    # A second keyword group: one of these must appear as well (case-insensitive too).
+    more_keywords: tuple[str, ...] = ()
     groups: tuple[int, ...] = (0,)
     check: Check | None = None
     # Where both engines exist, the faster one for this rule (measured: literal prefixes favour `re`,
@@ -178,6 +180,7 @@ _RULES: tuple[_Rule, ...] = (
         + r"""["']?([A-Za-z0-9/+]{40})""",
         (),
         ("secret",),
+        ("aws", "access"),
         groups=(1,),
         check=_check_aws_secret,
     ),
@@ -331,6 +334,8 @@ class SecretScanner:
                     lowered = text.lower()
                 if not any(keyword in lowered for keyword in rule.keywords):
                     continue
+                if rule.more_keywords and not any(keyword in lowered for keyword in rule.more_keywords):
+                    continue
             rules.append((rule, pattern))
         return rules
 
@@ -350,8 +355,9 @@ def _trigger_set(rules: Sequence[_Rule]) -> tuple[Any, list[frozenset[int]]]:
         sources = []
         if rule.literals:
             sources.append("|".join(re2_escape(literal) for literal in rule.literals))
-        if rule.keywords:
-            sources.append("(?i:" + "|".join(re2_escape(keyword) for keyword in rule.keywords) + ")")
+        for keywords in (rule.keywords, rule.more_keywords):
+            if keywords:
+                sources.append("(?i:" + "|".join(re2_escape(keyword) for keyword in keywords) + ")")
         needs.append(frozenset(entries.setdefault(source, len(entries)) for source in sources))
     return compile_set(list(entries)), needs
 

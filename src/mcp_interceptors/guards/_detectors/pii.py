@@ -67,8 +67,8 @@ _WORD_DASH = _WORD | {"-"}
 _WORD_DOT = _WORD | {"."}
 _WORD_DOT_COLON = _WORD | {".", ":"}
 _WORD_COLON = _WORD | {":"}
-# The local part before an email's "@", read backwards (on the reversed text before it), up to 65 chars.
-_EMAIL_LOCAL_REVERSED = re.compile(r"[A-Za-z0-9._%+-]{0,65}")
+# What an email's local part (before the "@") is made of.
+_EMAIL_LOCAL_CHARS = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789._%+-"
 # A valid dotted quad: no octet above 255 or with a leading zero (what `ipaddress` accepts of _IPV4's shape).
 _OCTET = r"(?:25[0-5]|2[0-4][0-9]|1[0-9][0-9]|[1-9]?[0-9])"
 _QUAD = rf"{_OCTET}(?:\.{_OCTET}){{3}}"
@@ -104,8 +104,9 @@ def _digit_follows(text: str, end: int, joiners: str) -> bool:
 
 
 def _check_email(text: str, start: int, end: int) -> tuple[int, int] | None:
-    run = _EMAIL_LOCAL_REVERSED.match(text[max(0, start - 65) : start][::-1])
-    local = text[start - run.end() if run else start : start].lstrip(".")
+    # The run of local-part chars just before the "@", up to 65 of them.
+    window = text[max(0, start - 65) : start]
+    local = window[len(window.rstrip(_EMAIL_LOCAL_CHARS)) :].lstrip(".")
     if not local or len(local) > 64 or local.endswith(".") or ".." in local:
         return None
     local_start = start - len(local)

@@ -157,6 +157,9 @@ class DownstreamSession:
             await record.failed(method, exc.code, exc.message)
             await record.settle()
             raise
+        except anyio.get_cancelled_exc_class():
+            await record.cancelled(method)
+            raise
         keys = advertised_keys(method, result)
         if cursor is None or method not in self.advertised:
             self.advertised[method] = keys
@@ -263,6 +266,9 @@ class DownstreamSession:
         except MCPError as exc:
             await record.failed(method, exc.code, exc.message)
             await record.settle()
+            raise
+        except anyio.get_cancelled_exc_class():
+            await record.cancelled(method)  # the client gave up on the call: the trail says so
             raise
         return await self._settled(result, record)
 

@@ -36,6 +36,11 @@ def test_a_line_keeps_every_integer_exact(number: int) -> None:
     assert encode_line(message) == line + b"\n"
 
 
+def test_a_line_nested_past_200_levels_is_still_parsed() -> None:
+    """The gateway answers a payload nested too deep itself (-32602 naming the field): it must parse."""
+    assert loads(b"[" * 300 + b"]" * 300) is not None
+
+
 @pytest.mark.parametrize("line", [b"{not json", b'{"n": NaN}', b'{"n": Infinity}', b"\xff"])
 def test_a_line_that_is_not_json_is_a_value_error(line: bytes) -> None:
     with pytest.raises(ValueError):

@@ -44,10 +44,15 @@ INTERNAL_ERROR = -32603
 def loads(line: bytes) -> Any:
     """One JSON text, parsed as mcp's own transports parse it (pydantic-core); raises `ValueError`.
 
-    Not orjson: it turns an integer past 64 bits into a double (the low digits are lost on their way
-    upstream) and refuses one past the doubles, so a valid request went unanswered.
+    pydantic-core keeps integers of any size exact, where orjson turns one past 64 bits into a double
+    (its low digits lost on the way upstream) and refuses one past the doubles (a valid request left
+    unanswered). It stops at 200 levels of nesting, so deeper text goes to orjson (1024 levels): the
+    gateway then answers a payload nested too deep with -32602 naming the field, not a parse error.
     """
-    return pydantic_core.from_json(line, allow_inf_nan=False)
+    try:
+        return pydantic_core.from_json(line, allow_inf_nan=False)
+    except ValueError:
+        return orjson.loads(line)
 
 
 def is_request_id(value: object) -> bool:

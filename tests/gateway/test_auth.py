@@ -1,4 +1,5 @@
-"""Downstream JWT auth: key files are found relative to the config file, and a bad one is named."""
+"""Downstream auth: JWT key files are found relative to the config file, a bad one is named, and a token's
+principal says whether it is a user or a client."""
 
 from __future__ import annotations
 
@@ -10,8 +11,10 @@ import pytest
 from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric import ed25519
 
-from mcp_interceptors.gateway.auth import build_auth, check_auth
+from mcp_interceptors import Chain
+from mcp_interceptors.gateway.auth import StaticTokenVerifier, build_auth, check_auth, principal_for
 from mcp_interceptors.gateway.config import ConfigError, load_config
+from mcp_interceptors.gateway.server import Gateway
 
 pytestmark = pytest.mark.anyio
 
@@ -76,3 +79,38 @@ async def test_a_jwt_issuer_that_is_not_a_url_is_checked_but_not_advertised(tmp_
     other = jwt.encode({**claims, "iss": "someone-else"}, key, algorithm="EdDSA")
     assert (await verifier.verify_token(good)) is not None
     assert (await verifier.verify_token(other)) is None
+
+
+async def test_a_client_named_like_a_user_is_not_that_user(tmp_path: Path) -> None:
+    """A client-credentials token (no `sub`) of a client whose id equals a user's `sub` is a `service`
+    principal: it neither passes for the user in policy nor shares the user's rate limits or 2026-07-28
+    session (keyed `type:id`)."""
+    key = ed25519.Ed25519PrivateKey.generate()
+    public = key.public_key().public_bytes(serialization.Encoding.PEM, serialization.PublicFormat.SubjectPublicKeyInfo)
+    (tmp_path / "public.pem").write_bytes(public)
+    config_file = tmp_path / "gateway.yaml"
+    config_file.write_text(
+        "upstreams:\n  a: {command: python, args: [server.py]}\n"
+        "auth:\n  jwt: {public_key_file: public.pem, audience: gw}\n",
+        encoding="utf-8",
+    )
+    config = load_config(config_file)
+    _, verifier = build_auth(config, "127.0.0.1", 8080)
+    assert verifier is not None
+    claims = {"aud": "gw", "exp": int(time.time()) + 60}
+    user = await verifier.verify_token(jwt.encode({**claims, "sub": "alice"}, key, algorithm="EdDSA"))
+    client = await verifier.verify_token(jwt.encode({**claims, "client_id": "alice"}, key, algorithm="EdDSA"))
+    assert user is not None and client is not None
+    alice, service = principal_for(user), principal_for(client)
+    assert (alice.type, alice.id) == ("user", "alice")
+    assert (service.type, service.id) == ("service", "alice")
+    gateway = Gateway(config, Chain(role="server"))
+    assert gateway.session("2026-07-28", None, alice, None) is not gateway.session("2026-07-28", None, service, None)
+    assert gateway.session("2026-07-28", None, alice, None) is gateway.session("2026-07-28", None, alice, None)
+
+
+async def test_each_static_token_is_a_user_of_its_own() -> None:
+    verifier = StaticTokenVerifier(["first-secret", "second-secret"], [])
+    tokens = [await verifier.verify_token(secret) for secret in ("first-secret", "second-secret")]
+    principals = [principal_for(token) for token in tokens if token is not None]
+    assert [(p.type, p.id) for p in principals] == [("user", "static-token-1"), ("user", "static-token-2")]

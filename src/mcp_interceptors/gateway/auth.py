@@ -16,6 +16,7 @@ from mcp.server.auth.provider import AccessToken, TokenVerifier
 from mcp.server.auth.settings import AuthSettings
 
 from mcp_interceptors.gateway.config import AuthConfig, ConfigError, GatewayConfig, authority
+from mcp_interceptors.protocol.invoke import Principal
 
 #: Claims passed on to interceptors as `principal.claims` (send only what policy needs).
 _FORWARDED_CLAIMS = frozenset({"iss", "aud", "sub", "azp", "client_id", "groups", "roles"})
@@ -32,7 +33,8 @@ class StaticTokenVerifier:
         candidate = token.encode()
         for index, known in enumerate(self._tokens):
             if hmac.compare_digest(candidate, known):
-                return AccessToken(token=token, client_id=f"static-token-{index + 1}", scopes=list(self._scopes))
+                name = f"static-token-{index + 1}"  # each token stands for a user of its own
+                return AccessToken(token=token, client_id=name, scopes=list(self._scopes), subject=name)
         return None
 
 
@@ -92,6 +94,20 @@ class JwtVerifier:
                 k: v for k, v in claims.items() if k in ("iss", "aud", "sub", "azp", "client_id", "groups", "roles")
             },
         )
+
+
+def principal_for(token: AccessToken) -> Principal:
+    """Who a verified token acts for: the user its `sub` names, else the client (a service) it was issued to.
+
+    The type tells the two apart, so a client whose `client_id` equals a user's `sub` is not that user
+    to policy rules, rate limits (`per: principal` counts `type:id`) or 2026-07-28 session state.
+    """
+    claims = dict(token.claims or {})
+    if token.scopes:
+        claims.setdefault("scopes", list(token.scopes))
+    if token.subject is not None:
+        return Principal(type="user", id=token.subject, claims=claims or None)
+    return Principal(type="service", id=token.client_id, claims=claims or None)
 
 
 def _resolve(name: str, base_dir: str | None) -> Path:

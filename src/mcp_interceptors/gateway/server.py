@@ -37,6 +37,7 @@ from mcp_types.version import MODERN_PROTOCOL_VERSIONS
 from pydantic import ConfigDict, ValidationError
 
 from mcp_interceptors.executor import Call
+from mcp_interceptors.gateway.auth import principal_for
 from mcp_interceptors.gateway.bridge import Bridges
 from mcp_interceptors.gateway.config import GatewayConfig
 from mcp_interceptors.gateway.host_input import chain_body, result_body, vouched_context
@@ -367,7 +368,7 @@ class Gateway:
         if era == "legacy":
             key = transport_session or "default"
         else:
-            key = "modern:" + ((principal.id or "anonymous") if principal is not None else "anonymous")
+            key = "modern:" + (f"{principal.type}:{principal.id}" if principal is not None else "anonymous")
         session = self.sessions.get(key)
         if session is None:
             session = DownstreamSession(self, key=key, era=era, principal=principal, client_params=client_params)
@@ -645,12 +646,7 @@ def _principal() -> Principal | None:
     from mcp.server.auth.middleware.auth_context import get_access_token
 
     token = get_access_token()
-    if token is None:
-        return None
-    claims = dict(token.claims or {})
-    if token.scopes:
-        claims.setdefault("scopes", list(token.scopes))
-    return Principal(type="user", id=token.subject or token.client_id, claims=claims or None)
+    return principal_for(token) if token is not None else None
 
 
 def _bus_event(method: str, params: Mapping[str, Any] | None) -> ServerEvent | None:

@@ -3,6 +3,7 @@ principal says whether it is a user or a client."""
 
 from __future__ import annotations
 
+import json
 import time
 from pathlib import Path
 
@@ -10,6 +11,7 @@ import jwt
 import pytest
 from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric import ed25519
+from jwt.algorithms import OKPAlgorithm
 
 from mcp_interceptors import Chain
 from mcp_interceptors.gateway.auth import StaticTokenVerifier, build_auth, check_auth, principal_for
@@ -114,3 +116,39 @@ async def test_each_static_token_is_a_user_of_its_own() -> None:
     tokens = [await verifier.verify_token(secret) for secret in ("first-secret", "second-secret")]
     principals = [principal_for(token) for token in tokens if token is not None]
     assert [(p.type, p.id) for p in principals] == [("user", "static-token-1"), ("user", "static-token-2")]
+
+
+async def test_a_rotated_jwks_file_is_reread_and_a_broken_one_fails_closed(tmp_path: Path) -> None:
+    """Keys rotate in place: a key taken out of the JWKS file stops verifying and a new one starts, without
+    a restart; a file that cannot be read (half written, gone) lets no token through."""
+    old, new = ed25519.Ed25519PrivateKey.generate(), ed25519.Ed25519PrivateKey.generate()
+
+    def jwks(*keys: tuple[str, ed25519.Ed25519PrivateKey]) -> str:
+        entries = [{**json.loads(OKPAlgorithm.to_jwk(key.public_key())), "kid": kid} for kid, key in keys]
+        return json.dumps({"keys": entries})
+
+    key_file = tmp_path / "jwks.json"
+    key_file.write_text(jwks(("old", old)), encoding="utf-8")
+    config_file = tmp_path / "gateway.yaml"
+    config_file.write_text(
+        "upstreams:\n  a: {command: python, args: [server.py]}\nauth:\n  jwt: {jwks_file: jwks.json, audience: gw}\n",
+        encoding="utf-8",
+    )
+    _, verifier = build_auth(load_config(config_file), "127.0.0.1", 8080)
+    assert verifier is not None
+    claims = {"sub": "alice", "aud": "gw", "exp": int(time.time()) + 60}
+    by_old = jwt.encode(claims, old, algorithm="EdDSA", headers={"kid": "old"})
+    by_new = jwt.encode(claims, new, algorithm="EdDSA", headers={"kid": "new"})
+
+    async def accepted() -> list[bool]:
+        return [await verifier.verify_token(token) is not None for token in (by_old, by_new)]
+
+    assert await accepted() == [True, False]
+    rotated = tmp_path / "jwks.json.tmp"
+    rotated.write_text(jwks(("new", new)), encoding="utf-8")
+    rotated.replace(key_file)  # written elsewhere, then renamed over the old file
+    assert await accepted() == [False, True]
+    key_file.write_text('{"keys": [', encoding="utf-8")
+    assert await accepted() == [False, False]
+    key_file.unlink()
+    assert await accepted() == [False, False]

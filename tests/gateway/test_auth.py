@@ -12,11 +12,13 @@ import pytest
 from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric import ed25519
 from jwt.algorithms import OKPAlgorithm
+from mcp import MCPError
 
 from mcp_interceptors import Chain
 from mcp_interceptors.gateway.auth import StaticTokenVerifier, build_auth, check_auth, principal_for
-from mcp_interceptors.gateway.config import ConfigError, load_config
+from mcp_interceptors.gateway.config import ConfigError, load_config, parse_config
 from mcp_interceptors.gateway.server import Gateway
+from mcp_interceptors.protocol.invoke import Principal
 
 pytestmark = pytest.mark.anyio
 
@@ -152,3 +154,17 @@ async def test_a_rotated_jwks_file_is_reread_and_a_broken_one_fails_closed(tmp_p
     assert await accepted() == [False, False]
     key_file.unlink()
     assert await accepted() == [False, False]
+
+
+def test_a_handshake_session_serves_only_the_principal_that_opened_it() -> None:
+    """Whatever names a session (a header, a query), another principal's request for it is refused."""
+    config = parse_config({"upstreams": {"a": {"command": "python", "args": ["server.py"]}}})
+    gateway = Gateway(config, Chain(role="server"))
+    alice = Principal(type="user", id="alice", claims={"scopes": ["read"]})
+    opened = gateway.session("legacy", "s-1", alice, None)
+    again = Principal(type="user", id="alice", claims={"scopes": ["read", "write"]})  # another token, same user
+    assert gateway.session("legacy", "s-1", again, None) is opened
+    for other in (Principal(type="service", id="alice"), Principal(type="user", id="bob"), None):
+        with pytest.raises(MCPError) as refused:
+            gateway.session("legacy", "s-1", other, None)
+        assert (refused.value.code, refused.value.message) == (-32600, "Session not found")

@@ -41,6 +41,7 @@ from mcp_interceptors.gateway.auth import principal_for
 from mcp_interceptors.gateway.bridge import Bridges
 from mcp_interceptors.gateway.config import GatewayConfig
 from mcp_interceptors.gateway.host_input import chain_body, result_body, vouched_context
+from mcp_interceptors.gateway.jsonrpc import INVALID_REQUEST
 from mcp_interceptors.gateway.legs import Governor
 from mcp_interceptors.gateway.recording import RECEIPT_META_KEY, CallRecord, Leg, receipt_meta
 from mcp_interceptors.gateway.routing import CALLS, LISTS, Catalog
@@ -370,6 +371,10 @@ class Gateway:
         else:
             key = "modern:" + (f"{principal.type}:{principal.id}" if principal is not None else "anonymous")
         session = self.sessions.get(key)
+        if session is not None and _owner(session.principal) != _owner(principal):
+            # Transports bind a session to the credential that opened it; this holds whatever names the key.
+            logger.warning("refused a request for session %s: it belongs to another principal", key[:64])
+            raise MCPError(INVALID_REQUEST, "Session not found", {"reason": "session belongs to another principal"})
         if session is None:
             session = DownstreamSession(self, key=key, era=era, principal=principal, client_params=client_params)
             if era == "legacy" and self._can_share(session):
@@ -639,6 +644,11 @@ async def start_audit_writer(config: GatewayConfig, tg: anyio.abc.TaskGroup) -> 
     writer = AuditWriter(store, key)
     await tg.start(writer.run)
     return writer
+
+
+def _owner(principal: Principal | None) -> tuple[str, str | None] | None:
+    """Who a session belongs to: a principal's type and id (its claims may differ from token to token)."""
+    return (principal.type, principal.id) if principal is not None else None
 
 
 def _principal() -> Principal | None:

@@ -31,7 +31,7 @@ from e2e_support import (
     write_yaml,
 )
 from helpers import cli_argv, free_tcp_port, http_transport, pid_alive, run_cli, running, spawn, stop, wait_http_ready
-from mcp import Client
+from mcp import Client, MCPError
 from mcp.client.sse import sse_client
 from mcp_types import Implementation
 
@@ -207,6 +207,30 @@ async def test_jwt_gateway_refuses_bad_tokens_with_401(
             )
     assert response.status_code == 401
     assert response.headers["www-authenticate"].startswith("Bearer ")
+
+
+async def test_policy_sees_the_claims_of_each_requests_own_token(
+    tmp_path: Path, signing_key: ed25519.Ed25519PrivateKey
+) -> None:
+    """2026-07-28 requests of one principal share a session: a token issued after a role was taken away
+    must be judged by its own claims, not by those of the first token the gateway saw."""
+    (tmp_path / "public.pem").write_bytes(_pem(signing_key))
+    auth = {"jwt": {"public_key_file": str(tmp_path / "public.pem"), "issuer": ISSUER, "audience": AUDIENCE}}
+    rule = {"tool": "echo", "cel": 'has(principal.claims.roles) && "editor" in principal.claims.roles'}
+    guards = [{"name": "tool-policy", "config": {"arguments": [rule]}}]
+    config = write_yaml(tmp_path / "gateway.yaml", standard_config(auth=auth, interceptors={"guards": guards}))
+    answers: list[str] = []
+    with anyio.fail_after(60):
+        async with serve(config) as base:
+            for roles in (["editor"], []):
+                token = _token(signing_key, "EdDSA", roles=roles)
+                transport = http_transport(f"{base}/mcp", headers={"Authorization": f"Bearer {token}"})
+                async with Client(transport, mode="2026-07-28") as client:
+                    try:
+                        answers.append(text_of(await client.call_tool("echo", {"text": "edit"})))
+                    except MCPError as exc:
+                        answers.append(str((exc.data or {}).get("interceptor")))
+    assert answers == ["edit", "tool-policy"]
 
 
 # --------------------------------------------------------------------------- one unauthenticated loopback gateway

@@ -162,8 +162,9 @@ def test_a_handshake_session_serves_only_the_principal_that_opened_it() -> None:
     gateway = Gateway(config, Chain(role="server"))
     alice = Principal(type="user", id="alice", claims={"scopes": ["read"]})
     opened = gateway.session("legacy", "s-1", alice, None)
-    again = Principal(type="user", id="alice", claims={"scopes": ["read", "write"]})  # another token, same user
+    again = Principal(type="user", id="alice", claims={"scopes": ["write"]})  # a refreshed token, same user
     assert gateway.session("legacy", "s-1", again, None) is opened
+    assert opened.context(None).principal == again  # judged by its latest claims, not the first token's
     for other in (Principal(type="service", id="alice"), Principal(type="user", id="bob"), None):
         with pytest.raises(MCPError) as refused:
             gateway.session("legacy", "s-1", other, None)

@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Any
 
 import jwt
+from mcp.server.auth.middleware.auth_context import get_access_token
 from mcp.server.auth.provider import AccessToken, TokenVerifier
 from mcp.server.auth.settings import AuthSettings
 
@@ -133,6 +134,12 @@ def principal_for(token: AccessToken) -> Principal:
     if token.subject is not None:
         return Principal(type="user", id=token.subject, claims=claims or None)
     return Principal(type="service", id=token.client_id, claims=claims or None)
+
+
+def current_principal() -> Principal | None:
+    """The caller of the request being served, from its own token (mcp's bearer auth on HTTP), else None."""
+    token = get_access_token()
+    return principal_for(token) if token is not None else None
 
 
 def _stamp(path: Path) -> tuple[int, ...]:

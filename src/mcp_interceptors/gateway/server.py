@@ -37,7 +37,7 @@ from mcp_types.version import MODERN_PROTOCOL_VERSIONS
 from pydantic import ConfigDict, ValidationError
 
 from mcp_interceptors.executor import Call
-from mcp_interceptors.gateway.auth import principal_for
+from mcp_interceptors.gateway.auth import current_principal
 from mcp_interceptors.gateway.bridge import Bridges
 from mcp_interceptors.gateway.config import GatewayConfig
 from mcp_interceptors.gateway.host_input import chain_body, result_body, vouched_context
@@ -355,7 +355,7 @@ class Gateway:
                 header = SSE_SESSION_PREFIX + sse
         client_params = ctx.session.client_params
         params = client_params.model_dump(by_alias=True, mode="json", exclude_none=True) if client_params else None
-        return self.session(era, header, _principal(), params)
+        return self.session(era, header, current_principal(), params)
 
     def session(
         self,
@@ -375,7 +375,9 @@ class Gateway:
             # Transports bind a session to the credential that opened it; this holds whatever names the key.
             logger.warning("refused a request for session %s: it belongs to another principal", key[:64])
             raise MCPError(INVALID_REQUEST, "Session not found", {"reason": "session belongs to another principal"})
-        if session is None:
+        if session is not None:
+            session.principal = principal  # the same caller; its latest token's claims (roles, scopes) count
+        else:
             session = DownstreamSession(self, key=key, era=era, principal=principal, client_params=client_params)
             if era == "legacy" and self._can_share(session):
                 session.upstreams = dict(self.shared)
@@ -649,14 +651,6 @@ async def start_audit_writer(config: GatewayConfig, tg: anyio.abc.TaskGroup) -> 
 def _owner(principal: Principal | None) -> tuple[str, str | None] | None:
     """Who a session belongs to: a principal's type and id (its claims may differ from token to token)."""
     return (principal.type, principal.id) if principal is not None else None
-
-
-def _principal() -> Principal | None:
-    """The authenticated caller on HTTP (from mcp's bearer auth), else None."""
-    from mcp.server.auth.middleware.auth_context import get_access_token
-
-    token = get_access_token()
-    return principal_for(token) if token is not None else None
 
 
 def _bus_event(method: str, params: Mapping[str, Any] | None) -> ServerEvent | None:

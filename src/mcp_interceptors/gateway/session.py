@@ -18,6 +18,7 @@ from mcp.shared.inbound import mcp_param_headers, x_mcp_header_map
 from mcp_types import LoggingLevel
 from mcp_types.methods import CACHEABLE_METHODS
 
+from mcp_interceptors.gateway.auth import current_principal
 from mcp_interceptors.gateway.bridge import BridgedCall
 from mcp_interceptors.gateway.legs import GOVERNED_EVENTS
 from mcp_interceptors.gateway.recording import RECEIPT_META_KEY, CallRecord, Leg, receipt_meta
@@ -93,7 +94,8 @@ class DownstreamSession:
 
     def context(self, upstream: str | None, request_id: Any = None) -> InvocationContext:
         return InvocationContext(
-            principal=self.principal,
+            # The request's own token: a session outlives tokens, and a later one may carry other claims.
+            principal=current_principal() or self.principal,
             session_id=self.key,
             server=upstream,
             trace_id=None if request_id is None else str(request_id),

@@ -1,6 +1,6 @@
-"""Every call the audit trail opens is closed (docs/audit.md): a call the client cancels in flight gets a
-`cancelled` error record and its receipt, and a payload that has no canonical form is refused before it
-is dispatched, with an error naming the field, instead of crashing the leg.
+"""Every call the audit trail opens is closed, and its records cover what was sent (docs/audit.md): a call
+the client cancels in flight gets a `cancelled` error record and its receipt, a payload that has no canonical
+form is refused before it is dispatched, with an error naming the field, and a request's `_meta` is hashed.
 """
 
 from __future__ import annotations
@@ -12,10 +12,10 @@ from typing import Any
 import anyio
 import orjson
 import pytest
-from e2e_support import ConfigWriter, fresh_gateway, text_of, unique, upstream_entry
+from e2e_support import ERAS, ConfigWriter, fresh_gateway, raw_request, text_of, unique, upstream_entry
 from mcp import MCPError
 
-from mcp_interceptors.audit import SqliteStore, verify_source
+from mcp_interceptors.audit import SqliteStore, payload_hash, verify_source
 
 pytestmark = [pytest.mark.anyio, pytest.mark.e2e]
 
@@ -90,3 +90,18 @@ async def test_a_payload_with_no_canonical_form_is_refused_naming_the_field(
     assert stored == "<missing>"  # never dispatched
     recorded = calls(tmp_path / "audit.db", "tools/call")
     assert all(len(legs) == 2 for legs in recorded.values())  # only the read_note call, opened and closed
+
+
+@pytest.mark.parametrize("era", ERAS)
+async def test_a_requests_forwarded_meta_is_part_of_its_recorded_payload(
+    write_config: ConfigWriter, tmp_path: Path, era: str
+) -> None:
+    """`params._meta` is governed and forwarded, so the record's intent hash covers it (all but what each hop
+    sets itself: the 2026-07-28 envelope and the progress token); it once covered the params without it."""
+    config = audited(write_config, tmp_path)
+    params = {"name": "echo", "arguments": {"text": "tagged"}, "_meta": {"vendor.example/tag": "v1"}}
+    with anyio.fail_after(60):
+        async with fresh_gateway("stdio", config, era) as client:
+            await raw_request(client, "tools/call", params)
+    (call,) = calls(tmp_path / "audit.db", "tools/call").values()
+    assert call[0]["intent_hash"] == payload_hash({"method": "tools/call", "params": params})

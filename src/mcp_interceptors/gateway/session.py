@@ -23,7 +23,7 @@ from mcp_interceptors.gateway.bridge import BridgedCall
 from mcp_interceptors.gateway.legs import GOVERNED_EVENTS
 from mcp_interceptors.gateway.recording import RECEIPT_META_KEY, CallRecord, Leg, receipt_meta
 from mcp_interceptors.gateway.routing import CALLS, LISTS, Catalog, Route, advertised_keys, build_catalog
-from mcp_interceptors.gateway.upstream import UpstreamConnection, first_error
+from mcp_interceptors.gateway.upstream import ENVELOPE_KEYS, UpstreamConnection, first_error
 from mcp_interceptors.protocol.invoke import InvocationContext, Principal, now_iso
 
 if TYPE_CHECKING:
@@ -139,7 +139,7 @@ class DownstreamSession:
         params = await governor.govern_request(method, params, record.context, record)
         conns = await self.connections()
         cursor = (params or {}).get("cursor")
-        sent = {"method": method, "params": _without_meta(params)}
+        sent = {"method": method, "params": _recorded(params)}
         await record.dispatched(executed=sent, intent=sent)
         try:
             if len(conns) == 1:
@@ -256,10 +256,10 @@ class DownstreamSession:
             upstream_params["name"] = route.name
         conn = conns[route.upstream]
         relay = _relay(downstream, params)
-        sent = {"method": method, "params": _without_meta(upstream_params)}
+        sent = {"method": method, "params": _recorded(upstream_params)}
         approved = {
             "method": method,
-            "params": {**_without_meta(params), **({key: route.name} if key == "name" else {})},
+            "params": {**_recorded(params), **({key: route.name} if key == "name" else {})},
         }
         await record.dispatched(executed=sent, intent=approved)
         try:
@@ -437,7 +437,7 @@ class DownstreamSession:
             if isinstance(method, str) and method in GOVERNED_EVENTS:
                 embedded = record.embedded()
                 params = await self.gateway.governor.govern_request(method, request.get("params"), context, embedded)
-                sent = {"method": method, "params": _without_meta(params)}
+                sent = {"method": method, "params": _recorded(params)}
                 await embedded.dispatched(executed=sent, intent=sent)
                 if record.enabled and isinstance(state, str):  # its answer comes with the retry
                     self.gateway.open_input(state, str(key), embedded.call_id, method)
@@ -505,7 +505,7 @@ class DownstreamSession:
         record = self.gateway.new_record(context)
         if method in GOVERNED_EVENTS:
             params = await governor.govern_request(method, params, context, record)
-            sent = {"method": method, "params": _without_meta(params)}
+            sent = {"method": method, "params": _recorded(params)}
             await record.dispatched(executed=sent, intent=sent)
         target = self.inflight[-1] if self.inflight else self.standalone
         if target is None:
@@ -540,8 +540,20 @@ class DownstreamSession:
             await conn.notify(method, params)
 
 
-def _without_meta(params: Mapping[str, Any] | None) -> dict[str, Any]:
-    return {k: v for k, v in (params or {}).items() if k != "_meta"}
+#: `_meta` keys each connection sets for itself, so they are not part of the payload the audit trail hashes.
+_PER_HOP_META = ENVELOPE_KEYS | {"progressToken"}
+
+
+def _recorded(params: Mapping[str, Any] | None) -> dict[str, Any]:
+    """Params as the audit trail hashes them: with the `_meta` the chain governed and the gateway forwards (a
+    vendor's keys), minus what each hop sets for itself (the 2026-07-28 envelope, the progress token)."""
+    body = dict(params or {})
+    meta = body.pop("_meta", None)
+    if isinstance(meta, Mapping):
+        meta = {key: value for key, value in meta.items() if key not in _PER_HOP_META}
+    if meta:
+        body["_meta"] = meta
+    return body
 
 
 def _relay(downstream: Downstream, params: Mapping[str, Any] | None) -> Callable[..., Awaitable[None]] | None:

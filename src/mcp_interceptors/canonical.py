@@ -18,7 +18,17 @@ _MAX_SAFE_INT: Final = 2**53 - 1
 
 
 class CanonicalizationError(InterceptorsError, ValueError):
-    """A value has no RFC 8785 form (NaN, infinity, a non-JSON type or a non-string key)."""
+    """A value has no RFC 8785 form (NaN, infinity, an integer beyond the doubles, a non-JSON type or a
+    non-string key). `path` holds the keys and indexes that lead to it (empty for the value itself)."""
+
+    def __init__(self, message: str) -> None:
+        super().__init__(message)
+        self.path: list[str | int] = []
+
+    @property
+    def field(self) -> str | None:
+        """The path as dotted text (`params.arguments.x`, list indexes as numbers), or None at the top."""
+        return ".".join(str(part) for part in self.path) or None
 
 
 def canonical_json(value: Any) -> bytes:
@@ -42,7 +52,7 @@ def _prepare(value: Any) -> Any:
     if kind is str or kind is bool or value is None:
         return value
     if kind is int:
-        return value if -_MAX_SAFE_INT <= value <= _MAX_SAFE_INT else _number_fragment(float(value))
+        return value if -_MAX_SAFE_INT <= value <= _MAX_SAFE_INT else _number_fragment(_as_double(value))
     if kind is float:
         return _number_fragment(value)
     if kind is dict:
@@ -52,7 +62,11 @@ def _prepare(value: Any) -> Any:
                 raise CanonicalizationError(f"object key {key!r} is not a string")
             if not key.isascii() and max(key) > "\uffff":
                 raise _AstralKeyError
-            new = _prepare(item)
+            try:
+                new = _prepare(item)
+            except CanonicalizationError as exc:
+                exc.path.insert(0, key)
+                raise
             if new is not item:
                 patched = patched if patched is not None else dict(value)
                 patched[key] = new
@@ -60,12 +74,26 @@ def _prepare(value: Any) -> Any:
     if kind is list or kind is tuple:
         items: list[Any] | None = None
         for index, item in enumerate(value):
-            new = _prepare(item)
+            try:
+                new = _prepare(item)
+            except CanonicalizationError as exc:
+                exc.path.insert(0, index)
+                raise
             if new is not item:
                 items = items if items is not None else list(value)
                 items[index] = new
         return value if items is None else items
     raise CanonicalizationError(f"{kind.__name__} is not a JSON value")
+
+
+def _as_double(value: int) -> float:
+    """The IEEE double nearest to `value`; past the largest double there is none (JavaScript sees Infinity)."""
+    try:
+        return float(value)
+    except OverflowError:
+        raise CanonicalizationError(
+            f"an integer of {value.bit_length()} bits is beyond the largest IEEE double (about 1.8e308)"
+        ) from None
 
 
 def _number_fragment(number: float) -> orjson.Fragment:
@@ -82,11 +110,17 @@ def _number_fragment(number: float) -> orjson.Fragment:
 
 def _coerce_big_ints(value: Any) -> Any:
     if type(value) is int and not -_MAX_SAFE_INT <= value <= _MAX_SAFE_INT:
-        return float(value)
-    if isinstance(value, dict):
-        return {key: _coerce_big_ints(item) for key, item in value.items()}
-    if isinstance(value, list | tuple):
-        return [_coerce_big_ints(item) for item in value]
+        return _as_double(value)
+    if isinstance(value, dict | list | tuple):
+        pairs = value.items() if isinstance(value, dict) else enumerate(value)
+        coerced: dict[Any, Any] = {}
+        for key, item in pairs:
+            try:
+                coerced[key] = _coerce_big_ints(item)
+            except CanonicalizationError as exc:
+                exc.path.insert(0, key)
+                raise
+        return coerced if isinstance(value, dict) else list(coerced.values())
     return value
 
 

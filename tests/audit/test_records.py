@@ -81,6 +81,23 @@ def test_canonical_json_rejects_non_json(value: Any) -> None:
         canonical_json(value)
 
 
+@pytest.mark.parametrize(
+    ("value", "field"),
+    [
+        (10**400, None),
+        ({"params": {"arguments": {"x": [1, -(10**400)]}}}, "params.arguments.x.1"),
+        ({"\U0001f600": {"n": 2**1024}}, "\U0001f600.n"),  # the slow path (keys past U+FFFF) too
+        ({"a": [float("nan")]}, "a.0"),
+    ],
+)
+def test_canonical_json_names_the_value_without_a_form(value: Any, field: str | None) -> None:
+    # An integer past the largest double has no IEEE form (JavaScript reads it as Infinity): it is
+    # refused like NaN, with the path to it, never an OverflowError.
+    with pytest.raises(CanonicalizationError) as caught:
+        canonical_json(value)
+    assert caught.value.field == field
+
+
 @given(st.dictionaries(st.text(max_size=6), json_values, max_size=8))
 def test_payload_hash_is_stable_under_key_order(value: dict[str, Any]) -> None:
     reordered = dict(reversed(list(value.items())))

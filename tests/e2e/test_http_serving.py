@@ -31,7 +31,7 @@ from e2e_support import (
     write_yaml,
 )
 from helpers import cli_argv, free_tcp_port, http_transport, pid_alive, run_cli, running, spawn, stop, wait_http_ready
-from mcp import Client
+from mcp import Client, MCPError
 from mcp.client.sse import sse_client
 from mcp_types import Implementation
 
@@ -115,6 +115,31 @@ async def test_static_token_gateway_serves_sse_clients_with_the_token(token_gate
     assert text_of(result) == "over sse"
 
 
+async def test_an_sse_post_naming_another_principals_session_in_mcp_session_id_stays_in_its_own(
+    write_config: ConfigWriter,
+) -> None:
+    """`/messages/` is bound to its SSE session by `?session_id=`; an `Mcp-Session-Id` header naming a
+    Streamable HTTP session of another token once put the call there, run as that session's principal."""
+    alice_token, bob_token = "e2e-alice-token-51ab", "e2e-bob-token-7c2d"
+    config = write_config(standard_config(auth={"tokens": [alice_token, bob_token]}))
+    initialize = {**INITIALIZE, "params": {**INITIALIZE["params"], "clientInfo": {"name": "alice", "version": "1"}}}
+    call = {"jsonrpc": "2.0", "id": 2, "method": "tools/call", "params": {"name": "whoami", "arguments": {}}}
+    alice_headers = {**ACCEPT, "authorization": f"Bearer {alice_token}"}
+    with anyio.fail_after(60):
+        async with serve(config) as base, httpx2.AsyncClient() as http:
+            opened = await http.post(f"{base}/mcp", json=initialize, headers=alice_headers)
+            session = opened.headers["mcp-session-id"]
+            alice_headers |= {"mcp-session-id": session, "mcp-protocol-version": "2025-11-25"}
+            notice = {"jsonrpc": "2.0", "method": "notifications/initialized"}
+            await http.post(f"{base}/mcp", json=notice, headers=alice_headers)
+            await http.post(f"{base}/mcp", json=call, headers=alice_headers)  # alice's upstream session is open
+            bob_headers = {"Authorization": f"Bearer {bob_token}", "Mcp-Session-Id": session}
+            transport = sse_client(f"{base}/sse", headers=bob_headers)
+            async with Client(transport, mode="legacy", client_info=Implementation(name="bob", version="1")) as bob:
+                seen = json.loads(text_of(await bob.call_tool("whoami", {})))
+    assert seen["client"] == "bob"
+
+
 # --------------------------------------------------------------------------- JWT
 
 
@@ -182,6 +207,30 @@ async def test_jwt_gateway_refuses_bad_tokens_with_401(
             )
     assert response.status_code == 401
     assert response.headers["www-authenticate"].startswith("Bearer ")
+
+
+async def test_policy_sees_the_claims_of_each_requests_own_token(
+    tmp_path: Path, signing_key: ed25519.Ed25519PrivateKey
+) -> None:
+    """2026-07-28 requests of one principal share a session: a token issued after a role was taken away
+    must be judged by its own claims, not by those of the first token the gateway saw."""
+    (tmp_path / "public.pem").write_bytes(_pem(signing_key))
+    auth = {"jwt": {"public_key_file": str(tmp_path / "public.pem"), "issuer": ISSUER, "audience": AUDIENCE}}
+    rule = {"tool": "echo", "cel": 'has(principal.claims.roles) && "editor" in principal.claims.roles'}
+    guards = [{"name": "tool-policy", "config": {"arguments": [rule]}}]
+    config = write_yaml(tmp_path / "gateway.yaml", standard_config(auth=auth, interceptors={"guards": guards}))
+    answers: list[str] = []
+    with anyio.fail_after(60):
+        async with serve(config) as base:
+            for roles in (["editor"], []):
+                token = _token(signing_key, "EdDSA", roles=roles)
+                transport = http_transport(f"{base}/mcp", headers={"Authorization": f"Bearer {token}"})
+                async with Client(transport, mode="2026-07-28") as client:
+                    try:
+                        answers.append(text_of(await client.call_tool("echo", {"text": "edit"})))
+                    except MCPError as exc:
+                        answers.append(str((exc.data or {}).get("interceptor")))
+    assert answers == ["edit", "tool-policy"]
 
 
 # --------------------------------------------------------------------------- one unauthenticated loopback gateway

@@ -62,6 +62,22 @@ async def test_malformed_lines_get_json_rpc_errors_and_the_gateway_keeps_serving
     assert replies[-1]["result"]["content"][0]["text"] == "still serving"
 
 
+async def test_a_request_with_an_integer_past_the_doubles_is_answered(write_config: ConfigWriter) -> None:
+    """Valid JSON (numbers have no size limit) once got `Parse error` with id null: the caller waited forever."""
+    config = write_config({"upstreams": {"e2e": upstream_entry()}})
+    request = {"jsonrpc": "2.0", "id": "big", "method": "tools/call"}
+    request["params"] = {"name": "echo", "arguments": {"text": "big", "n": 10**400}, "_meta": META}
+    with anyio.fail_after(60):
+        async with await anyio.open_process(cli_argv("gateway", "--config", str(config)), env=gateway_env()) as proc:
+            assert proc.stdin is not None and proc.stdout is not None
+            await proc.stdin.send(json.dumps(request).encode() + b"\n")
+            reply = json.loads(await BufferedByteReceiveStream(proc.stdout).receive_until(b"\n", 1 << 20))
+            await proc.stdin.aclose()
+            assert await proc.wait() == 0
+    assert reply["id"] == "big"
+    assert reply["result"]["content"][0]["text"] == "big"
+
+
 SERVE_MALFORMED: list[tuple[bytes, Any]] = [
     *MALFORMED[:8],
     (b'{"jsonrpc": "2.0", "id": 8, "method": "interceptors/list", "params": []}', {"code": -32600, "id": 8}),

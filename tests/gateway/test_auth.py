@@ -1,7 +1,9 @@
-"""Downstream JWT auth: key files are found relative to the config file, and a bad one is named."""
+"""Downstream auth: JWT key files are found relative to the config file, a bad one is named, and a token's
+principal says whether it is a user or a client."""
 
 from __future__ import annotations
 
+import json
 import time
 from pathlib import Path
 
@@ -9,9 +11,14 @@ import jwt
 import pytest
 from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric import ed25519
+from jwt.algorithms import OKPAlgorithm
+from mcp import MCPError
 
-from mcp_interceptors.gateway.auth import build_auth, check_auth
-from mcp_interceptors.gateway.config import ConfigError, load_config
+from mcp_interceptors import Chain
+from mcp_interceptors.gateway.auth import StaticTokenVerifier, build_auth, check_auth, principal_for
+from mcp_interceptors.gateway.config import ConfigError, load_config, parse_config
+from mcp_interceptors.gateway.server import Gateway
+from mcp_interceptors.protocol.invoke import Principal
 
 pytestmark = pytest.mark.anyio
 
@@ -76,3 +83,89 @@ async def test_a_jwt_issuer_that_is_not_a_url_is_checked_but_not_advertised(tmp_
     other = jwt.encode({**claims, "iss": "someone-else"}, key, algorithm="EdDSA")
     assert (await verifier.verify_token(good)) is not None
     assert (await verifier.verify_token(other)) is None
+
+
+async def test_a_client_named_like_a_user_is_not_that_user(tmp_path: Path) -> None:
+    """A client-credentials token (no `sub`) of a client whose id equals a user's `sub` is a `service`
+    principal: it neither passes for the user in policy nor shares the user's rate limits or 2026-07-28
+    session (keyed `type:id`)."""
+    key = ed25519.Ed25519PrivateKey.generate()
+    public = key.public_key().public_bytes(serialization.Encoding.PEM, serialization.PublicFormat.SubjectPublicKeyInfo)
+    (tmp_path / "public.pem").write_bytes(public)
+    config_file = tmp_path / "gateway.yaml"
+    config_file.write_text(
+        "upstreams:\n  a: {command: python, args: [server.py]}\n"
+        "auth:\n  jwt: {public_key_file: public.pem, audience: gw}\n",
+        encoding="utf-8",
+    )
+    config = load_config(config_file)
+    _, verifier = build_auth(config, "127.0.0.1", 8080)
+    assert verifier is not None
+    claims = {"aud": "gw", "exp": int(time.time()) + 60}
+    user = await verifier.verify_token(jwt.encode({**claims, "sub": "alice"}, key, algorithm="EdDSA"))
+    client = await verifier.verify_token(jwt.encode({**claims, "client_id": "alice"}, key, algorithm="EdDSA"))
+    assert user is not None and client is not None
+    alice, service = principal_for(user), principal_for(client)
+    assert (alice.type, alice.id) == ("user", "alice")
+    assert (service.type, service.id) == ("service", "alice")
+    gateway = Gateway(config, Chain(role="server"))
+    assert gateway.session("2026-07-28", None, alice, None) is not gateway.session("2026-07-28", None, service, None)
+    assert gateway.session("2026-07-28", None, alice, None) is gateway.session("2026-07-28", None, alice, None)
+
+
+async def test_each_static_token_is_a_user_of_its_own() -> None:
+    verifier = StaticTokenVerifier(["first-secret", "second-secret"], [])
+    tokens = [await verifier.verify_token(secret) for secret in ("first-secret", "second-secret")]
+    principals = [principal_for(token) for token in tokens if token is not None]
+    assert [(p.type, p.id) for p in principals] == [("user", "static-token-1"), ("user", "static-token-2")]
+
+
+async def test_a_rotated_jwks_file_is_reread_and_a_broken_one_fails_closed(tmp_path: Path) -> None:
+    """Keys rotate in place: a key taken out of the JWKS file stops verifying and a new one starts, without
+    a restart; a file that cannot be read (half written, gone) lets no token through."""
+    old, new = ed25519.Ed25519PrivateKey.generate(), ed25519.Ed25519PrivateKey.generate()
+
+    def jwks(*keys: tuple[str, ed25519.Ed25519PrivateKey]) -> str:
+        entries = [{**json.loads(OKPAlgorithm.to_jwk(key.public_key())), "kid": kid} for kid, key in keys]
+        return json.dumps({"keys": entries})
+
+    key_file = tmp_path / "jwks.json"
+    key_file.write_text(jwks(("old", old)), encoding="utf-8")
+    config_file = tmp_path / "gateway.yaml"
+    config_file.write_text(
+        "upstreams:\n  a: {command: python, args: [server.py]}\nauth:\n  jwt: {jwks_file: jwks.json, audience: gw}\n",
+        encoding="utf-8",
+    )
+    _, verifier = build_auth(load_config(config_file), "127.0.0.1", 8080)
+    assert verifier is not None
+    claims = {"sub": "alice", "aud": "gw", "exp": int(time.time()) + 60}
+    by_old = jwt.encode(claims, old, algorithm="EdDSA", headers={"kid": "old"})
+    by_new = jwt.encode(claims, new, algorithm="EdDSA", headers={"kid": "new"})
+
+    async def accepted() -> list[bool]:
+        return [await verifier.verify_token(token) is not None for token in (by_old, by_new)]
+
+    assert await accepted() == [True, False]
+    rotated = tmp_path / "jwks.json.tmp"
+    rotated.write_text(jwks(("new", new)), encoding="utf-8")
+    rotated.replace(key_file)  # written elsewhere, then renamed over the old file
+    assert await accepted() == [False, True]
+    key_file.write_text('{"keys": [', encoding="utf-8")
+    assert await accepted() == [False, False]
+    key_file.unlink()
+    assert await accepted() == [False, False]
+
+
+def test_a_handshake_session_serves_only_the_principal_that_opened_it() -> None:
+    """Whatever names a session (a header, a query), another principal's request for it is refused."""
+    config = parse_config({"upstreams": {"a": {"command": "python", "args": ["server.py"]}}})
+    gateway = Gateway(config, Chain(role="server"))
+    alice = Principal(type="user", id="alice", claims={"scopes": ["read"]})
+    opened = gateway.session("legacy", "s-1", alice, None)
+    again = Principal(type="user", id="alice", claims={"scopes": ["write"]})  # a refreshed token, same user
+    assert gateway.session("legacy", "s-1", again, None) is opened
+    assert opened.context(None).principal == again  # judged by its latest claims, not the first token's
+    for other in (Principal(type="service", id="alice"), Principal(type="user", id="bob"), None):
+        with pytest.raises(MCPError) as refused:
+            gateway.session("legacy", "s-1", other, None)
+        assert (refused.value.code, refused.value.message) == (-32600, "Session not found")

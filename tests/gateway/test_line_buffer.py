@@ -1,11 +1,12 @@
-"""Newline-delimited JSON over stdio: cutting a byte stream into lines, however it is chunked."""
+"""Newline-delimited JSON over stdio: cutting a byte stream into lines, however it is chunked, and parsing them."""
 
 from __future__ import annotations
 
+import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from mcp_interceptors.gateway.jsonrpc import LineBuffer
+from mcp_interceptors.gateway.jsonrpc import LineBuffer, encode_line, loads
 
 
 @given(st.lists(st.sampled_from([b"a", b"bc", b"\n", b"", b"{}", b"\n\n"]), max_size=30), st.data())
@@ -24,3 +25,23 @@ def test_a_long_line_arrives_whole_once_its_newline_does() -> None:
     assert all(buffer.feed(body) == [] for _ in range(64))  # 4 MB without a newline: nothing yet
     assert buffer.feed(b'"}\n{"next') == [body * 64 + b'"}']
     assert buffer.feed(b'": 1}\n') == [b'{"next": 1}']
+
+
+@pytest.mark.parametrize("number", [2**64 + 1, -(2**63) - 1, 10**400])
+def test_a_line_keeps_every_integer_exact(number: int) -> None:
+    """JSON numbers have no size limit: what the client sent is what goes upstream, digit for digit."""
+    line = b'{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"n":%d}}' % number
+    message = loads(line)
+    assert message["params"]["n"] == number
+    assert encode_line(message) == line + b"\n"
+
+
+def test_a_line_nested_past_200_levels_is_still_parsed() -> None:
+    """The gateway answers a payload nested too deep itself (-32602 naming the field): it must parse."""
+    assert loads(b"[" * 300 + b"]" * 300) is not None
+
+
+@pytest.mark.parametrize("line", [b"{not json", b'{"n": NaN}', b'{"n": Infinity}', b"\xff"])
+def test_a_line_that_is_not_json_is_a_value_error(line: bytes) -> None:
+    with pytest.raises(ValueError):
+        loads(line)

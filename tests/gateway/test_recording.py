@@ -8,6 +8,7 @@ from typing import Any
 import anyio
 import orjson
 import pytest
+from mcp import MCPError
 
 from mcp_interceptors.audit import SqliteStore, load_or_create_key, open_audit_writer
 from mcp_interceptors.gateway.recording import CallRecord, Leg
@@ -70,3 +71,23 @@ async def test_dispatched_changed_payload_is_drift(tmp_path: Path) -> None:
     body = await request_body(tmp_path, executed, intent)
     assert body["intent_hash"] != body["executed_hash"]
     assert body["drift"] is True
+
+
+async def test_a_result_with_no_canonical_form_fails_the_leg_naming_the_field(tmp_path: Path) -> None:
+    """An integer past the doubles in an upstream's result cannot be recorded: -32603 naming the field, not
+    an OverflowError (the client's own request gets -32602, tests/e2e/test_audit_call_ends.py)."""
+    store = SqliteStore(tmp_path / "audit.db")
+    key = load_or_create_key(tmp_path / "audit-key")
+    result = {"structuredContent": {"total": 10**400}}
+    try:
+        with anyio.fail_after(10):
+            async with open_audit_writer(store, key) as writer:
+                record = CallRecord(writer, InvocationContext(session_id="s", server="echo"))
+                with pytest.raises(MCPError) as failed:
+                    await record.answered(Leg("tools/call", "response", None, result), result)
+    finally:
+        store.close()
+    assert failed.value.code == -32603
+    assert failed.value.data is not None
+    assert failed.value.data["field"] == "structuredContent.total"
+    assert (failed.value.data["event"], failed.value.data["phase"]) == ("tools/call", "response")

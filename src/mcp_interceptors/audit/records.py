@@ -25,7 +25,8 @@ FORMAT_VERSION: Final = 1
 GENESIS_HASH: Final = "0" * 64
 
 Decision = Literal["allow", "deny", "error"]
-Status = Literal[ChainStatus, "upstream_error"]  # the chain's status, or the upstream failed after it
+#: The chain's status; or, after an allowed request, the upstream failed or the client cancelled the call.
+Status = Literal[ChainStatus, "upstream_error", "cancelled"]
 RecordKind = Literal["segment", "decision"]
 
 # Per-interceptor keys kept in a record; whole payloads never are (mutators keep a diff instead).

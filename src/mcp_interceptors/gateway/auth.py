@@ -8,14 +8,19 @@ from __future__ import annotations
 
 import hmac
 import json
+import logging
 from pathlib import Path
 from typing import Any
 
 import jwt
+from mcp.server.auth.middleware.auth_context import get_access_token
 from mcp.server.auth.provider import AccessToken, TokenVerifier
 from mcp.server.auth.settings import AuthSettings
 
 from mcp_interceptors.gateway.config import AuthConfig, ConfigError, GatewayConfig, authority
+from mcp_interceptors.protocol.invoke import Principal
+
+logger = logging.getLogger(__name__)
 
 #: Claims passed on to interceptors as `principal.claims` (send only what policy needs).
 _FORWARDED_CLAIMS = frozenset({"iss", "aud", "sub", "azp", "client_id", "groups", "roles"})
@@ -32,7 +37,8 @@ class StaticTokenVerifier:
         candidate = token.encode()
         for index, known in enumerate(self._tokens):
             if hmac.compare_digest(candidate, known):
-                return AccessToken(token=token, client_id=f"static-token-{index + 1}", scopes=list(self._scopes))
+                name = f"static-token-{index + 1}"  # each token stands for a user of its own
+                return AccessToken(token=token, client_id=name, scopes=list(self._scopes), subject=name)
         return None
 
 
@@ -46,22 +52,44 @@ class JwtVerifier:
         self._issuer = jwt_config.issuer
         self._audience = jwt_config.audience
         self._algorithms = list(jwt_config.algorithms)
-        self._keys: dict[str | None, Any] = {}
+        self._jwks = jwt_config.public_key_file is None
+        name = jwt_config.jwks_file if self._jwks else jwt_config.public_key_file
+        assert name is not None
+        self._path = _resolve(name, base_dir)
+        self._field = "auth.jwt.jwks_file" if self._jwks else "auth.jwt.public_key_file"
         try:
-            if jwt_config.public_key_file is not None:
-                pem = _resolve(jwt_config.public_key_file, base_dir).read_text(encoding="utf-8")
-                self._keys[None] = jwt.PyJWK.from_json(json.dumps(_pem_to_jwk(pem))).key if pem.startswith("{") else pem
-            else:
-                assert jwt_config.jwks_file is not None
-                jwks = jwt.PyJWKSet.from_json(_resolve(jwt_config.jwks_file, base_dir).read_text(encoding="utf-8"))
-                for key in jwks.keys:
-                    self._keys[key.key_id] = key.key
+            self._stamp: tuple[int, ...] | None = _stamp(self._path)
+            self._keys = self._load()
         except (OSError, ValueError, jwt.PyJWTError) as exc:
-            where = "auth.jwt.public_key_file" if jwt_config.public_key_file is not None else "auth.jwt.jwks_file"
             fix = "check the key file (a relative path is relative to the config file's folder)"
-            raise ConfigError(file, where, f"cannot load the verification key: {exc}", fix) from None
+            raise ConfigError(file, self._field, f"cannot load the verification key: {exc}", fix) from None
+
+    def _load(self) -> dict[str | None, Any]:
+        text = self._path.read_text(encoding="utf-8")
+        if not self._jwks:
+            return {None: jwt.PyJWK.from_json(json.dumps(_pem_to_jwk(text))).key if text.startswith("{") else text}
+        return {key.key_id: key.key for key in jwt.PyJWKSet.from_json(text).keys}
+
+    def _refresh(self) -> None:
+        """Keys rotate in place: the key file is reread once it changes (one `stat` per token). A changed
+        file that cannot be read (gone, half written, no keys) fails closed: no token passes until it can."""
+        try:
+            stamp: tuple[int, ...] | None = _stamp(self._path)
+        except OSError:
+            stamp = None  # gone
+        if stamp == self._stamp:
+            return
+        self._stamp = stamp
+        try:
+            self._keys = self._load()
+        except (OSError, ValueError, jwt.PyJWTError) as exc:
+            logger.error("%s %s cannot be read, so every token is refused: %s", self._field, self._path, exc)
+            self._keys = {}
+            return
+        logger.info("%s %s reloaded: %d key(s)", self._field, self._path, len(self._keys))
 
     async def verify_token(self, token: str) -> AccessToken | None:
+        self._refresh()
         try:
             header = jwt.get_unverified_header(token)
             key = self._keys.get(header.get("kid")) or self._keys.get(None)
@@ -92,6 +120,32 @@ class JwtVerifier:
                 k: v for k, v in claims.items() if k in ("iss", "aud", "sub", "azp", "client_id", "groups", "roles")
             },
         )
+
+
+def principal_for(token: AccessToken) -> Principal:
+    """Who a verified token acts for: the user its `sub` names, else the client (a service) it was issued to.
+
+    The type tells the two apart, so a client whose `client_id` equals a user's `sub` is not that user
+    to policy rules, rate limits (`per: principal` counts `type:id`) or 2026-07-28 session state.
+    """
+    claims = dict(token.claims or {})
+    if token.scopes:
+        claims.setdefault("scopes", list(token.scopes))
+    if token.subject is not None:
+        return Principal(type="user", id=token.subject, claims=claims or None)
+    return Principal(type="service", id=token.client_id, claims=claims or None)
+
+
+def current_principal() -> Principal | None:
+    """The caller of the request being served, from its own token (mcp's bearer auth on HTTP), else None."""
+    token = get_access_token()
+    return principal_for(token) if token is not None else None
+
+
+def _stamp(path: Path) -> tuple[int, ...]:
+    """What changes when a file is rewritten, or replaced by a rename."""
+    info = path.stat()
+    return (info.st_mtime_ns, info.st_size, info.st_ino)
 
 
 def _resolve(name: str, base_dir: str | None) -> Path:

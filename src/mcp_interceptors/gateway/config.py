@@ -183,8 +183,12 @@ class ChainConfig(_Model):
 
 
 class JwtConfig(_Model):
-    public_key_file: str | None = Field(None, description="PEM public key file, relative to this file.")
-    jwks_file: str | None = Field(None, description="JWKS (JSON) file, relative to this file.")
+    public_key_file: str | None = Field(
+        None, description="PEM public key file, relative to this file; reread when it changes."
+    )
+    jwks_file: str | None = Field(
+        None, description="JWKS (JSON) file, relative to this file; reread when it changes (key rotation)."
+    )
     issuer: str | None = None
     audience: str | None = None
     algorithms: list[str] = Field(default_factory=lambda: ["RS256", "ES256", "EdDSA"])

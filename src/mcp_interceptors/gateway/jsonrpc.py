@@ -1,6 +1,6 @@
 """A lean JSON-RPC peer over newline-delimited byte streams: the gateway's fast stdio path.
 
-Messages stay dicts end to end (one `orjson` parse and one dump per message), with no per-message
+Messages stay dicts end to end (one parse and one dump per message), with no per-message
 model validation, tracing span or extra task hop. It offers the subset of mcp's dispatcher API the
 gateway uses (`run`, `send_raw_request`, `notify`), with ids, progress and cancellation.
 """
@@ -17,6 +17,7 @@ from typing import Any
 import anyio
 import anyio.abc
 import orjson
+import pydantic_core
 from mcp import MCPError
 from mcp.client.stdio import get_default_environment
 from mcp.shared.dispatcher import CallOptions
@@ -38,6 +39,20 @@ REQUEST_TIMEOUT = -32001
 PARSE_ERROR = -32700
 INVALID_REQUEST = -32600
 INTERNAL_ERROR = -32603
+
+
+def loads(line: bytes) -> Any:
+    """One JSON text, parsed as mcp's own transports parse it (pydantic-core); raises `ValueError`.
+
+    pydantic-core keeps integers of any size exact, where orjson turns one past 64 bits into a double
+    (its low digits lost on the way upstream) and refuses one past the doubles (a valid request left
+    unanswered). It stops at 200 levels of nesting, so deeper text goes to orjson (1024 levels): the
+    gateway then answers a payload nested too deep with -32602 naming the field, not a parse error.
+    """
+    try:
+        return pydantic_core.from_json(line, allow_inf_nan=False)
+    except ValueError:
+        return orjson.loads(line)
 
 
 def is_request_id(value: object) -> bool:
@@ -155,8 +170,8 @@ class JsonRpcPeer:
         divert: Divert | None,
     ) -> None:
         try:
-            message = orjson.loads(line)
-        except orjson.JSONDecodeError:
+            message = loads(line)
+        except ValueError:
             await self._send(error_response(None, PARSE_ERROR, "Parse error"))
             return
         refused = refusal(message)

@@ -8,13 +8,19 @@ call is durable, so a client never sees a reply whose record could still be lost
 
 from __future__ import annotations
 
+import logging
 import uuid
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 
+import anyio
+from mcp import MCPError
+
+from mcp_interceptors.canonical import CanonicalizationError
 from mcp_interceptors.executor import ChainResult
+from mcp_interceptors.protocol.errors import INTERNAL_ERROR, INVALID_PARAMS, REQUEST_CANCELLED
 from mcp_interceptors.protocol.events import Phase
 from mcp_interceptors.protocol.invoke import InvocationContext
 from mcp_interceptors.protocol.results import MutationResult, ValidationResult, same_json
@@ -22,8 +28,12 @@ from mcp_interceptors.protocol.results import MutationResult, ValidationResult, 
 if TYPE_CHECKING:
     from mcp_interceptors.audit import AuditReceipt, AuditWriter, PendingRecord
 
+logger = logging.getLogger(__name__)
+
 #: Where an opted-in client finds its receipt in a result's `_meta`.
 RECEIPT_META_KEY = "io.github.mcp-interceptors/receipt"
+#: How long a cancelled call may wait to queue its closing record (only a full writer queue makes it wait).
+_CANCEL_RECORD_S = 5.0
 
 
 def interceptor_entries(result: ChainResult, payload_in: Any) -> list[dict[str, Any]]:
@@ -85,6 +95,9 @@ class CallRecord:
     #: Set once a denial closed the call: the block then reaches the caller as an error, which is not
     #: the upstream's and must not close the call a second time.
     closed: bool = False
+    #: Whether this call's allowed request was recorded, and whether a record closing the call was.
+    opened: bool = False
+    ended: bool = False
 
     @property
     def enabled(self) -> bool:
@@ -142,6 +155,22 @@ class CallRecord:
         leg = Leg(event=event, phase="response", result=None, payload_in=None)
         await self._submit(leg, intent=None, executed=None, decision="error", error={"code": code, "message": message})
 
+    async def cancelled(self, event: str) -> None:
+        """The client cancelled the call after its request was recorded: a `cancelled` error record closes it,
+        so the trail shows what was started and not finished. Shielded (the caller is being cancelled) and
+        not awaited to durability: nobody is told of it, and the writer commits it within its `max_delay`."""
+        if self.writer is None or not self.opened or self.ended or self.closed:
+            return
+        from mcp_interceptors.audit import AuditWriteError
+
+        leg = Leg(event=event, phase="response", result=None, payload_in=None)
+        error = {"code": REQUEST_CANCELLED, "message": "Request cancelled"}
+        with anyio.CancelScope(shield=True), anyio.move_on_after(_CANCEL_RECORD_S):
+            try:
+                await self._submit(leg, intent=None, executed=None, decision="error", status="cancelled", error=error)
+            except AuditWriteError as exc:  # the writer is gone (shutdown): the call stays open in the trail
+                logger.warning("%s: the record of a cancelled call was not written: %s", event, exc)
+
     async def settle(self) -> list[AuditReceipt]:
         """Wait until every record of this call is durable; returns their receipts."""
         receipts = [await pending.wait() for pending in self.pending]
@@ -155,6 +184,7 @@ class CallRecord:
         intent: Any,
         executed: Any,
         decision: str,
+        status: str | None = None,
         error: Mapping[str, Any] | None = None,
     ) -> None:
         if self.writer is None:
@@ -162,7 +192,8 @@ class CallRecord:
         from mcp_interceptors.audit import DecisionInput
 
         result = leg.result
-        status = result.status if result is not None else ("upstream_error" if decision == "error" else "success")
+        if status is None:
+            status = result.status if result is not None else ("upstream_error" if decision == "error" else "success")
         principal = self.context.principal.to_wire() if self.context.principal is not None else None
         decision_input = DecisionInput(
             timestamp=datetime.now(UTC),
@@ -170,7 +201,7 @@ class CallRecord:
             phase=leg.phase,
             direction=result.direction if result is not None else "sending",
             decision=decision,  # type: ignore[arg-type]
-            status=status,
+            status=status,  # type: ignore[arg-type]
             session_id=self.context.session_id,
             principal=principal,
             server=self.context.server,
@@ -180,7 +211,28 @@ class CallRecord:
             executed_payload=executed,
             error=error,
         )
-        self.pending.append(await self.writer.submit(decision_input))
+        try:
+            self.pending.append(await self.writer.submit(decision_input))
+        except CanonicalizationError as exc:
+            raise unrecordable(leg, exc, from_client=self.parent is None and leg.phase == "request") from None
+        if leg.phase == "request" and decision == "allow":
+            self.opened = True
+            return
+        record: CallRecord | None = self
+        while record is not None and record.call_id == self.call_id:  # a merged listing's per-upstream part
+            record.ended = True
+            record = record.parent
+
+
+def unrecordable(leg: Leg, exc: CanonicalizationError, *, from_client: bool) -> MCPError:
+    """A leg whose payload has no canonical JSON form (an integer past the doubles, say) cannot be recorded,
+    so it does not go on: -32602 for the client's own request (nothing was dispatched), else -32603."""
+    data = {"reason": "unrecordable_payload", "event": leg.event, "phase": leg.phase, "detail": str(exc)}
+    if exc.field is not None:
+        data["field"] = exc.field
+    where = f" at {exc.field}" if exc.field is not None else ""
+    message = f"{leg.event} {leg.phase}: a value{where} has no canonical JSON form, so it cannot be audited"
+    return MCPError(INVALID_PARAMS if from_client else INTERNAL_ERROR, message, data)
 
 
 def receipt_meta(receipts: list[AuditReceipt]) -> dict[str, Any] | None:

@@ -194,13 +194,24 @@ def sse_routes(
                     gateway.close_session(SSE_SESSION_PREFIX + announced[0])
 
     stream: Any = SseEndpoint()
-    messages: Any = transport.handle_post_message
+    messages: Any = _without_session_header(transport.handle_post_message)
     if auth is not None:
         metadata = build_resource_metadata_url(auth.resource_server_url) if auth.resource_server_url else None
         scopes = auth.required_scopes or []
         stream = RequireAuthMiddleware(stream, scopes, metadata)
         messages = RequireAuthMiddleware(messages, scopes, metadata)
     return [Route("/sse", endpoint=stream, methods=["GET"]), Mount("/messages/", app=messages)]
+
+
+def _without_session_header(app: Any) -> Any:
+    """A `/messages/` POST names its session in `?session_id=`, which mcp checks against the caller; an
+    `Mcp-Session-Id` header there would name a Streamable HTTP session nobody checked, so it is dropped."""
+
+    async def messages(scope: Any, receive: Any, send: Any) -> None:
+        headers = [(name, value) for name, value in scope.get("headers") or [] if name.lower() != b"mcp-session-id"]
+        await app({**scope, "headers": headers}, receive, send)
+
+    return messages
 
 
 async def serve_http(

@@ -37,9 +37,11 @@ from mcp_types.version import MODERN_PROTOCOL_VERSIONS
 from pydantic import ConfigDict, ValidationError
 
 from mcp_interceptors.executor import Call
+from mcp_interceptors.gateway.auth import current_principal
 from mcp_interceptors.gateway.bridge import Bridges
 from mcp_interceptors.gateway.config import GatewayConfig
 from mcp_interceptors.gateway.host_input import chain_body, result_body, vouched_context
+from mcp_interceptors.gateway.jsonrpc import INVALID_REQUEST
 from mcp_interceptors.gateway.legs import Governor
 from mcp_interceptors.gateway.recording import RECEIPT_META_KEY, CallRecord, Leg, receipt_meta
 from mcp_interceptors.gateway.routing import CALLS, LISTS, Catalog
@@ -406,7 +408,7 @@ class Gateway:
                 header = SSE_SESSION_PREFIX + sse
         client_params = ctx.session.client_params
         params = client_params.model_dump(by_alias=True, mode="json", exclude_none=True) if client_params else None
-        return self.session(era, header, _principal(), params)
+        return self.session(era, header, current_principal(), params)
 
     def session(
         self,
@@ -420,9 +422,15 @@ class Gateway:
         if era == "legacy":
             key = transport_session or "default"
         else:
-            key = "modern:" + ((principal.id or "anonymous") if principal is not None else "anonymous")
+            key = "modern:" + (f"{principal.type}:{principal.id}" if principal is not None else "anonymous")
         session = self.sessions.get(key)
-        if session is None:
+        if session is not None and _owner(session.principal) != _owner(principal):
+            # Transports bind a session to the credential that opened it; this holds whatever names the key.
+            logger.warning("refused a request for session %s: it belongs to another principal", key[:64])
+            raise MCPError(INVALID_REQUEST, "Session not found", {"reason": "session belongs to another principal"})
+        if session is not None:
+            session.principal = principal  # the same caller; its latest token's claims (roles, scopes) count
+        else:
             session = DownstreamSession(self, key=key, era=era, principal=principal, client_params=client_params)
             if era == "legacy" and self._can_share(session):
                 session.upstreams = dict(self.shared)
@@ -701,17 +709,9 @@ async def start_audit_writer(config: GatewayConfig, tg: anyio.abc.TaskGroup) -> 
     return writer
 
 
-def _principal() -> Principal | None:
-    """The authenticated caller on HTTP (from mcp's bearer auth), else None."""
-    from mcp.server.auth.middleware.auth_context import get_access_token
-
-    token = get_access_token()
-    if token is None:
-        return None
-    claims = dict(token.claims or {})
-    if token.scopes:
-        claims.setdefault("scopes", list(token.scopes))
-    return Principal(type="user", id=token.subject or token.client_id, claims=claims or None)
+def _owner(principal: Principal | None) -> tuple[str, str | None] | None:
+    """Who a session belongs to: a principal's type and id (its claims may differ from token to token)."""
+    return (principal.type, principal.id) if principal is not None else None
 
 
 def _bus_event(method: str, params: Mapping[str, Any] | None) -> ServerEvent | None:

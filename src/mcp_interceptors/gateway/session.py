@@ -18,11 +18,12 @@ from mcp.shared.inbound import mcp_param_headers, x_mcp_header_map
 from mcp_types import LoggingLevel
 from mcp_types.methods import CACHEABLE_METHODS
 
+from mcp_interceptors.gateway.auth import current_principal
 from mcp_interceptors.gateway.bridge import BridgedCall
 from mcp_interceptors.gateway.legs import GOVERNED_EVENTS
 from mcp_interceptors.gateway.recording import RECEIPT_META_KEY, CallRecord, Leg, receipt_meta
 from mcp_interceptors.gateway.routing import CALLS, LISTS, Catalog, Route, advertised_keys, build_catalog
-from mcp_interceptors.gateway.upstream import UpstreamConnection, first_error
+from mcp_interceptors.gateway.upstream import ENVELOPE_KEYS, UpstreamConnection, first_error
 from mcp_interceptors.protocol.errors import InterceptorsError
 from mcp_interceptors.protocol.invoke import InvocationContext, Principal, now_iso
 
@@ -94,7 +95,8 @@ class DownstreamSession:
 
     def context(self, upstream: str | None, request_id: Any = None) -> InvocationContext:
         return InvocationContext(
-            principal=self.principal,
+            # The request's own token: a session outlives tokens, and a later one may carry other claims.
+            principal=current_principal() or self.principal,
             session_id=self.key,
             server=upstream,
             trace_id=None if request_id is None else str(request_id),
@@ -138,7 +140,7 @@ class DownstreamSession:
         params = await governor.govern_request(method, params, record.context, record)
         conns = await self.connections()
         cursor = (params or {}).get("cursor")
-        sent = {"method": method, "params": _without_meta(params)}
+        sent = {"method": method, "params": _recorded(params)}
         await record.dispatched(executed=sent, intent=sent)
         try:
             if len(conns) == 1:
@@ -157,6 +159,9 @@ class DownstreamSession:
             self.advertised.pop(method, None)
             await record.failed(method, exc.code, exc.message)
             await record.settle()
+            raise
+        except anyio.get_cancelled_exc_class():
+            await record.cancelled(method)
             raise
         keys = advertised_keys(method, result)
         if cursor is None or method not in self.advertised:
@@ -258,10 +263,10 @@ class DownstreamSession:
             upstream_params["name"] = route.name
         conn = conns[route.upstream]
         relay = _relay(downstream, params)
-        sent = {"method": method, "params": _without_meta(upstream_params)}
+        sent = {"method": method, "params": _recorded(upstream_params)}
         approved = {
             "method": method,
-            "params": {**_without_meta(params), **({key: route.name} if key == "name" else {})},
+            "params": {**_recorded(params), **({key: route.name} if key == "name" else {})},
         }
         await record.dispatched(executed=sent, intent=approved)
         try:
@@ -272,6 +277,9 @@ class DownstreamSession:
         except MCPError as exc:
             await record.failed(method, exc.code, exc.message)
             await record.settle()
+            raise
+        except anyio.get_cancelled_exc_class():
+            await record.cancelled(method)  # the client gave up on the call: the trail says so
             raise
         return await self._settled(result, record)
 
@@ -460,7 +468,7 @@ class DownstreamSession:
             if isinstance(method, str) and method in GOVERNED_EVENTS:
                 embedded = record.embedded()
                 params = await self.gateway.governor.govern_request(method, request.get("params"), context, embedded)
-                sent = {"method": method, "params": _without_meta(params)}
+                sent = {"method": method, "params": _recorded(params)}
                 await embedded.dispatched(executed=sent, intent=sent)
                 if record.enabled and isinstance(state, str):  # its answer comes with the retry
                     self.gateway.open_input(state, str(key), embedded.call_id, method)
@@ -544,7 +552,7 @@ class DownstreamSession:
         record = self.gateway.new_record(context)
         if method in GOVERNED_EVENTS:
             params = await governor.govern_request(method, params, context, record)
-            sent = {"method": method, "params": _without_meta(params)}
+            sent = {"method": method, "params": _recorded(params)}
             await record.dispatched(executed=sent, intent=sent)
         target = self.inflight[-1] if self.inflight else self.standalone
         if target is None:
@@ -577,6 +585,22 @@ class DownstreamSession:
             return
         for conn in (await self.connections()).values():
             await conn.notify(method, params)
+
+
+#: `_meta` keys each connection sets for itself, so they are not part of the payload the audit trail hashes.
+_PER_HOP_META = ENVELOPE_KEYS | {"progressToken"}
+
+
+def _recorded(params: Mapping[str, Any] | None) -> dict[str, Any]:
+    """Params as the audit trail hashes them: with the `_meta` the chain governed and the gateway forwards (a
+    vendor's keys), minus what each hop sets for itself (the 2026-07-28 envelope, the progress token)."""
+    body = dict(params or {})
+    meta = body.pop("_meta", None)
+    if isinstance(meta, Mapping):
+        meta = {key: value for key, value in meta.items() if key not in _PER_HOP_META}
+    if meta:
+        body["_meta"] = meta
+    return body
 
 
 def _without_meta(params: Mapping[str, Any] | None) -> dict[str, Any]:

@@ -20,7 +20,6 @@ from typing import TYPE_CHECKING, Any
 import anyio
 import anyio.abc
 import mcp_types as types
-import orjson
 from anyio.streams.memory import MemoryObjectReceiveStream, MemoryObjectSendStream
 from mcp import MCPError
 from mcp.shared.message import SessionMessage
@@ -35,6 +34,7 @@ from mcp_interceptors.gateway.jsonrpc import (
     encode_line,
     error_response,
     is_request_id,
+    loads,
     refusal,
 )
 from mcp_interceptors.gateway.server import LOCAL_METHODS
@@ -107,8 +107,8 @@ async def _read_line(
     """Hand one line to mcp's server; answer here what its models would drop or misread, so no client
     waits forever for a reply that mcp's server would only log."""
     try:
-        raw = orjson.loads(line)
-    except orjson.JSONDecodeError as exc:
+        raw = loads(line)
+    except ValueError as exc:
         await replies.send(_as_session_message(error_response(None, PARSE_ERROR, "Parse error")))
         await sink.send(exc)
         return
@@ -293,8 +293,8 @@ async def connect_for_first_message(
 
 def _parsed(line: bytes) -> dict[str, Any] | None:
     try:
-        message = orjson.loads(line) if line.strip() else None
-    except orjson.JSONDecodeError:
+        message = loads(line) if line.strip() else None
+    except ValueError:
         return None
     return message if isinstance(message, dict) else None
 

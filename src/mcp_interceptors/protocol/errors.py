@@ -8,6 +8,8 @@ from typing import Any, Literal
 METHOD_NOT_FOUND = -32601
 INVALID_PARAMS = -32602
 INTERNAL_ERROR = -32603
+#: A request the client cancelled (what mcp answers it with).
+REQUEST_CANCELLED = -32800
 #: G4's timeout code; G5 uses INTERNAL_ERROR with `data.reason == "timeout"`. We emit G4 by default.
 TIMEOUT_G4 = -32000
 

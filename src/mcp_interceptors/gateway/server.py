@@ -204,7 +204,8 @@ class Gateway:
     async def connect_upstreams(
         self, client_params: Mapping[str, Any] | None = None, client_era: Era | None = None
     ) -> None:
-        """Connect every upstream (failing with a clear error if one cannot start) and check collisions.
+        """Connect every upstream and check collisions. If none can start, fail with the first one's error;
+        if some can, serve with those and keep retrying the others (listed once they connect).
 
         `client_params` are the `initialize` params the connections present and `client_era` the era
         that `era: auto` upstreams try first: a stdio gateway's one client's, else the gateway's own
@@ -235,9 +236,13 @@ class Gateway:
         async with anyio.create_task_group() as starting:
             for name, conn in conns.items():
                 starting.start_soon(connect, name, conn)
-        for name in conns:
-            if name in failures:
-                raise failures[name]  # the first failed upstream in config order, as one clear error
+        if failures and len(failures) == len(conns):
+            raise next(failures[name] for name in conns if name in failures)  # the first in config order
+        for name, exc in failures.items():
+            # Several upstreams: the others serve; this one is retried with backoff and listed once back.
+            logger.error("upstream %r is unavailable (%s); serving without it until it connects", name, exc)
+            conns[name].left_out = True
+            tg.start_soon(partial(conns[name].run, retry_start=True))
         self.shared.update(conns)
         probe = DownstreamSession(self, key="startup", era="2026-07-28")
         await probe.refresh_catalog()  # raises RoutingError on a collision
@@ -263,6 +268,7 @@ class Gateway:
         """Per-session upstream sessions for a handshake-era client, presenting its own initialize params."""
         assert self._tg is not None, "gateway not started"
         conns: dict[str, UpstreamConnection] = {}
+        down: list[UpstreamUnavailableError] = []
         for name, upstream_config in self.config.upstreams.items():
             conn = UpstreamConnection(
                 name,
@@ -272,17 +278,37 @@ class Gateway:
                 on_request=partial(session.from_upstream, name),
                 on_notify=partial(session.upstream_notification, name),
             )
+            shared = self.shared.get(name)
+            if shared is not None and not shared.up and len(self.config.upstreams) > 1:
+                # Down for the gateway too: not worth a session's wait; it joins the session once it connects.
+                if name in self.handshake_refused:
+                    conns[name] = shared  # it reconnects itself
+                    continue
+                conn.left_out = True
+                self._tg.start_soon(partial(conn.run, retry_start=True))
+                down.append(shared.unavailable())
+                conns[name] = conn
+                continue
             try:
                 await self._tg.start(conn.run)
-            except UpstreamUnavailableError:
-                shared = self.shared.get(name)
-                if shared is None or shared.era != "2026-07-28":
+            except UpstreamUnavailableError as exc:
+                if shared is not None and shared.era == "2026-07-28":
+                    # A 2026-07-28-only upstream: share its connection; input requests are bridged per call.
+                    logger.info("upstream %r refuses a handshake-era session; bridging through the shared one", name)
+                    self.handshake_refused.add(name)
+                    conn = shared
+                elif len(self.config.upstreams) == 1:
                     raise
-                # A 2026-07-28-only upstream: share its connection; input requests are bridged per call.
-                logger.info("upstream %r refuses a handshake-era session; bridging through the shared one", name)
-                self.handshake_refused.add(name)
-                conn = shared
+                else:  # down: the session uses the others, and this one joins when it connects
+                    logger.error("upstream %r is unavailable for session %s: %s", name, session.key, exc.message)
+                    conn.left_out = True
+                    self._tg.start_soon(partial(conn.run, retry_start=True))
+                    down.append(exc)
             conns[name] = conn
+        if len(down) == len(conns):
+            for conn in conns.values():
+                conn.close()  # all the session's own: a shared connection is never counted down here
+            raise down[0]
         return conns
 
     def close_upstreams(self) -> None:

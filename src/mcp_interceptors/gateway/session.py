@@ -21,8 +21,17 @@ from mcp_types.methods import CACHEABLE_METHODS
 from mcp_interceptors.gateway.bridge import BridgedCall
 from mcp_interceptors.gateway.legs import GOVERNED_EVENTS
 from mcp_interceptors.gateway.recording import RECEIPT_META_KEY, CallRecord, Leg, receipt_meta
-from mcp_interceptors.gateway.routing import CALLS, LISTS, Catalog, Route, advertised_keys, build_catalog
-from mcp_interceptors.gateway.upstream import UpstreamConnection, first_error
+from mcp_interceptors.gateway.routing import (
+    CALLS,
+    LISTS,
+    PREFIXED_LISTS,
+    SEPARATOR,
+    Catalog,
+    Route,
+    advertised_keys,
+    build_catalog,
+)
+from mcp_interceptors.gateway.upstream import UpstreamConnection, UpstreamUnavailableError, first_error
 from mcp_interceptors.protocol.invoke import InvocationContext, Principal, now_iso
 
 if TYPE_CHECKING:
@@ -208,18 +217,35 @@ class DownstreamSession:
     async def refresh_catalog(self, methods: tuple[str, ...] = tuple(LISTS)) -> Catalog:
         """Fetch every page of `methods` from every upstream and merge them under their prefixes."""
         conns = await self.connections()
-        listings: dict[str, dict[str, list[dict[str, Any]]]] = {name: {} for name in conns}
+        # With several upstreams, one that is down is left out (the others keep serving); it announces
+        # `list_changed` when it is back. Only when every one is down does the listing fail.
+        down = {name for name, conn in conns.items() if not conn.up} if len(conns) > 1 else set()
+        if down == set(conns):
+            down = set()  # nothing to list without them: wait for a reconnect, then fail naming one
+        listings: dict[str, dict[str, list[dict[str, Any]]]] = {name: {} for name in conns if name not in down}
 
         async def fetch(name: str, conn: UpstreamConnection, method: str) -> None:
-            listings[name][method] = await fetch_all_pages(conn, method)
+            try:
+                listings[name][method] = await fetch_all_pages(conn, method)
+            except UpstreamUnavailableError:
+                if len(conns) == 1:
+                    raise
+                down.add(name)
 
         try:
             async with anyio.create_task_group() as tg:
-                for name, conn in conns.items():
+                for name in listings:
                     for method in methods:
-                        tg.start_soon(fetch, name, conn, method)
-        except* MCPError as group:  # an upstream down or failing: its own error (naming it), not a group
+                        tg.start_soon(fetch, name, conns[name], method)
+        except* MCPError as group:  # an upstream failing: its own error (naming it), not a group
             raise first_error(group) from None
+        if down:
+            if down == set(conns):
+                raise conns[min(down, key=list(conns).index)].unavailable()
+            for name in sorted(down):
+                conns[name].left_out = True
+                logger.warning("upstream %r is unavailable: listed without it (%s)", name, ", ".join(methods))
+            listings = {name: found for name, found in listings.items() if name not in down}
         fresh = build_catalog(listings, self.gateway.prefixes)
         if self.catalog is None:
             self.catalog = Catalog()
@@ -379,6 +405,8 @@ class DownstreamSession:
             await self.refresh_catalog(missing)
         assert self.catalog is not None
         route = self.catalog.route(method, key)
+        if route is None:
+            self._check_owner_up(list_method, key)
         if route is None or (enforce and not self._was_advertised(list_method, key)):
             kind = {"tools/list": "tool", "prompts/list": "prompt"}.get(list_method, "resource")
             raise MCPError(
@@ -387,6 +415,17 @@ class DownstreamSession:
                 {"reason": "not advertised to this session", key_name: key, "event": method},
             )
         return route
+
+    def _check_owner_up(self, list_method: str, key: str) -> None:
+        """A tool or prompt under the prefix of an upstream that is down: its error, naming that upstream,
+        rather than "Unknown tool" (its items were left out of the listing while it is away)."""
+        if list_method not in PREFIXED_LISTS:
+            return
+        conns = self.upstreams or self.gateway.shared
+        for name, prefix in self.gateway.prefixes.items():
+            conn = conns.get(name)
+            if prefix and key.startswith(prefix + SEPARATOR) and conn is not None and not conn.up:
+                raise conn.unavailable()
 
     def _was_advertised(self, list_method: str, key: str) -> bool:
         if key in self.advertised.get(list_method, set()):

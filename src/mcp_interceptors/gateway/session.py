@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, Any, Literal, Protocol, get_args
 import anyio
 from mcp import MCPError
 from mcp.shared.inbound import mcp_param_headers, x_mcp_header_map
-from mcp_types import LoggingLevel
+from mcp_types import SERVER_INFO_META_KEY, LoggingLevel
 from mcp_types.methods import CACHEABLE_METHODS
 
 from mcp_interceptors.gateway.bridge import BridgedCall
@@ -137,7 +137,9 @@ class DownstreamSession:
                 result = await self._passthrough(method, params, downstream)
         finally:
             self.inflight.remove(downstream)
-        return shape_modern(method, result) if self.era == "2026-07-28" else result
+        if self.era == "2026-07-28":
+            return shape_modern(method, result, self.gateway.server.server_info_stamp)
+        return shape_handshake(result)
 
     async def _list(self, method: str, params: dict[str, Any] | None, request_id: Any) -> dict[str, Any]:
         """A listing, governed per upstream (so `context.server` names the owner of every item)."""
@@ -609,19 +611,48 @@ async def fetch_all_pages(conn: UpstreamConnection, method: str) -> list[dict[st
     return items
 
 
-def shape_modern(method: str, result: dict[str, Any]) -> dict[str, Any]:
+def shape_modern(method: str, result: dict[str, Any], server_info: dict[str, Any] | None = None) -> dict[str, Any]:
     """Fill the 2026-07-28 envelope a result may lack (merged listings, handshake-era upstreams).
 
-    A merged or bridged listing has no single upstream's cache hint, so it is marked uncacheable.
+    A merged or bridged listing has no single upstream's cache hint, so it is marked uncacheable; a result
+    without a `serverInfo` stamp gets `server_info` (the gateway's), as mcp's server stamps its own.
     """
     result_type = result.get("resultType")
     needs_hints = method in CACHEABLE_METHODS and result_type in (None, "complete")
-    if result_type is not None and not (needs_hints and ("ttlMs" not in result or "cacheScope" not in result)):
+    shaped = result
+    if result_type is None or (needs_hints and ("ttlMs" not in result or "cacheScope" not in result)):
+        shaped = {"resultType": "complete", **result}
+        if needs_hints:
+            shaped.setdefault("ttlMs", 0)
+            shaped.setdefault("cacheScope", "private")
+    meta = shaped.get("_meta", {})
+    if server_info is not None and isinstance(meta, dict) and meta.get(SERVER_INFO_META_KEY) is None:
+        shaped = {**shaped, "_meta": {**meta, SERVER_INFO_META_KEY: server_info}}
+    return shaped
+
+
+#: What only 2026-07-28 results carry: a handshake-era client's results never show them.
+_MODERN_RESULT_KEYS = ("ttlMs", "cacheScope")
+
+
+def shape_handshake(result: dict[str, Any]) -> dict[str, Any]:
+    """A 2026-07-28 upstream's result as a handshake-era server would send it: without `resultType`
+    (`complete`; `input_required` rounds are bridged before this), the cache hints, or the `serverInfo`
+    stamp (the client has the gateway's from `initialize`)."""
+    meta = result.get("_meta")
+    stamped = isinstance(meta, dict) and SERVER_INFO_META_KEY in meta
+    if not stamped and result.get("resultType") != "complete" and not any(k in result for k in _MODERN_RESULT_KEYS):
         return result
-    shaped = {"resultType": "complete", **result}
-    if needs_hints:
-        shaped.setdefault("ttlMs", 0)
-        shaped.setdefault("cacheScope", "private")
+    shaped = {k: v for k, v in result.items() if k not in _MODERN_RESULT_KEYS}
+    if shaped.get("resultType") == "complete":
+        del shaped["resultType"]
+    if stamped:
+        assert isinstance(meta, dict)
+        kept = {k: v for k, v in meta.items() if k != SERVER_INFO_META_KEY}
+        if kept:
+            shaped["_meta"] = kept
+        else:
+            del shaped["_meta"]
     return shaped
 
 

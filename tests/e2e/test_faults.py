@@ -299,3 +299,21 @@ async def test_every_upstream_down_at_start_still_stops_the_gateway(write_config
     assert done.returncode == 1
     last = done.stderr.decode().strip().splitlines()[-1]
     assert last.startswith("mcp-interceptors gateway: error: upstream 'one' failed to start: ")
+
+
+@pytest.mark.parametrize("era", ERAS)
+async def test_a_call_to_an_upstream_restarting_after_a_listing_without_it_waits_for_it(
+    write_config: ConfigWriter, era: str
+) -> None:
+    """A listing made while an upstream restarts leaves it out; a call to one of its tools then waits for
+    the restart, as any call to a restarting upstream does, instead of failing at once."""
+    other = upstream_entry(env={"E2E_SCHEME": "other"})
+    config = write_config(standard_config(upstreams={"e2e": upstream_entry(), "other": other}))
+    async with connect("stdio", config, era) as client:
+        with anyio.fail_after(30), pytest.raises(MCPError):
+            await client.call_tool("e2e__crash", {})
+        with anyio.fail_after(30):
+            listed = {tool.name for tool in (await client.list_tools()).tools}
+            echoed = text_of(await client.call_tool("e2e__echo", {"text": "back"}))
+    assert "other__echo" in listed
+    assert echoed == "back"

@@ -407,8 +407,9 @@ class DownstreamSession:
             await self.refresh_catalog(missing)
         assert self.catalog is not None
         route = self.catalog.route(method, key)
-        if route is None:
-            self._check_owner_up(list_method, key)
+        if route is None and await self._owner_back(list_method, key):
+            self.invalidate(list_method)  # listed while it restarted: list again, with its items
+            return await self._route(method, params, check=check)
         if route is None or (enforce and not self._was_advertised(list_method, key)):
             kind = {"tools/list": "tool", "prompts/list": "prompt"}.get(list_method, "resource")
             raise MCPError(
@@ -418,16 +419,21 @@ class DownstreamSession:
             )
         return route
 
-    def _check_owner_up(self, list_method: str, key: str) -> None:
-        """A tool or prompt under the prefix of an upstream that is down: its error, naming that upstream,
-        rather than "Unknown tool" (its items were left out of the listing while it is away)."""
+    async def _owner_back(self, list_method: str, key: str) -> bool:
+        """For a tool or prompt not in the listing, under the prefix of an upstream that is down: whether
+        that upstream is back after a request's wait for it (a restart). If it does not come back, or never
+        connected, the call gets its error naming it rather than "Unknown tool"."""
         if list_method not in PREFIXED_LISTS:
-            return
+            return False
         conns = self.upstreams or self.gateway.shared
         for name, prefix in self.gateway.prefixes.items():
             conn = conns.get(name)
-            if prefix and key.startswith(prefix + SEPARATOR) and conn is not None and not conn.up:
+            if not prefix or not key.startswith(prefix + SEPARATOR) or conn is None or conn.up:
+                continue
+            if conn.info is None or not await conn.wait_up():  # never connected: not worth a wait
                 raise conn.unavailable()
+            return True
+        return False
 
     def _was_advertised(self, list_method: str, key: str) -> bool:
         if key in self.advertised.get(list_method, set()):

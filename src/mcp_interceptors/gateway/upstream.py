@@ -240,6 +240,13 @@ class UpstreamConnection:
         """Whether the connection is open and past its handshake now (not starting, backing off, or closed)."""
         return self._dispatcher is not None and self._connected.is_set()
 
+    async def wait_up(self) -> bool:
+        """Wait for a reconnection as a request would (a restart takes a moment); whether it is up now."""
+        if not self.up:
+            with anyio.move_on_after(min(_CONNECT_WAIT_S, self.config.timeout_ms / 1000)):
+                await self._connected.wait()
+        return self.up
+
     def unavailable(self) -> UpstreamUnavailableError:
         """The error a call to this upstream gets while it is down: -32000 naming it and why."""
         reason = self._last_error or "not connected"

@@ -317,3 +317,20 @@ async def test_a_call_to_an_upstream_restarting_after_a_listing_without_it_waits
             echoed = text_of(await client.call_tool("e2e__echo", {"text": "back"}))
     assert "other__echo" in listed
     assert echoed == "back"
+
+
+async def test_an_upstream_that_hangs_in_its_handshake_does_not_hold_the_others_back(
+    write_config: ConfigWriter,
+) -> None:
+    """It would take two handshake timeouts (60 s each, one per era) to give up on it: the gateway serves
+    the others 10 s after the first is up, and keeps connecting it in the background."""
+    mute = {"command": sys.executable, "args": ["-c", "import time; time.sleep(600)"]}
+    config = write_config(standard_config(upstreams={"e2e": upstream_entry(), "mute": mute}))
+    with anyio.fail_after(45):
+        async with connect("stdio", config, "legacy") as client:
+            echoed = text_of(await client.call_tool("e2e__echo", {"text": "served"}))
+            with pytest.raises(MCPError) as down:
+                await client.call_tool("mute__echo", {"text": "x"})
+    assert echoed == "served"
+    assert down.value.code == -32000
+    assert down.value.data == {"upstream": "mute"}

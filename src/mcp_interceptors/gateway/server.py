@@ -31,7 +31,7 @@ from mcp.server.subscriptions import (
     ToolsListChanged,
 )
 from mcp.shared.message import ServerMessageMetadata
-from mcp_types import Notification, Request, Result
+from mcp_types import CONNECTION_CLOSED, Notification, Request, Result
 from mcp_types import methods as wire_methods
 from mcp_types.version import MODERN_PROTOCOL_VERSIONS
 from pydantic import ConfigDict, ValidationError
@@ -73,6 +73,9 @@ SSE_SESSION_PREFIX = "sse:"
 LOCAL_METHODS = frozenset(
     {"initialize", "server/discover", "ping", "subscriptions/listen", LIST_METHOD, INVOKE_METHOD, EXECUTE_CHAIN_METHOD}
 )
+#: With several upstreams, how long the start waits for the others once one is connected (they go on
+#: connecting in the background and are listed when they are up).
+_START_GRACE_S = 10.0
 #: How long a request an upstream sends before the stdio client's handshake waits for that client.
 _STDIO_CLIENT_WAIT_S = 30.0
 #: Input requests awaiting a 2026-07-28 client's answer that the audit trail keeps linkable (oldest go first).
@@ -225,17 +228,35 @@ class Gateway:
             for name, upstream_config in self.config.upstreams.items()
         }
         failures: dict[str, Exception] = {}
+        one_ready = anyio.Event()
+        pending = set(conns)
 
         async def connect(name: str, conn: UpstreamConnection) -> None:
             try:
                 await tg.start(conn.run)
+                one_ready.set()
             except Exception as exc:
                 failures[name] = exc
+            pending.discard(name)
+            if not pending:
+                starting.cancel_scope.cancel()  # every one settled: no grace left to wait out
+
+        async def grace() -> None:
+            """One upstream that hangs in its start-up does not hold the others back for long."""
+            await one_ready.wait()
+            await anyio.sleep(_START_GRACE_S)
+            for name in pending:
+                failures[name] = UpstreamUnavailableError(
+                    CONNECTION_CLOSED, f"upstream {name!r} did not connect within {_START_GRACE_S:g} s of the first"
+                )
+            starting.cancel_scope.cancel()
 
         # All at once: a client waits on the slowest server's start-up, not on the sum of them.
         async with anyio.create_task_group() as starting:
             for name, conn in conns.items():
                 starting.start_soon(connect, name, conn)
+            if len(conns) > 1:
+                starting.start_soon(grace)
         if failures and len(failures) == len(conns):
             raise next(failures[name] for name in conns if name in failures)  # the first in config order
         for name, exc in failures.items():

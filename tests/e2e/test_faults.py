@@ -207,8 +207,11 @@ async def test_http_upstream_that_refuses_the_gateways_token_is_reported_as_401(
     )
 
 
-async def test_a_listing_with_one_upstream_down_fails_with_that_upstreams_error(write_config: ConfigWriter) -> None:
-    """A merged listing (here the one a first tools/call computes) names the upstream that is down."""
+async def test_a_listing_with_one_upstream_down_lists_the_others_and_names_it_on_its_calls(
+    write_config: ConfigWriter,
+) -> None:
+    """An upstream that goes down mid-life is left out of listings: calls to the others go on, and a call
+    to one of its tools gets -32000 naming it, not "Unknown tool"."""
     port = free_tcp_port()
     remote_argv = [sys.executable, UPSTREAM, "--http", str(port)]
     env = gateway_env({"E2E_SCHEME": "remote"})  # resource URIs are not prefixed: two upstreams need two schemes
@@ -218,8 +221,116 @@ async def test_a_listing_with_one_upstream_down_fails_with_that_upstreams_error(
         )
         async with connect("http", config, "legacy") as client:
             stop(remote)
+            with anyio.fail_after(30):
+                echoed = text_of(await client.call_tool("local__echo", {"text": "x"}))
+                listed = {tool.name for tool in (await client.list_tools()).tools}
             with anyio.fail_after(30), pytest.raises(MCPError) as failed:
-                await client.call_tool("local__echo", {"text": "x"})
+                await client.call_tool("remote__echo", {"text": "x"})
+    assert echoed == "x"
+    assert "local__echo" in listed
+    assert not any(name.startswith("remote__") for name in listed)
     assert failed.value.code == -32000
     assert failed.value.data == {"upstream": "remote"}
-    assert failed.value.message.startswith("upstream 'remote' ")
+    assert failed.value.message.startswith("upstream 'remote' is unavailable (")
+
+
+#: A stdio upstream that exits at once until `flag` exists, then serves as the e2e upstream.
+LATE_UPSTREAM = (
+    "import os, runpy, sys\n"
+    "if not os.path.exists(sys.argv[1]): sys.exit(3)\n"
+    f"sys.argv = [{UPSTREAM!r}]\n"
+    f"runpy.run_path({UPSTREAM!r}, run_name='__main__')\n"
+)
+
+
+def late_config(flag: Path) -> dict[str, Any]:
+    late = upstream_entry(args=["-c", LATE_UPSTREAM, str(flag)], env={"E2E_SCHEME": "late"})
+    return standard_config(upstreams={"e2e": upstream_entry(), "late": late})
+
+
+@pytest.mark.parametrize("transport", ["stdio", "http"])
+@pytest.mark.parametrize("era", ERAS)
+async def test_an_upstream_down_at_start_leaves_the_others_serving(
+    write_config: ConfigWriter, tmp_path: Path, transport: str, era: str
+) -> None:
+    config = write_config(late_config(tmp_path / "never"))
+    async with connect(transport, config, era) as client:
+        with anyio.fail_after(30):
+            listed = {tool.name for tool in (await client.list_tools()).tools}
+            echoed = text_of(await client.call_tool("e2e__echo", {"text": "served"}))
+        with anyio.fail_after(30), pytest.raises(MCPError) as down:
+            await client.call_tool("late__echo", {"text": "x"})
+    assert "e2e__echo" in listed
+    assert not any(name.startswith("late__") for name in listed)
+    assert echoed == "served"
+    assert down.value.code == -32000
+    assert down.value.data == {"upstream": "late"}
+    assert down.value.message.startswith("upstream 'late' is unavailable (")
+
+
+@pytest.mark.parametrize("transport", ["stdio", "http"])
+async def test_an_upstream_that_comes_up_late_is_announced_and_listed(
+    write_config: ConfigWriter, tmp_path: Path, transport: str
+) -> None:
+    flag = tmp_path / "up"
+    config = write_config(late_config(flag))
+    announced = anyio.Event()
+
+    async def on_message(message: Any) -> None:
+        if getattr(message, "method", None) == "notifications/tools/list_changed":
+            announced.set()
+
+    async with connect(transport, config, "legacy", message_handler=on_message) as client:
+        with anyio.fail_after(30):
+            before = {tool.name for tool in (await client.list_tools()).tools}
+            flag.touch()
+            await announced.wait()  # the gateway retries it with backoff, then announces its tools
+            after = {tool.name for tool in (await client.list_tools()).tools}
+            echoed = text_of(await client.call_tool("late__echo", {"text": "late"}))
+    assert "late__echo" not in before
+    assert "late__echo" in after
+    assert echoed == "late"
+
+
+async def test_every_upstream_down_at_start_still_stops_the_gateway(write_config: ConfigWriter, tmp_path: Path) -> None:
+    late = upstream_entry(args=["-c", LATE_UPSTREAM, str(tmp_path / "never")])
+    config = write_config({"upstreams": {"one": late, "two": late}})
+    done = await run_cli("gateway", "--config", str(config), "--http", f"127.0.0.1:{free_tcp_port()}")
+    assert done.returncode == 1
+    last = done.stderr.decode().strip().splitlines()[-1]
+    assert last.startswith("mcp-interceptors gateway: error: upstream 'one' failed to start: ")
+
+
+@pytest.mark.parametrize("era", ERAS)
+async def test_a_call_to_an_upstream_restarting_after_a_listing_without_it_waits_for_it(
+    write_config: ConfigWriter, era: str
+) -> None:
+    """A listing made while an upstream restarts leaves it out; a call to one of its tools then waits for
+    the restart, as any call to a restarting upstream does, instead of failing at once."""
+    other = upstream_entry(env={"E2E_SCHEME": "other"})
+    config = write_config(standard_config(upstreams={"e2e": upstream_entry(), "other": other}))
+    async with connect("stdio", config, era) as client:
+        with anyio.fail_after(30), pytest.raises(MCPError):
+            await client.call_tool("e2e__crash", {})
+        with anyio.fail_after(30):
+            listed = {tool.name for tool in (await client.list_tools()).tools}
+            echoed = text_of(await client.call_tool("e2e__echo", {"text": "back"}))
+    assert "other__echo" in listed
+    assert echoed == "back"
+
+
+async def test_an_upstream_that_hangs_in_its_handshake_does_not_hold_the_others_back(
+    write_config: ConfigWriter,
+) -> None:
+    """It would take two handshake timeouts (60 s each, one per era) to give up on it: the gateway serves
+    the others 10 s after the first is up, and keeps connecting it in the background."""
+    mute = {"command": sys.executable, "args": ["-c", "import time; time.sleep(600)"]}
+    config = write_config(standard_config(upstreams={"e2e": upstream_entry(), "mute": mute}))
+    with anyio.fail_after(45):
+        async with connect("stdio", config, "legacy") as client:
+            echoed = text_of(await client.call_tool("e2e__echo", {"text": "served"}))
+            with pytest.raises(MCPError) as down:
+                await client.call_tool("mute__echo", {"text": "x"})
+    assert echoed == "served"
+    assert down.value.code == -32000
+    assert down.value.data == {"upstream": "mute"}

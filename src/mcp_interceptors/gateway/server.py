@@ -31,7 +31,7 @@ from mcp.server.subscriptions import (
     ToolsListChanged,
 )
 from mcp.shared.message import ServerMessageMetadata
-from mcp_types import Notification, Request, Result
+from mcp_types import CONNECTION_CLOSED, Notification, Request, Result
 from mcp_types import methods as wire_methods
 from mcp_types.version import MODERN_PROTOCOL_VERSIONS
 from pydantic import ConfigDict, ValidationError
@@ -75,6 +75,9 @@ SSE_SESSION_PREFIX = "sse:"
 LOCAL_METHODS = frozenset(
     {"initialize", "server/discover", "ping", "subscriptions/listen", LIST_METHOD, INVOKE_METHOD, EXECUTE_CHAIN_METHOD}
 )
+#: With several upstreams, how long the start waits for the others once one is connected (they go on
+#: connecting in the background and are listed when they are up).
+_START_GRACE_S = 10.0
 #: How long a request an upstream sends before the stdio client's handshake waits for that client.
 _STDIO_CLIENT_WAIT_S = 30.0
 #: Input requests awaiting a 2026-07-28 client's answer that the audit trail keeps linkable (oldest go first).
@@ -211,7 +214,8 @@ class Gateway:
     async def connect_upstreams(
         self, client_params: Mapping[str, Any] | None = None, client_era: Era | None = None
     ) -> None:
-        """Connect every upstream (failing with a clear error if one cannot start) and check collisions.
+        """Connect every upstream and check collisions. If none can start, fail with the first one's error;
+        if some can, serve with those and keep retrying the others (listed once they connect).
 
         `client_params` are the `initialize` params the connections present and `client_era` the era
         that `era: auto` upstreams try first: a stdio gateway's one client's, else the gateway's own
@@ -231,20 +235,42 @@ class Gateway:
             for name, upstream_config in self.config.upstreams.items()
         }
         failures: dict[str, Exception] = {}
+        one_ready = anyio.Event()
+        pending = set(conns)
 
         async def connect(name: str, conn: UpstreamConnection) -> None:
             try:
                 await tg.start(conn.run)
+                one_ready.set()
             except Exception as exc:
                 failures[name] = exc
+            pending.discard(name)
+            if not pending:
+                starting.cancel_scope.cancel()  # every one settled: no grace left to wait out
+
+        async def grace() -> None:
+            """One upstream that hangs in its start-up does not hold the others back for long."""
+            await one_ready.wait()
+            await anyio.sleep(_START_GRACE_S)
+            for name in pending:
+                failures[name] = UpstreamUnavailableError(
+                    CONNECTION_CLOSED, f"upstream {name!r} did not connect within {_START_GRACE_S:g} s of the first"
+                )
+            starting.cancel_scope.cancel()
 
         # All at once: a client waits on the slowest server's start-up, not on the sum of them.
         async with anyio.create_task_group() as starting:
             for name, conn in conns.items():
                 starting.start_soon(connect, name, conn)
-        for name in conns:
-            if name in failures:
-                raise failures[name]  # the first failed upstream in config order, as one clear error
+            if len(conns) > 1:
+                starting.start_soon(grace)
+        if failures and len(failures) == len(conns):
+            raise next(failures[name] for name in conns if name in failures)  # the first in config order
+        for name, exc in failures.items():
+            # Several upstreams: the others serve; this one is retried with backoff and listed once back.
+            logger.error("upstream %r is unavailable (%s); serving without it until it connects", name, exc)
+            conns[name].left_out = True
+            tg.start_soon(partial(conns[name].run, retry_start=True))
         self.shared.update(conns)
         probe = DownstreamSession(self, key="startup", era="2026-07-28")
         await probe.refresh_catalog()  # raises RoutingError on a collision
@@ -270,6 +296,7 @@ class Gateway:
         """Per-session upstream sessions for a handshake-era client, presenting its own initialize params."""
         assert self._tg is not None, "gateway not started"
         conns: dict[str, UpstreamConnection] = {}
+        down: list[UpstreamUnavailableError] = []
         for name, upstream_config in self.config.upstreams.items():
             conn = UpstreamConnection(
                 name,
@@ -279,19 +306,39 @@ class Gateway:
                 on_request=partial(session.from_upstream, name),
                 on_notify=partial(session.upstream_notification, name),
             )
+            shared = self.shared.get(name)
+            if shared is not None and not shared.up and len(self.config.upstreams) > 1:
+                # Down for the gateway too: not worth a session's wait; it joins the session once it connects.
+                if name in self.handshake_refused:
+                    conns[name] = shared  # it reconnects itself
+                    continue
+                conn.left_out = True
+                self._tg.start_soon(partial(conn.run, retry_start=True))
+                down.append(shared.unavailable())
+                conns[name] = conn
+                continue
             try:
                 await self._tg.start(conn.run)
                 if conn.info is not None and (conn.info.capabilities.get("resources") or {}).get("subscribe"):
                     self.handshake_subscribe.add(name)
-            except UpstreamUnavailableError:
-                shared = self.shared.get(name)
-                if shared is None or shared.era != "2026-07-28":
+            except UpstreamUnavailableError as exc:
+                if shared is not None and shared.era == "2026-07-28":
+                    # A 2026-07-28-only upstream: share its connection; input requests are bridged per call.
+                    logger.info("upstream %r refuses a handshake-era session; bridging through the shared one", name)
+                    self.handshake_refused.add(name)
+                    conn = shared
+                elif len(self.config.upstreams) == 1:
                     raise
-                # A 2026-07-28-only upstream: share its connection; input requests are bridged per call.
-                logger.info("upstream %r refuses a handshake-era session; bridging through the shared one", name)
-                self.handshake_refused.add(name)
-                conn = shared
+                else:  # down: the session uses the others, and this one joins when it connects
+                    logger.error("upstream %r is unavailable for session %s: %s", name, session.key, exc.message)
+                    conn.left_out = True
+                    self._tg.start_soon(partial(conn.run, retry_start=True))
+                    down.append(exc)
             conns[name] = conn
+        if len(down) == len(conns):
+            for conn in conns.values():
+                conn.close()  # all the session's own: a shared connection is never counted down here
+            raise down[0]
         return conns
 
     def close_upstreams(self) -> None:

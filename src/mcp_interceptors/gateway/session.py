@@ -15,15 +15,24 @@ from typing import TYPE_CHECKING, Any, Literal, Protocol, get_args
 import anyio
 from mcp import MCPError
 from mcp.shared.inbound import mcp_param_headers, x_mcp_header_map
-from mcp_types import LoggingLevel
+from mcp_types import SERVER_INFO_META_KEY, LoggingLevel
 from mcp_types.methods import CACHEABLE_METHODS
 
 from mcp_interceptors.gateway.auth import current_principal
 from mcp_interceptors.gateway.bridge import BridgedCall
 from mcp_interceptors.gateway.legs import GOVERNED_EVENTS
 from mcp_interceptors.gateway.recording import RECEIPT_META_KEY, CallRecord, Leg, receipt_meta
-from mcp_interceptors.gateway.routing import CALLS, LISTS, Catalog, Route, advertised_keys, build_catalog
-from mcp_interceptors.gateway.upstream import ENVELOPE_KEYS, UpstreamConnection, first_error
+from mcp_interceptors.gateway.routing import (
+    CALLS,
+    LISTS,
+    PREFIXED_LISTS,
+    SEPARATOR,
+    Catalog,
+    Route,
+    advertised_keys,
+    build_catalog,
+)
+from mcp_interceptors.gateway.upstream import ENVELOPE_KEYS, UpstreamConnection, UpstreamUnavailableError, first_error
 from mcp_interceptors.protocol.errors import InterceptorsError
 from mcp_interceptors.protocol.invoke import InvocationContext, Principal, now_iso
 
@@ -131,7 +140,9 @@ class DownstreamSession:
                 result = await self._passthrough(method, params, downstream)
         finally:
             self.inflight.remove(downstream)
-        return shape_modern(method, result) if self.era == "2026-07-28" else result
+        if self.era == "2026-07-28":
+            return shape_modern(method, result, self.gateway.server.server_info_stamp)
+        return shape_handshake(result)
 
     async def _list(self, method: str, params: dict[str, Any] | None, request_id: Any) -> dict[str, Any]:
         """A listing, governed per upstream (so `context.server` names the owner of every item)."""
@@ -214,18 +225,35 @@ class DownstreamSession:
     async def refresh_catalog(self, methods: tuple[str, ...] = tuple(LISTS)) -> Catalog:
         """Fetch every page of `methods` from every upstream and merge them under their prefixes."""
         conns = await self.connections()
-        listings: dict[str, dict[str, list[dict[str, Any]]]] = {name: {} for name in conns}
+        # With several upstreams, one that is down is left out (the others keep serving); it announces
+        # `list_changed` when it is back. Only when every one is down does the listing fail.
+        down = {name for name, conn in conns.items() if not conn.up} if len(conns) > 1 else set()
+        if down == set(conns):
+            down = set()  # nothing to list without them: wait for a reconnect, then fail naming one
+        listings: dict[str, dict[str, list[dict[str, Any]]]] = {name: {} for name in conns if name not in down}
 
         async def fetch(name: str, conn: UpstreamConnection, method: str) -> None:
-            listings[name][method] = await fetch_all_pages(conn, method)
+            try:
+                listings[name][method] = await fetch_all_pages(conn, method)
+            except UpstreamUnavailableError:
+                if len(conns) == 1:
+                    raise
+                down.add(name)
 
         try:
             async with anyio.create_task_group() as tg:
-                for name, conn in conns.items():
+                for name in listings:
                     for method in methods:
-                        tg.start_soon(fetch, name, conn, method)
-        except* MCPError as group:  # an upstream down or failing: its own error (naming it), not a group
+                        tg.start_soon(fetch, name, conns[name], method)
+        except* MCPError as group:  # an upstream failing: its own error (naming it), not a group
             raise first_error(group) from None
+        if down:
+            if down == set(conns):
+                raise conns[min(down, key=list(conns).index)].unavailable()
+            for name in sorted(down):
+                conns[name].left_out = True
+                logger.warning("upstream %r is unavailable: listed without it (%s)", name, ", ".join(methods))
+            listings = {name: found for name, found in listings.items() if name not in down}
         fresh = build_catalog(listings, self.gateway.prefixes)
         if self.catalog is None:
             self.catalog = Catalog()
@@ -419,6 +447,9 @@ class DownstreamSession:
             await self.refresh_catalog(missing)
         assert self.catalog is not None
         route = self.catalog.route(method, key)
+        if route is None and await self._owner_back(list_method, key):
+            self.invalidate(list_method)  # listed while it restarted: list again, with its items
+            return await self._route(method, params, check=check)
         if route is None or (enforce and not self._was_advertised(list_method, key)):
             kind = {"tools/list": "tool", "prompts/list": "prompt"}.get(list_method, "resource")
             data = {"reason": "not advertised to this session", key_name: key, "event": method}
@@ -426,6 +457,22 @@ class DownstreamSession:
                 data = {key_name: key}
             raise MCPError(INVALID_PARAMS, f"Unknown {kind}: {key}", data)
         return route
+
+    async def _owner_back(self, list_method: str, key: str) -> bool:
+        """For a tool or prompt not in the listing, under the prefix of an upstream that is down: whether
+        that upstream is back after a request's wait for it (a restart). If it does not come back, or never
+        connected, the call gets its error naming it rather than "Unknown tool"."""
+        if list_method not in PREFIXED_LISTS:
+            return False
+        conns = self.upstreams or self.gateway.shared
+        for name, prefix in self.gateway.prefixes.items():
+            conn = conns.get(name)
+            if not prefix or not key.startswith(prefix + SEPARATOR) or conn is None or conn.up:
+                continue
+            if conn.info is None or not await conn.wait_up():  # never connected: not worth a wait
+                raise conn.unavailable()
+            return True
+        return False
 
     def _was_advertised(self, list_method: str, key: str) -> bool:
         if key in self.advertised.get(list_method, set()):
@@ -645,19 +692,48 @@ async def fetch_all_pages(conn: UpstreamConnection, method: str) -> list[dict[st
     return items
 
 
-def shape_modern(method: str, result: dict[str, Any]) -> dict[str, Any]:
+def shape_modern(method: str, result: dict[str, Any], server_info: dict[str, Any] | None = None) -> dict[str, Any]:
     """Fill the 2026-07-28 envelope a result may lack (merged listings, handshake-era upstreams).
 
-    A merged or bridged listing has no single upstream's cache hint, so it is marked uncacheable.
+    A merged or bridged listing has no single upstream's cache hint, so it is marked uncacheable; a result
+    without a `serverInfo` stamp gets `server_info` (the gateway's), as mcp's server stamps its own.
     """
     result_type = result.get("resultType")
     needs_hints = method in CACHEABLE_METHODS and result_type in (None, "complete")
-    if result_type is not None and not (needs_hints and ("ttlMs" not in result or "cacheScope" not in result)):
+    shaped = result
+    if result_type is None or (needs_hints and ("ttlMs" not in result or "cacheScope" not in result)):
+        shaped = {"resultType": "complete", **result}
+        if needs_hints:
+            shaped.setdefault("ttlMs", 0)
+            shaped.setdefault("cacheScope", "private")
+    meta = shaped.get("_meta", {})
+    if server_info is not None and isinstance(meta, dict) and meta.get(SERVER_INFO_META_KEY) is None:
+        shaped = {**shaped, "_meta": {**meta, SERVER_INFO_META_KEY: server_info}}
+    return shaped
+
+
+#: What only 2026-07-28 results carry: a handshake-era client's results never show them.
+_MODERN_RESULT_KEYS = ("ttlMs", "cacheScope")
+
+
+def shape_handshake(result: dict[str, Any]) -> dict[str, Any]:
+    """A 2026-07-28 upstream's result as a handshake-era server would send it: without `resultType`
+    (`complete`; `input_required` rounds are bridged before this), the cache hints, or the `serverInfo`
+    stamp (the client has the gateway's from `initialize`)."""
+    meta = result.get("_meta")
+    stamped = isinstance(meta, dict) and SERVER_INFO_META_KEY in meta
+    if not stamped and result.get("resultType") != "complete" and not any(k in result for k in _MODERN_RESULT_KEYS):
         return result
-    shaped = {"resultType": "complete", **result}
-    if needs_hints:
-        shaped.setdefault("ttlMs", 0)
-        shaped.setdefault("cacheScope", "private")
+    shaped = {k: v for k, v in result.items() if k not in _MODERN_RESULT_KEYS}
+    if shaped.get("resultType") == "complete":
+        del shaped["resultType"]
+    if stamped:
+        assert isinstance(meta, dict)
+        kept = {k: v for k, v in meta.items() if k != SERVER_INFO_META_KEY}
+        if kept:
+            shaped["_meta"] = kept
+        else:
+            del shaped["_meta"]
     return shaped
 
 

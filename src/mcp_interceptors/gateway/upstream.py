@@ -224,6 +224,8 @@ class UpstreamConnection:
         self._http_error: str | None = None
         #: The HTTP client of the requests that take an exchange of their own (see `_private_request`).
         self._exchanges: httpx2.AsyncClient | None = None
+        #: A listing was served without this upstream (it was down): its return announces `list_changed`.
+        self.left_out = False
 
     @property
     def is_http(self) -> bool:
@@ -232,6 +234,25 @@ class UpstreamConnection:
     @property
     def era(self) -> Era:
         return self.info.era if self.info is not None else "legacy"
+
+    @property
+    def up(self) -> bool:
+        """Whether the connection is open and past its handshake now (not starting, backing off, or closed)."""
+        return self._dispatcher is not None and self._connected.is_set()
+
+    async def wait_up(self) -> bool:
+        """Wait for a reconnection as a request would (a restart takes a moment); whether it is up now."""
+        if not self.up:
+            with anyio.move_on_after(min(_CONNECT_WAIT_S, self.config.timeout_ms / 1000)):
+                await self._connected.wait()
+        return self.up
+
+    def unavailable(self) -> UpstreamUnavailableError:
+        """The error a call to this upstream gets while it is down: -32000 naming it and why."""
+        reason = self._last_error or "not connected"
+        return UpstreamUnavailableError(
+            CONNECTION_CLOSED, f"upstream {self.name!r} is unavailable ({reason})", {"upstream": self.name}
+        )
 
     # ------------------------------------------------------------------ lifecycle
 
@@ -298,6 +319,9 @@ class UpstreamConnection:
                 self._last_error = None
                 if self.info.era == "2026-07-28" and self.on_notify is not None:
                     tg.start_soon(self._listen)
+                if self.left_out:
+                    self.left_out = False
+                    tg.start_soon(self._announce_return)
                 on_ready()
                 await ended.wait()
                 self._mark_down()  # before the transport's teardown: new requests wait for the reconnect
@@ -333,6 +357,17 @@ class UpstreamConnection:
             )
         except MCPError as exc:
             logger.info("upstream %r: subscriptions/listen ended: %s", self.name, exc.message)
+
+    async def _announce_return(self) -> None:
+        """Back after listings went out without it: its items are listable again, so each list it serves
+        changed (the gateway relays these as the upstream's own `list_changed`)."""
+        logger.info("upstream %r is back; announcing its listings", self.name)
+        caps = self.info.capabilities if self.info is not None else {}
+        if self.on_notify is None:
+            return
+        for feature in ("tools", "prompts", "resources"):
+            if feature in caps:
+                await self.on_notify(f"notifications/{feature}/list_changed", None)
 
     def _heard_http_error(self, status: int, reason: str) -> None:
         self._http_error = f"{status} {reason}".strip()
@@ -448,10 +483,7 @@ class UpstreamConnection:
         with anyio.move_on_after(min(_CONNECT_WAIT_S, self.config.timeout_ms / 1000)):
             await self._connected.wait()
         if self._dispatcher is None:
-            reason = self._last_error or "not connected"
-            raise UpstreamUnavailableError(
-                CONNECTION_CLOSED, f"upstream {self.name!r} is unavailable ({reason})", {"upstream": self.name}
-            )
+            raise self.unavailable()
         return self._dispatcher
 
     async def request(

@@ -65,20 +65,15 @@ def engine_for(preferred: Engine, requested: Literal["auto", "re2", "re"]) -> En
 
 
 class ScanText:
-    """One text being scanned: the str and, for re2, its UTF-8 bytes (encoded once, on first use)."""
+    """One text being scanned: the str and its UTF-8 bytes (what re2 and the RE2 sets read)."""
 
-    __slots__ = ("_data", "is_ascii", "text")
+    __slots__ = ("data", "is_ascii", "text")
 
     def __init__(self, text: str) -> None:
         self.text = text
         self.is_ascii = text.isascii()
-        self._data: bytes | None = None
-
-    @property
-    def data(self) -> bytes:
-        if self._data is None:
-            self._data = self.text.encode("utf-8", "surrogatepass")
-        return self._data
+        # Encoded at once: every scan reads it (the sets do), and an attribute is cheaper than a property.
+        self.data = text.encode("utf-8", "surrogatepass")
 
     def char_spans(self, byte_spans: list[tuple[int, int]]) -> list[tuple[int, int]]:
         """`byte_spans` (offsets into `data`) as char offsets into `text`.
@@ -129,39 +124,37 @@ class CompiledPattern:
 
     def spans(self, scan: ScanText, groups: tuple[int, ...] = (0,)) -> list[tuple[int, int]]:
         """The `(start, end)` in chars of the first of `groups` that took part in each match."""
-        if self.engine == "re":
-            return _spans_of(self._compiled.finditer(scan.text), groups)
-        if self._match is not None:
-            found = _binding_spans(self._match, scan.data, groups)
-        else:
+        match = self._match
+        if match is None:
+            if self.engine == "re":
+                return _spans_of(self._compiled.finditer(scan.text), groups)
             found = _spans_of(self._compiled.finditer(scan.data), groups)
-        return found if scan.is_ascii or not found else scan.char_spans(found)
-
-
-def _binding_spans(match: Any, data: bytes, groups: tuple[int, ...]) -> list[tuple[int, int]]:
-    """What `_spans_of` gives for the pattern's `finditer` on the text, through the binding. Each call
-    gives the byte spans of all groups of the leftmost match at or after `pos` ((-1, -1) for a group that
-    took no part); the search resumes at the match's end (at the next char after an empty match)."""
-    found = []
-    pos, endpos = 0, len(data)
-    first_only = groups == (0,)
-    while pos <= endpos:
-        spans = match(_UNANCHORED, data, pos, endpos)
-        start, end = whole = spans[0]
-        if start < 0:
-            break
-        if not first_only:
-            for group in groups:
-                if spans[group][0] >= 0:
-                    whole = spans[group]
-                    break
-        found.append(whole)
-        pos = end
-        if end == start:  # an empty match: go on from the next char, as `finditer` on the str does
-            pos += 1
-            while pos < endpos and 0x80 <= data[pos] < 0xC0:
+            return found if scan.is_ascii or not found else scan.char_spans(found)
+        # What `_spans_of` gives for the pattern's `finditer` on the text, through the binding (inline: this
+        # runs once per rule and text). Each call gives the byte spans of all groups of the leftmost match at
+        # or after `pos` ((-1, -1) for a group that took no part); the search resumes at the match's end (at
+        # the next char after an empty match).
+        data = scan.data
+        found = []
+        pos, endpos = 0, len(data)
+        first_only = groups == (0,)
+        while pos <= endpos:
+            spans = match(_UNANCHORED, data, pos, endpos)
+            start, end = whole = spans[0]
+            if start < 0:
+                break
+            if not first_only:
+                for group in groups:
+                    if spans[group][0] >= 0:
+                        whole = spans[group]
+                        break
+            found.append(whole)
+            pos = end
+            if end == start:  # an empty match: go on from the next char, as `finditer` on the str does
                 pos += 1
-    return found
+                while pos < endpos and 0x80 <= data[pos] < 0xC0:
+                    pos += 1
+        return found if scan.is_ascii or not found else scan.char_spans(found)
 
 
 def _spans_of(matches: Iterator[Any], groups: tuple[int, ...]) -> list[tuple[int, int]]:

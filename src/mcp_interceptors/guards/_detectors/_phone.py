@@ -2,8 +2,9 @@
 
 `PhoneNumberMatcher` walks every character and gets slow on big text, so the scanner finds candidates with
 a regex and this module rejects cheap shapes (dates, decimals, dotted quads, glued ids, odd groupings),
-then checks each configured region's numbering plan and validates with `phonenumbers.is_valid_number`
-(building the number directly; `parse` only for leading-zero plans). `+`/`00` numbers are international.
+then checks each configured region's numbering plan and validates as `phonenumbers.is_valid_number` does,
+from its metadata compiled once per country code (`parse` only for leading-zero plans). `+`/`00` numbers
+are international.
 """
 
 from __future__ import annotations
@@ -148,8 +149,96 @@ def _is_nanp_grouping(candidate: str) -> bool:
 
 
 def _is_valid_number(country_code: int, national: str) -> bool:
-    number = phonenumbers.PhoneNumber(country_code=country_code, national_number=int(national))
-    return bool(phonenumbers.is_valid_number(number))
+    """`phonenumbers.is_valid_number` for `+country_code national`, from its metadata compiled once per
+    country code (a few regex calls instead of ~40 Python calls: 1-3 µs instead of 11-19)."""
+    rules = _VALIDITY.get(country_code)
+    if rules is None:
+        rules = _VALIDITY[country_code] = _validity_rules(country_code)
+    if not rules:  # no plan of our own (non-geographic codes): ask phonenumbers
+        number = phonenumbers.PhoneNumber(country_code=country_code, national_number=int(national))
+        return bool(phonenumbers.is_valid_number(number))
+    significant = str(int(national))
+    if len(rules) == 1:
+        return rules[0].knows(significant)
+    # As `region_code_for_number`: the first region whose leading digits match, or (without leading digits)
+    # that knows the number; validity is then that region's verdict.
+    for rule in rules:
+        if rule.leading is not None:
+            if rule.leading.match(significant):
+                return rule.knows(significant)
+        elif rule.knows(significant):
+            return True
+    return False
+
+
+class _RegionValidity:
+    """What `is_valid_number` asks of one region's metadata: the general description, then any one number
+    type (premium rate ... mobile), each a possible length and a pattern matched in full."""
+
+    def __init__(self, metadata: phonenumbers.PhoneMetadata) -> None:
+        self.leading = re.compile(metadata.leading_digits) if metadata.leading_digits is not None else None
+        general = metadata.general_desc
+        self._general_lengths = frozenset(general.possible_length or ()) if general is not None else frozenset()
+        self._general = _compiled(general)
+        descs = [getattr(metadata, name) for name in _NUMBER_TYPES]
+        if metadata.same_mobile_and_fixed_line_pattern:
+            descs.pop()  # phonenumbers never tries `mobile` then
+        # One pattern per length: the types that admit numbers of that length (or set no lengths).
+        typed = [
+            (frozenset(desc.possible_length or ()), desc.national_number_pattern) for desc in descs if desc is not None
+        ]
+        lengths = {length for allowed, source in typed if source for length in allowed}
+        self._types_for_length = {
+            length: _alternation([source for allowed, source in typed if source and (not allowed or length in allowed)])
+            for length in lengths
+        }
+        self._types_any_length = _alternation([source for allowed, source in typed if source and not allowed])
+
+    def knows(self, significant: str) -> bool:
+        size = len(significant)
+        if self._general is None or (self._general_lengths and size not in self._general_lengths):
+            return False
+        if not self._general.fullmatch(significant):
+            return False
+        types = self._types_for_length.get(size, self._types_any_length)
+        return types is not None and types.fullmatch(significant) is not None
+
+
+# The number types `phonenumbers` checks, in its order; `mobile` last (see `same_mobile_and_fixed_line_pattern`).
+_NUMBER_TYPES = (
+    "premium_rate",
+    "toll_free",
+    "shared_cost",
+    "voip",
+    "personal_number",
+    "pager",
+    "uan",
+    "voicemail",
+    "fixed_line",
+    "mobile",
+)
+_VALIDITY: dict[int, list[_RegionValidity]] = {}
+
+
+def _compiled(desc: phonenumbers.PhoneNumberDesc | None) -> re.Pattern[str] | None:
+    return re.compile(desc.national_number_pattern) if desc and desc.national_number_pattern else None
+
+
+def _alternation(sources: list[str]) -> re.Pattern[str] | None:
+    return re.compile("|".join(f"(?:{source})" for source in sources)) if sources else None
+
+
+def _validity_rules(country_code: int) -> list[_RegionValidity]:
+    """The regions of a country code, in phonenumbers' order; empty where it has a non-geographic plan."""
+    regions = phonenumbers.COUNTRY_CODE_TO_REGION_CODE.get(country_code, ())
+    rules = []
+    for region in regions:
+        metadata = phonenumbers.PhoneMetadata.metadata_for_region(region.upper(), None)
+        if region == phonenumbers.REGION_CODE_FOR_NON_GEO_ENTITY:
+            return []
+        if metadata is not None:
+            rules.append(_RegionValidity(metadata))
+    return rules
 
 
 def _is_glued_after(text: str, end: int) -> bool:

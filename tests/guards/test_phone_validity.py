@@ -1,0 +1,59 @@
+"""The PII phone check's own validity test (`_phone._is_valid_number`, compiled from phonenumbers' metadata)
+answers exactly as `phonenumbers.is_valid_number` does.
+
+Every region's example number of every type, each with digits changed and added (seeded), and random
+national numbers for every country calling code: valid and invalid numbers of every length, including the
+country codes shared by several regions (+1, +7, +44, +47, +61, +262, +590, +599), where the region is
+picked by leading digits or by validity.
+"""
+
+from __future__ import annotations
+
+import random
+
+import phonenumbers
+import pytest
+
+from mcp_interceptors.guards._detectors import _phone
+
+
+def _phonenumbers_says(country_code: int, national: str) -> bool:
+    number = phonenumbers.PhoneNumber(country_code=country_code, national_number=int(national))
+    return bool(phonenumbers.is_valid_number(number))
+
+
+def _variants(national: str, rnd: random.Random) -> list[str]:
+    found = [national]
+    for _ in range(12):
+        digits = list(national)
+        digits[rnd.randrange(len(digits))] = rnd.choice("0123456789")
+        if rnd.random() < 0.3:
+            digits.insert(rnd.randrange(len(digits) + 1), rnd.choice("0123456789"))
+        if rnd.random() < 0.2 and len(digits) > 1:
+            del digits[rnd.randrange(len(digits))]
+        found.append("".join(digits).lstrip("0") or "1")
+    return found
+
+
+def test_example_numbers_and_their_neighbours_get_phonenumbers_verdict() -> None:
+    rnd = random.Random(7)
+    checked = valid = 0
+    for region in sorted(phonenumbers.SUPPORTED_REGIONS):
+        for number_type in range(12):
+            example = phonenumbers.example_number_for_type(region, number_type)
+            if example is None:
+                continue
+            for national in _variants(str(example.national_number), rnd):
+                expected = _phonenumbers_says(example.country_code, national)
+                assert _phone._is_valid_number(example.country_code, national) == expected, (region, national)
+                checked += 1
+                valid += expected
+    assert checked > 10_000 and 0.2 < valid / checked < 0.8  # both verdicts well represented
+
+
+@pytest.mark.parametrize("country_code", sorted(phonenumbers.COUNTRY_CODE_TO_REGION_CODE))
+def test_random_national_numbers_get_phonenumbers_verdict(country_code: int) -> None:
+    rnd = random.Random(country_code)
+    for _ in range(60):
+        national = str(rnd.randint(1, 9)) + "".join(rnd.choice("0123456789") for _ in range(rnd.randint(3, 13)))
+        assert _phone._is_valid_number(country_code, national) == _phonenumbers_says(country_code, national), national

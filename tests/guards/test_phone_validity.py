@@ -57,3 +57,15 @@ def test_random_national_numbers_get_phonenumbers_verdict(country_code: int) -> 
     for _ in range(60):
         national = str(rnd.randint(1, 9)) + "".join(rnd.choice("0123456789") for _ in range(rnd.randint(3, 13)))
         assert _phone._is_valid_number(country_code, national) == _phonenumbers_says(country_code, national), national
+
+
+def test_forgetting_the_verdicts_judges_numbers_anew() -> None:
+    from mcp_interceptors.guards._detectors import PiiScanner
+
+    scanner = PiiScanner(kinds=["phone"])
+    text = "call +1 202-555-0143 today"
+    found = scanner.scan(text)
+    assert found and scanner._phone_judge._cache  # remembered
+    scanner.forget_verdicts()
+    assert not scanner._phone_judge._cache
+    assert scanner.scan(text) == found

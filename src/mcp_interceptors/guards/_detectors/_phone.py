@@ -68,6 +68,10 @@ class PhoneJudge:
                 return start + left, start + right
         return None
 
+    def forget(self) -> None:
+        """Drop the remembered verdicts."""
+        self._cache.clear()
+
     def _is_phone(self, candidate: str, in_context: bool) -> bool:
         key = ("\0" + candidate) if in_context else candidate
         verdict = self._cache.get(key)

@@ -82,7 +82,7 @@ class PhoneJudge:
         return verdict
 
     def _decide(self, candidate: str, in_context: bool) -> bool:
-        digits = "".join(c for c in candidate if c.isdigit())
+        digits = "".join(_DIGIT_GROUPS.findall(candidate))
         if not 7 <= len(digits) <= 15:
             return False
         if candidate[0] == "+" or candidate.startswith("00"):
@@ -283,4 +283,6 @@ def _is_valid(candidate: str, region: str | None) -> bool:
         number = phonenumbers.parse(candidate, region)
     except phonenumbers.NumberParseException:
         return False
-    return bool(phonenumbers.is_valid_number(number))
+    if number.italian_leading_zero or number.country_code is None or number.national_number is None:
+        return bool(phonenumbers.is_valid_number(number))  # its leading zeros are part of what is checked
+    return _is_valid_number(number.country_code, str(number.national_number))

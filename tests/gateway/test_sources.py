@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import json
+from pathlib import Path
 from typing import Any
 
 import anyio
@@ -10,9 +12,10 @@ from fakes import descriptor
 from mcp_types import CONNECTION_CLOSED
 
 from mcp_interceptors import Chain
-from mcp_interceptors.gateway.config import ConfigError, parse_config
+from mcp_interceptors.gateway.config import ConfigError, load_config, parse_config
 from mcp_interceptors.gateway.sources import ConnectionSource, chain_for, populate_chain
 from mcp_interceptors.gateway.upstream import UpstreamUnavailableError
+from mcp_interceptors.guards.pinning import pin_document
 
 pytestmark = pytest.mark.anyio
 
@@ -57,3 +60,32 @@ async def test_r62_a_widening_hook_override_names_the_config_file_and_field() ->
             await populate_chain(chain_for(config), config, tg, file="gateway.yaml")
     assert (error.value.file, error.value.path) == ("gateway.yaml", "interceptors.overrides.sampling-guard.hooks")
     assert "adds (tools/call, request)" in error.value.problem
+
+
+async def test_guard_files_in_gateway_yaml_are_relative_to_its_folder(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    echo = {"name": "echo", "inputSchema": {"type": "object"}}
+    folder, elsewhere = tmp_path / "conf", tmp_path / "elsewhere"
+    for each in (folder, elsewhere):
+        (each / "logs").mkdir(parents=True)
+    (folder / "pins.json").write_text(json.dumps(pin_document([echo])))
+    (elsewhere / "pins.json").write_text(json.dumps(pin_document([{**echo, "description": "changed"}])))
+    (folder / "gateway.yaml").write_text(
+        "upstreams: {a: {command: server}}\n"
+        "chain: {sinks: true}\n"
+        "interceptors:\n"
+        "  guards:\n"
+        "    - {name: tool-pinning, config: {pin_file: pins.json}}\n"
+        "    - {name: audit-log, config: {path: logs/audit.jsonl}}\n"
+    )
+    monkeypatch.chdir(elsewhere)  # the gateway's working folder holds other files of the same names
+    config = load_config(folder / "gateway.yaml")
+    chain = chain_for(config)
+    with anyio.fail_after(10):
+        async with anyio.create_task_group() as tg:
+            await populate_chain(chain, config, tg, file="gateway.yaml")
+        result = await chain.execute("tools/list", "response", {"tools": [echo]})
+    assert result.status == "success", result.aborted_at  # conf/pins.json pins echo as listed
+    assert (folder / "logs" / "audit.jsonl").read_text().count("\n") == 1
+    assert not (elsewhere / "logs" / "audit.jsonl").exists()

@@ -56,7 +56,10 @@ def chain_for(config: GatewayConfig) -> Chain:
     )
 
 
-def load_guard(name: str, guard_config: Mapping[str, Any], file: str, index: int) -> LocalHost:
+def load_guard(
+    name: str, guard_config: Mapping[str, Any], file: str, index: int, base_dir: str | None = None
+) -> LocalHost:
+    """Build a guard; its file keys (`pin_file`, audit-log's `path`) are relative to the config's folder."""
     try:
         from mcp_interceptors import guards
     except ImportError:  # pragma: no cover - the guards package ships with us
@@ -70,8 +73,13 @@ def load_guard(name: str, guard_config: Mapping[str, Any], file: str, index: int
             f"unknown guard {name!r}",
             f"use one of: {', '.join(guards.available())}",
         )
+    config = dict(guard_config)
+    for key in guards.FILE_KEYS.get(name, ()):
+        value = config.get(key)
+        if base_dir is not None and isinstance(value, str) and value != "-":
+            config[key] = str(Path(base_dir) / Path(value).expanduser())  # an absolute path stays as it is
     try:
-        host: LocalHost = guards.load(name, dict(guard_config))
+        host: LocalHost = guards.load(name, config)
     except (ValueError, TypeError) as exc:
         raise ConfigError(file, f"interceptors.guards[{index}].config", str(exc), "see docs/guards.md") from None
     return host
@@ -114,7 +122,7 @@ async def populate_chain(chain: Chain, config: GatewayConfig, tg: anyio.abc.Task
     overrides = {name: item.to_overrides() for name, item in config.interceptors.overrides.items()}
     with _widening_as_config_error(file):
         for index, guard in enumerate(config.interceptors.guards):
-            host = load_guard(guard.name, guard.config, file, index)
+            host = load_guard(guard.name, guard.config, file, index, config.base_dir)
             chain.add_local(host, name=_unique(chain, guard.name), overrides=_pick(overrides, host))
         for index, host_config in enumerate(config.interceptors.hosts):
             host = load_host(host_config.module, file, index, config.base_dir)

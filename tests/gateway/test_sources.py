@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -89,3 +90,30 @@ async def test_guard_files_in_gateway_yaml_are_relative_to_its_folder(
     assert result.status == "success", result.aborted_at  # conf/pins.json pins echo as listed
     assert (folder / "logs" / "audit.jsonl").read_text().count("\n") == 1
     assert not (elsewhere / "logs" / "audit.jsonl").exists()
+
+
+async def test_a_guard_detector_module_beside_gateway_yaml_is_importable(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(sys, "path", list(sys.path))  # undo the config folder's entry afterwards
+    (tmp_path / "beside_gateway_yaml_detector.py").write_text(
+        "from mcp_interceptors.guards.injection import Signal\n"
+        "class Canary:\n"
+        "    def detect(self, text):\n"
+        "        return [Signal('canary', 1.0, 'canary word')] if 'canary' in text else []\n"
+        "detector = Canary()\n"
+    )
+    (tmp_path / "gateway.yaml").write_text(
+        "upstreams: {a: {command: server}}\n"
+        "interceptors:\n"
+        "  guards:\n"
+        "    - {name: prompt-injection, config: {detectors: ['beside_gateway_yaml_detector:detector']}}\n"
+    )
+    monkeypatch.chdir(tmp_path.parent)
+    config = load_config(tmp_path / "gateway.yaml")
+    chain = chain_for(config)
+    with anyio.fail_after(10):
+        async with anyio.create_task_group() as tg:
+            await populate_chain(chain, config, tg, file="gateway.yaml")
+        result = await chain.execute("tools/call", "response", {"content": [{"type": "text", "text": "a canary"}]})
+    assert result.aborted_at is not None and result.aborted_at.interceptor == "prompt-injection"

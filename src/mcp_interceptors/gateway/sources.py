@@ -59,7 +59,8 @@ def chain_for(config: GatewayConfig) -> Chain:
 def load_guard(
     name: str, guard_config: Mapping[str, Any], file: str, index: int, base_dir: str | None = None
 ) -> LocalHost:
-    """Build a guard; its file keys (`pin_file`, audit-log's `path`) are relative to the config's folder."""
+    """Build a guard; its file keys (`pin_file`, audit-log's `path`) are relative to the config's folder,
+    and modules it imports (prompt-injection's `detectors`) may live there, as `hosts` modules may."""
     try:
         from mcp_interceptors import guards
     except ImportError:  # pragma: no cover - the guards package ships with us
@@ -73,6 +74,7 @@ def load_guard(
             f"unknown guard {name!r}",
             f"use one of: {', '.join(guards.available())}",
         )
+    _importable(base_dir)
     config = dict(guard_config)
     for key in guards.FILE_KEYS.get(name, ()):
         value = config.get(key)
@@ -85,12 +87,16 @@ def load_guard(
     return host
 
 
+def _importable(base_dir: str | None) -> None:
+    if base_dir is not None and base_dir not in sys.path:
+        sys.path.insert(0, base_dir)
+
+
 def load_host(spec: str, file: str, index: int, base_dir: str | None = None) -> LocalHost:
     """Import `module:attribute`; the config file's folder is importable, like a script's own folder."""
     module_name, _, attribute = spec.partition(":")
     where = f"interceptors.hosts[{index}].module"
-    if base_dir is not None and base_dir not in sys.path:
-        sys.path.insert(0, base_dir)
+    _importable(base_dir)
     try:
         target: Any = importlib.import_module(module_name)
     except ImportError as exc:

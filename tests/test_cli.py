@@ -193,6 +193,14 @@ def test_config_rejected_by_schema_fails_with_one_line() -> None:
             ("gateway", "--http", "127.0.0.1:99999", "--", "x"),
             "--http '127.0.0.1:99999': the port must be between 1 and 65535",
         ),
+        (  # --check planned without the guard and said "configuration is valid"
+            ("gateway", "--check", "examples/gateway.yaml", "--guard", "pii"),
+            "--guard is for the no-config shortcut; list guards in the config file instead",
+        ),
+        (
+            ("gateway", "--config", "examples/gateway.yaml", "--guard", "pii"),
+            "--guard is for the no-config shortcut; list guards in the config file instead",
+        ),
     ],
 )
 def test_usage_errors_exit_2_with_one_line(args: tuple[str, ...], message: str) -> None:

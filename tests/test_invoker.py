@@ -39,7 +39,7 @@ from mcp_interceptors import (
 )
 from mcp_interceptors.invoker import invocation_error
 from mcp_interceptors.protocol.descriptors import HookEntry
-from mcp_interceptors.protocol.errors import is_timeout_error
+from mcp_interceptors.protocol.errors import InvalidParamsError, is_timeout_error
 from mcp_interceptors.signatures import generate_signing_key
 
 pytestmark = pytest.mark.anyio
@@ -706,6 +706,37 @@ async def test_real_stdio_subprocess_host(mode: str) -> None:
     assert blocked.status == "validation_failed"
     assert blocked.aborted_at is not None and blocked.aborted_at.interceptor == "deny-dangerous-tools"
     assert allowed.allowed and allowed.final_payload == CALL
+
+
+def _nested(levels: int) -> dict[str, Any]:
+    value: dict[str, Any] = {}
+    for _ in range(levels):
+        value = {"x": value}
+    return value
+
+
+@pytest.mark.parametrize("field", ["payload", "config"])
+async def test_r23_a_payload_too_deep_for_a_stdio_host_is_refused_before_it_is_sent(field: str) -> None:
+    # mcp's stdio transport cannot parse a line nested this deep, so the host would never answer
+    deep = {**SHELL, "params": {"name": "shell", "arguments": _nested(250)}}
+    payload, config = (deep, None) if field == "payload" else (SHELL, _nested(250))
+    params = StdioServerParameters(command=sys.executable, args=[str(EXAMPLES / "validator_server.py")])
+    with anyio.fail_after(20):
+        async with Client(params, mode="legacy") as client:
+            with pytest.raises(InvalidParamsError) as refused:
+                await invoke_interceptor(
+                    client, "deny-dangerous-tools", "tools/call", "request", payload, config=config
+                )
+            chain = Chain(role="client")
+            await chain.add_server(client, name="validators")
+            blocked = await chain.execute("tools/call", "request", _nested(250))
+    assert refused.value.code == -32602
+    assert refused.value.data["field"] == field
+    assert refused.value.data["interceptor"] == "deny-dangerous-tools"
+    assert refused.value.data["event"] == "tools/call"
+    assert not blocked.allowed and blocked.aborted_at is not None
+    assert blocked.aborted_at.interceptor == "deny-dangerous-tools"
+    assert blocked.status != "timeout" and "nested more than 200 levels" in blocked.aborted_at.reason
 
 
 @pytest.mark.parametrize("mode", ["legacy", "auto"])

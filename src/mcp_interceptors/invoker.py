@@ -46,7 +46,7 @@ from mcp_interceptors.protocol.errors import (
     WideningOverrideError,
 )
 from mcp_interceptors.protocol.events import MAX_CACHED_EVENT_LENGTH, Direction, Phase, Role
-from mcp_interceptors.protocol.invoke import InvocationContext, InvokeRequest, ListRequest, RawParams
+from mcp_interceptors.protocol.invoke import InvocationContext, InvokeRequest, ListRequest, RawParams, check_payload
 from mcp_interceptors.protocol.results import InterceptorResult, parse_result
 from mcp_interceptors.signatures import VerifyKeyLike, check_result_signature, verify_key_from
 
@@ -150,7 +150,14 @@ def invoke_body(
     timeout_ms: float | None = None,
     context: InvocationContext | Mapping[str, Any] | None = None,
 ) -> dict[str, Any]:
-    """The `interceptor/invoke` params object (camelCase; `context` always carries a timestamp)."""
+    """The `interceptor/invoke` params object (camelCase; `context` always carries a timestamp).
+
+    A payload or `config` nested more than 200 levels deep raises `InvalidParamsError` (-32602, naming
+    the field), so it is never sent: a host refuses it anyway, and over stdio mcp cannot even parse
+    such a line, so the host would never answer and the invoke would wait out its timeout.
+    """
+    check_payload(payload, interceptor=name, event=event, phase=phase)
+    check_payload(config, field="config", interceptor=name, event=event, phase=phase)
     body: dict[str, Any] = {"name": name, "event": event, "phase": phase, "payload": payload}
     if config is not None:
         body["config"] = dict(config)

@@ -286,6 +286,11 @@ def test_tail_show_and_keys_report_a_malformed_stored_record_with_exit_2(
     assert lines[:2] == ["?  #1  not a well-formed record", "?  #2  not a well-formed record"]
     assert trail[2] in lines[2] and trail[3] in lines[3]
     assert err.getvalue() == "error: some records are not well-formed JSON objects; `audit verify` names them\n"
+    out = io.StringIO()  # verify names the records as tail numbers them (it said #0 and #1), receipts from 1
+    assert verify(sqlite_store.path, out, key_path=_key_path(tmp_path)) == EXIT_FAILED
+    assert "first bad record: #1: edited: not a well-formed audit record" in out.getvalue()
+    assert "#2: edited: not a well-formed audit record" in out.getvalue()
+    assert "receipt#2: edited: not a well-formed receipt" in out.getvalue()
     err = io.StringIO()
     assert show(sqlite_store.path, trail[1], io.StringIO(), err=err) == EXIT_ERROR
     assert err.getvalue() == f"error: audit record {trail[1]} is not a well-formed JSON object; run `audit verify`\n"

@@ -101,7 +101,8 @@ class _Walk:
             record_id, segment_id, seq = str(record["id"]), str(record["segment_id"]), int(record["seq"])
             claimed = str(record["hash"])
         except (orjson.JSONDecodeError, KeyError, TypeError, ValueError):
-            self.flag(position, f"#{position}", Problem.EDITED, "not a well-formed audit record")
+            # named by its 1-based place among the records, the `#<pos>` `audit tail` prints for it
+            self.flag(position, f"#{self.count}", Problem.EDITED, "not a well-formed audit record")
             return
         if record.get("v") != FORMAT_VERSION or record_id != record_id_for(segment_id, seq):
             self.flag(position, record_id, Problem.EDITED, "envelope fields are inconsistent")
@@ -242,7 +243,7 @@ class _Walk:
             receipt = orjson.loads(raw)
             receipt_id, claimed = str(receipt["id"]), str(receipt["hash"])
         except (orjson.JSONDecodeError, KeyError, TypeError):
-            self.flag(position, f"receipt#{position}", Problem.EDITED, "not a well-formed receipt")
+            self.flag(position, f"receipt#{position - self.count + 1}", Problem.EDITED, "not a well-formed receipt")
             return
         name = f"receipt:{receipt_id}"
         seen.add(receipt_id)

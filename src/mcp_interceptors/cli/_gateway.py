@@ -86,9 +86,9 @@ def run_gateway(args: argparse.Namespace) -> int:
     if args.json and not args.check:
         raise CommandError("--json goes with --check (it prints the plan as JSON)", 2)
     try:
-        config, file = _config(args)
-        if args.guard and args.config:
+        if args.guard and (args.config or args.check):  # --check FILE would plan without them, and say "valid"
             raise CommandError("--guard is for the no-config shortcut; list guards in the config file instead", 2)
+        config, file = _config(args)
         check_auth(config, file)
         if args.check:
             return anyio.run(_check, config, file, args.json)

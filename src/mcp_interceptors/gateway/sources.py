@@ -56,7 +56,11 @@ def chain_for(config: GatewayConfig) -> Chain:
     )
 
 
-def load_guard(name: str, guard_config: Mapping[str, Any], file: str, index: int) -> LocalHost:
+def load_guard(
+    name: str, guard_config: Mapping[str, Any], file: str, index: int, base_dir: str | None = None
+) -> LocalHost:
+    """Build a guard; its file keys (`pin_file`, audit-log's `path`) are relative to the config's folder,
+    and modules it imports (prompt-injection's `detectors`) may live there, as `hosts` modules may."""
     try:
         from mcp_interceptors import guards
     except ImportError:  # pragma: no cover - the guards package ships with us
@@ -70,19 +74,29 @@ def load_guard(name: str, guard_config: Mapping[str, Any], file: str, index: int
             f"unknown guard {name!r}",
             f"use one of: {', '.join(guards.available())}",
         )
+    _importable(base_dir)
+    config = dict(guard_config)
+    for key in guards.FILE_KEYS.get(name, ()):
+        value = config.get(key)
+        if base_dir is not None and isinstance(value, str) and value != "-":
+            config[key] = str(Path(base_dir) / Path(value).expanduser())  # an absolute path stays as it is
     try:
-        host: LocalHost = guards.load(name, dict(guard_config))
+        host: LocalHost = guards.load(name, config)
     except (ValueError, TypeError) as exc:
         raise ConfigError(file, f"interceptors.guards[{index}].config", str(exc), "see docs/guards.md") from None
     return host
+
+
+def _importable(base_dir: str | None) -> None:
+    if base_dir is not None and base_dir not in sys.path:
+        sys.path.insert(0, base_dir)
 
 
 def load_host(spec: str, file: str, index: int, base_dir: str | None = None) -> LocalHost:
     """Import `module:attribute`; the config file's folder is importable, like a script's own folder."""
     module_name, _, attribute = spec.partition(":")
     where = f"interceptors.hosts[{index}].module"
-    if base_dir is not None and base_dir not in sys.path:
-        sys.path.insert(0, base_dir)
+    _importable(base_dir)
     try:
         target: Any = importlib.import_module(module_name)
     except ImportError as exc:
@@ -114,7 +128,7 @@ async def populate_chain(chain: Chain, config: GatewayConfig, tg: anyio.abc.Task
     overrides = {name: item.to_overrides() for name, item in config.interceptors.overrides.items()}
     with _widening_as_config_error(file):
         for index, guard in enumerate(config.interceptors.guards):
-            host = load_guard(guard.name, guard.config, file, index)
+            host = load_guard(guard.name, guard.config, file, index, config.base_dir)
             chain.add_local(host, name=_unique(chain, guard.name), overrides=_pick(overrides, host))
         for index, host_config in enumerate(config.interceptors.hosts):
             host = load_host(host_config.module, file, index, config.base_dir)

@@ -295,3 +295,13 @@ def test_gateway_check_reads_an_existing_audit_key(tmp_path: Path) -> None:
         "cannot be read: Is a directory (fix: point audit.key_file at the gateway's key file, "
         "or at a path where it can create one)"
     )
+
+
+@pytest.mark.parametrize("command", [("list",), ("pin", "-o", "-")])
+def test_an_unreachable_url_is_named_in_the_one_line_error(command: tuple[str, ...]) -> None:
+    with socket.socket() as probe:  # a loopback port nothing listens on
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    url = f"http://127.0.0.1:{port}/mcp"
+    line = one_line_error(cli(command[0], url, *command[1:]), 1)
+    assert line.startswith(f"mcp-interceptors {command[0]}: error: cannot reach {url}: ConnectError"), line

@@ -6,6 +6,7 @@ import argparse
 from typing import Any
 
 import anyio
+import httpx2
 from mcp import MCPError
 
 from mcp_interceptors.cli._common import (
@@ -57,7 +58,7 @@ def run_list(args: argparse.Namespace) -> int:
             "skipped": [{"index": w.index, "name": w.name, "reason": w.reason} for w in found.warnings],
         }
 
-    print_json(_run(go))
+    print_json(_run(go, args))
     return 0
 
 
@@ -77,17 +78,24 @@ def run_invoke(args: argparse.Namespace) -> int:
             )
         return result.to_wire()
 
-    print_json(_run(go))
+    print_json(_run(go, args))
     return 0
 
 
-def _run(fn: Any) -> Any:
+def _run(fn: Any, args: argparse.Namespace) -> Any:
     try:
         return anyio.run(fn)
     except CommandError:  # a usage error found while building the client keeps its own message and exit code
         raise
     except Exception as exc:  # one line on stderr, never a traceback
-        raise CommandError(describe_failure(exc)) from None
+        failure = describe_failure(exc)
+        if failure.startswith(_UNREACHABLE):  # say which host: the URL, or the command that was run
+            where = args.target or " ".join(args.stdio_command or ())
+            failure = f"cannot reach {where}: {failure.removeprefix(_UNREACHABLE)}"
+        raise CommandError(failure) from None
+
+
+_UNREACHABLE = "cannot reach the host: "
 
 
 def describe_failure(exc: BaseException) -> str:
@@ -98,6 +106,8 @@ def describe_failure(exc: BaseException) -> str:
         return f"{exc.message} (code {exc.code})" + (f" data={exc.data}" if exc.data else "")
     if isinstance(exc, InterceptorsError):
         return exc.message
+    if isinstance(exc, httpx2.TransportError):
+        return f"{_UNREACHABLE}{type(exc).__name__}: {exc}"
     if isinstance(exc, OSError | ConnectionError):
-        return f"cannot reach the host: {exc}"
+        return f"{_UNREACHABLE}{exc}"
     return f"{type(exc).__name__}: {exc}"

@@ -201,7 +201,7 @@ def run_pin(args: argparse.Namespace) -> int:
         source = f"{info.name} {info.version}" if info is not None else args.target or shlex.join(args.stdio_command)
         return pin_document(tools, source)
 
-    document = _run(go)
+    document = _run(go, args)
     text = json.dumps(document, indent=2, ensure_ascii=False) + "\n"
     if args.output == "-":
         sys.stdout.write(text)

@@ -334,7 +334,9 @@ def load_detector(spec: str) -> Detector:
             target = getattr(target, part)
     except (ImportError, AttributeError) as exc:
         raise ValueError(f"config.detectors: cannot load {spec!r}: {exc}") from None
-    detector = target if isinstance(target, Detector) else target()
+    # A class is a factory even though it has a `detect` attribute (its unbound method), so
+    # `isinstance(cls, Detector)` would take the class itself for a detector.
+    detector = target if isinstance(target, Detector) and not isinstance(target, type) else target()
     if not isinstance(detector, Detector):
         raise ValueError(f"config.detectors: {spec!r} is not a Detector (it needs a detect(text) method)")
     return detector

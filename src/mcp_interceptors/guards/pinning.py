@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import re
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -29,6 +30,7 @@ PIN_FORMAT = "mcp-interceptors/tool-pins"
 PINNED_FIELDS = ("name", "description", "inputSchema", "outputSchema")
 DROP_PRIORITY = {"response": -25_000}  # security sanitization band (spec §6)
 _MAX_TOOLS = 10_000
+_DIGEST = re.compile("[0-9a-f]{64}")  # as `tool_digest` writes it: a digest in another form never matches
 
 SCHEMA = GuardSchema(
     {
@@ -44,7 +46,7 @@ SCHEMA = GuardSchema(
             "enum": ["pin", "deny", "allow", None],
             "default": None,
             "description": "A tool with no pin: pin it at first sight, deny it, or allow it. Default: deny "
-            "when pins are configured, else pin.",
+            "when pins or a pin file are configured, else pin.",
         },
         "scope": {"enum": ["session", "global"], "default": "session", "description": "Where first-sight pins live."},
         "max_sessions": {"type": "integer", "minimum": 1, "default": 10_000},
@@ -82,8 +84,10 @@ def load_pin_file(path: str) -> dict[str, str]:
     if document.get("version") != 1 or document.get("algorithm") != "sha256":
         raise ValueError(f"config.pin_file: {path}: unsupported version or algorithm (expected 1 / sha256)")
     tools = document.get("tools")
-    if not isinstance(tools, dict) or not all(isinstance(v, str) and len(v) == 64 for v in tools.values()):
-        raise ValueError(f"config.pin_file: {path}: `tools` must map tool names to sha256 hex digests")
+    if not isinstance(tools, dict) or not all(isinstance(v, str) and _DIGEST.fullmatch(v) for v in tools.values()):
+        raise ValueError(
+            f"config.pin_file: {path}: `tools` must map tool names to sha256 digests (64 lowercase hex digits)"
+        )
     return dict(tools)
 
 
@@ -104,7 +108,9 @@ class _Settings:
 def _compile_with(file_pins: Mapping[str, str]) -> Any:
     def compile_settings(raw: Mapping[str, Any]) -> _Settings:
         fixed = {**file_pins, **raw["pins"]}
-        unpinned = raw["unpinned"] or ("deny" if fixed else "pin")
+        # A pin file configures pins even when it pins nothing (a server that had no tools): a new tool
+        # is then unpinned, not pinned at first sight.
+        unpinned = raw["unpinned"] or ("deny" if fixed or raw["pin_file"] is not None else "pin")
         return _Settings(fixed, unpinned)
 
     return compile_settings

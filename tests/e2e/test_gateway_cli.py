@@ -174,6 +174,19 @@ async def test_config_schema_prints_a_json_schema_of_the_config() -> None:
             "interceptors.guards[i].config)",
         ),
         (
+            # R23: the configSchema allows any string; the guard refuses it when it compiles the override
+            "upstreams:\n  e2e:\n    command: python\ninterceptors:\n  guards: [{name: rate-limit}]\n"
+            "  config:\n    rate-limit: {limits: [{limit: lots}]}\n",
+            "interceptors.config.rate-limit: guard 'rate-limit': config.limits[0].limit 'lots' is not a rate limit"
+            " of at least 1 call; write e.g. '10/minute' (to refuse a tool outright, use tool-policy) "
+            "(fix: give a value guard 'rate-limit' accepts (see docs/guards.md))",
+        ),
+        (
+            "upstreams:\n  e2e:\n    command: python\ninterceptors:\n  guards: [{name: prompt-injection}]\n"
+            "  config:\n    prompt-injection: {extra_phrases: ['(']}\n",
+            "interceptors.config.prompt-injection: guard 'prompt-injection': config.extra_phrases[0] does not compile",
+        ),
+        (
             "upstreams: {}\n",
             "upstreams: Value error, at least one upstream server is needed "
             "(fix: see `mcp-interceptors config-schema`)",
@@ -192,6 +205,8 @@ async def test_config_schema_prints_a_json_schema_of_the_config() -> None:
         "config-unknown-interceptor",
         "config-wrong-type",
         "config-build-only-key",
+        "config-value-the-guard-refuses",
+        "config-regex-that-does-not-compile",
         "no-upstream",
         "no-upstreams-key",
     ],

@@ -23,7 +23,13 @@ from jsonschema.exceptions import best_match
 from mcp import MCPError
 
 from mcp_interceptors.executor import Call
-from mcp_interceptors.gateway.config import ConfigError, GatewayConfig, InterceptorServerConfig, RequiredConfig
+from mcp_interceptors.gateway.config import (
+    ConfigError,
+    GatewayConfig,
+    GuardConfig,
+    InterceptorServerConfig,
+    RequiredConfig,
+)
 from mcp_interceptors.gateway.upstream import UpstreamConnection, UpstreamTimeoutError, UpstreamUnavailableError
 from mcp_interceptors.host import hooks_for
 from mcp_interceptors.invoker import (
@@ -112,9 +118,11 @@ def required_for(items: list[RequiredConfig]) -> list[RequiredInterceptor]:
 async def populate_chain(chain: Chain, config: GatewayConfig, tg: anyio.abc.TaskGroup, *, file: str) -> None:
     """Add every configured source to `chain`; remote hosts' connections run in `tg`."""
     overrides = {name: item.to_overrides() for name, item in config.interceptors.overrides.items()}
+    guard_interceptors: list[tuple[GuardConfig, list[str]]] = []
     with _widening_as_config_error(file):
         for index, guard in enumerate(config.interceptors.guards):
             host = load_guard(guard.name, guard.config, file, index)
+            guard_interceptors.append((guard, [d.name for d in getattr(host, "descriptors", [])]))
             chain.add_local(host, name=_unique(chain, guard.name), overrides=_pick(overrides, host))
         for index, host_config in enumerate(config.interceptors.hosts):
             host = load_host(host_config.module, file, index, config.base_dir)
@@ -133,6 +141,7 @@ async def populate_chain(chain: Chain, config: GatewayConfig, tg: anyio.abc.Task
                 f"use one of: {', '.join(sorted(advertised)) or '(none configured)'}",
             )
     check_interceptor_configs(config.interceptors.config, chain, file)
+    await check_guard_configs(config.interceptors.config, guard_interceptors, file)
 
 
 @contextmanager
@@ -178,6 +187,32 @@ def check_interceptor_configs(configs: Mapping[str, Mapping[str, Any]], chain: C
                     else f"give a value the configSchema of {name!r} allows (the guards' are in docs/guards.md)"
                 )
                 raise ConfigError(file, path + where, error.message, fix)
+
+
+async def check_guard_configs(
+    configs: Mapping[str, Mapping[str, Any]], guard_interceptors: list[tuple[GuardConfig, list[str]]], file: str
+) -> None:
+    """Each `interceptors.config.<name>` of a built-in guard, as that guard compiles it.
+
+    A configSchema cannot say everything a guard checks (a rate limit's notation, a regex that compiles,
+    a CEL expression): the guard is built once with its build config overridden by the per-invocation
+    one, as each invocation will, so a value it refuses is a config error here, not a failure of every call.
+    """
+    from mcp_interceptors import guards
+
+    for guard, names in guard_interceptors:
+        for name in names:
+            override = configs.get(name)
+            if not override:
+                continue
+            try:
+                probe = guards.load(guard.name, {**guard.config, **override})
+            except (ValueError, TypeError) as exc:
+                fix = f"give a value guard {guard.name!r} accepts (see docs/guards.md)"
+                raise ConfigError(file, f"interceptors.config.{name}", str(exc), fix) from None
+            closer = getattr(probe, "aclose", None)  # a Redis-backed rate-limit holds a (never used) pool
+            if callable(closer):
+                await closer()
 
 
 class ConnectionSource:

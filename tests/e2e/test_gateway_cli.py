@@ -16,6 +16,8 @@ from e2e_support import UPSTREAM, ConfigWriter, gateway_env, standard_config, te
 from helpers import cli_argv, pid_alive, run_cli, stderr_log, stdio_transport
 from mcp import Client
 
+from mcp_interceptors.guards.pinning import pin_document
+
 pytestmark = [pytest.mark.anyio, pytest.mark.e2e]
 
 EVENTS = [
@@ -222,6 +224,23 @@ async def test_config_errors_name_the_file_the_field_and_the_fix(
     assert len(lines) == 1
     assert lines[0].startswith(f"mcp-interceptors gateway: error: {config}: {message}")
     assert done.stdout == b""
+
+
+async def test_guard_files_and_detector_modules_are_relative_to_the_config_file(
+    write_config: ConfigWriter, tmp_path: Path
+) -> None:
+    # Like an upstream's command, a host module or a key file: wherever the gateway is started.
+    (tmp_path / "pins.json").write_text(json.dumps(pin_document([{"name": "echo"}])))
+    (tmp_path / "relative_detector.py").write_text("class Model:\n    def detect(self, text):\n        return []\n")
+    config = write_config(
+        "upstreams:\n  e2e:\n    command: python\ninterceptors:\n  guards:\n"
+        "    - {name: tool-pinning, config: {pin_file: pins.json}}\n"
+        "    - {name: prompt-injection, config: {detectors: ['relative_detector:Model']}}\n"
+    )
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    done = await run_cli("gateway", "--check", str(config), cwd=elsewhere)
+    assert done.returncode == 0, done.stderr.decode()
 
 
 @pytest.mark.parametrize("era", ["legacy", "2026-07-28"])

@@ -23,13 +23,7 @@ from jsonschema.exceptions import best_match
 from mcp import MCPError
 
 from mcp_interceptors.executor import Call
-from mcp_interceptors.gateway.config import (
-    ConfigError,
-    GatewayConfig,
-    GuardConfig,
-    InterceptorServerConfig,
-    RequiredConfig,
-)
+from mcp_interceptors.gateway.config import ConfigError, GatewayConfig, InterceptorServerConfig, RequiredConfig
 from mcp_interceptors.gateway.upstream import UpstreamConnection, UpstreamTimeoutError, UpstreamUnavailableError
 from mcp_interceptors.host import hooks_for
 from mcp_interceptors.invoker import (
@@ -60,6 +54,18 @@ def chain_for(config: GatewayConfig) -> Chain:
         sinks=c.sinks,
         timeout_ms=c.deadline_ms,
     )
+
+
+def guard_config_in(name: str, guard_config: Mapping[str, Any], base_dir: str | None) -> dict[str, Any]:
+    """The guard's config with its relative file paths resolved against `base_dir` (the config file's folder)."""
+    from mcp_interceptors.guards import PATH_KEYS
+
+    resolved = dict(guard_config)
+    for key in PATH_KEYS.get(name, ()):
+        value = resolved.get(key)
+        if base_dir is not None and isinstance(value, str) and value != "-" and not Path(value).is_absolute():
+            resolved[key] = str(Path(base_dir) / value)
+    return resolved
 
 
 def load_guard(name: str, guard_config: Mapping[str, Any], file: str, index: int) -> LocalHost:
@@ -118,11 +124,15 @@ def required_for(items: list[RequiredConfig]) -> list[RequiredInterceptor]:
 async def populate_chain(chain: Chain, config: GatewayConfig, tg: anyio.abc.TaskGroup, *, file: str) -> None:
     """Add every configured source to `chain`; remote hosts' connections run in `tg`."""
     overrides = {name: item.to_overrides() for name, item in config.interceptors.overrides.items()}
-    guard_interceptors: list[tuple[GuardConfig, list[str]]] = []
+    guard_interceptors: list[tuple[str, dict[str, Any], list[str]]] = []
+    # The config file's folder is importable for guards too (a prompt-injection detector next to it).
+    if config.interceptors.guards and config.base_dir is not None and config.base_dir not in sys.path:
+        sys.path.insert(0, config.base_dir)
     with _widening_as_config_error(file):
         for index, guard in enumerate(config.interceptors.guards):
-            host = load_guard(guard.name, guard.config, file, index)
-            guard_interceptors.append((guard, [d.name for d in getattr(host, "descriptors", [])]))
+            guard_config = guard_config_in(guard.name, guard.config, config.base_dir)
+            host = load_guard(guard.name, guard_config, file, index)
+            guard_interceptors.append((guard.name, guard_config, [d.name for d in getattr(host, "descriptors", [])]))
             chain.add_local(host, name=_unique(chain, guard.name), overrides=_pick(overrides, host))
         for index, host_config in enumerate(config.interceptors.hosts):
             host = load_host(host_config.module, file, index, config.base_dir)
@@ -190,7 +200,7 @@ def check_interceptor_configs(configs: Mapping[str, Mapping[str, Any]], chain: C
 
 
 async def check_guard_configs(
-    configs: Mapping[str, Mapping[str, Any]], guard_interceptors: list[tuple[GuardConfig, list[str]]], file: str
+    configs: Mapping[str, Mapping[str, Any]], guard_interceptors: list[tuple[str, dict[str, Any], list[str]]], file: str
 ) -> None:
     """Each `interceptors.config.<name>` of a built-in guard, as that guard compiles it.
 
@@ -200,15 +210,15 @@ async def check_guard_configs(
     """
     from mcp_interceptors import guards
 
-    for guard, names in guard_interceptors:
+    for guard, guard_config, names in guard_interceptors:
         for name in names:
             override = configs.get(name)
             if not override:
                 continue
             try:
-                probe = guards.load(guard.name, {**guard.config, **override})
+                probe = guards.load(guard, {**guard_config, **override})
             except (ValueError, TypeError) as exc:
-                fix = f"give a value guard {guard.name!r} accepts (see docs/guards.md)"
+                fix = f"give a value guard {guard!r} accepts (see docs/guards.md)"
                 raise ConfigError(file, f"interceptors.config.{name}", str(exc), fix) from None
             closer = getattr(probe, "aclose", None)  # a Redis-backed rate-limit holds a (never used) pool
             if callable(closer):

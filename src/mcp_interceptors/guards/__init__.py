@@ -31,6 +31,10 @@ GUARD_MODULES: dict[str, str] = {
     "audit-log": "mcp_interceptors.guards.audit_log",
 }
 
+#: guard name -> its build-config keys that name a file (`-` is a stream, not a file): a gateway resolves
+#: them against its config file's folder, as every path in its config.
+PATH_KEYS: dict[str, tuple[str, ...]] = {"tool-pinning": ("pin_file",), "audit-log": ("path",)}
+
 
 def available() -> list[str]:
     """Names of the guards that can be loaded, in a stable order."""
@@ -47,4 +51,4 @@ def load(name: str, config: Mapping[str, Any] | None = None) -> InterceptorHost:
     return host
 
 
-__all__ = ["GUARD_MODULES", "available", "load"]
+__all__ = ["GUARD_MODULES", "PATH_KEYS", "available", "load"]

@@ -129,8 +129,8 @@ class PinningGuard:
     def seen(self, inv: Invocation) -> _Seen:
         return self.global_seen if self.global_seen is not None else self.sessions.get(inv.session_id)
 
-    def review(self, inv: Invocation) -> list[tuple[int, str, str]]:
-        """`(index, tool, problem)` for each listed tool that is changed or refused as unpinned."""
+    def review(self, inv: Invocation) -> list[tuple[int, str, str, bool]]:
+        """`(index, tool, problem, changed)` for each listed tool that is changed or refused as unpinned."""
         tools = inv.payload.get("tools") if isinstance(inv.payload, Mapping) else None
         if not isinstance(tools, list):
             return []
@@ -147,29 +147,35 @@ class PinningGuard:
                 if settings.unpinned == "pin":
                     seen.pins.set(name, digest)
                 elif settings.unpinned == "deny":
-                    problems.append((index, name, f"tool {name!r} is not pinned"))
+                    problems.append((index, name, f"tool {name!r} is not pinned", False))
             elif pinned != digest:
                 seen.changed.set(name, digest)
-                problems.append((index, name, f"tool {name!r} changed since it was pinned (rug pull?)"))
+                problems.append((index, name, f"tool {name!r} changed since it was pinned (rug pull?)", True))
             else:
                 seen.changed.pop(name)  # back to the pinned definition
         return problems
 
-    def verdict(self, problems: list[tuple[str, str]]) -> ValidationResult | bool:
+    def verdict(self, problems: list[tuple[str, str, bool]]) -> ValidationResult | bool:
+        """`action: flag` only warns about changed definitions; an unpinned tool refused by `unpinned: deny`
+        is denied whatever the action."""
         if not problems:
             return True
-        severity = "warn" if self.action == "flag" else "error"
-        messages = tuple(ValidationMessage(message=m, severity=severity, path=p) for m, p in problems)
+        flag = self.action == "flag"
+        messages = tuple(
+            ValidationMessage(message=m, severity="warn" if flag and changed else "error", path=p)
+            for m, p, changed in problems
+        )
+        severity = "error" if any(message.severity == "error" for message in messages) else "warn"
         return ValidationResult(valid=False, severity=severity, messages=messages)
 
     async def check_listing(self, inv: Invocation) -> ValidationResult | bool:
-        return self.verdict([(problem, f"$.tools[{index}]") for index, _, problem in self.review(inv)])
+        return self.verdict([(problem, f"$.tools[{i}]", changed) for i, _, problem, changed in self.review(inv)])
 
     async def drop_from_listing(self, inv: Invocation) -> Any:
         problems = self.review(inv)
         if not problems:
             return None
-        dropped = {index for index, _, _ in problems}
+        dropped = {index for index, _, _, _ in problems}
         kept = [tool for index, tool in enumerate(inv.payload["tools"]) if index not in dropped]
         return {**inv.payload, "tools": kept}
 
@@ -180,9 +186,9 @@ class PinningGuard:
         settings = self.settings.for_config(inv.config)
         seen = self.seen(inv)
         if name in seen.changed:
-            return self.verdict([(f"tool {name!r} changed since it was pinned (rug pull?)", "$.params.name")])
+            return self.verdict([(f"tool {name!r} changed since it was pinned (rug pull?)", "$.params.name", True)])
         if settings.unpinned == "deny" and name not in settings.fixed and name not in seen.pins:
-            return self.verdict([(f"tool {name!r} is not pinned", "$.params.name")])
+            return self.verdict([(f"tool {name!r} is not pinned", "$.params.name", False)])
         return True
 
     async def check(self, inv: Invocation) -> ValidationResult | bool:

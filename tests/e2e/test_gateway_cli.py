@@ -16,6 +16,8 @@ from e2e_support import UPSTREAM, ConfigWriter, gateway_env, standard_config, te
 from helpers import cli_argv, pid_alive, run_cli, stderr_log, stdio_transport
 from mcp import Client
 
+from mcp_interceptors.guards.pinning import pin_document
+
 pytestmark = [pytest.mark.anyio, pytest.mark.e2e]
 
 EVENTS = [
@@ -174,6 +176,19 @@ async def test_config_schema_prints_a_json_schema_of_the_config() -> None:
             "interceptors.guards[i].config)",
         ),
         (
+            # R23: the configSchema allows any string; the guard refuses it when it compiles the override
+            "upstreams:\n  e2e:\n    command: python\ninterceptors:\n  guards: [{name: rate-limit}]\n"
+            "  config:\n    rate-limit: {limits: [{limit: lots}]}\n",
+            "interceptors.config.rate-limit: guard 'rate-limit': config.limits[0].limit 'lots' is not a rate limit"
+            " of at least 1 call; write e.g. '10/minute' (to refuse a tool outright, use tool-policy) "
+            "(fix: give a value guard 'rate-limit' accepts (see docs/guards.md))",
+        ),
+        (
+            "upstreams:\n  e2e:\n    command: python\ninterceptors:\n  guards: [{name: prompt-injection}]\n"
+            "  config:\n    prompt-injection: {extra_phrases: ['(']}\n",
+            "interceptors.config.prompt-injection: guard 'prompt-injection': config.extra_phrases[0] does not compile",
+        ),
+        (
             "upstreams: {}\n",
             "upstreams: Value error, at least one upstream server is needed "
             "(fix: see `mcp-interceptors config-schema`)",
@@ -192,6 +207,8 @@ async def test_config_schema_prints_a_json_schema_of_the_config() -> None:
         "config-unknown-interceptor",
         "config-wrong-type",
         "config-build-only-key",
+        "config-value-the-guard-refuses",
+        "config-regex-that-does-not-compile",
         "no-upstream",
         "no-upstreams-key",
     ],
@@ -207,6 +224,23 @@ async def test_config_errors_name_the_file_the_field_and_the_fix(
     assert len(lines) == 1
     assert lines[0].startswith(f"mcp-interceptors gateway: error: {config}: {message}")
     assert done.stdout == b""
+
+
+async def test_guard_files_and_detector_modules_are_relative_to_the_config_file(
+    write_config: ConfigWriter, tmp_path: Path
+) -> None:
+    # Like an upstream's command, a host module or a key file: wherever the gateway is started.
+    (tmp_path / "pins.json").write_text(json.dumps(pin_document([{"name": "echo"}])))
+    (tmp_path / "relative_detector.py").write_text("class Model:\n    def detect(self, text):\n        return []\n")
+    config = write_config(
+        "upstreams:\n  e2e:\n    command: python\ninterceptors:\n  guards:\n"
+        "    - {name: tool-pinning, config: {pin_file: pins.json}}\n"
+        "    - {name: prompt-injection, config: {detectors: ['relative_detector:Model']}}\n"
+    )
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    done = await run_cli("gateway", "--check", str(config), cwd=elsewhere)
+    assert done.returncode == 0, done.stderr.decode()
 
 
 @pytest.mark.parametrize("era", ["legacy", "2026-07-28"])

@@ -88,6 +88,25 @@ async def test_static_token_gateway_answers_401_with_www_authenticate(token_gate
     assert f'resource_metadata="{token_gateway}/.well-known/oauth-protected-resource/mcp"' in challenge
 
 
+@pytest.mark.parametrize("bearer", [[], ["--bearer", "wrong-token"]])
+@pytest.mark.parametrize("command", [["pin", "-o", "-"], ["list"]])
+async def test_cli_commands_against_a_token_gateway_say_401_and_how_to_fix_it(
+    token_gateway: str, command: list[str], bearer: list[str]
+) -> None:
+    # The MCP client turns a 401 into an anonymous -32603 "Server returned an error response".
+    done = await run_cli(command[0], f"{token_gateway}/mcp", *command[1:], *bearer, limit_s=30)
+    assert done.returncode == 1
+    assert done.stdout == b""
+    lines = done.stderr.decode().strip().splitlines()
+    assert len(lines) == 1
+    assert lines[0].startswith(
+        f"mcp-interceptors {command[0]}: error: {token_gateway}/mcp: HTTP 401: the host needs a valid token "
+        "(--bearer TOKEN) (Bearer "
+    )
+    done = await run_cli(command[0], f"{token_gateway}/mcp", *command[1:], "--bearer", TOKEN, limit_s=30)
+    assert "HTTP 401" not in done.stderr.decode()
+
+
 @pytest.mark.parametrize("era", ERAS)
 async def test_static_token_gateway_serves_a_client_with_the_token(token_gateway: str, era: str) -> None:
     transport = http_transport(f"{token_gateway}/mcp", headers={"Authorization": f"Bearer {TOKEN}"})

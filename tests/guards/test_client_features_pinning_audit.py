@@ -276,6 +276,41 @@ async def test_pin_file_pins_win_and_unpinned_tools_are_denied(tmp_path: Path) -
     assert (await run_chain(lenient, "tools/list", "response", {"tools": [ECHO, OTHER]})).status == "success"
 
 
+async def test_flag_warns_about_changed_tools_but_still_denies_unpinned_ones(tmp_path: Path) -> None:
+    # `action` is about changed definitions; `unpinned: deny` (the default with a pin file) still denies.
+    path = tmp_path / "pins.json"
+    path.write_text(json.dumps(pin_document([ECHO])))
+    host = guards.load("tool-pinning", {"pin_file": str(path), "action": "flag"})
+    changed = await run_chain(host, "tools/list", "response", {"tools": [PULLED]}, sessionId="s")
+    assert changed.status == "success"
+    new_tool = await run_chain(host, "tools/list", "response", {"tools": [PULLED, OTHER]}, sessionId="s")
+    assert new_tool.status == "validation_failed"
+    assert messages(new_tool) == [
+        ("$.tools[0]", "tool 'echo' changed since it was pinned (rug pull?)"),
+        ("$.tools[1]", "tool 'other' is not pinned"),
+    ]
+    result = new_tool.results[0]
+    assert isinstance(result, ValidationResult)
+    assert [message.severity for message in result.messages or ()] == ["warn", "error"]
+    assert (await run_chain(host, "tools/call", "request", tool_call("echo"), sessionId="s")).status == "success"
+    assert (await run_chain(host, "tools/call", "request", tool_call("other"), sessionId="s")).status == (
+        "validation_failed"
+    )
+
+
+async def test_an_empty_pin_file_still_denies_unpinned_tools(tmp_path: Path) -> None:
+    # Pinned from a server with no tools: a pin file is configured, so new tools are unpinned (denied),
+    # not pinned at first sight (which used to let every tool through).
+    path = tmp_path / "pins.json"
+    path.write_text(json.dumps(pin_document([], source="empty 1.0.0")))
+    host = guards.load("tool-pinning", {"pin_file": str(path)})
+    listed = await run_chain(host, "tools/list", "response", {"tools": [ECHO]}, sessionId="s")
+    assert messages(listed) == [("$.tools[0]", "tool 'echo' is not pinned")]
+    assert messages(await run_chain(host, "tools/call", "request", tool_call("echo"), sessionId="s")) == [
+        ("$.params.name", "tool 'echo' is not pinned")
+    ]
+
+
 def test_digest_is_canonical_and_covers_name_description_and_schemas() -> None:
     reordered = {"inputSchema": {"type": "object"}, "description": "Echo text back.", "name": "echo", "title": "T"}
     assert tool_digest(reordered) == tool_digest(ECHO)  # key order and unpinned fields do not matter
@@ -289,7 +324,19 @@ def test_digest_is_canonical_and_covers_name_description_and_schemas() -> None:
         ("{", "is not JSON"),
         (json.dumps({"format": "other"}), f"is not a pin file (expected format {PIN_FORMAT!r})"),
         (json.dumps({"format": PIN_FORMAT, "version": 2, "algorithm": "sha256", "tools": {}}), "unsupported version"),
-        (json.dumps({"format": PIN_FORMAT, "version": 1, "algorithm": "sha256", "tools": {"x": "1"}}), "sha256 hex"),
+        (
+            json.dumps({"format": PIN_FORMAT, "version": 1, "algorithm": "sha256", "tools": {"x": "1"}}),
+            "sha256 digests",
+        ),
+        # 64 characters, but not as `tool_digest` writes it: it would never match, so every tool "changed"
+        (
+            json.dumps({"format": PIN_FORMAT, "version": 1, "algorithm": "sha256", "tools": {"x": "AB" * 32}}),
+            "lowercase",
+        ),
+        (
+            json.dumps({"format": PIN_FORMAT, "version": 1, "algorithm": "sha256", "tools": {"x": "z" * 64}}),
+            "lowercase",
+        ),
     ],
 )
 def test_bad_pin_files_are_refused(tmp_path: Path, content: str, error: str) -> None:

@@ -322,3 +322,26 @@ async def test_detectors_load_from_config_by_import_path() -> None:
     assert (await run_chain(host, "tools/call", "response", read_result("pineapple"))).status == "validation_failed"
     with pytest.raises(ValueError, match=r"guard 'prompt-injection': config.detectors: cannot load 'nope.mod:x'"):
         guards.load("prompt-injection", {"detectors": ["nope.mod:x"]})
+
+
+class NanModel:
+    """A classifier whose score overflowed: NaN compares false with every threshold."""
+
+    async def detect(self, text: str) -> Sequence[Signal]:
+        return [Signal("model", float("nan"), "classifier")]
+
+
+async def test_a_detector_score_that_is_not_a_finite_number_fails_closed() -> None:
+    # It used to come out as a warning that never blocks (and `info.score` NaN, which is not JSON).
+    host = injection.build("prompt-injection", {}, detectors=[NanModel()])
+    outcome = await run_chain(host, "tools/call", "response", read_result("an ordinary result text"))
+    assert outcome.status == "validation_failed"
+    assert outcome.results == []  # an invocation failure, routed by failOpen (false), not a warning
+
+
+async def test_a_detector_class_named_in_config_is_instantiated() -> None:
+    # A class has a `detect` attribute (its unbound method): it used to be taken for the detector itself,
+    # so every invocation raised and every result was blocked.
+    host = guards.load("prompt-injection", {"detectors": [f"{__name__}:KeywordModel"]})
+    assert (await run_chain(host, "tools/call", "response", read_result("pineapple"))).status == "validation_failed"
+    assert (await run_chain(host, "tools/call", "response", read_result("a quiet day"))).status == "success"

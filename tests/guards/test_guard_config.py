@@ -9,6 +9,7 @@ import pytest
 from guard_support import run_chain, tool_call
 
 from mcp_interceptors import PhasePriority, guards
+from mcp_interceptors.guards import rate_limit
 from mcp_interceptors.guards._config import GuardSchema, SettingsCache
 from mcp_interceptors.guards._state import SessionState, TtlMap
 from mcp_interceptors.protocol.errors import InvalidParamsError
@@ -178,6 +179,22 @@ def test_settings_cache_compiles_each_override_once_and_stays_bounded() -> None:
     assert len(compiled) == 5
     with pytest.raises(InvalidParamsError, match="config for 'g' is invalid: n must not be negative"):
         cache.for_config({"n": -1})
+
+
+def test_r23_an_override_the_guard_refuses_when_compiling_names_the_field() -> None:
+    # The schema allows any string for a limit; the guard refuses 'lots'. The error's data has the
+    # same keys as a configSchema violation, so an invoker can tell which field to fix.
+    cache = SettingsCache("rate-limit", rate_limit.SCHEMA, {}, rate_limit._compile)
+    with pytest.raises(InvalidParamsError) as caught:
+        cache.for_config({"limits": [{"limit": "lots"}]})
+    assert caught.value.code == -32602
+    assert caught.value.data == {
+        "name": "rate-limit",
+        "interceptor": "rate-limit",
+        "field": "config.limits[0].limit",
+        "reason": "config.limits[0].limit 'lots' is not a rate limit of at least 1 call; write e.g. '10/minute' "
+        "(to refuse a tool outright, use tool-policy)",
+    }
 
 
 class FakeClock:

@@ -199,6 +199,20 @@ async def test_schema_guard_ignores_an_upstream_invalid_schema_and_uses_configur
     assert messages(denied) == [("$.arguments", 'required property "text" is missing')]
 
 
+async def test_schema_guard_a_configured_output_schema_keeps_the_listed_input_schema_checked() -> None:
+    # Configuring only `output` for a tool used to replace all its listed schemas: its arguments went unchecked.
+    host = await learned(schemas={"add": {"output": {"type": "object", "required": ["total"]}}})
+    bad = await run_chain(host, "tools/call", "request", tool_call("add", a="1"), sessionId="s1", traceId="12")
+    assert sorted(messages(bad)) == [
+        ("$.params.arguments", 'required property "b" is missing'),
+        ("$.params.arguments.a", 'fails type "integer"'),
+    ]
+    await run_chain(host, "tools/call", "request", tool_call("add", a=1, b=2), sessionId="s1", traceId="13")
+    result = {"content": [], "structuredContent": {"sum": 3}}
+    checked = await run_chain(host, "tools/call", "response", result, sessionId="s1", traceId="13")
+    assert messages(checked) == [("$.structuredContent", 'required property "total" is missing')]
+
+
 SECRET = "hunter2hunter2"
 #: keyword -> (schema of the argument `value`, a SECRET-bearing value that fails it, the message expected)
 VALUE_FREE: dict[str, tuple[dict[str, Any], Any, str]] = {

@@ -80,6 +80,14 @@ def test_a_limit_below_one_call_is_a_config_error(limit: str) -> None:
         guards.load("rate-limit", {"limits": [{"limit": limit}]})
 
 
+def test_a_rule_event_the_guard_does_not_check_is_a_config_error() -> None:
+    # tools/list is not among the default events: the rule would never count, silently.
+    with pytest.raises(ValueError, match=r"config.limits\[0\].events\[0\] 'tools/list' is not one of the events"):
+        guards.load("rate-limit", {"limits": [{"limit": "5/minute", "events": ["tools/list"]}]})
+    guards.load("rate-limit", {"events": ["*"], "limits": [{"limit": "5/minute", "events": ["tools/list"]}]})
+    guards.load("rate-limit", {"limits": [{"limit": "5/minute", "events": ["prompts/get"]}]})
+
+
 @pytest.fixture
 async def redis_url() -> AsyncIterator[str]:
     binary = shutil.which("redis-server")

@@ -60,8 +60,22 @@ def build_client(
         header_map[key.strip()] = value.strip()
     if bearer:
         header_map["Authorization"] = f"Bearer {bearer}"
-    http_client = httpx2.AsyncClient(headers=header_map) if header_map else None
+    # The MCP transports' own timeouts (30 s, reading 300 s: a response stream may stay open), not httpx's 5 s.
+    http_client = httpx2.AsyncClient(
+        headers=header_map, timeout=httpx2.Timeout(30.0, read=300.0), event_hooks={"response": [_refused_access]}
+    )
     return Client(streamable_http_client(target, http_client=http_client), mode=mode)
+
+
+async def _refused_access(response: httpx2.Response) -> None:
+    """401/403 as what it is: the client library turns it into an anonymous -32603 "error response"."""
+    if response.status_code in (401, 403):
+        reason = "needs a valid token (--bearer TOKEN)" if response.status_code == 401 else "refused this token"
+        detail = response.headers.get("www-authenticate", "")
+        raise CommandError(
+            f"{response.request.url}: HTTP {response.status_code}: the host {reason}"
+            + (f" ({detail})" if detail else "")
+        )
 
 
 def read_json_argument(value: str, option: str) -> Any:

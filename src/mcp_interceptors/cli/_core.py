@@ -102,6 +102,8 @@ def describe_failure(exc: BaseException) -> str:
     """A one-line description of what went wrong, looking inside exception groups."""
     while isinstance(exc, BaseExceptionGroup) and exc.exceptions:
         exc = exc.exceptions[0]
+    if isinstance(exc, CommandError):
+        return str(exc)
     if isinstance(exc, MCPError):
         return f"{exc.message} (code {exc.code})" + (f" data={exc.data}" if exc.data else "")
     if isinstance(exc, InterceptorsError):

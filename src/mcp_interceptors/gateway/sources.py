@@ -56,11 +56,19 @@ def chain_for(config: GatewayConfig) -> Chain:
     )
 
 
-def load_guard(
-    name: str, guard_config: Mapping[str, Any], file: str, index: int, base_dir: str | None = None
-) -> LocalHost:
-    """Build a guard; its file keys (`pin_file`, audit-log's `path`) are relative to the config's folder,
-    and modules it imports (prompt-injection's `detectors`) may live there, as `hosts` modules may."""
+def guard_config_in(name: str, guard_config: Mapping[str, Any], base_dir: str | None) -> dict[str, Any]:
+    """The guard's config with its relative file paths resolved against `base_dir` (the config file's folder)."""
+    from mcp_interceptors.guards import PATH_KEYS
+
+    resolved = dict(guard_config)
+    for key in PATH_KEYS.get(name, ()):
+        value = resolved.get(key)
+        if base_dir is not None and isinstance(value, str) and value != "-":
+            resolved[key] = str(Path(base_dir) / Path(value).expanduser())  # an absolute path stays as it is
+    return resolved
+
+
+def load_guard(name: str, guard_config: Mapping[str, Any], file: str, index: int) -> LocalHost:
     try:
         from mcp_interceptors import guards
     except ImportError:  # pragma: no cover - the guards package ships with us
@@ -74,14 +82,8 @@ def load_guard(
             f"unknown guard {name!r}",
             f"use one of: {', '.join(guards.available())}",
         )
-    _importable(base_dir)
-    config = dict(guard_config)
-    for key in guards.FILE_KEYS.get(name, ()):
-        value = config.get(key)
-        if base_dir is not None and isinstance(value, str) and value != "-":
-            config[key] = str(Path(base_dir) / Path(value).expanduser())  # an absolute path stays as it is
     try:
-        host: LocalHost = guards.load(name, config)
+        host: LocalHost = guards.load(name, dict(guard_config))
     except (ValueError, TypeError) as exc:
         raise ConfigError(file, f"interceptors.guards[{index}].config", str(exc), "see docs/guards.md") from None
     return host
@@ -126,9 +128,15 @@ def required_for(items: list[RequiredConfig]) -> list[RequiredInterceptor]:
 async def populate_chain(chain: Chain, config: GatewayConfig, tg: anyio.abc.TaskGroup, *, file: str) -> None:
     """Add every configured source to `chain`; remote hosts' connections run in `tg`."""
     overrides = {name: item.to_overrides() for name, item in config.interceptors.overrides.items()}
+    guard_interceptors: list[tuple[str, dict[str, Any], list[str]]] = []
+    # The config file's folder is importable for guards too (a prompt-injection detector next to it).
+    if config.interceptors.guards:
+        _importable(config.base_dir)
     with _widening_as_config_error(file):
         for index, guard in enumerate(config.interceptors.guards):
-            host = load_guard(guard.name, guard.config, file, index, config.base_dir)
+            guard_config = guard_config_in(guard.name, guard.config, config.base_dir)
+            host = load_guard(guard.name, guard_config, file, index)
+            guard_interceptors.append((guard.name, guard_config, [d.name for d in getattr(host, "descriptors", [])]))
             chain.add_local(host, name=_unique(chain, guard.name), overrides=_pick(overrides, host))
         for index, host_config in enumerate(config.interceptors.hosts):
             host = load_host(host_config.module, file, index, config.base_dir)
@@ -147,6 +155,7 @@ async def populate_chain(chain: Chain, config: GatewayConfig, tg: anyio.abc.Task
                 f"use one of: {', '.join(sorted(advertised)) or '(none configured)'}",
             )
     check_interceptor_configs(config.interceptors.config, chain, file)
+    await check_guard_configs(config.interceptors.config, guard_interceptors, file)
 
 
 @contextmanager
@@ -192,6 +201,32 @@ def check_interceptor_configs(configs: Mapping[str, Mapping[str, Any]], chain: C
                     else f"give a value the configSchema of {name!r} allows (the guards' are in docs/guards.md)"
                 )
                 raise ConfigError(file, path + where, error.message, fix)
+
+
+async def check_guard_configs(
+    configs: Mapping[str, Mapping[str, Any]], guard_interceptors: list[tuple[str, dict[str, Any], list[str]]], file: str
+) -> None:
+    """Each `interceptors.config.<name>` of a built-in guard, as that guard compiles it.
+
+    A configSchema cannot say everything a guard checks (a rate limit's notation, a regex that compiles,
+    a CEL expression): the guard is built once with its build config overridden by the per-invocation
+    one, as each invocation will, so a value it refuses is a config error here, not a failure of every call.
+    """
+    from mcp_interceptors import guards
+
+    for guard, guard_config, names in guard_interceptors:
+        for name in names:
+            override = configs.get(name)
+            if not override:
+                continue
+            try:
+                probe = guards.load(guard, {**guard_config, **override})
+            except (ValueError, TypeError) as exc:
+                fix = f"give a value guard {guard!r} accepts (see docs/guards.md)"
+                raise ConfigError(file, f"interceptors.config.{name}", str(exc), fix) from None
+            closer = getattr(probe, "aclose", None)  # a Redis-backed rate-limit holds a (never used) pool
+            if callable(closer):
+                await closer()
 
 
 class ConnectionSource:

@@ -31,12 +31,9 @@ GUARD_MODULES: dict[str, str] = {
     "audit-log": "mcp_interceptors.guards.audit_log",
 }
 
-#: guard name -> build-config keys that name a file (`-` for stderr aside): the gateway resolves them
-#: relative to gateway.yaml's folder, as it does every other path in the file
-FILE_KEYS: dict[str, tuple[str, ...]] = {
-    "tool-pinning": ("pin_file",),
-    "audit-log": ("path",),
-}
+#: guard name -> its build-config keys that name a file (`-` is a stream, not a file): a gateway resolves
+#: them against its config file's folder, as every path in its config.
+PATH_KEYS: dict[str, tuple[str, ...]] = {"tool-pinning": ("pin_file",), "audit-log": ("path",)}
 
 
 def available() -> list[str]:
@@ -54,4 +51,4 @@ def load(name: str, config: Mapping[str, Any] | None = None) -> InterceptorHost:
     return host
 
 
-__all__ = ["FILE_KEYS", "GUARD_MODULES", "available", "load"]
+__all__ = ["GUARD_MODULES", "PATH_KEYS", "available", "load"]

@@ -9,6 +9,7 @@ recompiles. Build-only keys (those that pick interceptor types, storage or files
 from __future__ import annotations
 
 import copy
+import re
 from collections import OrderedDict
 from collections.abc import Callable, Iterable, Mapping
 from typing import Any, Generic, TypeVar
@@ -27,6 +28,8 @@ __all__ = ["EVENT", "EVENT_OR_WILDCARD", "GuardSchema", "SettingsCache", "check_
 #: An event the spec defines (§1.2), for guards' `events` fields: a typo would silently never match and
 #: disable the guard, so config names only these (the error lists them).
 EVENT: dict[str, Any] = {"enum": sorted(CORE_EVENTS)}
+#: The field a guard's compile error starts with: `config.limits[0].limit 'lots' is not ...`.
+_FIELD = re.compile(r"config(?:\.[^\s.\[:'\"]+|\[[^\]]*\])*")
 #: The same, or `*` (every interceptable event), where the value becomes a hook.
 EVENT_OR_WILDCARD: dict[str, Any] = {"enum": [WILDCARD, *sorted(CORE_EVENTS)]}
 
@@ -112,8 +115,11 @@ class SettingsCache(Generic[T]):
         try:
             settings = self._compile(merged)
         except ValueError as exc:
+            # The same `data` as a configSchema violation (R23): name, interceptor, field and reason.
+            field = _FIELD.match(str(exc))
+            data = {"name": self.guard, "interceptor": self.guard, "field": field[0] if field else "config"}
             raise InvalidParamsError(
-                f"config for {self.guard!r} is invalid: {exc}", data={"interceptor": self.guard, "reason": str(exc)}
+                f"config for {self.guard!r} is invalid: {exc}", data={**data, "reason": str(exc)}
             ) from None
         self._cache[key] = settings
         if len(self._cache) > self._max:

@@ -14,6 +14,7 @@ import base64
 import binascii
 import importlib
 import inspect
+import math
 import re
 import unicodedata
 import urllib.parse
@@ -334,7 +335,9 @@ def load_detector(spec: str) -> Detector:
             target = getattr(target, part)
     except (ImportError, AttributeError) as exc:
         raise ValueError(f"config.detectors: cannot load {spec!r}: {exc}") from None
-    detector = target if isinstance(target, Detector) else target()
+    # A class is a factory even though it has a `detect` attribute (its unbound method), so
+    # `isinstance(cls, Detector)` would take the class itself for a detector.
+    detector = target if isinstance(target, Detector) and not isinstance(target, type) else target()
     if not isinstance(detector, Detector):
         raise ValueError(f"config.detectors: {spec!r} is not a Detector (it needs a detect(text) method)")
     return detector
@@ -359,7 +362,7 @@ class InjectionGuard:
                 outcome = detector.detect(text)
                 if inspect.isawaitable(outcome):
                     outcome = await outcome
-                found.extend((index, signal) for signal in outcome)
+                found.extend((index, _checked(detector, signal)) for signal in outcome)
         score = combine([signal.score for _, signal in found])
         if score < settings.warn:
             return True
@@ -374,6 +377,17 @@ class InjectionGuard:
             for i, s in top
         )
         return ValidationResult(valid=False, severity=severity, messages=messages, info={"score": score})
+
+
+def _checked(detector: Detector, signal: Any) -> Signal:
+    """A plugged-in detector's signal, or an error naming the detector: a NaN score would neither warn
+    nor block reliably (every comparison with it is false), so it fails the invocation (fail closed)."""
+    score = getattr(signal, "score", None)
+    if not isinstance(signal, Signal) or isinstance(score, bool) or not isinstance(score, int | float):
+        raise TypeError(f"detector {type(detector).__name__} returned {signal!r}, not a Signal with a numeric score")
+    if not math.isfinite(score):
+        raise ValueError(f"detector {type(detector).__name__} returned a signal with score {score!r}")
+    return signal
 
 
 def build(name: str, config: Mapping[str, Any], *, detectors: Sequence[Detector] = ()) -> InterceptorHost:

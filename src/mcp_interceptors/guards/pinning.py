@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import re
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -29,6 +30,7 @@ PIN_FORMAT = "mcp-interceptors/tool-pins"
 PINNED_FIELDS = ("name", "description", "inputSchema", "outputSchema")
 DROP_PRIORITY = {"response": -25_000}  # security sanitization band (spec §6)
 _MAX_TOOLS = 10_000
+_DIGEST = re.compile("[0-9a-f]{64}")  # as `tool_digest` writes it: a digest in another form never matches
 
 SCHEMA = GuardSchema(
     {
@@ -44,7 +46,7 @@ SCHEMA = GuardSchema(
             "enum": ["pin", "deny", "allow", None],
             "default": None,
             "description": "A tool with no pin: pin it at first sight, deny it, or allow it. Default: deny "
-            "when pins are configured, else pin.",
+            "when pins or a pin file are configured, else pin.",
         },
         "scope": {"enum": ["session", "global"], "default": "session", "description": "Where first-sight pins live."},
         "max_sessions": {"type": "integer", "minimum": 1, "default": 10_000},
@@ -82,8 +84,10 @@ def load_pin_file(path: str) -> dict[str, str]:
     if document.get("version") != 1 or document.get("algorithm") != "sha256":
         raise ValueError(f"config.pin_file: {path}: unsupported version or algorithm (expected 1 / sha256)")
     tools = document.get("tools")
-    if not isinstance(tools, dict) or not all(isinstance(v, str) and len(v) == 64 for v in tools.values()):
-        raise ValueError(f"config.pin_file: {path}: `tools` must map tool names to sha256 hex digests")
+    if not isinstance(tools, dict) or not all(isinstance(v, str) and _DIGEST.fullmatch(v) for v in tools.values()):
+        raise ValueError(
+            f"config.pin_file: {path}: `tools` must map tool names to sha256 digests (64 lowercase hex digits)"
+        )
     return dict(tools)
 
 
@@ -104,7 +108,9 @@ class _Settings:
 def _compile_with(file_pins: Mapping[str, str]) -> Any:
     def compile_settings(raw: Mapping[str, Any]) -> _Settings:
         fixed = {**file_pins, **raw["pins"]}
-        unpinned = raw["unpinned"] or ("deny" if fixed else "pin")
+        # A pin file configures pins even when it pins nothing (a server that had no tools): a new tool
+        # is then unpinned, not pinned at first sight.
+        unpinned = raw["unpinned"] or ("deny" if fixed or raw["pin_file"] is not None else "pin")
         return _Settings(fixed, unpinned)
 
     return compile_settings
@@ -123,8 +129,8 @@ class PinningGuard:
     def seen(self, inv: Invocation) -> _Seen:
         return self.global_seen if self.global_seen is not None else self.sessions.get(inv.session_id)
 
-    def review(self, inv: Invocation) -> list[tuple[int, str, str]]:
-        """`(index, tool, problem)` for each listed tool that is changed or refused as unpinned."""
+    def review(self, inv: Invocation) -> list[tuple[int, str, str, bool]]:
+        """`(index, tool, problem, changed)` for each listed tool that is changed or refused as unpinned."""
         tools = inv.payload.get("tools") if isinstance(inv.payload, Mapping) else None
         if not isinstance(tools, list):
             return []
@@ -141,29 +147,35 @@ class PinningGuard:
                 if settings.unpinned == "pin":
                     seen.pins.set(name, digest)
                 elif settings.unpinned == "deny":
-                    problems.append((index, name, f"tool {name!r} is not pinned"))
+                    problems.append((index, name, f"tool {name!r} is not pinned", False))
             elif pinned != digest:
                 seen.changed.set(name, digest)
-                problems.append((index, name, f"tool {name!r} changed since it was pinned (rug pull?)"))
+                problems.append((index, name, f"tool {name!r} changed since it was pinned (rug pull?)", True))
             else:
                 seen.changed.pop(name)  # back to the pinned definition
         return problems
 
-    def verdict(self, problems: list[tuple[str, str]]) -> ValidationResult | bool:
+    def verdict(self, problems: list[tuple[str, str, bool]]) -> ValidationResult | bool:
+        """`action: flag` only warns about changed definitions; an unpinned tool refused by `unpinned: deny`
+        is denied whatever the action."""
         if not problems:
             return True
-        severity = "warn" if self.action == "flag" else "error"
-        messages = tuple(ValidationMessage(message=m, severity=severity, path=p) for m, p in problems)
+        flag = self.action == "flag"
+        messages = tuple(
+            ValidationMessage(message=m, severity="warn" if flag and changed else "error", path=p)
+            for m, p, changed in problems
+        )
+        severity = "error" if any(message.severity == "error" for message in messages) else "warn"
         return ValidationResult(valid=False, severity=severity, messages=messages)
 
     async def check_listing(self, inv: Invocation) -> ValidationResult | bool:
-        return self.verdict([(problem, f"$.tools[{index}]") for index, _, problem in self.review(inv)])
+        return self.verdict([(problem, f"$.tools[{i}]", changed) for i, _, problem, changed in self.review(inv)])
 
     async def drop_from_listing(self, inv: Invocation) -> Any:
         problems = self.review(inv)
         if not problems:
             return None
-        dropped = {index for index, _, _ in problems}
+        dropped = {index for index, _, _, _ in problems}
         kept = [tool for index, tool in enumerate(inv.payload["tools"]) if index not in dropped]
         return {**inv.payload, "tools": kept}
 
@@ -174,9 +186,9 @@ class PinningGuard:
         settings = self.settings.for_config(inv.config)
         seen = self.seen(inv)
         if name in seen.changed:
-            return self.verdict([(f"tool {name!r} changed since it was pinned (rug pull?)", "$.params.name")])
+            return self.verdict([(f"tool {name!r} changed since it was pinned (rug pull?)", "$.params.name", True)])
         if settings.unpinned == "deny" and name not in settings.fixed and name not in seen.pins:
-            return self.verdict([(f"tool {name!r} is not pinned", "$.params.name")])
+            return self.verdict([(f"tool {name!r} is not pinned", "$.params.name", False)])
         return True
 
     async def check(self, inv: Invocation) -> ValidationResult | bool:

@@ -155,6 +155,13 @@ def _compile(raw: Mapping[str, Any]) -> _Settings:
                 f"config.limits[{index}].limit {rule['limit']!r} is not a rate limit of at least 1 call; "
                 "write e.g. '10/minute' (to refuse a tool outright, use tool-policy)"
             )
+        hooked = raw["events"]
+        for position, event in enumerate(rule.get("events", ())):
+            if "*" not in hooked and event not in hooked:
+                raise ValueError(
+                    f"config.limits[{index}].events[{position}] {event!r} is not one of the events the guard "
+                    f"checks (config.events: {', '.join(hooked)}), so the rule would never count; add it there"
+                )
         rules.append(
             _Rule(
                 index,

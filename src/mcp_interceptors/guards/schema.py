@@ -165,7 +165,7 @@ class SchemaGuard:
         trace = inv.context.trace_id if inv.context is not None else None
         if trace is not None:
             session.pending.set(trace, name)
-        schemas = settings.fixed.get(name) or session.tools.get(name)
+        schemas = _schemas_for(settings, name, session)
         if schemas is None:
             if settings.deny_unknown:
                 return _invalid(
@@ -191,7 +191,7 @@ class SchemaGuard:
             return True
         if name is None:
             return True
-        schemas = settings.fixed.get(name) or (session.tools.get(name) if session is not None else None)
+        schemas = _schemas_for(settings, name, session)
         if schemas is None or schemas.output is None:
             return True
         if "structuredContent" not in result:
@@ -199,6 +199,16 @@ class SchemaGuard:
             return _invalid([ValidationMessage(message=message, path="$.structuredContent")], tool=name)
         messages = _errors(schemas.output, result["structuredContent"], ("structuredContent",), name)
         return _invalid(messages, tool=name) if messages else True
+
+
+def _schemas_for(settings: _Settings, name: str, session: _Session | None) -> _ToolSchemas | None:
+    """A configured schema wins over the listed one key by key: configuring only `output` keeps the
+    listing's `inputSchema` checked."""
+    fixed = settings.fixed.get(name)
+    listed = session.tools.get(name) if session is not None else None
+    if fixed is None or listed is None:
+        return fixed or listed
+    return _ToolSchemas(fixed.input or listed.input, fixed.output or listed.output)
 
 
 def _invalid(messages: list[ValidationMessage], **info: Any) -> ValidationResult:

@@ -82,6 +82,13 @@ class UpstreamConfig(TransportConfig):
     prefix: str | None = Field(
         None, description="Namespace for tools and prompts; defaults to the upstream's name; '' for none."
     )
+    max_message_bytes: Annotated[int, Field(gt=0)] = Field(
+        64 * 1024 * 1024,
+        description=(
+            "A stdio upstream's longest line (one message): a longer one closes the connection, its calls in "
+            "flight fail naming it, and it is restarted."
+        ),
+    )
 
 
 class RequiredConfig(_Model):
@@ -226,6 +233,16 @@ class HttpConfig(_Model):
     allowed_origins: list[str] = Field(default_factory=list)
 
 
+class StdioConfig(_Model):
+    max_message_bytes: Annotated[int, Field(gt=0)] = Field(
+        16 * 1024 * 1024,
+        description=(
+            "The longest line (one message) the stdio client may send: a longer one is answered with -32600 "
+            "and the gateway closes the connection."
+        ),
+    )
+
+
 class AuditConfig(_Model):
     enabled: bool = False
     store: str = Field(".audit/audit.db", description="SQLite path, or a postgresql:// URL.")
@@ -254,6 +271,7 @@ class GatewayConfig(_Model):
     advertised_equals_callable: bool = True
     auth: AuthConfig = Field(default_factory=AuthConfig)
     http: HttpConfig = Field(default_factory=HttpConfig)
+    stdio: StdioConfig = Field(default_factory=StdioConfig)
     audit: AuditConfig = Field(default_factory=AuditConfig)
     #: The folder relative paths resolve against (the config file's); set by `load_config`, not by users.
     base_dir: SkipJsonSchema[str | None] = None

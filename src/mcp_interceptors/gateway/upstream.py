@@ -43,7 +43,7 @@ from mcp_types import (
 from mcp_types.version import HANDSHAKE_PROTOCOL_VERSIONS, LATEST_HANDSHAKE_VERSION, LATEST_MODERN_VERSION
 
 from mcp_interceptors.gateway.config import TransportConfig
-from mcp_interceptors.gateway.jsonrpc import stdio_peer
+from mcp_interceptors.gateway.jsonrpc import DEFAULT_MAX_LINE_BYTES, stdio_peer
 
 logger = logging.getLogger(__name__)
 
@@ -139,7 +139,15 @@ async def open_wire(config: TransportConfig, on_http_error: OnHttpError | None =
     """A stdio server gets the lean `JsonRpcPeer` (dicts end to end); HTTP and SSE use mcp's
     transports under its `JSONRPCDispatcher`."""
     if config.command is not None:
-        async with stdio_peer(config.command, list(config.args), env=config.env or None, cwd=config.cwd) as peer:
+        limit = getattr(config, "max_message_bytes", DEFAULT_MAX_LINE_BYTES)
+        async with stdio_peer(
+            config.command,
+            list(config.args),
+            env=config.env or None,
+            cwd=config.cwd,
+            max_line_bytes=limit,
+            limit_setting="max_message_bytes",
+        ) as peer:
             yield peer
         return
     async with open_transport(config, on_http_error) as (read, write):
@@ -281,8 +289,8 @@ class UpstreamConnection:
                 while not self._closed:
                     ready_at = None
                     try:
-                        await self._connect_once(on_ready)
-                        self._last_error = "connection closed"
+                        reason = await self._connect_once(on_ready)
+                        self._last_error = f"the gateway closed it: it sent {reason}" if reason else "connection closed"
                     except Exception as exc:  # transport/handshake failure: report, then back off
                         if isinstance(_innermost(exc), _EraRefused):
                             continue  # reconnect at once on a fresh transport, in the handshake era
@@ -307,8 +315,9 @@ class UpstreamConnection:
                     await self._exchanges.aclose()
                 self._exchanges = None
 
-    async def _connect_once(self, on_ready: Callable[[], None]) -> None:
-        """One connection's life: open, handshake, serve until EOF (the upstream exited or hung up)."""
+    async def _connect_once(self, on_ready: Callable[[], None]) -> str | None:
+        """One connection's life: open, handshake, serve until EOF (the upstream exited or hung up).
+        Returns why the gateway closed it itself (a message over the line limit), else None."""
         async with open_wire(self.config, self._heard_http_error) as dispatcher:
             ended = anyio.Event()
             async with anyio.create_task_group() as tg:
@@ -326,6 +335,8 @@ class UpstreamConnection:
                 await ended.wait()
                 self._mark_down()  # before the transport's teardown: new requests wait for the reconnect
                 tg.cancel_scope.cancel()
+        reason = getattr(dispatcher, "close_reason", None)
+        return reason if isinstance(reason, str) else None
 
     async def _pump(self, dispatcher: Wire, ended: anyio.Event, *, task_status: anyio.abc.TaskStatus[None]) -> None:
         try:
@@ -620,12 +631,16 @@ class UpstreamConnection:
             if _is_local_close(exc):  # not an upstream's own -32000 error, which passes through
                 if shared is not None and self._dispatcher is shared:
                     self._mark_down()
-                message = (
-                    f"the gateway closed its connection to upstream {self.name!r} (shutting down)"
-                    if self._closed
-                    else f"upstream {self.name!r} closed the connection"
-                )
-                raise UpstreamUnavailableError(CONNECTION_CLOSED, message, {"upstream": self.name}) from None
+                reason = getattr(dispatcher, "close_reason", None)
+                data: dict[str, Any] = {"upstream": self.name}
+                if self._closed:
+                    message = f"the gateway closed its connection to upstream {self.name!r} (shutting down)"
+                elif reason is not None:
+                    message = f"the gateway closed its connection to upstream {self.name!r}: it sent {reason}"
+                    data["reason"] = reason
+                else:
+                    message = f"upstream {self.name!r} closed the connection"
+                raise UpstreamUnavailableError(CONNECTION_CLOSED, message, data) from None
             if _is_http_error(exc) and self._http_error is not None:
                 message = self._explain(f"upstream {self.name!r} answered with an error", exc)
                 raise MCPError(exc.code, message, {"upstream": self.name, "httpStatus": self._http_error}) from None

@@ -147,3 +147,55 @@ async def test_a_line_over_the_stdio_limit_is_refused_and_the_gateway_hangs_up(w
             },
         }
     ]
+
+
+async def test_requests_past_the_in_flight_limit_or_reusing_an_id_in_flight_are_refused(
+    write_config: ConfigWriter,
+) -> None:
+    """Each request in flight held ~15 KB of the gateway's memory with no limit on how many (20,000 slow
+    calls: 290 MB); a reused id overwrote the first request's cancellation handle."""
+    config = write_config({"upstreams": {"e2e": upstream_entry()}, "stdio": {"max_requests_in_flight": 2}})
+
+    def call(request_id: str, name: str, arguments: dict[str, Any]) -> bytes:
+        params = {"name": name, "arguments": arguments, "_meta": META}
+        return json.dumps({"jsonrpc": "2.0", "id": request_id, "method": "tools/call", "params": params}).encode()
+
+    def cancel(request_id: str) -> bytes:
+        params = {"requestId": request_id}
+        return json.dumps({"jsonrpc": "2.0", "method": "notifications/cancelled", "params": params}).encode()
+
+    slow = {"seconds": 30}
+    first = [call("a", "sleep", slow), call("a", "sleep", slow), call("b", "sleep", slow), call("c", "sleep", slow)]
+    replies: list[dict[str, Any]] = []
+    with anyio.fail_after(60):
+        async with await anyio.open_process(cli_argv("gateway", "--config", str(config)), env=gateway_env()) as proc:
+            assert proc.stdin is not None and proc.stdout is not None
+            reader = BufferedByteReceiveStream(proc.stdout)
+            await proc.stdin.send(b"".join(line + b"\n" for line in first))
+            for _ in range(2):
+                replies.append(json.loads(await reader.receive_until(b"\n", 1 << 20)))
+            then = [cancel("a"), cancel("b"), call("last", "echo", {"text": "room again"})]
+            await proc.stdin.send(b"".join(line + b"\n" for line in then))
+            replies.append(json.loads(await reader.receive_until(b"\n", 1 << 20)))
+            await proc.stdin.aclose()
+            assert await proc.wait() == 0
+    assert replies[0] == {
+        "jsonrpc": "2.0",
+        "id": "a",
+        "error": {
+            "code": -32600,
+            "message": "Invalid Request: id already in use by a request in flight",
+            "data": {"field": "id"},
+        },
+    }
+    assert replies[1] == {
+        "jsonrpc": "2.0",
+        "id": "c",
+        "error": {
+            "code": -32603,
+            "message": "too many requests in flight (the limit is 2); retry when one has ended",
+            "data": {"reason": "too_many_requests_in_flight", "limit": 2, "setting": "stdio.max_requests_in_flight"},
+        },
+    }
+    assert replies[2]["id"] == "last"
+    assert replies[2]["result"]["content"][0]["text"] == "room again"

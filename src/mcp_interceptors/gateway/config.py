@@ -241,6 +241,13 @@ class StdioConfig(_Model):
             "and the gateway closes the connection."
         ),
     )
+    max_requests_in_flight: Annotated[int, Field(gt=0)] = Field(
+        1000,
+        description=(
+            "How many of the stdio client's requests the gateway serves at once: one more is answered with "
+            "-32603 (`data.reason: too_many_requests_in_flight`) instead of being queued."
+        ),
+    )
 
 
 class AuditConfig(_Model):

@@ -42,6 +42,8 @@ INTERNAL_ERROR = -32603
 #: The longest line (one message) a peer reads unless told otherwise: a longer one ends the connection,
 #: so a peer that never sends a newline cannot grow our memory without bound.
 DEFAULT_MAX_LINE_BYTES = 64 * 1024 * 1024
+#: How many of the peer's requests we serve at once unless told otherwise; more are refused, not queued.
+DEFAULT_MAX_IN_FLIGHT = 1000
 
 
 def loads(line: bytes) -> Any:
@@ -150,6 +152,8 @@ class JsonRpcPeer:
         id_prefix: str = "gw",
         max_line_bytes: int | None = DEFAULT_MAX_LINE_BYTES,
         limit_setting: str | None = None,
+        max_in_flight: int | None = DEFAULT_MAX_IN_FLIGHT,
+        in_flight_setting: str | None = None,
     ) -> None:
         self._read = read
         self._write = write
@@ -165,6 +169,8 @@ class JsonRpcPeer:
         self._limit_setting = limit_setting
         #: Why we closed the connection ourselves (a message over the line limit), else None.
         self.close_reason: str | None = None
+        self._max_in_flight = max_in_flight
+        self._in_flight_setting = in_flight_setting
 
     @property
     def closed(self) -> bool:
@@ -258,14 +264,33 @@ class JsonRpcPeer:
             await self._on_notification(method, params, on_notify)
             return
         assert self._tg is not None
+        refused = self._over_capacity(message["id"])
+        if refused is not None:
+            await self._send(refused)
+            return
         # Registered before the handler task runs: a cancellation read in the same chunk still finds it.
         scope = self._handlers[message["id"]] = anyio.CancelScope()
         self._tg.start_soon(self._serve, message["id"], method, params, on_request, scope)
 
+    def _over_capacity(self, request_id: Any) -> Message | None:
+        """The error answer to a request we must not start, else None: its id is one still in flight
+        (its cancellation and answer would be ambiguous), or the peer has `max_in_flight` in flight."""
+        if request_id in self._handlers:
+            message = "Invalid Request: id already in use by a request in flight"
+            return error_response(request_id, INVALID_REQUEST, message, {"field": "id"})
+        if self._max_in_flight is not None and len(self._handlers) >= self._max_in_flight:
+            data: dict[str, Any] = {"reason": "too_many_requests_in_flight", "limit": self._max_in_flight}
+            if self._in_flight_setting is not None:
+                data["setting"] = self._in_flight_setting
+            message = f"too many requests in flight (the limit is {self._max_in_flight}); retry when one has ended"
+            return error_response(request_id, INTERNAL_ERROR, message, data)
+        return None
+
     async def _on_notification(self, method: str, params: dict[str, Any] | None, on_notify: OnNotify) -> None:
         if method == "notifications/cancelled":
             request_id = (params or {}).get("requestId")
-            scope = self._handlers.get(request_id) if is_request_id(request_id) else None
+            # Forgotten at once: its slot and its id are free for the peer's next request.
+            scope = self._handlers.pop(request_id, None) if is_request_id(request_id) else None
             if scope is not None:
                 scope.cancel()
             return
@@ -300,7 +325,8 @@ class JsonRpcPeer:
                 logger.exception("request handler for %s raised", method)
                 reply = error_response(request_id, INTERNAL_ERROR, str(exc))
             finally:
-                self._handlers.pop(request_id, None)
+                if self._handlers.get(request_id) is scope:  # not a later request that reuses the id
+                    del self._handlers[request_id]
         if scope.cancelled_caught:
             return  # cancelled by the peer: it expects no answer
         await self._send(reply)

@@ -346,6 +346,8 @@ async def serve_stdio_fast(gateway: Gateway, stdin_fd: int = 0, stdout_fd: int =
             id_prefix="gw",
             max_line_bytes=gateway.config.stdio.max_message_bytes,
             limit_setting="stdio.max_message_bytes",
+            max_in_flight=gateway.config.stdio.max_requests_in_flight,
+            in_flight_setting="stdio.max_requests_in_flight",
         )
         to_server, server_in = anyio.create_memory_object_stream[Any](32)
         server_out, from_server = anyio.create_memory_object_stream[SessionMessage](32)

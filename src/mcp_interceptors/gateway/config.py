@@ -229,6 +229,14 @@ class HttpConfig(_Model):
         description="Close a handshake-era session (and its upstream sessions) after this idle time "
         "(checked every quarter of it, at most every minute).",
     )
+    max_sessions: Annotated[int, Field(gt=0)] = Field(
+        100,
+        description=(
+            "How many handshake-era sessions (each with upstream sessions of its own: a process per stdio "
+            "upstream) may be open at once: a request that would open one more gets -32603 "
+            "(`data.reason: too_many_sessions`)."
+        ),
+    )
     allowed_hosts: list[str] = Field(default_factory=list, description="Extra Host values (DNS rebinding).")
     allowed_origins: list[str] = Field(default_factory=list)
 

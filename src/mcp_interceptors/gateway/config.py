@@ -85,8 +85,9 @@ class UpstreamConfig(TransportConfig):
     max_message_bytes: Annotated[int, Field(gt=0)] = Field(
         64 * 1024 * 1024,
         description=(
-            "A stdio upstream's longest line (one message): a longer one closes the connection, its calls in "
-            "flight fail naming it, and it is restarted."
+            "The longest message the upstream may send. Stdio: a longer line closes the connection, its calls "
+            "in flight fail naming it, and it is restarted. HTTP: a longer JSON answer or SSE event fails its "
+            "call with -32603 naming it."
         ),
     )
 

@@ -36,6 +36,7 @@ from mcp_types import (
     CONNECTION_CLOSED,
     INTERNAL_ERROR,
     LOG_LEVEL_META_KEY,
+    PARSE_ERROR,
     PROTOCOL_VERSION_META_KEY,
     REQUEST_TIMEOUT,
     SERVER_INFO_META_KEY,
@@ -190,7 +191,62 @@ def http_client_for(config: TransportConfig, on_http_error: OnHttpError | None =
                 report(response.status_code, response.reason_phrase)
 
         hooks["response"] = [heard]
-    return httpx2.AsyncClient(headers=_http_headers(config), timeout=timeout, event_hooks=hooks)
+    limit = getattr(config, "max_message_bytes", DEFAULT_MAX_LINE_BYTES)
+    transport = _MessageLimitTransport(httpx2.AsyncHTTPTransport(), limit)
+    return httpx2.AsyncClient(headers=_http_headers(config), timeout=timeout, event_hooks=hooks, transport=transport)
+
+
+class MessageTooLongError(httpx2.StreamError):
+    """An HTTP upstream's JSON answer grew past the message limit."""
+
+
+class EventTooLongError(httpx2.SSEError):
+    """One event of an HTTP upstream's SSE stream grew past the message limit."""
+
+
+class _MessageLimitTransport(httpx2.AsyncBaseTransport):
+    """Caps what one message from an HTTP upstream may hold in memory: a JSON body, or one SSE event
+    (an SSE stream as a whole may run as long as it likes). mcp's client reads either whole."""
+
+    def __init__(self, inner: httpx2.AsyncBaseTransport, limit: int) -> None:
+        self._inner = inner
+        self._limit = limit
+
+    async def handle_async_request(self, request: httpx2.Request) -> httpx2.Response:
+        response = await self._inner.handle_async_request(request)
+        events = response.headers.get("content-type", "").startswith("text/event-stream")
+        response.stream = _LimitedStream(response.stream, self._limit, events)
+        return response
+
+    async def aclose(self) -> None:
+        await self._inner.aclose()
+
+
+class _LimitedStream(httpx2.AsyncByteStream):
+    def __init__(self, inner: Any, limit: int, events: bool) -> None:
+        self._inner = inner
+        self._limit = limit
+        self._events = events
+
+    async def __aiter__(self) -> AsyncIterator[bytes]:
+        held = 0  # bytes of the current message (since the last blank line, for events)
+        tail = b""
+        async for chunk in self._inner:
+            if self._events:
+                seen = tail + chunk
+                end = max(seen.rfind(b"\n\n"), seen.rfind(b"\r\n\r\n"))
+                held = len(seen) - end - 2 if end >= 0 else held + len(chunk)
+                tail = seen[-3:]
+            else:
+                held += len(chunk)
+            if held > self._limit:
+                if self._events:
+                    raise EventTooLongError(f"an event longer than the limit of {self._limit} bytes")
+                raise MessageTooLongError(f"a message longer than the limit of {self._limit} bytes")
+            yield chunk
+
+    async def aclose(self) -> None:
+        await self._inner.aclose()
 
 
 class UpstreamConnection:
@@ -644,6 +700,10 @@ class UpstreamConnection:
             if _is_http_error(exc) and self._http_error is not None:
                 message = self._explain(f"upstream {self.name!r} answered with an error", exc)
                 raise MCPError(exc.code, message, {"upstream": self.name, "httpStatus": self._http_error}) from None
+            reason = _too_long(exc)
+            if reason is not None:
+                message = f"upstream {self.name!r} sent {reason}"
+                raise MCPError(INTERNAL_ERROR, message, {"upstream": self.name, "reason": reason}) from None
             if _is_lost_stream(exc):  # this call's HTTP response stream broke; the connection may live on
                 message = f"upstream {self.name!r} closed the connection ({exc.message})"
                 raise UpstreamUnavailableError(CONNECTION_CLOSED, message, {"upstream": self.name}) from None
@@ -694,6 +754,21 @@ class UpstreamConnection:
             return
         if self.on_notify is not None:
             await self.on_notify(method, body)
+
+
+#: How mcp's HTTP client words a JSON answer, or an SSE event, our `_MessageLimitTransport` cut off.
+_TOO_LONG = {
+    PARSE_ERROR: "Failed to parse JSON response: a message longer than the limit of",
+    CONNECTION_CLOSED: "SSE stream failed: an event longer than the limit of",
+}
+
+
+def _too_long(exc: MCPError) -> str | None:
+    """The reason, if `exc` is mcp's word for a message our `_MessageLimitTransport` cut off."""
+    prefix = _TOO_LONG.get(exc.code)
+    if prefix is None or exc.data is not None or not exc.message.startswith(prefix):
+        return None
+    return exc.message.split(": ", 1)[1]
 
 
 def _is_local_timeout(exc: MCPError, method: str) -> bool:

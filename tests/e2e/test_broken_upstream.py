@@ -7,7 +7,7 @@ from pathlib import Path
 
 import anyio
 import pytest
-from e2e_support import ERAS, ConfigWriter, fresh_gateway, text_of
+from e2e_support import ERAS, ConfigWriter, fresh_gateway, text_of, upstream_entry
 from mcp import MCPError
 
 BROKEN_UPSTREAM = str(Path(__file__).resolve().parent / "broken_upstream.py")
@@ -40,3 +40,21 @@ async def test_malformed_upstream_answers_become_internal_errors_and_the_session
     assert listed == {*expected, "fine"}
     assert messages == expected
     assert text_of(fine) == "fine"
+
+
+async def test_an_upstream_line_over_its_limit_fails_the_call_naming_it_and_the_upstream_restarts(
+    write_config: ConfigWriter,
+) -> None:
+    """An upstream line that never ended once grew the gateway's memory without bound."""
+    upstream = {**upstream_entry(), "max_message_bytes": 65536}
+    config = write_config({"upstreams": {"e2e": upstream}})
+    with anyio.fail_after(60):
+        async with fresh_gateway("stdio", config, "legacy") as client:
+            with pytest.raises(MCPError) as caught:
+                await client.call_tool("echo", {"text": "x" * 100_000})
+            again = await client.call_tool("echo", {"text": "fits"})
+    reason = "a message longer than the limit of 65536 bytes"
+    assert caught.value.code == -32000
+    assert caught.value.message == f"the gateway closed its connection to upstream 'e2e': it sent {reason}"
+    assert caught.value.data == {"upstream": "e2e", "reason": reason}
+    assert text_of(again) == "fits"

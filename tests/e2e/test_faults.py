@@ -334,3 +334,22 @@ async def test_an_upstream_that_hangs_in_its_handshake_does_not_hold_the_others_
     assert echoed == "served"
     assert down.value.code == -32000
     assert down.value.data == {"upstream": "mute"}
+
+
+async def test_http_upstream_message_over_its_limit_fails_the_call_naming_it(write_config: ConfigWriter) -> None:
+    """mcp's HTTP client reads a JSON answer or an SSE event whole: a 300 MB answer once took the gateway
+    to 1.5 GB of memory."""
+    port = free_tcp_port()
+    async with running([sys.executable, UPSTREAM, "--http", str(port)], port=port, label="HTTP upstream"):
+        upstream = {"url": f"http://127.0.0.1:{port}/mcp", "max_message_bytes": 65536}
+        config = write_config(standard_config(upstreams={"e2e": upstream}))
+        async with connect("stdio", config, "legacy") as client:
+            with anyio.fail_after(30), pytest.raises(MCPError) as too_long:
+                await client.call_tool("echo", {"text": "x" * 100_000})
+            with anyio.fail_after(30):
+                after = text_of(await client.call_tool("echo", {"text": "fits"}))
+    reason = "an event longer than the limit of 65536 bytes"
+    assert too_long.value.code == -32603
+    assert too_long.value.message == f"upstream 'e2e' sent {reason}"
+    assert too_long.value.data == {"upstream": "e2e", "reason": reason}
+    assert after == "fits"

@@ -6,6 +6,7 @@ Every line here once either went unanswered or, with an unhashable id, took the 
 from __future__ import annotations
 
 import json
+from contextlib import suppress
 from typing import Any
 
 import anyio
@@ -114,3 +115,87 @@ async def test_serve_answers_every_malformed_request_and_keeps_serving() -> None
     errors = [(reply["error"]["code"], str(reply["id"])) for reply in replies if reply["id"] not in ("init", "last")]
     expected = [(e["code"], str(e["id"])) for _, e in SERVE_MALFORMED if e is not None]
     assert sorted(errors) == sorted(expected)
+
+
+async def test_a_line_over_the_stdio_limit_is_refused_and_the_gateway_hangs_up(write_config: ConfigWriter) -> None:
+    """A client line that never ended once grew the gateway's memory without bound."""
+    config = write_config({"upstreams": {"e2e": upstream_entry()}, "stdio": {"max_message_bytes": 4096}})
+    fine = {"jsonrpc": "2.0", "id": "fine", "method": "tools/call"}
+    fine["params"] = {"name": "echo", "arguments": {"text": "fits"}, "_meta": META}
+    huge = b'{"jsonrpc": "2.0", "id": "huge", "method": "tools/call", "params": {"text": "' + b"x" * 8192
+    replies: list[dict[str, Any]] = []
+    with anyio.fail_after(60):
+        async with await anyio.open_process(cli_argv("gateway", "--config", str(config)), env=gateway_env()) as proc:
+            assert proc.stdin is not None and proc.stdout is not None
+            await proc.stdin.send(json.dumps(fine).encode() + b"\n")
+            reader = BufferedByteReceiveStream(proc.stdout)
+            replies.append(json.loads(await reader.receive_until(b"\n", 1 << 20)))
+            await proc.stdin.send(huge)  # no newline: it never ends
+            with suppress(anyio.IncompleteRead):
+                while True:
+                    replies.append(json.loads(await reader.receive_until(b"\n", 1 << 20)))
+            assert await proc.wait() == 0  # it hung up by itself, stdin still open
+    assert replies[0]["result"]["content"][0]["text"] == "fits"
+    assert replies[1:] == [
+        {
+            "jsonrpc": "2.0",
+            "id": None,
+            "error": {
+                "code": -32600,
+                "message": "Invalid Request: a message longer than the limit of 4096 bytes",
+                "data": {"limitBytes": 4096, "setting": "stdio.max_message_bytes"},
+            },
+        }
+    ]
+
+
+async def test_requests_past_the_in_flight_limit_or_reusing_an_id_in_flight_are_refused(
+    write_config: ConfigWriter,
+) -> None:
+    """Each request in flight held ~15 KB of the gateway's memory with no limit on how many (20,000 slow
+    calls: 290 MB); a reused id overwrote the first request's cancellation handle."""
+    config = write_config({"upstreams": {"e2e": upstream_entry()}, "stdio": {"max_requests_in_flight": 2}})
+
+    def call(request_id: str, name: str, arguments: dict[str, Any]) -> bytes:
+        params = {"name": name, "arguments": arguments, "_meta": META}
+        return json.dumps({"jsonrpc": "2.0", "id": request_id, "method": "tools/call", "params": params}).encode()
+
+    def cancel(request_id: str) -> bytes:
+        params = {"requestId": request_id}
+        return json.dumps({"jsonrpc": "2.0", "method": "notifications/cancelled", "params": params}).encode()
+
+    slow = {"seconds": 30}
+    first = [call("a", "sleep", slow), call("a", "sleep", slow), call("b", "sleep", slow), call("c", "sleep", slow)]
+    replies: list[dict[str, Any]] = []
+    with anyio.fail_after(60):
+        async with await anyio.open_process(cli_argv("gateway", "--config", str(config)), env=gateway_env()) as proc:
+            assert proc.stdin is not None and proc.stdout is not None
+            reader = BufferedByteReceiveStream(proc.stdout)
+            await proc.stdin.send(b"".join(line + b"\n" for line in first))
+            for _ in range(2):
+                replies.append(json.loads(await reader.receive_until(b"\n", 1 << 20)))
+            then = [cancel("a"), cancel("b"), call("last", "echo", {"text": "room again"})]
+            await proc.stdin.send(b"".join(line + b"\n" for line in then))
+            replies.append(json.loads(await reader.receive_until(b"\n", 1 << 20)))
+            await proc.stdin.aclose()
+            assert await proc.wait() == 0
+    assert replies[0] == {
+        "jsonrpc": "2.0",
+        "id": "a",
+        "error": {
+            "code": -32600,
+            "message": "Invalid Request: id already in use by a request in flight",
+            "data": {"field": "id"},
+        },
+    }
+    assert replies[1] == {
+        "jsonrpc": "2.0",
+        "id": "c",
+        "error": {
+            "code": -32603,
+            "message": "too many requests in flight (the limit is 2); retry when one has ended",
+            "data": {"reason": "too_many_requests_in_flight", "limit": 2, "setting": "stdio.max_requests_in_flight"},
+        },
+    }
+    assert replies[2]["id"] == "last"
+    assert replies[2]["result"]["content"][0]["text"] == "room again"

@@ -169,3 +169,33 @@ def test_a_handshake_session_serves_only_the_principal_that_opened_it() -> None:
         with pytest.raises(MCPError) as refused:
             gateway.session("legacy", "s-1", other, None)
         assert (refused.value.code, refused.value.message) == (-32600, "Session not found")
+
+
+@pytest.mark.parametrize(
+    "named",
+    [{}, {"sub": ""}, {"client_id": ""}, {"azp": ""}, {"client_id": ["x"]}, {"sub": "", "azp": 5}],
+    ids=["none", "empty-sub", "empty-client_id", "empty-azp", "list-client_id", "empty-sub-numeric-azp"],
+)
+async def test_a_jwt_that_names_no_principal_is_refused(
+    tmp_path: Path, named: dict[str, object], caplog: pytest.LogCaptureFixture
+) -> None:
+    """Such tokens were all one principal, `service:jwt`: their callers shared rate limits and session state."""
+    key = ed25519.Ed25519PrivateKey.generate()
+    public = key.public_key().public_bytes(serialization.Encoding.PEM, serialization.PublicFormat.SubjectPublicKeyInfo)
+    (tmp_path / "public.pem").write_bytes(public)
+    config_file = tmp_path / "gateway.yaml"
+    config_file.write_text(
+        "upstreams:\n  a: {command: python, args: [server.py]}\n"
+        "auth:\n  jwt: {public_key_file: public.pem, audience: gw}\n",
+        encoding="utf-8",
+    )
+    _, verifier = build_auth(load_config(config_file), "127.0.0.1", 8080)
+    assert verifier is not None
+    claims = {"aud": "gw", "exp": int(time.time()) + 60, "scope": "read"}
+    token = jwt.encode({**claims, **named}, key, algorithm="EdDSA", headers={"typ": "JWT"})
+    assert await verifier.verify_token(token) is None
+    assert "JWT refused: it names no principal" in caplog.text
+    azp_only = await verifier.verify_token(jwt.encode({**claims, "azp": "svc"}, key, algorithm="EdDSA"))
+    assert azp_only is not None and principal_for(azp_only) == Principal(
+        type="service", id="svc", claims={"aud": "gw", "azp": "svc", "scopes": ["read"]}
+    )

@@ -1,4 +1,5 @@
-"""Idle handshake-era sessions are closed on time, however short `http.session_idle_s` is."""
+"""Handshake-era sessions: idle ones are closed on time, however short `http.session_idle_s` is, and at
+most `http.max_sessions` are open at once."""
 
 from __future__ import annotations
 
@@ -6,6 +7,7 @@ import time
 
 import anyio
 import pytest
+from mcp import MCPError
 
 from mcp_interceptors import Chain
 from mcp_interceptors.gateway.config import parse_config
@@ -44,3 +46,24 @@ async def test_an_idle_session_closes_within_a_quarter_of_its_idle_time() -> Non
             tg.cancel_scope.cancel()
     assert anyio.current_time() - started < 0.4  # swept every 0.1 s, not every minute
     assert list(gateway.sessions) == ["busy"]
+
+
+def test_a_session_past_max_sessions_is_refused_until_one_closes() -> None:
+    """Each HTTP `initialize` opened a session with upstream sessions of its own (a process per stdio
+    upstream) with no bound: a client looping on `initialize` could start processes without limit."""
+    config = parse_config(
+        {"upstreams": {"a": {"command": "python", "args": ["server.py"]}}, "http": {"max_sessions": 2}}
+    )
+    gateway = Gateway(config, Chain(role="server"))
+    first = gateway.session("legacy", "s1", None, None)
+    gateway.session("legacy", "s2", None, None)
+    assert gateway.session("legacy", "s1", None, None) is first  # an open session is not a new one
+    with pytest.raises(MCPError) as caught:
+        gateway.session("legacy", "s3", None, None)
+    assert caught.value.code == -32603
+    assert caught.value.message == "the gateway serves at most 2 sessions; end one (or wait for an idle one to close)"
+    assert caught.value.data == {"reason": "too_many_sessions", "limit": 2, "setting": "http.max_sessions"}
+    assert set(gateway.sessions) == {"s1", "s2"}
+    gateway.session("2026-07-28", None, None, None)  # 2026-07-28 clients have no session of their own to open
+    gateway.close_session("s1")
+    assert gateway.session("legacy", "s3", None, None).key == "s3"

@@ -6,7 +6,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from mcp_interceptors.gateway.jsonrpc import LineBuffer, encode_line, loads
+from mcp_interceptors.gateway.jsonrpc import LineBuffer, LineTooLongError, encode_line, loads
 
 
 @given(st.lists(st.sampled_from([b"a", b"bc", b"\n", b"", b"{}", b"\n\n"]), max_size=30), st.data())
@@ -45,3 +45,22 @@ def test_a_line_nested_past_200_levels_is_still_parsed() -> None:
 def test_a_line_that_is_not_json_is_a_value_error(line: bytes) -> None:
     with pytest.raises(ValueError):
         loads(line)
+
+
+def test_a_line_over_the_limit_raises_before_more_is_held() -> None:
+    """A peer that never sends a newline once grew the gateway's memory without bound."""
+    buffer = LineBuffer(max_line_bytes=1000)
+    assert buffer.feed(b"x" * 600) == []
+    with pytest.raises(LineTooLongError) as caught:
+        buffer.feed(b"x" * 600)
+    assert caught.value.limit == 1000
+    assert caught.value.lines == []
+    assert str(caught.value) == "a message longer than the limit of 1000 bytes"
+
+
+def test_the_lines_before_one_over_the_limit_are_kept() -> None:
+    buffer = LineBuffer(max_line_bytes=10)
+    with pytest.raises(LineTooLongError) as caught:
+        buffer.feed(b'{"a":1}\n' + b"y" * 11 + b"\n{}\n")
+    assert caught.value.lines == [b'{"a":1}']
+    assert LineBuffer(max_line_bytes=10).feed(b"y" * 10 + b"\n" + b"z" * 10) == [b"y" * 10]  # at the limit: fine

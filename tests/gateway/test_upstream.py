@@ -3,9 +3,10 @@
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable
+from collections.abc import AsyncIterator, Callable
 
 import anyio
+import httpx2
 import pytest
 
 from mcp_interceptors.gateway import upstream
@@ -35,3 +36,30 @@ async def test_a_server_that_dies_right_after_its_handshake_is_restarted_with_gr
         await conn.run()
     delays = [record.args[2] for record in caplog.records if "reconnecting" in str(record.msg)]  # type: ignore[index]
     assert delays == [0.01, 0.02, 0.04, 0.08]
+
+
+async def test_an_http_upstream_message_is_capped_but_not_its_event_stream() -> None:
+    """A JSON answer, or one SSE event, over the limit is cut off; a long stream of small events is not."""
+
+    async def chunks(parts: list[bytes]) -> AsyncIterator[bytes]:
+        for part in parts:
+            yield part
+
+    event = b"data: " + b"y" * 500 + b"\n\n"
+    bodies = {
+        "/events": ("text/event-stream", [event[:300], event[300:] + event[:1], *[event] * 20]),
+        "/event": ("text/event-stream", [event, b"data: " + b"z" * 1200]),
+        "/json": ("application/json", [b"x" * 600, b"x" * 600]),
+    }
+
+    def serve(request: httpx2.Request) -> httpx2.Response:
+        kind, parts = bodies[request.url.path]
+        return httpx2.Response(200, headers={"content-type": kind}, content=chunks(parts))
+
+    transport = upstream._MessageLimitTransport(httpx2.MockTransport(serve), 1000)
+    async with httpx2.AsyncClient(transport=transport) as client:
+        assert len((await client.get("http://u/events")).content) == len(event) * 21 + 1
+        with pytest.raises(upstream.EventTooLongError, match=r"^an event longer than the limit of 1000 bytes$"):
+            await client.get("http://u/event")
+        with pytest.raises(upstream.MessageTooLongError, match=r"^a message longer than the limit of 1000 bytes$"):
+            await client.get("http://u/json")

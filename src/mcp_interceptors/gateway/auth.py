@@ -109,10 +109,15 @@ class JwtVerifier:
             return None
         scope = claims.get("scope") or claims.get("scp") or ""
         scopes = scope.split() if isinstance(scope, str) else [str(s) for s in scope]
-        subject = claims.get("sub")
+        subject = _name(claims.get("sub"))
+        client_id = _name(claims.get("client_id")) or _name(claims.get("azp"))
+        if subject is None and client_id is None:
+            # Every such caller would be one principal, sharing rate limits and session state.
+            logger.warning("JWT refused: it names no principal (no non-empty `sub`, `client_id` or `azp` claim)")
+            return None
         return AccessToken(
             token=token,
-            client_id=str(claims.get("client_id") or claims.get("azp") or subject or "jwt"),
+            client_id=client_id or str(subject),
             scopes=scopes,
             expires_at=int(claims["exp"]) if "exp" in claims else None,
             subject=str(subject) if subject is not None else None,
@@ -120,6 +125,11 @@ class JwtVerifier:
                 k: v for k, v in claims.items() if k in ("iss", "aud", "sub", "azp", "client_id", "groups", "roles")
             },
         )
+
+
+def _name(claim: object) -> str | None:
+    """A claim that names a principal: a non-empty string."""
+    return claim if isinstance(claim, str) and claim else None
 
 
 def principal_for(token: AccessToken) -> Principal:

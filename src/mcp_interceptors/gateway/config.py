@@ -82,6 +82,14 @@ class UpstreamConfig(TransportConfig):
     prefix: str | None = Field(
         None, description="Namespace for tools and prompts; defaults to the upstream's name; '' for none."
     )
+    max_message_bytes: Annotated[int, Field(gt=0)] = Field(
+        64 * 1024 * 1024,
+        description=(
+            "The longest message the upstream may send. Stdio: a longer line closes the connection, its calls "
+            "in flight fail naming it, and it is restarted. HTTP: a longer JSON answer or SSE event fails its "
+            "call with -32603 naming it."
+        ),
+    )
 
 
 class RequiredConfig(_Model):
@@ -222,8 +230,33 @@ class HttpConfig(_Model):
         description="Close a handshake-era session (and its upstream sessions) after this idle time "
         "(checked every quarter of it, at most every minute).",
     )
+    max_sessions: Annotated[int, Field(gt=0)] = Field(
+        100,
+        description=(
+            "How many handshake-era sessions (each with upstream sessions of its own: a process per stdio "
+            "upstream) may be open at once: a request that would open one more gets -32603 "
+            "(`data.reason: too_many_sessions`)."
+        ),
+    )
     allowed_hosts: list[str] = Field(default_factory=list, description="Extra Host values (DNS rebinding).")
     allowed_origins: list[str] = Field(default_factory=list)
+
+
+class StdioConfig(_Model):
+    max_message_bytes: Annotated[int, Field(gt=0)] = Field(
+        16 * 1024 * 1024,
+        description=(
+            "The longest line (one message) the stdio client may send: a longer one is answered with -32600 "
+            "and the gateway closes the connection."
+        ),
+    )
+    max_requests_in_flight: Annotated[int, Field(gt=0)] = Field(
+        1000,
+        description=(
+            "How many of the stdio client's requests the gateway serves at once: one more is answered with "
+            "-32603 (`data.reason: too_many_requests_in_flight`) instead of being queued."
+        ),
+    )
 
 
 class AuditConfig(_Model):
@@ -254,6 +287,7 @@ class GatewayConfig(_Model):
     advertised_equals_callable: bool = True
     auth: AuthConfig = Field(default_factory=AuthConfig)
     http: HttpConfig = Field(default_factory=HttpConfig)
+    stdio: StdioConfig = Field(default_factory=StdioConfig)
     audit: AuditConfig = Field(default_factory=AuditConfig)
     #: The folder relative paths resolve against (the config file's); set by `load_config`, not by users.
     base_dir: SkipJsonSchema[str | None] = None

@@ -10,7 +10,7 @@ from __future__ import annotations
 import json
 import logging
 from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
-from contextlib import asynccontextmanager
+from contextlib import asynccontextmanager, suppress
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -39,6 +39,11 @@ REQUEST_TIMEOUT = -32001
 PARSE_ERROR = -32700
 INVALID_REQUEST = -32600
 INTERNAL_ERROR = -32603
+#: The longest line (one message) a peer reads unless told otherwise: a longer one ends the connection,
+#: so a peer that never sends a newline cannot grow our memory without bound.
+DEFAULT_MAX_LINE_BYTES = 64 * 1024 * 1024
+#: How many of the peer's requests we serve at once unless told otherwise; more are refused, not queued.
+DEFAULT_MAX_IN_FLIGHT = 1000
 
 
 def loads(line: bytes) -> Any:
@@ -87,22 +92,44 @@ def refusal(message: Any) -> Message | None:
     return None
 
 
+class LineTooLongError(ValueError):
+    """A line grew past a `LineBuffer`'s limit; `lines` are the complete lines read before it."""
+
+    def __init__(self, limit: int, lines: list[bytes]) -> None:
+        super().__init__(f"a message longer than the limit of {limit} bytes")
+        self.limit = limit
+        self.lines = lines
+
+
 class LineBuffer:
     """Cuts a byte stream into newline-delimited lines. A line that spans many chunks is joined once,
-    when its newline arrives, so a long message costs time linear in its size."""
+    when its newline arrives, so a long message costs time linear in its size. A line longer than
+    `max_line_bytes` (None: no limit) raises `LineTooLongError` as soon as the buffer holds more."""
 
-    def __init__(self) -> None:
+    def __init__(self, max_line_bytes: int | None = None) -> None:
         self._parts: list[bytes] = []
+        self._size = 0
+        self._max = max_line_bytes
 
     def feed(self, chunk: bytes) -> list[bytes]:
         """The lines `chunk` completes (blank ones included), in order."""
         if b"\n" not in chunk:
             self._parts.append(chunk)
+            self._size += len(chunk)
+            if self._max is not None and self._size > self._max:
+                raise LineTooLongError(self._max, [])
             return []
         first, *lines, rest = chunk.split(b"\n")
         self._parts.append(first)
         completed = [b"".join(self._parts), *lines]
         self._parts = [rest] if rest else []
+        self._size = len(rest)
+        if self._max is not None:
+            for index, line in enumerate(completed):
+                if len(line) > self._max:
+                    raise LineTooLongError(self._max, completed[:index])
+            if self._size > self._max:
+                raise LineTooLongError(self._max, completed)
         return completed
 
 
@@ -117,7 +144,17 @@ class JsonRpcPeer:
     """One side of a JSON-RPC connection. Our request ids are strings (`<prefix>-N`) so they never
     collide with a peer that numbers its own."""
 
-    def __init__(self, read: ReadChunk, write: WriteBytes, *, id_prefix: str = "gw") -> None:
+    def __init__(
+        self,
+        read: ReadChunk,
+        write: WriteBytes,
+        *,
+        id_prefix: str = "gw",
+        max_line_bytes: int | None = DEFAULT_MAX_LINE_BYTES,
+        limit_setting: str | None = None,
+        max_in_flight: int | None = DEFAULT_MAX_IN_FLIGHT,
+        in_flight_setting: str | None = None,
+    ) -> None:
         self._read = read
         self._write = write
         self._prefix = id_prefix
@@ -127,6 +164,13 @@ class JsonRpcPeer:
         self._write_lock = anyio.Lock()
         self._closed = False
         self._tg: anyio.abc.TaskGroup | None = None
+        self._max_line_bytes = max_line_bytes
+        #: The configuration key that sets `max_line_bytes`, named in the error a longer message gets.
+        self._limit_setting = limit_setting
+        #: Why we closed the connection ourselves (a message over the line limit), else None.
+        self.close_reason: str | None = None
+        self._max_in_flight = max_in_flight
+        self._in_flight_setting = in_flight_setting
 
     @property
     def closed(self) -> bool:
@@ -146,20 +190,39 @@ class JsonRpcPeer:
             async with anyio.create_task_group() as tg:
                 self._tg = tg
                 task_status.started()
-                buffer = LineBuffer()
+                buffer = LineBuffer(self._max_line_bytes)
                 while True:
                     chunk = await self._read()
                     if not chunk:
                         break
-                    for line in buffer.feed(chunk):
+                    too_long: LineTooLongError | None = None
+                    try:
+                        lines = buffer.feed(chunk)
+                    except LineTooLongError as exc:
+                        lines, too_long = exc.lines, exc
+                    for line in lines:
                         if line.strip():
                             await self._dispatch(line, on_request, on_notify, on_foreign, divert)
+                    if too_long is not None:
+                        await self._refuse_too_long(too_long)
+                        break
                 tg.cancel_scope.cancel()
         finally:
             self._closed = True
             for pending in self._pending.values():
                 pending.outcome = {"error": {"code": CONNECTION_CLOSED, "message": "Connection closed"}}
                 pending.done.set()
+
+    async def _refuse_too_long(self, exc: LineTooLongError) -> None:
+        """Answer a message over the line limit (its id unread, so with id null) and close: its end
+        cannot be found without reading it all."""
+        self.close_reason = str(exc)
+        logger.warning("closing the connection: the peer sent %s", exc)
+        data: dict[str, Any] = {"limitBytes": exc.limit}
+        if self._limit_setting is not None:
+            data["setting"] = self._limit_setting
+        with anyio.move_on_after(1), suppress(MCPError):  # a peer that reads nothing cannot hold us
+            await self._send(error_response(None, INVALID_REQUEST, f"Invalid Request: {exc}", data))
 
     async def _dispatch(
         self,
@@ -201,14 +264,33 @@ class JsonRpcPeer:
             await self._on_notification(method, params, on_notify)
             return
         assert self._tg is not None
+        refused = self._over_capacity(message["id"])
+        if refused is not None:
+            await self._send(refused)
+            return
         # Registered before the handler task runs: a cancellation read in the same chunk still finds it.
         scope = self._handlers[message["id"]] = anyio.CancelScope()
         self._tg.start_soon(self._serve, message["id"], method, params, on_request, scope)
 
+    def _over_capacity(self, request_id: Any) -> Message | None:
+        """The error answer to a request we must not start, else None: its id is one still in flight
+        (its cancellation and answer would be ambiguous), or the peer has `max_in_flight` in flight."""
+        if request_id in self._handlers:
+            message = "Invalid Request: id already in use by a request in flight"
+            return error_response(request_id, INVALID_REQUEST, message, {"field": "id"})
+        if self._max_in_flight is not None and len(self._handlers) >= self._max_in_flight:
+            data: dict[str, Any] = {"reason": "too_many_requests_in_flight", "limit": self._max_in_flight}
+            if self._in_flight_setting is not None:
+                data["setting"] = self._in_flight_setting
+            message = f"too many requests in flight (the limit is {self._max_in_flight}); retry when one has ended"
+            return error_response(request_id, INTERNAL_ERROR, message, data)
+        return None
+
     async def _on_notification(self, method: str, params: dict[str, Any] | None, on_notify: OnNotify) -> None:
         if method == "notifications/cancelled":
             request_id = (params or {}).get("requestId")
-            scope = self._handlers.get(request_id) if is_request_id(request_id) else None
+            # Forgotten at once: its slot and its id are free for the peer's next request.
+            scope = self._handlers.pop(request_id, None) if is_request_id(request_id) else None
             if scope is not None:
                 scope.cancel()
             return
@@ -243,7 +325,8 @@ class JsonRpcPeer:
                 logger.exception("request handler for %s raised", method)
                 reply = error_response(request_id, INTERNAL_ERROR, str(exc))
             finally:
-                self._handlers.pop(request_id, None)
+                if self._handlers.get(request_id) is scope:  # not a later request that reuses the id
+                    del self._handlers[request_id]
         if scope.cancelled_caught:
             return  # cancelled by the peer: it expects no answer
         await self._send(reply)
@@ -340,10 +423,17 @@ def encode_line(message: Message) -> bytes:
 
 @asynccontextmanager
 async def stdio_peer(
-    command: str, args: list[str], *, env: Mapping[str, str] | None = None, cwd: str | None = None
+    command: str,
+    args: list[str],
+    *,
+    env: Mapping[str, str] | None = None,
+    cwd: str | None = None,
+    max_line_bytes: int | None = DEFAULT_MAX_LINE_BYTES,
+    limit_setting: str | None = None,
 ) -> AsyncIterator[JsonRpcPeer]:
     """Spawn a stdio server and talk to it through a `JsonRpcPeer`; on exit it is stopped politely,
-    then terminated, then killed, each step bounded."""
+    then terminated, then killed, each step bounded. A line from it longer than `max_line_bytes` ends
+    the connection (see `JsonRpcPeer`)."""
     environment = {**get_default_environment(), **(env or {})}
     process = await anyio.open_process([command, *args], env=environment, cwd=cwd, stderr=None)
     assert process.stdin is not None and process.stdout is not None
@@ -356,7 +446,7 @@ async def stdio_peer(
             return b""
 
     try:
-        yield JsonRpcPeer(read, stdin.send, id_prefix="gw")
+        yield JsonRpcPeer(read, stdin.send, id_prefix="gw", max_line_bytes=max_line_bytes, limit_setting=limit_setting)
     finally:
         with anyio.CancelScope(shield=True):
             await _stop(process)

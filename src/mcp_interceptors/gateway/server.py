@@ -41,7 +41,7 @@ from mcp_interceptors.gateway.auth import current_principal
 from mcp_interceptors.gateway.bridge import Bridges
 from mcp_interceptors.gateway.config import GatewayConfig
 from mcp_interceptors.gateway.host_input import chain_body, result_body, vouched_context
-from mcp_interceptors.gateway.jsonrpc import INVALID_REQUEST
+from mcp_interceptors.gateway.jsonrpc import INTERNAL_ERROR, INVALID_REQUEST
 from mcp_interceptors.gateway.legs import Governor
 from mcp_interceptors.gateway.recording import RECEIPT_META_KEY, CallRecord, Leg, receipt_meta
 from mcp_interceptors.gateway.routing import CALLS, LISTS, Catalog
@@ -478,6 +478,8 @@ class Gateway:
         if session is not None:
             session.principal = principal  # the same caller; its latest token's claims (roles, scopes) count
         else:
+            if era == "legacy" and transport_session is not None:
+                self._check_room_for_a_session()
             session = DownstreamSession(self, key=key, era=era, principal=principal, client_params=client_params)
             if era == "legacy" and self._can_share(session):
                 session.upstreams = dict(self.shared)
@@ -486,6 +488,16 @@ class Gateway:
             self.sessions[key] = session
         session.last_used = time.monotonic()
         return session
+
+    def _check_room_for_a_session(self) -> None:
+        """Each handshake-era HTTP session opens upstream sessions of its own (a process per stdio
+        upstream): past `http.max_sessions` a new one is refused, not opened."""
+        limit = self.config.http.max_sessions
+        if sum(1 for session in self.sessions.values() if session.era == "legacy") >= limit:
+            logger.warning("refused a new session: %d sessions are open (http.max_sessions)", limit)
+            message = f"the gateway serves at most {limit} sessions; end one (or wait for an idle one to close)"
+            data = {"reason": "too_many_sessions", "limit": limit, "setting": "http.max_sessions"}
+            raise MCPError(INTERNAL_ERROR, message, data)
 
     def _can_share(self, session: DownstreamSession) -> bool:
         """A stdio gateway has one client: it adopts the startup connections, so each upstream runs once.

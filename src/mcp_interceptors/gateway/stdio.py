@@ -26,11 +26,13 @@ from mcp.shared.message import SessionMessage
 from mcp_types import CLIENT_CAPABILITIES_META_KEY, CLIENT_INFO_META_KEY, PROTOCOL_VERSION_META_KEY
 
 from mcp_interceptors.gateway.jsonrpc import (
+    DEFAULT_MAX_LINE_BYTES,
     INTERNAL_ERROR,
     INVALID_REQUEST,
     PARSE_ERROR,
     JsonRpcPeer,
     LineBuffer,
+    LineTooLongError,
     encode_line,
     error_response,
     is_request_id,
@@ -91,12 +93,24 @@ def _divert(fd: int, replacement: int) -> tuple[int, Callable[[], None]]:
 async def _read_lines(
     fd: int, sink: MemoryObjectSendStream[SessionMessage | Exception], replies: MemoryObjectSendStream[SessionMessage]
 ) -> None:
-    buffer = LineBuffer()
+    buffer = LineBuffer(DEFAULT_MAX_LINE_BYTES)
     async with sink, replies:
         while chunk := await _read_chunk(fd):  # b"" at EOF: the client went away
-            for line in buffer.feed(chunk):
+            too_long: LineTooLongError | None = None
+            try:
+                lines = buffer.feed(chunk)
+            except LineTooLongError as exc:
+                lines, too_long = exc.lines, exc
+            for line in lines:
                 if line.strip():
                     await _read_line(line, sink, replies)
+            if too_long is not None:  # its end cannot be found without reading it all: hang up
+                message = f"Invalid Request: {too_long}"
+                await replies.send(
+                    _as_session_message(error_response(None, INVALID_REQUEST, message, {"limitBytes": too_long.limit}))
+                )
+                await sink.send(too_long)
+                return
 
 
 async def _read_line(
@@ -267,8 +281,9 @@ async def connect_for_first_message(
     upstreams cannot be connected, the first request gets the reason and the error stops the gateway.
     """
     received = b""
+    limit = gateway.config.stdio.max_message_bytes
     with anyio.move_on_after(FIRST_MESSAGE_WAIT_S):
-        while b"\n" not in received:
+        while b"\n" not in received and len(received) <= limit:  # past it, the peer refuses the line
             chunk = await read()
             if not chunk:
                 break
@@ -325,7 +340,15 @@ async def serve_stdio_fast(gateway: Gateway, stdin_fd: int = 0, stdout_fd: int =
         read: Callable[[], Awaitable[bytes]] = partial(_read_chunk, read_fd)
         if not gateway.connected:
             read = await connect_for_first_message(gateway, read, partial(_write_all, write_fd))
-        peer = JsonRpcPeer(read, partial(_write_all, write_fd), id_prefix="gw")
+        peer = JsonRpcPeer(
+            read,
+            partial(_write_all, write_fd),
+            id_prefix="gw",
+            max_line_bytes=gateway.config.stdio.max_message_bytes,
+            limit_setting="stdio.max_message_bytes",
+            max_in_flight=gateway.config.stdio.max_requests_in_flight,
+            in_flight_setting="stdio.max_requests_in_flight",
+        )
         to_server, server_in = anyio.create_memory_object_stream[Any](32)
         server_out, from_server = anyio.create_memory_object_stream[SessionMessage](32)
         front = StdioFront(gateway, peer, to_server)

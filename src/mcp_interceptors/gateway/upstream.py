@@ -36,6 +36,7 @@ from mcp_types import (
     CONNECTION_CLOSED,
     INTERNAL_ERROR,
     LOG_LEVEL_META_KEY,
+    PARSE_ERROR,
     PROTOCOL_VERSION_META_KEY,
     REQUEST_TIMEOUT,
     SERVER_INFO_META_KEY,
@@ -43,7 +44,7 @@ from mcp_types import (
 from mcp_types.version import HANDSHAKE_PROTOCOL_VERSIONS, LATEST_HANDSHAKE_VERSION, LATEST_MODERN_VERSION
 
 from mcp_interceptors.gateway.config import TransportConfig
-from mcp_interceptors.gateway.jsonrpc import stdio_peer
+from mcp_interceptors.gateway.jsonrpc import DEFAULT_MAX_LINE_BYTES, stdio_peer
 
 logger = logging.getLogger(__name__)
 
@@ -139,7 +140,15 @@ async def open_wire(config: TransportConfig, on_http_error: OnHttpError | None =
     """A stdio server gets the lean `JsonRpcPeer` (dicts end to end); HTTP and SSE use mcp's
     transports under its `JSONRPCDispatcher`."""
     if config.command is not None:
-        async with stdio_peer(config.command, list(config.args), env=config.env or None, cwd=config.cwd) as peer:
+        limit = getattr(config, "max_message_bytes", DEFAULT_MAX_LINE_BYTES)
+        async with stdio_peer(
+            config.command,
+            list(config.args),
+            env=config.env or None,
+            cwd=config.cwd,
+            max_line_bytes=limit,
+            limit_setting="max_message_bytes",
+        ) as peer:
             yield peer
         return
     async with open_transport(config, on_http_error) as (read, write):
@@ -182,7 +191,62 @@ def http_client_for(config: TransportConfig, on_http_error: OnHttpError | None =
                 report(response.status_code, response.reason_phrase)
 
         hooks["response"] = [heard]
-    return httpx2.AsyncClient(headers=_http_headers(config), timeout=timeout, event_hooks=hooks)
+    limit = getattr(config, "max_message_bytes", DEFAULT_MAX_LINE_BYTES)
+    transport = _MessageLimitTransport(httpx2.AsyncHTTPTransport(), limit)
+    return httpx2.AsyncClient(headers=_http_headers(config), timeout=timeout, event_hooks=hooks, transport=transport)
+
+
+class MessageTooLongError(httpx2.StreamError):
+    """An HTTP upstream's JSON answer grew past the message limit."""
+
+
+class EventTooLongError(httpx2.SSEError):
+    """One event of an HTTP upstream's SSE stream grew past the message limit."""
+
+
+class _MessageLimitTransport(httpx2.AsyncBaseTransport):
+    """Caps what one message from an HTTP upstream may hold in memory: a JSON body, or one SSE event
+    (an SSE stream as a whole may run as long as it likes). mcp's client reads either whole."""
+
+    def __init__(self, inner: httpx2.AsyncBaseTransport, limit: int) -> None:
+        self._inner = inner
+        self._limit = limit
+
+    async def handle_async_request(self, request: httpx2.Request) -> httpx2.Response:
+        response = await self._inner.handle_async_request(request)
+        events = response.headers.get("content-type", "").startswith("text/event-stream")
+        response.stream = _LimitedStream(response.stream, self._limit, events)
+        return response
+
+    async def aclose(self) -> None:
+        await self._inner.aclose()
+
+
+class _LimitedStream(httpx2.AsyncByteStream):
+    def __init__(self, inner: Any, limit: int, events: bool) -> None:
+        self._inner = inner
+        self._limit = limit
+        self._events = events
+
+    async def __aiter__(self) -> AsyncIterator[bytes]:
+        held = 0  # bytes of the current message (since the last blank line, for events)
+        tail = b""
+        async for chunk in self._inner:
+            if self._events:
+                seen = tail + chunk
+                end = max(seen.rfind(b"\n\n"), seen.rfind(b"\r\n\r\n"))
+                held = len(seen) - end - 2 if end >= 0 else held + len(chunk)
+                tail = seen[-3:]
+            else:
+                held += len(chunk)
+            if held > self._limit:
+                if self._events:
+                    raise EventTooLongError(f"an event longer than the limit of {self._limit} bytes")
+                raise MessageTooLongError(f"a message longer than the limit of {self._limit} bytes")
+            yield chunk
+
+    async def aclose(self) -> None:
+        await self._inner.aclose()
 
 
 class UpstreamConnection:
@@ -281,8 +345,8 @@ class UpstreamConnection:
                 while not self._closed:
                     ready_at = None
                     try:
-                        await self._connect_once(on_ready)
-                        self._last_error = "connection closed"
+                        reason = await self._connect_once(on_ready)
+                        self._last_error = f"the gateway closed it: it sent {reason}" if reason else "connection closed"
                     except Exception as exc:  # transport/handshake failure: report, then back off
                         if isinstance(_innermost(exc), _EraRefused):
                             continue  # reconnect at once on a fresh transport, in the handshake era
@@ -307,8 +371,9 @@ class UpstreamConnection:
                     await self._exchanges.aclose()
                 self._exchanges = None
 
-    async def _connect_once(self, on_ready: Callable[[], None]) -> None:
-        """One connection's life: open, handshake, serve until EOF (the upstream exited or hung up)."""
+    async def _connect_once(self, on_ready: Callable[[], None]) -> str | None:
+        """One connection's life: open, handshake, serve until EOF (the upstream exited or hung up).
+        Returns why the gateway closed it itself (a message over the line limit), else None."""
         async with open_wire(self.config, self._heard_http_error) as dispatcher:
             ended = anyio.Event()
             async with anyio.create_task_group() as tg:
@@ -326,6 +391,8 @@ class UpstreamConnection:
                 await ended.wait()
                 self._mark_down()  # before the transport's teardown: new requests wait for the reconnect
                 tg.cancel_scope.cancel()
+        reason = getattr(dispatcher, "close_reason", None)
+        return reason if isinstance(reason, str) else None
 
     async def _pump(self, dispatcher: Wire, ended: anyio.Event, *, task_status: anyio.abc.TaskStatus[None]) -> None:
         try:
@@ -620,15 +687,23 @@ class UpstreamConnection:
             if _is_local_close(exc):  # not an upstream's own -32000 error, which passes through
                 if shared is not None and self._dispatcher is shared:
                     self._mark_down()
-                message = (
-                    f"the gateway closed its connection to upstream {self.name!r} (shutting down)"
-                    if self._closed
-                    else f"upstream {self.name!r} closed the connection"
-                )
-                raise UpstreamUnavailableError(CONNECTION_CLOSED, message, {"upstream": self.name}) from None
+                reason = getattr(dispatcher, "close_reason", None)
+                data: dict[str, Any] = {"upstream": self.name}
+                if self._closed:
+                    message = f"the gateway closed its connection to upstream {self.name!r} (shutting down)"
+                elif reason is not None:
+                    message = f"the gateway closed its connection to upstream {self.name!r}: it sent {reason}"
+                    data["reason"] = reason
+                else:
+                    message = f"upstream {self.name!r} closed the connection"
+                raise UpstreamUnavailableError(CONNECTION_CLOSED, message, data) from None
             if _is_http_error(exc) and self._http_error is not None:
                 message = self._explain(f"upstream {self.name!r} answered with an error", exc)
                 raise MCPError(exc.code, message, {"upstream": self.name, "httpStatus": self._http_error}) from None
+            reason = _too_long(exc)
+            if reason is not None:
+                message = f"upstream {self.name!r} sent {reason}"
+                raise MCPError(INTERNAL_ERROR, message, {"upstream": self.name, "reason": reason}) from None
             if _is_lost_stream(exc):  # this call's HTTP response stream broke; the connection may live on
                 message = f"upstream {self.name!r} closed the connection ({exc.message})"
                 raise UpstreamUnavailableError(CONNECTION_CLOSED, message, {"upstream": self.name}) from None
@@ -679,6 +754,21 @@ class UpstreamConnection:
             return
         if self.on_notify is not None:
             await self.on_notify(method, body)
+
+
+#: How mcp's HTTP client words a JSON answer, or an SSE event, our `_MessageLimitTransport` cut off.
+_TOO_LONG = {
+    PARSE_ERROR: "Failed to parse JSON response: a message longer than the limit of",
+    CONNECTION_CLOSED: "SSE stream failed: an event longer than the limit of",
+}
+
+
+def _too_long(exc: MCPError) -> str | None:
+    """The reason, if `exc` is mcp's word for a message our `_MessageLimitTransport` cut off."""
+    prefix = _TOO_LONG.get(exc.code)
+    if prefix is None or exc.data is not None or not exc.message.startswith(prefix):
+        return None
+    return exc.message.split(": ", 1)[1]
 
 
 def _is_local_timeout(exc: MCPError, method: str) -> bool:

@@ -111,6 +111,13 @@ class LineBuffer:
         self._size = 0
         self._max = max_line_bytes
 
+    def take(self, chunk: bytes) -> tuple[list[bytes], LineTooLongError | None]:
+        """`feed`, for a reader that serves the complete lines before it hangs up on one too long."""
+        try:
+            return self.feed(chunk), None
+        except LineTooLongError as exc:
+            return exc.lines, exc
+
     def feed(self, chunk: bytes) -> list[bytes]:
         """The lines `chunk` completes (blank ones included), in order."""
         if b"\n" not in chunk:
@@ -195,11 +202,7 @@ class JsonRpcPeer:
                     chunk = await self._read()
                     if not chunk:
                         break
-                    too_long: LineTooLongError | None = None
-                    try:
-                        lines = buffer.feed(chunk)
-                    except LineTooLongError as exc:
-                        lines, too_long = exc.lines, exc
+                    lines, too_long = buffer.take(chunk)
                     for line in lines:
                         if line.strip():
                             await self._dispatch(line, on_request, on_notify, on_foreign, divert)

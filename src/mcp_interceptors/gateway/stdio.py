@@ -32,7 +32,6 @@ from mcp_interceptors.gateway.jsonrpc import (
     PARSE_ERROR,
     JsonRpcPeer,
     LineBuffer,
-    LineTooLongError,
     encode_line,
     error_response,
     is_request_id,
@@ -96,11 +95,7 @@ async def _read_lines(
     buffer = LineBuffer(DEFAULT_MAX_LINE_BYTES)
     async with sink, replies:
         while chunk := await _read_chunk(fd):  # b"" at EOF: the client went away
-            too_long: LineTooLongError | None = None
-            try:
-                lines = buffer.feed(chunk)
-            except LineTooLongError as exc:
-                lines, too_long = exc.lines, exc
+            lines, too_long = buffer.take(chunk)
             for line in lines:
                 if line.strip():
                     await _read_line(line, sink, replies)

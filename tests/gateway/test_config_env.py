@@ -72,3 +72,19 @@ def test_an_http_path_without_its_leading_slash_is_refused_at_load() -> None:
         parse_config(raw, file="gateway.yaml")
     assert error.value.path == "http.path"
     assert "start the path with '/'" in error.value.fix
+
+
+@pytest.mark.parametrize(
+    ("upstream", "misplaced"),
+    [
+        ({"url": "http://127.0.0.1:9/mcp", "cwd": "/srv"}, "`cwd`"),
+        ({"url": "http://127.0.0.1:9/mcp", "args": ["-v"], "env": {"A": "1"}}, "`args`, `env`"),
+        ({"command": "server", "bearer_token": "t"}, "`bearer_token`"),
+        ({"command": "server", "headers": {"X-A": "1"}}, "`headers`"),
+    ],
+)
+def test_settings_of_the_other_transport_are_refused_not_ignored(upstream: dict[str, object], misplaced: str) -> None:
+    with pytest.raises(ConfigError) as error:
+        parse_config({"upstreams": {"a": upstream}}, file="gateway.yaml", env={})
+    assert error.value.path == "upstreams.a"
+    assert misplaced in str(error.value)

@@ -69,6 +69,12 @@ class TransportConfig(_Model):
             raise ValueError("give exactly one of `command` (stdio) or `url` (HTTP)")
         if self.url is not None and not self.url.startswith(("http://", "https://")):
             raise ValueError(f"`url` must be an http(s) URL, got {self.url!r}")
+        # Settings of the other transport would be ignored without a word: refuse them.
+        other = ("args", "env", "cwd") if self.url is not None else ("headers", "bearer_token", "transport")
+        misplaced = [key for key in other if key in self.model_fields_set]
+        if misplaced:
+            owner = "a stdio `command`" if self.url is not None else "a `url` (HTTP) server"
+            raise ValueError(f"{', '.join(f'`{key}`' for key in misplaced)} only apply to {owner}; remove them")
         return self
 
     @property

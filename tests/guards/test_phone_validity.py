@@ -69,3 +69,26 @@ def test_forgetting_the_verdicts_judges_numbers_anew() -> None:
     scanner.forget_verdicts()
     assert not scanner._phone_judge._cache
     assert scanner.scan(text) == found
+
+
+def test_a_number_after_a_phone_keyword_is_judged_once() -> None:
+    """Both phone patterns find "+44 20 7946 0692" after "phone:"; the keyword matters only for a bare digit
+    run, so the second pattern reuses the first one's verdict instead of judging the number again."""
+    from mcp_interceptors.guards._detectors import PiiScanner
+
+    scanner = PiiScanner(kinds=["phone"])
+    judge = scanner._phone_judge
+    decided: list[tuple[str, bool]] = []
+    decide = judge._decide
+
+    def counting(candidate: str, in_context: bool) -> bool:
+        decided.append((candidate, in_context))
+        return decide(candidate, in_context)
+
+    judge._decide = counting  # type: ignore[method-assign]
+    text = "phone: +44 20 7946 0692, fax 2025550143"
+    found = scanner.scan(text)
+    assert [text[f.start : f.end] for f in found] == ["+44 20 7946 0692", "2025550143"]
+    assert decided.count(("+44 20 7946 0692", False)) + decided.count(("+44 20 7946 0692", True)) == 1
+    # A bare run keeps a verdict per context: without a keyword it is no number, after one it is.
+    assert PiiScanner(kinds=["phone"]).scan("id 2025550143") == []

@@ -73,7 +73,9 @@ class PhoneJudge:
         self._cache.clear()
 
     def _is_phone(self, candidate: str, in_context: bool) -> bool:
-        key = ("\0" + candidate) if in_context else candidate
+        # A keyword before it only changes the verdict on a bare digit run (see `_decide`): other candidates
+        # share one verdict, which the two patterns, both finding a number after "phone:", ask for in turn.
+        key = ("\0" + candidate) if in_context and candidate.isdigit() else candidate
         verdict = self._cache.get(key)
         if verdict is None:
             if len(self._cache) >= _MAX_CACHE:

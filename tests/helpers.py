@@ -8,9 +8,11 @@ Module-scoped children register in `LIVE`, so a conftest hook can show their std
 
 from __future__ import annotations
 
+import atexit
 import contextlib
 import io
 import os
+import shutil
 import signal
 import socket
 import subprocess
@@ -35,6 +37,10 @@ START_TIMEOUT_S = 30.0
 STOP_TIMEOUT_S = 10.0
 #: Children currently running, for the failure report hook.
 LIVE: list[Child] = []
+#: Where children's stderr logs go: one folder per test run, removed when the run ends (a failure has the
+#: tail in its report already), so runs do not pile logs up in the system's temp folder.
+LOG_DIR = tempfile.mkdtemp(prefix="mcp-interceptors-test-logs-")
+atexit.register(shutil.rmtree, LOG_DIR, ignore_errors=True)
 
 
 def cli_argv(*args: str) -> list[str]:
@@ -102,7 +108,7 @@ def spawn(
     stdin: int | IO[Any] | None = subprocess.DEVNULL,
 ) -> Child:
     """Start `argv` in a new session (so `stop` can kill the whole group); stderr goes to a temp file."""
-    handle, name = tempfile.mkstemp(prefix="child-stderr-", suffix=".log")
+    handle, name = tempfile.mkstemp(prefix="child-stderr-", suffix=".log", dir=LOG_DIR)
     try:
         popen = subprocess.Popen(
             list(argv),
@@ -211,7 +217,7 @@ class StderrLog:
 
 @contextlib.contextmanager
 def stderr_log(label: str = "child") -> Iterator[StderrLog]:
-    handle, name = tempfile.mkstemp(prefix="stdio-stderr-", suffix=".log")
+    handle, name = tempfile.mkstemp(prefix="stdio-stderr-", suffix=".log", dir=LOG_DIR)
     with os.fdopen(handle, "w+", encoding="utf-8") as file:
         log = StderrLog(Path(name), file)
         try:

@@ -2,12 +2,13 @@
 
 It sends `notifications/resources/updated` only for what it was subscribed to: `touch` sends one for a
 URI when it is subscribed and answers whether it was; `subscriptions` lists what is subscribed (once
-nothing is, or after `wait` seconds).
+nothing is, or after `wait` seconds); `crash` ends the process, as a crashing server does.
 """
 
 from __future__ import annotations
 
 import json
+import os
 from typing import Any
 
 import anyio
@@ -65,6 +66,11 @@ async def subscriptions(wait: float = 0.0) -> str:
         with anyio.move_on_after(wait):
             await NONE_LEFT[0].wait()
     return json.dumps(sorted(SUBSCRIBED))
+
+
+@server.tool(description="Exit at once, as a crashing server does.")
+async def crash() -> str:
+    os._exit(3)
 
 
 async def handshake_only(ctx: ServerRequestContext[Any, Any], call_next: CallNext) -> HandlerResult:

@@ -78,3 +78,33 @@ async def test_a_malformed_listen_is_refused_naming_the_field(write_config: Conf
                 await raw_request(client, "subscriptions/listen", {"notifications": {"resourceSubscriptions": [5]}})
     assert refused.value.code == -32602
     assert refused.value.data == {"field": "notifications.resourceSubscriptions.0"}
+
+
+@pytest.mark.filterwarnings("ignore::mcp.shared.exceptions.MCPDeprecationWarning")  # resources/subscribe
+@pytest.mark.parametrize("transport", ["stdio", "http"])
+async def test_a_restarted_handshake_era_upstream_is_subscribed_again(
+    write_config: ConfigWriter, transport: str
+) -> None:
+    """An upstream that crashes forgets its subscriptions; the gateway restarts it and subscribes it again to
+    what its clients still want, so their updates keep coming."""
+    config = write_config(subscribing_config())
+    updates: list[str] = []
+    updated = anyio.Event()
+
+    async def on_message(message: Any) -> None:
+        uri = getattr(getattr(message, "params", None), "uri", None)
+        if uri is not None:
+            updates.append(str(uri))
+            updated.set()
+
+    with anyio.fail_after(60):
+        async with fresh_gateway(transport, config, "legacy", message_handler=on_message) as client:
+            await client.subscribe_resource("sub://doc")
+            with pytest.raises(MCPError):
+                await client.call_tool("crash", {})
+            after_restart = await client.call_tool("subscriptions", {})
+            touched = await client.call_tool("touch", {"uri": "sub://doc"})
+            await updated.wait()
+    assert json.loads(text_of(after_restart)) == ["sub://doc"]
+    assert text_of(touched) == "subscribed"
+    assert updates == ["sub://doc"]

@@ -68,6 +68,8 @@ DEFAULT_CLIENT_CAPABILITIES: dict[str, Any] = {
     "elicitation": {"form": {}, "url": {}},
 }
 _BACKOFF_FIRST_S = 0.2
+#: Requests whose effect a handshake-era upstream keeps for the session (see `_restore_session_state`).
+_SESSION_STATE_METHODS = frozenset({"resources/subscribe", "resources/unsubscribe", "logging/setLevel"})
 _BACKOFF_MAX_S = 10.0
 #: A connection up this long resets the backoff; one that dies sooner (a crash loop) keeps backing off.
 _STABLE_S = 30.0
@@ -277,6 +279,10 @@ class UpstreamConnection:
         self.on_notify = on_notify
         self.info: UpstreamInfo | None = None
         self.restarts = 0
+        #: What a handshake-era upstream was told that a restart makes it forget, sent again on reconnecting:
+        #: its resource subscriptions (uri -> the params sent) and its last `logging/setLevel` params.
+        self._subscriptions: dict[str, dict[str, Any]] = {}
+        self._log_level_params: dict[str, Any] | None = None
         self._listens = 0
         self._receivers: dict[object, OnUpstreamNotify] = {}
         self._dispatcher: Wire | None = None
@@ -380,6 +386,7 @@ class UpstreamConnection:
                 await tg.start(self._pump, dispatcher, ended)
                 self._dispatcher = dispatcher
                 self.info = await self._handshake(dispatcher)
+                await self._restore_session_state(dispatcher)
                 self._connected.set()
                 self._last_error = None
                 if self.info.era == "2026-07-28" and self.on_notify is not None:
@@ -393,6 +400,39 @@ class UpstreamConnection:
                 tg.cancel_scope.cancel()
         reason = getattr(dispatcher, "close_reason", None)
         return reason if isinstance(reason, str) else None
+
+    async def _restore_session_state(self, dispatcher: Wire) -> None:
+        """After a restart, resubscribe a handshake-era upstream to what it was subscribed to and set its log
+        level again, before any request reaches it: its clients' subscriptions outlive its process. What it
+        now refuses is dropped, with a warning."""
+        if self.era != "legacy":
+            return
+        restore = [("resources/subscribe", params) for params in self._subscriptions.values()]
+        if self._log_level_params is not None:
+            restore.append(("logging/setLevel", self._log_level_params))
+        for method, params in restore:
+            body, opts = self._prepare(method, params, None, None, None, None)
+            try:
+                await self._sent(dispatcher, method, body, opts, shared=dispatcher)
+            except (UpstreamUnavailableError, UpstreamTimeoutError):
+                raise  # down again: the next connection tries again
+            except MCPError as exc:
+                logger.warning("upstream %r: %s %s after its restart failed: %s", self.name, method, params, exc)
+                if method == "resources/subscribe":
+                    self._subscriptions.pop(str(params.get("uri")), None)
+                else:
+                    self._log_level_params = None
+
+    def _remember(self, method: str, params: Mapping[str, Any] | None) -> None:
+        """Keep what `_restore_session_state` sends again (after the upstream accepted it)."""
+        if self.era != "legacy" or params is None:
+            return
+        if method == "resources/subscribe":
+            self._subscriptions[str(params.get("uri"))] = dict(params)
+        elif method == "resources/unsubscribe":
+            self._subscriptions.pop(str(params.get("uri")), None)
+        elif method == "logging/setLevel":
+            self._log_level_params = dict(params)
 
     async def _pump(self, dispatcher: Wire, ended: anyio.Event, *, task_status: anyio.abc.TaskStatus[None]) -> None:
         try:
@@ -634,7 +674,10 @@ class UpstreamConnection:
         dispatcher = await self._ready()
         body, opts = self._prepare(method, params, request_id, on_progress, headers, timeout_s)
         try:
-            return await self._sent(dispatcher, method, body, opts, shared=dispatcher)
+            result = await self._sent(dispatcher, method, body, opts, shared=dispatcher)
+            if method in _SESSION_STATE_METHODS:
+                self._remember(method, params)
+            return result
         except ValueError:
             if request_id is None:
                 raise

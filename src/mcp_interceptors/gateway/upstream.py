@@ -242,9 +242,8 @@ class _LimitedStream(httpx2.AsyncByteStream):
             else:
                 held += len(chunk)
             if held > self._limit:
-                if self._events:
-                    raise EventTooLongError(f"an event longer than the limit of {self._limit} bytes")
-                raise MessageTooLongError(f"a message longer than the limit of {self._limit} bytes")
+                kind, error = (_EVENT_CUT, EventTooLongError) if self._events else (_MESSAGE_CUT, MessageTooLongError)
+                raise error(f"{kind} {self._limit} bytes")
             yield chunk
 
     async def aclose(self) -> None:
@@ -799,19 +798,21 @@ class UpstreamConnection:
             await self.on_notify(method, body)
 
 
-#: How mcp's HTTP client words a JSON answer, or an SSE event, our `_MessageLimitTransport` cut off.
-_TOO_LONG = {
-    PARSE_ERROR: "Failed to parse JSON response: a message longer than the limit of",
-    CONNECTION_CLOSED: "SSE stream failed: an event longer than the limit of",
-}
+#: Our words for what `_MessageLimitTransport` cut off; mcp's HTTP client reports the error it raised as
+#: a -32700 (a JSON answer) or -32000 (an SSE event) whose message ends with them.
+_MESSAGE_CUT = "a message longer than the limit of"
+_EVENT_CUT = "an event longer than the limit of"
 
 
 def _too_long(exc: MCPError) -> str | None:
-    """The reason, if `exc` is mcp's word for a message our `_MessageLimitTransport` cut off."""
-    prefix = _TOO_LONG.get(exc.code)
-    if prefix is None or exc.data is not None or not exc.message.startswith(prefix):
+    """The reason, if `exc` is mcp's report of a message our `_MessageLimitTransport` cut off."""
+    if exc.code not in (PARSE_ERROR, CONNECTION_CLOSED) or exc.data is not None:
         return None
-    return exc.message.split(": ", 1)[1]
+    for words in (_MESSAGE_CUT, _EVENT_CUT):
+        at = exc.message.find(words)
+        if at >= 0:
+            return exc.message[at:]
+    return None
 
 
 def _is_local_timeout(exc: MCPError, method: str) -> bool:

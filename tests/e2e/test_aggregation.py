@@ -145,3 +145,19 @@ async def test_completion_reaches_the_owner_of_a_prefixed_prompt_or_a_template_u
     assert by_template.completion.values == ["right:right://search{?q}:ab"]
     assert (unknown.value.code, unknown.value.message) == (-32602, "Unknown prompt: greet")
     assert (bad_ref.value.code, bad_ref.value.data) == (-32602, {"field": "ref.type"})
+
+
+@pytest.mark.parametrize("era", ERAS)
+async def test_a_merged_listing_refuses_a_cursor_it_never_gave_and_keeps_what_it_listed(
+    write_config: ConfigWriter, era: str
+) -> None:
+    target = Target("stdio", write_config(completing_upstreams()))
+    with anyio.fail_after(60):
+        async with target.client(era) as client:
+            listed = [prompt.name for prompt in (await client.list_prompts()).prompts]
+            with pytest.raises(MCPError) as stale:
+                await raw_request(client, "prompts/list", {"cursor": "from-another-gateway"})
+            prompt = await client.get_prompt("left__greet", {"who": "ada"})
+    assert sorted(listed) == ["left__greet", "right__greet"]  # every page of every upstream: no nextCursor
+    assert (stale.value.code, stale.value.data) == (-32602, {"field": "cursor"})
+    assert [getattr(m.content, "text", None) for m in prompt.messages] == ["hello ada"]

@@ -146,6 +146,13 @@ class DownstreamSession:
 
     async def _list(self, method: str, params: dict[str, Any] | None, request_id: Any) -> dict[str, Any]:
         """A listing, governed per upstream (so `context.server` names the owner of every item)."""
+        if (params or {}).get("cursor") is not None and (count := len(await self.connections())) > 1:
+            # A merged listing is one page (no `nextCursor`): any cursor is one this gateway never gave.
+            raise MCPError(
+                INVALID_PARAMS,
+                f"Invalid cursor: the listing merged from {count} upstreams has a single page",
+                {"field": "cursor"},
+            )
         governor = self.gateway.governor
         record = self.gateway.new_record(self.context(None, request_id))
         params = await governor.govern_request(method, params, record.context, record)

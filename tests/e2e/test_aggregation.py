@@ -10,8 +10,19 @@ from pathlib import Path
 from typing import Any
 
 import anyio
+import mcp_types as types
 import pytest
-from e2e_support import ERAS, EXAMPLES_DIR, ConfigWriter, Target, gateway_env, text_of, unique, write_yaml
+from e2e_support import (
+    ERAS,
+    EXAMPLES_DIR,
+    ConfigWriter,
+    Target,
+    gateway_env,
+    raw_request,
+    text_of,
+    unique,
+    write_yaml,
+)
 from helpers import cli_argv, free_tcp_port, run_cli, running
 from mcp.shared.exceptions import MCPError
 
@@ -102,3 +113,51 @@ async def test_collision_is_rejected_at_start_with_one_clear_line(
     lines = done.stderr.decode().strip().splitlines()
     assert done.returncode == 1
     assert lines[-1] == f"mcp-interceptors gateway: error: {message}"
+
+
+def completing_upstreams() -> dict[str, Any]:
+    upstream = str(Path(__file__).parent / "completing_upstream.py")
+    return {
+        "upstreams": {
+            name: {"command": sys.executable, "args": [upstream], "env": {"COMPLETING_NAME": name}}
+            for name in ("left", "right")
+        }
+    }
+
+
+@pytest.mark.parametrize("era", ERAS)
+async def test_completion_reaches_the_owner_of_a_prefixed_prompt_or_a_template_under_its_own_name(
+    write_config: ConfigWriter, era: str
+) -> None:
+    target = Target("stdio", write_config(completing_upstreams()))
+    argument = {"name": "q", "value": "ab"}
+    with anyio.fail_after(60):
+        async with target.client(era) as client:
+            prompt = await client.complete(types.PromptReference(type="ref/prompt", name="right__greet"), argument)
+            # The template's own text: `{?q}` matches no URI written as the template, only `...?q=...`.
+            template = types.ResourceTemplateReference(type="ref/resource", uri="right://search{?q}")
+            by_template = await client.complete(template, argument)
+            with pytest.raises(MCPError) as unknown:
+                await client.complete(types.PromptReference(type="ref/prompt", name="greet"), argument)
+            with pytest.raises(MCPError) as bad_ref:
+                await raw_request(client, "completion/complete", {"ref": {"type": "ref/tool"}, "argument": {}})
+    assert prompt.completion.values == ["right:greet:ab"]  # its own name, not the gateway's prefixed one
+    assert by_template.completion.values == ["right:right://search{?q}:ab"]
+    assert (unknown.value.code, unknown.value.message) == (-32602, "Unknown prompt: greet")
+    assert (bad_ref.value.code, bad_ref.value.data) == (-32602, {"field": "ref.type"})
+
+
+@pytest.mark.parametrize("era", ERAS)
+async def test_a_merged_listing_refuses_a_cursor_it_never_gave_and_keeps_what_it_listed(
+    write_config: ConfigWriter, era: str
+) -> None:
+    target = Target("stdio", write_config(completing_upstreams()))
+    with anyio.fail_after(60):
+        async with target.client(era) as client:
+            listed = [prompt.name for prompt in (await client.list_prompts()).prompts]
+            with pytest.raises(MCPError) as stale:
+                await raw_request(client, "prompts/list", {"cursor": "from-another-gateway"})
+            prompt = await client.get_prompt("left__greet", {"who": "ada"})
+    assert sorted(listed) == ["left__greet", "right__greet"]  # every page of every upstream: no nextCursor
+    assert (stale.value.code, stale.value.data) == (-32602, {"field": "cursor"})
+    assert [getattr(m.content, "text", None) for m in prompt.messages] == ["hello ada"]

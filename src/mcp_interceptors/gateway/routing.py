@@ -70,6 +70,9 @@ class Catalog:
         found = self.routes.get(list_method, {}).get(key)
         if found is not None or list_method != "resources/list":
             return found
+        found = self.routes.get("resources/templates/list", {}).get(key)  # a template's own text
+        if found is not None:
+            return found
         for _, template, upstream in self.templates:
             if template.match(key) is not None:
                 return Route(upstream, key)

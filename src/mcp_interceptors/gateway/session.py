@@ -146,6 +146,13 @@ class DownstreamSession:
 
     async def _list(self, method: str, params: dict[str, Any] | None, request_id: Any) -> dict[str, Any]:
         """A listing, governed per upstream (so `context.server` names the owner of every item)."""
+        if (params or {}).get("cursor") is not None and (count := len(await self.connections())) > 1:
+            # A merged listing is one page (no `nextCursor`): any cursor is one this gateway never gave.
+            raise MCPError(
+                INVALID_PARAMS,
+                f"Invalid cursor: the listing merged from {count} upstreams has a single page",
+                {"field": "cursor"},
+            )
         governor = self.gateway.governor
         record = self.gateway.new_record(self.context(None, request_id))
         params = await governor.govern_request(method, params, record.context, record)
@@ -285,17 +292,11 @@ class DownstreamSession:
         params = await governor.govern_request(method, params, context, record)
         route = await self._route(method, params, check=True)  # policy runs on the final payload
         conns = await self.connections()
-        upstream_params = dict(params or {})
-        key = CALLS.get(method, ("", ""))[1]
-        if key == "name":
-            upstream_params["name"] = route.name
+        upstream_params = _renamed(method, params, route)
         conn = conns[route.upstream]
         relay = _relay(downstream, params)
         sent = {"method": method, "params": _recorded(upstream_params)}
-        approved = {
-            "method": method,
-            "params": {**_recorded(params), **({key: route.name} if key == "name" else {})},
-        }
+        approved = {"method": method, "params": _renamed(method, _recorded(params), route)}
         await record.dispatched(executed=sent, intent=approved)
         try:
             headers = self._param_headers(conn, method, (params or {}).get("name"), upstream_params.get("arguments"))
@@ -480,6 +481,8 @@ class DownstreamSession:
         if list_method != "resources/list" or self.catalog is None:
             return False
         templates = self.advertised.get("resources/templates/list", set())
+        if key in templates:  # a template's own text (a completion's `ref/resource`)
+            return True
         return any(tpl.match(key) is not None for text, tpl, _ in self.catalog.templates if text in templates)
 
     async def compute_advertised(self, list_method: str) -> None:
@@ -496,10 +499,25 @@ class DownstreamSession:
                 self.advertised[method] = set()
 
     async def _route_completion(self, params: Mapping[str, Any] | None) -> Route:
-        ref = (params or {}).get("ref") or {}
-        if ref.get("type") == "ref/prompt":
-            return await self._route("prompts/get", {"name": ref.get("name")}, check=True)
-        return await self._route("resources/read", {"uri": ref.get("uri")}, check=True)
+        """A `ref/prompt` goes to the prompt's owner; a `ref/resource` (a resource's URI or a template's own
+        text) to the resource's or template's owner; either refused as that call would be if not advertised."""
+        ref = (params or {}).get("ref")
+        kind = ref.get("type") if isinstance(ref, Mapping) else None
+        if kind not in ("ref/prompt", "ref/resource"):
+            raise MCPError(
+                INVALID_PARAMS,
+                "completion/complete: params.ref.type must be ref/prompt or ref/resource",
+                {"field": "ref.type"},
+            )
+        assert isinstance(ref, Mapping)
+        field, value = ("name", ref.get("name")) if kind == "ref/prompt" else ("uri", ref.get("uri"))
+        if not isinstance(value, str):
+            raise MCPError(
+                INVALID_PARAMS, f"completion/complete: params.ref.{field} must be a string", {"field": f"ref.{field}"}
+            )
+        if kind == "ref/prompt":
+            return await self._route("prompts/get", {"name": value}, check=True)
+        return await self._route("resources/read", {"uri": value}, check=True)
 
     async def _govern_input_requests(
         self, result: dict[str, Any], context: InvocationContext, record: CallRecord
@@ -656,6 +674,18 @@ def _without_meta(params: Mapping[str, Any] | None) -> dict[str, Any]:
 
 def _without_answers(params: Mapping[str, Any] | None) -> dict[str, Any]:
     return {k: v for k, v in (params or {}).items() if k not in ("inputResponses", "requestState")}
+
+
+def _renamed(method: str, params: Mapping[str, Any] | None, route: Route) -> dict[str, Any]:
+    """`params` as the upstream knows them: the tool or prompt under its own name, not the exposed (prefixed) one,
+    whether named by `params.name` or by a completion's `params.ref.name`."""
+    renamed = dict(params or {})
+    if CALLS.get(method, ("", ""))[1] == "name":
+        renamed["name"] = route.name
+    ref = renamed.get("ref")
+    if method == "completion/complete" and isinstance(ref, Mapping) and ref.get("type") == "ref/prompt":
+        renamed["ref"] = {**ref, "name": route.name}
+    return renamed
 
 
 def _relay(downstream: Downstream, params: Mapping[str, Any] | None) -> Callable[..., Awaitable[None]] | None:

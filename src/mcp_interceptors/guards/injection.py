@@ -258,7 +258,9 @@ def fold(text: str) -> str:
 
 
 def _host(url: str) -> str:
-    return (urllib.parse.urlsplit(url).hostname or "").lower()
+    """The host a browser fetches `url` from: it reads `\\` as `/` in http(s) URLs, so the host of
+    `https://evil.test\\@cdn.example.com/` is `evil.test`, not the `cdn.example.com` urlsplit reads."""
+    return (urllib.parse.urlsplit(url.replace("\\", "/")).hostname or "").lower()
 
 
 def _carries_data(url: str) -> bool:

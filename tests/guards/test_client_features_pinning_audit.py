@@ -125,6 +125,11 @@ async def test_elicitation_denies_sensitive_fields(properties: dict[str, Any], c
         {"PaSsWoRd": {"type": "string"}},
         {"f1": {"type": "string", "description": "Your PaSsWoRd"}},
         {"f1": {"type": "string", "title": "CaRdNuMbEr"}},
+        # Fullwidth letters and invisible characters: a client shows `password` and `Card number`.
+        {"".join(chr(ord(c) + 0xFEE0) for c in "password"): {"type": "string"}},
+        {"f1": {"type": "string", "title": "".join(chr(ord(c) + 0xFEE0) for c in "cardNumber")}},
+        {"f1": {"type": "string", "title": "\uff23\uff41\uff52\uff44 \uff4e\uff55\uff4d\uff42\uff45\uff52"}},
+        {"f1": {"type": "string", "title": "S\u00adS\u200bN"}},
     ],
 )
 async def test_elicitation_sensitive_fields_in_mixed_case_are_denied(properties: dict[str, Any]) -> None:

@@ -18,7 +18,7 @@ from typing import Any
 
 from mcp_interceptors.guards._config import GuardSchema, SettingsCache
 from mcp_interceptors.guards._names import Glob, params_of
-from mcp_interceptors.guards.injection import HeuristicDetector, combine
+from mcp_interceptors.guards.injection import HeuristicDetector, combine, fold
 from mcp_interceptors.host import InterceptorHost, Invocation
 from mcp_interceptors.protocol.results import MutationResult, ValidationMessage, ValidationResult
 
@@ -184,8 +184,8 @@ _NON_WORD = re.compile(r"[^a-z0-9]+")
 
 def field_words(*texts: Any, split_camel: bool = True) -> str:
     """`cardNumber`, `card_number` and "Card number:" all become `card number` (`cardnumber` without
-    `split_camel`)."""
-    parts = [_CAMEL.sub(" ", t) if split_camel else t for t in texts if isinstance(t, str)]
+    `split_camel`). Texts are read as a client shows them (`fold`): fullwidth `cardNumber` is `cardNumber`."""
+    parts = [_CAMEL.sub(" ", t) if split_camel else t for t in map(fold, (t for t in texts if isinstance(t, str)))]
     return _NON_WORD.sub(" ", " ".join(parts).lower()).strip()
 
 

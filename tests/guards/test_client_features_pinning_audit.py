@@ -125,6 +125,11 @@ async def test_elicitation_denies_sensitive_fields(properties: dict[str, Any], c
         {"PaSsWoRd": {"type": "string"}},
         {"f1": {"type": "string", "description": "Your PaSsWoRd"}},
         {"f1": {"type": "string", "title": "CaRdNuMbEr"}},
+        # Fullwidth letters and invisible characters: a client shows `password` and `Card number`.
+        {"".join(chr(ord(c) + 0xFEE0) for c in "password"): {"type": "string"}},
+        {"f1": {"type": "string", "title": "".join(chr(ord(c) + 0xFEE0) for c in "cardNumber")}},
+        {"f1": {"type": "string", "title": "\uff23\uff41\uff52\uff44 \uff4e\uff55\uff4d\uff42\uff45\uff52"}},
+        {"f1": {"type": "string", "title": "S\u00adS\u200bN"}},
     ],
 )
 async def test_elicitation_sensitive_fields_in_mixed_case_are_denied(properties: dict[str, Any]) -> None:
@@ -180,6 +185,17 @@ async def test_url_mode_elicitation_goes_only_to_allowlisted_hosts(url: str, mes
     payload = elicitation(mode="url", url=url, elicitationId="e1")
     outcome = await run_chain(host, "elicitation/create", "request", payload)
     assert messages(outcome) == ([] if message is None else [("$.params.url", message)])
+
+
+async def test_elicitation_denial_paths_quote_field_names_that_are_not_identifiers() -> None:
+    host = guards.load("elicitation-guard")
+    outcome = await run_chain(host, "elicitation/create", "request", form(**{"card number": {"type": "string"}}))
+    assert messages(outcome) == [
+        (
+            '$.params.requestedSchema.properties["card number"]',
+            "field 'card number' asks for sensitive data (payment_card)",
+        )
+    ]
 
 
 def test_field_words_normalise_names() -> None:

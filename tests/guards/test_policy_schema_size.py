@@ -330,6 +330,15 @@ async def test_size_limit_caps_bytes_and_string_length_per_event() -> None:
     assert prompt.status == "validation_failed"
 
 
+async def test_size_limit_caps_the_length_of_mapping_keys_too() -> None:
+    host = guards.load("size-limit", {"max_string_length": 500})
+    long_key = await run_chain(host, "tools/call", "request", tool_call("x", **{"k" * 600: 1}))
+    assert long_key.status == "validation_failed"
+    assert messages(long_key) == [
+        (f"$.params.arguments.{'k' * 600}~", "string of 600 characters exceeds the limit of 500")
+    ]
+
+
 @pytest.mark.parametrize(
     "payload",
     [

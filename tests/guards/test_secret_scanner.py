@@ -47,6 +47,12 @@ POSITIVES = [
     (f"aws_secret_access_key = {AWS_SECRET}", "aws_secret_key", AWS_SECRET),
     (f'"SecretAccessKey": "{AWS_SECRET}"', "aws_secret_key", AWS_SECRET),
     (f"AWS_SECRET_ACCESS_KEY='{AWS_SECRET}'", "aws_secret_key", AWS_SECRET),
+    # JSON that escapes `/` as `\/` (PHP's json_encode, Java's org.json), as a string inside a payload
+    (
+        '{"AWS_SECRET_ACCESS_KEY": "' + AWS_SECRET.replace("/", "\\/") + '"}',
+        "aws_secret_key",
+        AWS_SECRET.replace("/", "\\/"),
+    ),
     *[(f"t {p}_{ALNUM36} x", "github_token", f"{p}_{ALNUM36}") for p in ("ghp", "gho", "ghu", "ghs", "ghr")],
     (
         "github_pat_11FAKE" + "A" * 16 + "_" + "b" * 59,
@@ -70,6 +76,11 @@ POSITIVES = [
         "slack_webhook",
         "https://hooks.slack.com/services/T0FAKE000/B0FAKE000/FAKEfakeFAKEfakeFAKEfake",
     ),
+    (
+        '{"url":"https:\\/\\/hooks.slack.com\\/services\\/T0FAKE000\\/B0FAKE000\\/FAKEfakeFAKEfakeFAKEfake"}',
+        "slack_webhook",
+        "https:\\/\\/hooks.slack.com\\/services\\/T0FAKE000\\/B0FAKE000\\/FAKEfakeFAKEfakeFAKEfake",
+    ),
     ("AIzaFAKE" + "x" * 31 + "'", "google_api_key", "AIzaFAKE" + "x" * 31),
     (f"key:\n{PEM}\nrest", "private_key", PEM),
     (PEM.replace("\n", "\\n"), "private_key", PEM.replace("\n", "\\n")),  # JSON-escaped newlines
@@ -89,6 +100,7 @@ POSITIVES = [
     ("--password=Zr8vQ2pLx9aB3cD4", "generic_secret", "Zr8vQ2pLx9aB3cD4"),
     ("Authorization: Bearer Zr8vQ2pLx9aB3cD4eF5gH6", "generic_secret", "Zr8vQ2pLx9aB3cD4eF5gH6"),
     ("DATABASE_URL=postgres://app:Zr8vQ2pLx9@db:5432/app", "generic_secret", "Zr8vQ2pLx9"),
+    ("REDIS_URL=redis://:Zr8vQ2pLx9@cache:6379/0", "generic_secret", "Zr8vQ2pLx9"),  # a password, no user
 ]
 
 NEGATIVES = [
@@ -128,6 +140,7 @@ NEGATIVES = [
     "Bearer token",
     "https://user:password@example.com/",
     "http://u:pass@host/",
+    "redis://:password@cache:6379/0",
     "commit 3f2a9c1e0b7d6a5f4e3d2c1b0a9f8e7d6c5b4a39",
     "request_id=123e4567-e89b-12d3-a456-426614174000",
     # Seen in real code (site-packages):

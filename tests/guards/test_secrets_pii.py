@@ -107,6 +107,29 @@ async def test_secrets_and_pii_read_base64_text_blobs_and_redact_inside_them() -
     assert messages(denied) == [("$.contents[0].blob", "credential found: aws_access_key")]
 
 
+@pytest.mark.parametrize("newline", ["\n", "\r\n"])
+@pytest.mark.parametrize("width", [76, 64])
+async def test_secrets_and_pii_read_line_wrapped_base64_and_keep_its_layout(newline: str, width: int) -> None:
+    # `base64` (coreutils), MIME and PEM bodies wrap base64 in lines; a tool returning such a file is common.
+    text = "# settings\n" * 8 + f"AWS_ACCESS_KEY_ID={AWS}\nowner=jane.doe@example.com\n"
+    encoded = base64.b64encode(text.encode()).decode()
+    wrapped = newline.join(encoded[i : i + width] for i in range(0, len(encoded), width)) + newline
+    payload = {"contents": [{"uri": "file:///app/.env.b64", "mimeType": "text/plain", "text": wrapped}]}
+    denied = await run_chain(guards.load("secrets", {"action": "deny"}), "resources/read", "response", payload)
+    assert messages(denied) == [("$.contents[0].text", "credential found: aws_access_key")]
+    redacted = await run_chain(guards.load("pii"), "resources/read", "response", payload)
+    out = redacted.final_payload["contents"][0]["text"]
+    lines = out.split(newline)
+    assert lines[-1] == "" and all(len(line) == width for line in lines[:-2]) and 0 < len(lines[-2]) <= width
+    assert base64.b64decode(out.replace(newline, "")).decode() == text.replace(
+        "jane.doe@example.com", "[REDACTED:email]"
+    )
+    binary = base64.encodebytes(b"\x89PNG\r\n\x1a\n" + AWS.encode() + bytes(range(256))).decode()
+    image = {"contents": [{"uri": "file:///a.png.b64", "mimeType": "text/plain", "text": binary}]}
+    untouched = await run_chain(guards.load("secrets"), "resources/read", "response", image)
+    assert untouched.status == "success" and untouched.final_payload == image  # binary is not text
+
+
 @pytest.mark.parametrize(
     "blob",
     [

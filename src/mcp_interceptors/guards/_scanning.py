@@ -3,8 +3,9 @@ or a redacted copy that shares every untouched subtree with the input.
 
 Shared by `secrets`, `pii` and `exfiltration-guard`. Strings shorter than anything the scanner can find
 are skipped, which spares the regexes most keys, method names and short labels. A string that is wholly
-base64 of UTF-8 text (a resource's `blob`, an encoded file in a result) is also read decoded: its findings
-carry the string's path, and redaction re-encodes the redacted text.
+base64 of UTF-8 text (a resource's `blob`, an encoded file in a result, on one line or wrapped in lines) is
+also read decoded: its findings carry the string's path, and redaction re-encodes the redacted text as the
+original was laid out.
 """
 
 from __future__ import annotations
@@ -41,6 +42,8 @@ REDACTION_PRIORITY = {"request": -50_000, "response": 50_000}
 _MAX_MESSAGES = 20
 #: Wholly base64 (padded, as MCP's `blob` and every encoder writes it), long enough to hold a finding.
 _BASE64_TEXT = re.compile(r"[A-Za-z0-9+/]+={0,2}")
+#: The same wrapped in lines (76 wide from MIME and the `base64` tool, 64 in PEM), ended by `\n` or `\r\n`.
+_BASE64_LINES = re.compile(r"(?:[A-Za-z0-9+/]+\r?\n)+[A-Za-z0-9+/]*={0,2}(?:\r?\n)?")
 _MIN_BASE64_LENGTH = 16
 
 
@@ -129,13 +132,34 @@ class Hit:
 
 
 def decoded_base64(text: str) -> str | None:
-    """`text` decoded, when it is wholly base64 of UTF-8 text; else None (binary data, or not base64)."""
-    if len(text) < _MIN_BASE64_LENGTH or len(text) % 4 or not _BASE64_TEXT.fullmatch(text):
+    """`text` decoded, when it is wholly base64 of UTF-8 text, on one line or wrapped in lines (as MIME and
+    the `base64` tool write it); else None (binary data, or not base64)."""
+    if len(text) < _MIN_BASE64_LENGTH:
         return None
+    if len(text) % 4 or not _BASE64_TEXT.fullmatch(text):
+        if "\n" not in text or not _BASE64_LINES.fullmatch(text):
+            return None
+        text = text.replace("\r", "").replace("\n", "")
+        if len(text) % 4:
+            return None
     try:
         return base64.b64decode(text, validate=True).decode("utf-8")
     except (binascii.Error, UnicodeDecodeError):
         return None
+
+
+def encoded_like(original: str, text: str) -> str:
+    """`text` base64-encoded as `original` was: on one line, or in lines as wide as its first, with its
+    line ending (and its final line break, if it had one)."""
+    encoded = base64.b64encode(text.encode()).decode("ascii")
+    first_break = original.find("\n")
+    if first_break < 0:
+        return encoded
+    crlf = original[first_break - 1 : first_break] == "\r"
+    width = first_break - crlf
+    newline = "\r\n" if crlf else "\n"
+    wrapped = newline.join(encoded[i : i + width] for i in range(0, len(encoded), width))
+    return wrapped + newline if original.endswith("\n") else wrapped
 
 
 def _findings_of(scanner: TextScanner, texts: list[str]) -> dict[int, tuple[str, list[Finding], bool]]:
@@ -167,7 +191,8 @@ def redact_payload(payload: Any, scanner: TextScanner, placeholder: str) -> tupl
     walk, which only a payload that needs redacting pays for.
     """
     counts: Counter[str] = Counter()
-    found = _findings_of(scanner, string_values(payload))
+    texts = string_values(payload)
+    found = _findings_of(scanner, texts)
     if not found:
         return payload, counts, []
     replacements: dict[Path, str] = {}
@@ -176,7 +201,7 @@ def redact_payload(payload: Any, scanner: TextScanner, placeholder: str) -> tupl
             text, findings, decoded = found[index]
             counts.update(f.kind for f in findings)
             redacted = redact(text, findings, lambda f: placeholder.replace("{kind}", f.kind))
-            replacements[path] = base64.b64encode(redacted.encode()).decode("ascii") if decoded else redacted
+            replacements[path] = encoded_like(texts[index], redacted) if decoded else redacted
     new, _ = replace_strings(payload, lambda path, _text: replacements.get(path))
     return new, counts, [format_path(path) for path in replacements]
 

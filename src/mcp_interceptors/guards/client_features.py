@@ -18,7 +18,8 @@ from typing import Any
 
 from mcp_interceptors.guards._config import GuardSchema, SettingsCache
 from mcp_interceptors.guards._names import Glob, params_of
-from mcp_interceptors.guards.injection import HeuristicDetector, combine
+from mcp_interceptors.guards._walk import format_path
+from mcp_interceptors.guards.injection import HeuristicDetector, combine, fold
 from mcp_interceptors.host import InterceptorHost, Invocation
 from mcp_interceptors.protocol.results import MutationResult, ValidationMessage, ValidationResult
 
@@ -184,8 +185,8 @@ _NON_WORD = re.compile(r"[^a-z0-9]+")
 
 def field_words(*texts: Any, split_camel: bool = True) -> str:
     """`cardNumber`, `card_number` and "Card number:" all become `card number` (`cardnumber` without
-    `split_camel`)."""
-    parts = [_CAMEL.sub(" ", t) if split_camel else t for t in texts if isinstance(t, str)]
+    `split_camel`). Texts are read as a client shows them (`fold`): fullwidth `cardNumber` is `cardNumber`."""
+    parts = [_CAMEL.sub(" ", t) if split_camel else t for t in map(fold, (t for t in texts if isinstance(t, str)))]
     return _NON_WORD.sub(" ", " ".join(parts).lower()).strip()
 
 
@@ -228,7 +229,7 @@ def check_elicitation(s: _Elicitation, payload: Any) -> ValidationResult | bool:
         if category is None and spec.get("format") == "password":
             category = "password"
         if category is not None:
-            path = f"{base}.requestedSchema.properties.{field}"
+            path = base + format_path(("requestedSchema", "properties", field))[1:]  # `["card number"]` quoted
             problems.append((f"field {field!r} asks for sensitive data ({category})", path))
     return _deny(problems) if problems else True
 

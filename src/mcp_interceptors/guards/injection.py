@@ -116,10 +116,16 @@ _BIDI = re.compile("[\u202a-\u202e\u2066-\u2069]")
 # Zero-width joiner (emoji sequences) and non-joiner (Persian, Indic scripts) are normal text: not counted.
 _INVISIBLE = re.compile("[\u200b\u2060-\u2064\u180e\ufeff]")
 _IMAGE = re.compile(
-    r"!\[[^\]\n]{0,200}\]\(\s*<?(https?://[^)\s>]+)|<img\b[^>]{0,200}?\bsrc\s*=\s*[\"']?(https?://[^\"'\s>]+)",
+    r"!\[[^\]\n]{0,200}\]\(\s*(?:<((?:https?:)?//[^>\n]+)>|<?((?:https?:)?//[^)\s>]+))"
+    r"|<(?:img|source)\b[^>]{0,200}?\bsrc(?:set)?\s*=\s*[\"']?((?:https?:)?//[^\"'\s>]+)",
     re.IGNORECASE,
 )
-_LINK = re.compile(r"(!?)\[[^\]\n]{0,200}\]\(\s*<?(https?://[^)\s>]+)")
+_LINK = re.compile(r"(!?)\[[^\]\n]{0,200}\]\(\s*<?((?:https?:)?//[^)\s>]+)")
+# Reference-style images (`![alt][ref]`, `![ref][]`, `![ref]`) take their URL from a definition line
+# (`[ref]: https://...`) anywhere in the text: a renderer fetches it as it fetches an inline image.
+_REF_IMAGE = re.compile(r"!\[([^\]\n]{0,200})\](?!\()(?:\[([^\]\n]{0,200})\])?")
+_REF_DEFINITION = re.compile(r"^[ \t]{0,3}\[([^\]\n]{1,200})\]:[ \t]*<?((?:https?:)?//[^\s>]+)", re.MULTILINE)
+_IMG_TAG = re.compile(r"<(?:img|source)\b", re.IGNORECASE)
 _BASE64_SOURCE = r"[A-Za-z0-9+/]{40,}={0,2}"
 _LONG_VALUE = 24
 # Long character-class runs are slow on stdlib `re` (it retries at every letter); re2 scans them in one pass.
@@ -189,7 +195,7 @@ class HeuristicDetector:
             return False
         if "unicode" in enabled and not joined.isascii():
             return False
-        if "exfil_link" in enabled and ("](" in joined or "<img" in joined or "<IMG" in joined):
+        if "exfil_link" in enabled and _may_link(joined):
             return False
         return "encoded" not in enabled or _BASE64_TOKEN.search(joined) is None
 
@@ -198,7 +204,7 @@ class HeuristicDetector:
         enabled = self.enabled
         if "unicode" in enabled and not text.isascii():
             signals.extend(_unicode_signals(text))
-        if "exfil_link" in enabled and ("](" in text or "<img" in text or "<IMG" in text):
+        if "exfil_link" in enabled and _may_link(text):
             signals.extend(self._link_signals(text))
         if "encoded" in enabled and len(text) >= 40:
             signals.extend(self._encoded_signals(text))
@@ -219,8 +225,7 @@ class HeuristicDetector:
 
     def _link_signals(self, text: str) -> list[Signal]:
         signals = []
-        for match in _IMAGE.finditer(text):
-            url = match.group(1) or match.group(2)
+        for url in _image_urls(text):
             if not self._is_allowed(url):
                 carries = _carries_data(url)
                 signals.append(Signal("exfil_link", 0.8 if carries else 0.2, f"image from {_host(url)}"))
@@ -257,16 +262,48 @@ def fold(text: str) -> str:
     return _FORMAT.sub("", unicodedata.normalize("NFKC", text))
 
 
+def _may_link(text: str) -> bool:
+    """Whether `text` may hold a markdown image or link, or an HTML image (`<img`, `<Img`, `<source`)."""
+    return "](" in text or "]:" in text or ("<" in text and _IMG_TAG.search(text) is not None)
+
+
+def _image_urls(text: str) -> list[str]:
+    """The URLs of the images in `text`: inline markdown, HTML `<img src>`, and reference-style markdown."""
+    urls = [match.group(1) or match.group(2) or match.group(3) for match in _IMAGE.finditer(text)]
+    if "]:" in text and "![" in text:
+        definitions: dict[str, str] = {}
+        for match in _REF_DEFINITION.finditer(text):
+            definitions.setdefault(_label(match.group(1)), match.group(2))  # the first definition wins
+        for match in _REF_IMAGE.finditer(text):
+            url = definitions.get(_label(match.group(2) or match.group(1)))
+            if url is not None:
+                urls.append(url)
+    return urls
+
+
+def _label(label: str) -> str:
+    """A link label as CommonMark matches it: case-insensitive, runs of whitespace as one space."""
+    return " ".join(label.split()).casefold()
+
+
 def _host(url: str) -> str:
-    return (urllib.parse.urlsplit(url).hostname or "").lower()
+    """The host a browser fetches `url` from: it reads `\\` as `/` in http(s) URLs, so the host of
+    `https://evil.test\\@cdn.example.com/` is `evil.test`, not the `cdn.example.com` urlsplit reads."""
+    return (urllib.parse.urlsplit(url.replace("\\", "/")).hostname or "").lower()
 
 
 def _carries_data(url: str) -> bool:
-    """A query value or path segment long enough to smuggle something out."""
+    """Query values (together: data split over several parameters counts whole) or a path segment long
+    enough to smuggle something out."""
     parts = urllib.parse.urlsplit(url)
     values = [v for _, v in urllib.parse.parse_qsl(parts.query, keep_blank_values=True)]
     segments = parts.path.split("/")
-    return any(len(v) >= _LONG_VALUE for v in values + segments) or "{" in url or "%7B" in url.upper()
+    return (
+        sum(map(len, values)) >= _LONG_VALUE
+        or any(len(segment) >= _LONG_VALUE for segment in segments)
+        or "{" in url
+        or "%7B" in url.upper()
+    )
 
 
 def _unicode_signals(text: str) -> list[Signal]:

@@ -90,7 +90,10 @@ def check_size(limits: _Limits, event: str, payload: Any) -> ValidationResult | 
         )
     if size <= limits.max_string:
         return True
-    long_strings = [(path, len(value)) for path, value in walk_strings(payload) if len(value) > limits.max_string]
+    # Mapping keys are strings too: a 200 KB key must not slip under the string limit.
+    long_strings = [
+        (path, len(value)) for path, value in walk_strings(payload, include_keys=True) if len(value) > limits.max_string
+    ]
     if not long_strings:
         return True
     messages = tuple(

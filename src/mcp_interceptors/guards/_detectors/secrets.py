@@ -94,7 +94,7 @@ def _check_aws_access_key(text: str, start: int, end: int) -> tuple[int, int] | 
 
 def _check_aws_secret(text: str, start: int, end: int) -> tuple[int, int] | None:
     value = text[start:end]
-    if (end < len(text) and text[end] in _B64) or value.endswith("EXAMPLEKEY"):
+    if (end < len(text) and text[end] in _B64) or text.startswith("\\/", end) or value.endswith("EXAMPLEKEY"):
         return None
     return (start, end) if has_entropy_at_least(value, 4.0) else None
 
@@ -177,7 +177,7 @@ _RULES: tuple[_Rule, ...] = (
         "aws_secret_key",
         r"(?i:aws[A-Za-z0-9_ .-]{0,20}secret[A-Za-z0-9_ .-]{0,20}|secret_?access_?key)"
         + _ASSIGN
-        + r"""["']?([A-Za-z0-9/+]{40})""",
+        + r"""["']?((?:[A-Za-z0-9+]|\\?/){40})""",
         (),
         ("secret",),
         ("aws", "access"),
@@ -208,7 +208,7 @@ _RULES: tuple[_Rule, ...] = (
     ),
     _Rule(
         "slack_webhook",
-        r"https://hooks\.slack\.com/(?:services|workflows|triggers)/[A-Za-z0-9_/+-]{20,}",
+        r"https:(?:\\?/){2}hooks\.slack\.com\\?/(?:services|workflows|triggers)\\?/(?:[A-Za-z0-9_+-]|\\?/){20,}",
         ("hooks.slack.com",),
         prefer="re",
     ),
@@ -245,7 +245,7 @@ _RULES: tuple[_Rule, ...] = (
     ),
     _Rule(
         "generic_secret",
-        r"://[^/\s:@\"']{1,64}:([^/\s:@\"']{1,128})@",
+        r"://[^/\s:@\"']{0,64}:([^/\s:@\"']{1,128})@",
         ("://",),
         groups=(1,),
         check=_check_url_password,

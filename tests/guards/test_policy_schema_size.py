@@ -339,6 +339,26 @@ async def test_size_limit_caps_the_length_of_mapping_keys_too() -> None:
     ]
 
 
+def _nested(depth: int, leaf: Any) -> Any:
+    for _ in range(depth):
+        leaf = {"a": leaf}
+    return leaf
+
+
+async def test_size_limit_decides_on_payloads_nested_past_orjsons_depth() -> None:
+    """An in-process chain's payload may nest deeper than orjson serialises (255 levels): size-limit still
+    measures it, and one too deep for the interpreter is denied as such, not a failure of the guard."""
+    host = guards.load("size-limit", {"max_payload_bytes": 5000})
+    small = await run_chain(host, "tools/call", "request", tool_call("x", n=_nested(300, "x")))
+    big = await run_chain(host, "tools/call", "request", tool_call("x", n=_nested(300, "x" * 5000)))
+    abyss = await run_chain(host, "tools/call", "request", tool_call("x", n=_nested(100_000, "x")))
+    assert small.status == "success"
+    assert big.status == "validation_failed"
+    assert messages(big)[0][1].startswith("payload is ")
+    assert abyss.status == "validation_failed" and not abyss.failures
+    assert messages(abyss) == [("$", "payload is nested too deep to measure")]
+
+
 @pytest.mark.parametrize(
     "payload",
     [

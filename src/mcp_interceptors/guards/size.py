@@ -6,6 +6,7 @@ to hold one over the limit (no string is longer than the JSON that contains it).
 
 from __future__ import annotations
 
+import json
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -71,15 +72,28 @@ def _compile(raw: Mapping[str, Any]) -> _Settings:
 
 
 def payload_size(payload: Any) -> int:
-    """Bytes of the payload as compact UTF-8 JSON (values JSON cannot hold are counted as their `str`)."""
+    """Bytes of the payload as compact UTF-8 JSON (values JSON cannot hold are counted as their `str`).
+    Raises `RecursionError` for a payload nested too deep for the interpreter to serialise."""
     try:  # orjson is about twice as fast without OPT_NON_STR_KEYS, which only JSON-RPC-foreign keys need
         return len(orjson.dumps(payload, default=str))
     except orjson.JSONEncodeError:
+        pass
+    try:
         return len(orjson.dumps(payload, default=str, option=_OPTIONS))
+    except orjson.JSONEncodeError:  # nested past orjson's 255 levels (an in-process chain's own payload)
+        return len(json.dumps(payload, default=str, ensure_ascii=False, separators=(",", ":")).encode())
 
 
 def check_size(limits: _Limits, event: str, payload: Any) -> ValidationResult | bool:
-    size = payload_size(payload)
+    try:
+        size = payload_size(payload)
+    except RecursionError:
+        return ValidationResult(
+            valid=False,
+            severity="error",
+            messages=(ValidationMessage(message="payload is nested too deep to measure", severity="error", path="$"),),
+            info={"limit": limits.max_bytes},
+        )
     if size > limits.max_bytes:
         message = f"payload is {size} bytes; the limit for {event} is {limits.max_bytes} bytes"
         return ValidationResult(

@@ -185,6 +185,27 @@ async def test_pii_redacts_by_default_and_denies_the_kinds_told_to() -> None:
     assert messages(denied) == [("$.params.arguments.card", "personal data found: credit_card")]
 
 
+async def test_pii_reads_a_card_number_a_tool_put_in_a_json_number() -> None:
+    """`structuredContent` carries numbers as numbers: a card there is found like its text copy, denied or
+    redacted (the number becomes the placeholder string), while other numbers stay numbers."""
+    structured = {"card": 4111111111111111, "count": 3, "total": 12.5, "ok": True, "order": 202406011234}
+    result = {"content": [{"type": "text", "text": "card 4111111111111111"}], "structuredContent": structured}
+    denied = await run_chain(guards.load("pii", {"action": "deny"}), "tools/call", "response", result)
+    assert messages(denied) == [
+        ("$.content[0].text", "personal data found: credit_card"),
+        ("$.structuredContent.card", "personal data found: credit_card"),
+    ]
+    redacted = await run_chain(guards.load("pii"), "tools/call", "response", result)
+    assert redacted.final_payload == {
+        "content": [{"type": "text", "text": "card [REDACTED:credit_card]"}],
+        "structuredContent": {**structured, "card": "[REDACTED:credit_card]"},
+    }
+    untouched = await run_chain(
+        guards.load("pii"), "tools/call", "response", {"structuredContent": {"n": 4111111111111112}}
+    )
+    assert untouched.final_payload == {"structuredContent": {"n": 4111111111111112}}  # fails Luhn: not a card
+
+
 async def test_pii_deny_only_config_builds_a_single_validator() -> None:
     host = guards.load("pii", {"action": "deny", "kinds": ["us_ssn", "iban"]})
     assert [(d.name, d.type) for d in host.descriptors] == [("pii", "validation")]

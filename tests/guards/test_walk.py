@@ -205,8 +205,24 @@ def test_deep_nesting_does_not_recurse() -> None:
 @given(json_values)
 def test_path_free_walk_returns_the_same_strings_in_the_same_order(payload: Any) -> None:
     for include_keys in (False, True):
-        expected = [value for _, value in walk_strings(payload, include_keys=include_keys)]
-        assert string_values(payload, include_keys=include_keys) == expected
+        for include_integers in (False, True):
+            walk = walk_strings(payload, include_keys=include_keys, include_integers=include_integers)
+            expected = [value for _, value in walk]
+            assert string_values(payload, include_keys=include_keys, include_integers=include_integers) == expected
+
+
+def test_integers_are_read_as_their_digits_and_replaced_by_strings() -> None:
+    huge = 10**5000  # past the interpreter's digit limit for str(): skipped, not an error
+    payload = {"n": 4111111111111111, "flag": True, "x": 1.5, "deep": [7, {"m": -12}], "huge": huge}
+    walked = list(walk_strings(payload, include_integers=True))
+    assert walked == [(("n",), "4111111111111111"), (("deep", 0), "7"), (("deep", 1, "m"), "-12")]
+    assert string_values(payload, include_integers=True) == [value for _, value in walked]
+    assert list(walk_strings(payload)) == []
+    new, count = replace_strings(
+        payload, lambda path, text: "[card]" if len(text) > 12 else None, include_integers=True
+    )
+    assert (new, count) == ({**payload, "n": "[card]"}, 1)
+    assert replace_strings(payload, lambda path, text: "[card]")[0] is payload  # integers untouched by default
 
 
 class _Text(str):

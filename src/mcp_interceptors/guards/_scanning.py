@@ -70,6 +70,8 @@ class TextScanner:
     allow: Collection[str] = ()
     kinds: Collection[str] | None = None  # None: every kind the scanner reports
     batchable: bool = True
+    #: Read integer values too, as their digits (a card number in a JSON number); redaction makes them strings.
+    integers: bool = False
 
     def findings(self, text: str) -> list[Finding]:
         if len(text) < self.min_length:
@@ -174,10 +176,11 @@ def _findings_of(scanner: TextScanner, texts: list[str]) -> dict[int, tuple[str,
 
 
 def find_in_payload(payload: Any, scanner: TextScanner, *, include_keys: bool = False) -> Iterator[Hit]:
-    found = _findings_of(scanner, string_values(payload, include_keys=include_keys))
+    integers = scanner.integers
+    found = _findings_of(scanner, string_values(payload, include_keys=include_keys, include_integers=integers))
     if not found:
         return
-    for index, (path, _) in enumerate(walk_strings(payload, include_keys=include_keys)):
+    for index, (path, _) in enumerate(walk_strings(payload, include_keys=include_keys, include_integers=integers)):
         if index in found:
             text, findings, _ = found[index]
             for finding in findings:
@@ -191,18 +194,19 @@ def redact_payload(payload: Any, scanner: TextScanner, placeholder: str) -> tupl
     walk, which only a payload that needs redacting pays for.
     """
     counts: Counter[str] = Counter()
-    texts = string_values(payload)
+    integers = scanner.integers
+    texts = string_values(payload, include_integers=integers)
     found = _findings_of(scanner, texts)
     if not found:
         return payload, counts, []
     replacements: dict[Path, str] = {}
-    for index, (path, _) in enumerate(walk_strings(payload)):
+    for index, (path, _) in enumerate(walk_strings(payload, include_integers=integers)):
         if index in found:
             text, findings, decoded = found[index]
             counts.update(f.kind for f in findings)
             redacted = redact(text, findings, lambda f: placeholder.replace("{kind}", f.kind))
             replacements[path] = encoded_like(texts[index], redacted) if decoded else redacted
-    new, _ = replace_strings(payload, lambda path, _text: replacements.get(path))
+    new, _ = replace_strings(payload, lambda path, _text: replacements.get(path), include_integers=integers)
     return new, counts, [format_path(path) for path in replacements]
 
 

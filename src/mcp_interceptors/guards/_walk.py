@@ -63,16 +63,32 @@ def _entries(node: dict[Any, Any] | list[Any]) -> Iterator[tuple[Any, Any]]:
     return iter(node.items()) if isinstance(node, dict) else enumerate(node)
 
 
-def walk_strings(payload: Any, *, include_keys: bool = False) -> Iterator[tuple[Path, str]]:
+def _integer_text(value: Any) -> str | None:
+    """An integer's decimal digits (a card number a tool put in a JSON number is still one), or None for
+    anything else: booleans, and integers past the interpreter's digit limit for `str`."""
+    if not isinstance(value, int) or isinstance(value, bool):
+        return None
+    try:
+        return str(value)
+    except ValueError:
+        return None
+
+
+def walk_strings(
+    payload: Any, *, include_keys: bool = False, include_integers: bool = False
+) -> Iterator[tuple[Path, str]]:
     """Yield `(path_parts, value)` for every string in `payload`, in document order, each exactly once.
 
     Dicts and lists are descended; every other non-string value is skipped. With `include_keys`, mapping
-    keys are yielded too, with the entry's path plus `PathMark.KEY`, just before the entry's value.
+    keys are yielded too, with the entry's path plus `PathMark.KEY`, just before the entry's value. With
+    `include_integers`, integer values are yielded too, as their decimal digits.
     """
     if isinstance(payload, str):
         yield (), payload
         return
     if not isinstance(payload, dict | list):
+        if include_integers and (digits := _integer_text(payload)) is not None:
+            yield (), digits
         return
     stack: list[tuple[Iterator[tuple[Any, Any]], Path, bool]] = [
         (_entries(payload), (), include_keys and isinstance(payload, dict))
@@ -84,6 +100,8 @@ def walk_strings(payload: Any, *, include_keys: bool = False) -> Iterator[tuple[
                 yield (*base, key, PathMark.KEY), key
             if isinstance(value, str):
                 yield (*base, key), value
+            elif include_integers and (digits := _integer_text(value)) is not None:
+                yield (*base, key), digits
             elif isinstance(value, dict | list):
                 stack.append((_entries(value), (*base, key), include_keys and isinstance(value, dict)))
                 break
@@ -99,8 +117,8 @@ class _TooDeep(Exception):
     pass
 
 
-def string_values(payload: Any, *, include_keys: bool = False) -> list[str]:
-    """`[value for _, value in walk_strings(payload, include_keys=...)]`, without building any path.
+def string_values(payload: Any, *, include_keys: bool = False, include_integers: bool = False) -> list[str]:
+    """`[value for _, value in walk_strings(payload, ...)]`, without building any path.
 
     Index `i` of the result is the `i`-th string `walk_strings` yields, so a caller that finds something
     in a few strings can recover their paths with one `walk_strings` pass.
@@ -108,16 +126,17 @@ def string_values(payload: Any, *, include_keys: bool = False) -> list[str]:
     if isinstance(payload, str):
         return [payload]
     if include_keys or not isinstance(payload, dict | list):
-        return [value for _, value in walk_strings(payload, include_keys=include_keys)]
+        walk = walk_strings(payload, include_keys=include_keys, include_integers=include_integers)
+        return [value for _, value in walk]
     out: list[str] = []
     try:
-        _collect(payload.values() if isinstance(payload, dict) else payload, out.append, 0)
+        _collect(payload.values() if isinstance(payload, dict) else payload, out.append, 0, include_integers)
     except _TooDeep:
-        return [value for _, value in walk_strings(payload)]
+        return [value for _, value in walk_strings(payload, include_integers=include_integers)]
     return out
 
 
-def _collect(values: Iterable[Any], append: Callable[[str], None], depth: int) -> None:
+def _collect(values: Iterable[Any], append: Callable[[str], None], depth: int, integers: bool) -> None:
     # Recursion is the fastest walk in CPython, and exact-type tests are cheaper than isinstance for the
     # JSON types; subclasses still go where `walk_strings` sends them. Nesting past _MAX_RECURSION raises
     # _TooDeep, so no payload can exhaust the stack.
@@ -128,17 +147,19 @@ def _collect(values: Iterable[Any], append: Callable[[str], None], depth: int) -
         if kind is str:
             append(value)
         elif kind is dict:
-            _collect(value.values(), append, depth + 1)
+            _collect(value.values(), append, depth + 1, integers)
         elif kind is list:
-            _collect(value, append, depth + 1)
-        elif kind is int or kind is float or kind is bool or value is None:
+            _collect(value, append, depth + 1, integers)
+        elif kind is float or kind is bool or value is None:
             continue
         elif isinstance(value, str):
             append(value)
+        elif integers and (digits := _integer_text(value)) is not None:
+            append(digits)
         elif isinstance(value, dict):
-            _collect(value.values(), append, depth + 1)
+            _collect(value.values(), append, depth + 1, integers)
         elif isinstance(value, list):
-            _collect(value, append, depth + 1)
+            _collect(value, append, depth + 1, integers)
 
 
 def iter_strings(payload: Any, *, include_keys: bool = False) -> Iterator[tuple[str, str]]:
@@ -151,18 +172,22 @@ def _shallow_copy(node: dict[Any, Any] | list[Any]) -> dict[Any, Any] | list[Any
     return dict(node) if isinstance(node, dict) else list(node)
 
 
-def replace_strings(payload: Any, fn: Replacer) -> tuple[Any, int]:
+def replace_strings(payload: Any, fn: Replacer, *, include_integers: bool = False) -> tuple[Any, int]:
     """Return `(new_payload, count)` where each string value becomes `fn(path_parts, value)`.
 
     `fn` returns the replacement or None to keep the value. Containers on the way to a replaced string
     are copied; untouched subtrees are shared with the input, which is never mutated. Keys are never
     rewritten (renaming could collide); a guard that finds something in a key should block instead.
+    With `include_integers`, `fn` also gets each integer value as its digits, and its replacement (a
+    string) takes the integer's place.
     """
     if isinstance(payload, str):
         new = fn((), payload)
         return (new, 1) if new is not None and new != payload else (payload, 0)
     if not isinstance(payload, dict | list):
-        return payload, 0
+        digits = _integer_text(payload) if include_integers else None
+        new = fn((), digits) if digits is not None else None
+        return (new, 1) if new is not None and new != digits else (payload, 0)
     count = 0
     result: Any = payload
     # Frame: [node, entries, path, copy-or-None, key in parent]; the copy is made on the first change.
@@ -171,9 +196,10 @@ def replace_strings(payload: Any, fn: Replacer) -> tuple[Any, int]:
         frame = stack[-1]
         node, entries, base = frame[0], frame[1], frame[2]
         for key, value in entries:
-            if isinstance(value, str):
-                new = fn((*base, key), value)
-                if new is not None and new != value:
+            text = value if isinstance(value, str) else _integer_text(value) if include_integers else None
+            if text is not None:
+                new = fn((*base, key), text)
+                if new is not None and new != text:
                     if frame[3] is None:
                         frame[3] = _shallow_copy(node)
                     frame[3][key] = new

@@ -76,7 +76,8 @@ def _scanner(raw: Mapping[str, Any], kinds: Sequence[str]) -> TextScanner | None
     else:
         scanner = PiiScanner(kinds, raw["phone_regions"], raw["include_private_ips"])
     batchable = raw["backend"] == "builtin"  # Presidio's recognizers are not ours to reason about
-    return TextScanner(scanner, min_length=MIN_PII_LENGTH, allow=frozenset(raw["allow"]), batchable=batchable)
+    allow = frozenset(raw["allow"])
+    return TextScanner(scanner, min_length=MIN_PII_LENGTH, allow=allow, batchable=batchable, integers=True)
 
 
 def _compile(raw: Mapping[str, Any]) -> _Settings:

@@ -62,7 +62,7 @@ DEFAULT_INVOKE_TIMEOUT_MS = 30_000.0
 #: How long `interceptors/list` may take before discovery fails (R66 then fails pinned interceptors closed).
 DEFAULT_DISCOVERY_TIMEOUT_MS = 10_000.0
 #: With `timeoutMs` sent, how much longer the invoker waits locally for the host's own timeout error.
-_HOST_TIMEOUT_GRACE_MS = 1_000.0
+HOST_TIMEOUT_GRACE_MS = 1_000.0
 #: Plans a `Chain` keeps; past this the cache starts over (a plan is cheap to derive again).
 _PLAN_CACHE_SIZE = 1024
 
@@ -131,7 +131,7 @@ async def invoke_interceptor(
     in time raises `InterceptorTimeoutError` (-32000).
     """
     body = invoke_body(name, event, phase, payload, config=config, timeout_ms=timeout_ms, context=context)
-    limit_ms = timeout_ms + _HOST_TIMEOUT_GRACE_MS if timeout_ms is not None else default_timeout_ms
+    limit_ms = timeout_ms + HOST_TIMEOUT_GRACE_MS if timeout_ms is not None else default_timeout_ms
     raw = None
     with anyio.move_on_after(limit_ms / 1000) as scope:
         raw = await client.session.send_request(InvokeRequest(params=RawParams.model_validate(body)), _RAW_RESULT)

@@ -185,6 +185,16 @@ class Entry:
             return self.overrides.hooks
         return self.descriptor.hooks
 
+    def effective(self) -> InterceptorDescriptor:
+        """The descriptor as this invoker runs it: its overrides' hooks, mode, failOpen and priorityHint
+        applied (an invoker that is itself a host lists this; overrides are never sent to the host)."""
+        o = self.overrides
+        if o is None:
+            return self.descriptor
+        changes = {"hooks": o.hooks, "mode": o.mode, "fail_open": o.fail_open, "priority_hint": o.priority}
+        update = {key: value for key, value in changes.items() if value is not None}
+        return self.descriptor.model_copy(update=update) if update else self.descriptor
+
 
 @dataclass(frozen=True, slots=True)
 class Step:

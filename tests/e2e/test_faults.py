@@ -16,7 +16,9 @@ from e2e_support import (
     INTERCEPTOR_SERVER,
     UPSTREAM,
     ConfigWriter,
+    Target,
     gateway_env,
+    raw_request,
     standard_config,
     text_of,
     upstream_entry,
@@ -353,3 +355,36 @@ async def test_http_upstream_message_over_its_limit_fails_the_call_naming_it(wri
     assert too_long.value.message == f"upstream 'e2e' sent {reason}"
     assert too_long.value.data == {"upstream": "e2e", "reason": reason}
     assert after == "fits"
+
+
+async def test_r61_the_gateways_interceptors_list_and_invoke_apply_the_configured_overrides(
+    write_config: ConfigWriter,
+) -> None:
+    # `interceptors/list` shows what the gateway enforces: it listed remote and local interceptors as
+    # their hosts advertise them, overrides ignored, and invoked one directly on a phase its narrowed
+    # hooks exclude (the gateway never runs it there).
+    narrowed = [{"events": ["tools/call"], "phase": "request"}]
+    config = standard_config(
+        interceptors={
+            "servers": [{"name": "remote", "command": sys.executable, "args": [INTERCEPTOR_SERVER]}],
+            "guards": [{"name": "secrets"}],
+            "overrides": {
+                "watchdog": {"mode": "audit", "fail_open": True, "priority": 7},
+                "secrets": {"hooks": narrowed},
+            },
+        }
+    )
+    target = Target("stdio", write_config(config))
+    request = {"event": "tools/call", "phase": "response", "payload": {"content": []}}
+    with anyio.fail_after(30):
+        async with target.client("legacy") as client:
+            listed = (await raw_request(client, "interceptors/list", {}))["interceptors"]
+            with pytest.raises(MCPError) as refused:
+                await raw_request(client, "interceptor/invoke", {"name": "secrets", **request})
+    by_name = {d["name"]: d for d in listed}
+    watchdog, secrets = by_name["watchdog"], by_name["secrets"]
+    assert (watchdog["mode"], watchdog["failOpen"], watchdog["priorityHint"]) == ("audit", True, 7)
+    assert secrets["hooks"] == narrowed
+    assert refused.value.code == -32602
+    assert refused.value.data is not None
+    assert (refused.value.data["interceptor"], refused.value.data["advertisedHooks"]) == ("secrets", narrowed)

@@ -13,14 +13,17 @@ from fakes import descriptor
 from mcp_types import CONNECTION_CLOSED
 
 from mcp_interceptors import Chain
+from mcp_interceptors.executor import Call
 from mcp_interceptors.gateway.config import ConfigError, load_config, parse_config
 from mcp_interceptors.gateway.sources import ConnectionSource, chain_for, populate_chain
-from mcp_interceptors.gateway.upstream import UpstreamUnavailableError
+from mcp_interceptors.gateway.upstream import UpstreamConnection, UpstreamUnavailableError
 from mcp_interceptors.guards.pinning import pin_document
+from mcp_interceptors.protocol.errors import InterceptorTimeoutError
 
 pytestmark = pytest.mark.anyio
 
 CALL = {"method": "tools/call", "params": {"name": "echo"}}
+MISBEHAVING_HOST = str(Path(__file__).resolve().parent.parent / "misbehaving_host.py")
 
 
 class GoneConnection:
@@ -117,3 +120,67 @@ async def test_a_guard_detector_module_beside_gateway_yaml_is_importable(
             await populate_chain(chain, config, tg, file="gateway.yaml")
         result = await chain.execute("tools/call", "response", {"content": [{"type": "text", "text": "a canary"}]})
     assert result.aborted_at is not None and result.aborted_at.interceptor == "prompt-injection"
+
+
+def remote_host_config(server: dict[str, Any], overrides: dict[str, Any] | None = None) -> Any:
+    interceptors: dict[str, Any] = {"servers": [{"name": "remote", **server}]}
+    if overrides:
+        interceptors["overrides"] = overrides
+    return parse_config({"upstreams": {"a": {"command": "server"}}, "interceptors": interceptors}, file="gateway.yaml")
+
+
+def pin(name: str) -> dict[str, Any]:
+    return {"name": name, "type": "validation", "events": ["tools/call"], "phase": "request"}
+
+
+async def test_r66_pinned_interceptors_run_on_their_host_after_its_listing_failed_at_start() -> None:
+    # The host is up but its interceptors/list answer is malformed: its pins stand in for the listing and
+    # are invoked there, as for a host down at start, so they pass once it answers them (they used to
+    # fail closed for the gateway's whole life) and fail closed while it cannot.
+    server = {"command": sys.executable, "args": [MISBEHAVING_HOST], "env": {"LISTING": "array"}}
+    config = remote_host_config({**server, "required": [pin("ok"), pin("not-hosted")]})
+    chain = chain_for(config)
+    with anyio.fail_after(20):
+        async with anyio.create_task_group() as tg:
+            await populate_chain(chain, config, tg, file="gateway.yaml")
+            answered = await chain.execute("tools/call", "request", CALL, interceptors=["ok"])
+            unknown = await chain.execute("tools/call", "request", CALL, interceptors=["not-hosted"])
+            tg.cancel_scope.cancel()
+    assert answered.status == "success", answered.aborted_at
+    assert unknown.aborted_at is not None and unknown.aborted_at.interceptor == "not-hosted"
+    assert [(f.interceptor, f.code) for f in unknown.failures] == [("not-hosted", -32602)]
+
+
+async def test_r61_overrides_of_pinned_interceptors_apply_while_their_host_is_down_at_start() -> None:
+    down = {"command": sys.executable, "args": ["-c", "raise SystemExit(3)"]}
+    overrides = {"watchdog": {"fail_open": True, "timeout_ms": 250}}
+    config = remote_host_config({**down, "required": [pin("watchdog")]}, overrides)
+    chain = chain_for(config)
+    with anyio.fail_after(20):
+        async with anyio.create_task_group() as tg:
+            await populate_chain(chain, config, tg, file="gateway.yaml")
+            result = await chain.execute("tools/call", "request", CALL)
+            tg.cancel_scope.cancel()
+    [entry] = chain.entries
+    assert entry.overrides is not None and (entry.overrides.fail_open, entry.overrides.timeout_ms) == (True, 250)
+    assert result.status == "success"  # failOpen: the host being down is recorded, not blocking
+    assert [f.interceptor for f in result.failures] == ["watchdog"]
+
+
+async def test_r59_an_invoke_on_a_silent_remote_host_times_out_at_its_timeout_ms_not_the_connection_s() -> None:
+    # The gateway's own interceptor/invoke sends a client's `timeoutMs` on; a host that never answers
+    # held it for the connection's timeout (60 s by default), with no timeoutMs or phase in the error.
+    config = remote_host_config({"command": sys.executable, "args": [MISBEHAVING_HOST]})
+    conn = UpstreamConnection("remote", config.interceptors.servers[0])
+    call = Call("silent", "validation", "tools/call", "request", CALL, timeout_ms=100)
+    with anyio.fail_after(20):
+        async with anyio.create_task_group() as tg:
+            await tg.start(conn.run)
+            started = anyio.current_time()
+            with pytest.raises(InterceptorTimeoutError) as error:
+                await ConnectionSource(conn).invoke(call)
+            waited = anyio.current_time() - started
+            tg.cancel_scope.cancel()
+    assert waited < 5
+    assert error.value.code == -32000
+    assert error.value.data == {"interceptor": "silent", "reason": "timeout", "timeoutMs": 1100.0, "phase": "request"}

@@ -55,7 +55,12 @@ from mcp_interceptors.invoker import Chain
 from mcp_interceptors.planning import direction_for
 from mcp_interceptors.protocol.chain import ChainExecutionParams
 from mcp_interceptors.protocol.descriptors import InterceptorDescriptor, supported_events
-from mcp_interceptors.protocol.errors import InterceptorNotFoundError, InterceptorsError, unknown_interceptors_error
+from mcp_interceptors.protocol.errors import (
+    HookMismatchError,
+    InterceptorNotFoundError,
+    InterceptorsError,
+    unknown_interceptors_error,
+)
 from mcp_interceptors.protocol.events import EXTENSION_ID
 from mcp_interceptors.protocol.invoke import (
     EXECUTE_CHAIN_METHOD,
@@ -620,12 +625,13 @@ class Gateway:
     # ------------------------------------------------------------------ the gateway as an interceptor host
 
     def descriptors(self) -> list[InterceptorDescriptor]:
+        """What the gateway enforces: each interceptor once, with its configured overrides applied."""
         seen: set[str] = set()
         out = []
         for entry in self.chain.entries:
             if entry.name not in seen:
                 seen.add(entry.name)
-                out.append(entry.descriptor)
+                out.append(entry.effective())
         return out
 
     def _register_host_methods(self) -> None:
@@ -649,6 +655,9 @@ class Gateway:
             entry = next((e for e in self.chain.entries if e.name == parsed.name), None)
             if entry is None:
                 raise InterceptorNotFoundError(parsed.name)
+            enforced = entry.effective()
+            if not enforced.covers(parsed.event, parsed.phase):  # R22, as the gateway lists it (hooks narrowed)
+                raise HookMismatchError(parsed.name, parsed.event, parsed.phase, [h.to_wire() for h in enforced.hooks])
             check_payload(parsed.payload, interceptor=parsed.name)
             check_payload(parsed.config, field="config", interceptor=parsed.name)
             context = self._host_context(ctx, parsed.context, parsed.event, parsed.phase, parsed.payload)

@@ -27,6 +27,7 @@ from mcp_interceptors.gateway.config import ConfigError, GatewayConfig, Intercep
 from mcp_interceptors.gateway.upstream import UpstreamConnection, UpstreamTimeoutError, UpstreamUnavailableError
 from mcp_interceptors.host import hooks_for
 from mcp_interceptors.invoker import (
+    HOST_TIMEOUT_GRACE_MS,
     Chain,
     LocalHost,
     RequiredInterceptor,
@@ -36,7 +37,12 @@ from mcp_interceptors.invoker import (
 )
 from mcp_interceptors.planning import Overrides
 from mcp_interceptors.protocol.descriptors import InterceptorDescriptor, parse_list_result
-from mcp_interceptors.protocol.errors import HostConnectionError, WideningOverrideError
+from mcp_interceptors.protocol.errors import (
+    HostConnectionError,
+    InterceptorsError,
+    InterceptorTimeoutError,
+    WideningOverrideError,
+)
 from mcp_interceptors.protocol.invoke import INVOKE_METHOD, LIST_METHOD
 from mcp_interceptors.protocol.results import InterceptorResult
 from mcp_interceptors.signatures import load_verify_key, verify_key_from
@@ -263,12 +269,16 @@ class ConnectionSource:
             timeout_ms=call.timeout_ms,
             context=call.context,
         )
+        # The host enforces `timeoutMs`; we wait for it locally too, with a grace for its own timeout error
+        # (R59), else a hung host holds a direct `interceptor/invoke` for the connection's whole timeout.
+        limit_ms = call.timeout_ms + HOST_TIMEOUT_GRACE_MS if call.timeout_ms is not None else None
         try:
-            raw = await self.conn.request(INVOKE_METHOD, body)
+            raw = await self.conn.request(INVOKE_METHOD, body, timeout_s=limit_ms / 1000 if limit_ms else None)
         except UpstreamUnavailableError as exc:  # -32000 with data: not the host's timeout, the host is gone
             raise HostConnectionError(call.name, exc.message) from None
-        except UpstreamTimeoutError as exc:  # our own deadline: a timeout, as a data-less -32001 is
-            raise invocation_error(MCPError(exc.code, exc.message), call.name) from None
+        except UpstreamTimeoutError:  # our own deadline: a timeout naming the interceptor, its limit and phase
+            waited_ms = limit_ms if limit_ms is not None else self.conn.config.timeout_ms
+            raise InterceptorTimeoutError(call.name, waited_ms, call.phase) from None
         except MCPError as exc:
             raise invocation_error(exc, call.name) from None
         return read_invoke_result(raw, call.name, call.phase, call.type, verify_key=self.verify_key)
@@ -310,6 +320,8 @@ async def _add_server(
     index: int = 0,
 ) -> None:
     required = required_for(server.required)
+    # A pin's overrides apply whether or not its host can be reached at start (as `add_discovered` applies them).
+    pinned_overrides = {pin.name: overrides[pin.name] for pin in required if pin.name in overrides}
     conn = UpstreamConnection(server.name, server)
     try:
         await tg.start(conn.run)
@@ -325,11 +337,28 @@ async def _add_server(
         # Keep trying, with the connection's backoff: once it is up, the pinned interceptors run there.
         tg.start_soon(partial(conn.run, retry_start=True))
         source = ConnectionSource(conn, verify_key=verify_key, unavailable=exc.message)
-        chain.add_source(source, [r.placeholder() for r in required], name=server.name)
+        chain.add_source(source, [r.placeholder() for r in required], name=server.name, overrides=pinned_overrides)
         return
     source = ConnectionSource(conn, verify_key=verify_key)
+
+    async def discover() -> list[InterceptorDescriptor]:
+        """The host's listing; if it fails, its pins stand in, invoked on this connection as for a host
+        down at start: they fail closed while it fails, and run there once it answers (it reconnects)."""
+        try:
+            return await source.discover()
+        except (MCPError, OSError, InterceptorsError) as exc:
+            if not required:
+                raise
+            logger.error(
+                "interceptors/list failed on interceptor server %r (%s): its required interceptors fail closed"
+                " until it answers them",
+                server.name,
+                exc,
+            )
+            return [pin.placeholder() for pin in required]
+
     await chain.add_discovered(
-        source, source.discover, name=server.name, overrides=overrides, required=required, strict_overrides=False
+        source, discover, name=server.name, overrides=overrides, required=required, strict_overrides=False
     )
 
 

@@ -228,6 +228,28 @@ async def test_r21_restricting_a_chain_to_a_name_it_does_not_have_fails_closed()
     assert known_but_not_hooked.allowed and known_but_not_hooked.plan.steps == ()
 
 
+async def test_r21_a_chain_config_naming_an_interceptor_the_chain_does_not_have_fails_closed() -> None:
+    """`no_shell` for `no-shell` in `config` was dropped silently: the interceptor ran with no config."""
+    seen: list[Any] = []
+    host = InterceptorHost("h")
+
+    @host.validator("deny-words", events=["tools/call"], phase="request")
+    async def deny_words(inv: Invocation) -> bool:
+        seen.append(inv.config)
+        return not any(word in str(inv.payload) for word in inv.config.get("words", ()))
+
+    chain = Chain(role="client")
+    chain.add_local(host)
+    with pytest.raises(ChainParamsError) as typo:
+        await chain.execute("tools/call", "request", SHELL, config={"deny_words": {"words": ["rm"]}})
+    assert (typo.value.code, typo.value.data) == (-32602, {"field": "config", "unknown": ["deny_words"]})
+    assert seen == []  # nothing ran
+    blocked = await chain.execute("tools/call", "request", SHELL, config={"deny-words": {"words": ["rm"]}})
+    assert blocked.status == "validation_failed" and seen == [{"words": ["rm"]}]
+    not_hooked_here = await chain.execute("tools/call", "response", {}, config={"deny-words": {"words": []}})
+    assert not_hooked_here.allowed  # a known interceptor the event does not select: its config is simply unused
+
+
 async def test_r42_r43_in_process_validators_that_await_run_concurrently() -> None:
     """Validators that await (a moderation API, a database) ran one after another in-process: two 200 ms
     checks under a 300 ms chain deadline blocked as a timeout. Here the first waits for the second."""

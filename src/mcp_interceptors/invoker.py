@@ -44,6 +44,7 @@ from mcp_interceptors.protocol.errors import (
     InterceptorTimeoutError,
     MalformedResultError,
     WideningOverrideError,
+    unknown_interceptors_error,
 )
 from mcp_interceptors.protocol.events import MAX_CACHED_EVENT_LENGTH, Direction, Phase, Role
 from mcp_interceptors.protocol.invoke import InvocationContext, InvokeRequest, ListRequest, RawParams, check_payload
@@ -335,6 +336,7 @@ class Chain:
         self._sources: dict[str, Source] = {}
         self._order = 0
         self._plans: dict[tuple[Any, ...], Plan] = {}
+        self._known: frozenset[str] | None = None
 
     # ---- building
 
@@ -370,6 +372,7 @@ class Chain:
         self._sources[name] = source
         self._entries.extend(added)
         self._plans.clear()
+        self._known = None
         return added
 
     def add_local(self, host: LocalHost, *, name: str | None = None, overrides: OverridesArg = None) -> list[Entry]:
@@ -462,6 +465,12 @@ class Chain:
             )
         return added
 
+    def _names(self) -> frozenset[str]:
+        """The names of every interceptor this chain has (cached until a source is added)."""
+        if self._known is None:
+            self._known = frozenset(entry.name for entry in self._entries)
+        return self._known
+
     def _next_order(self) -> int:
         self._order += 1
         return self._order
@@ -515,12 +524,15 @@ class Chain:
     ) -> ChainResult:
         """Run the chain for `(event, phase)` on `payload`. `timeout_ms` is the whole-chain deadline.
 
-        `event` is one concrete event; `interceptors` restricts the plan to those names. A pattern
-        event or a name this chain does not have raises `ChainParamsError` (-32602), never runs less.
+        `event` is one concrete event; `interceptors` restricts the plan to those names; `config` maps
+        names to their config. A pattern event, or a name this chain does not have in `interceptors` or
+        `config`, raises `ChainParamsError` (-32602): it never runs less, nor without the config.
         """
         plan = self.plan(
             event, phase, direction=direction, interceptors=interceptors, protocol_version=protocol_version
         )
+        if config and (unknown := [name for name in config if name not in self._names()]):
+            raise unknown_interceptors_error(sorted(unknown), field="config")  # a typo must not drop the config
         ctx = None
         if context is not None:
             ctx = context if isinstance(context, InvocationContext) else InvocationContext.model_validate(context)

@@ -250,6 +250,24 @@ async def test_r21_a_chain_config_naming_an_interceptor_the_chain_does_not_have_
     assert not_hooked_here.allowed  # a known interceptor the event does not select: its config is simply unused
 
 
+@pytest.mark.parametrize("timeout_ms", [float("inf"), float("nan"), 0, -5, True])
+async def test_r26_an_invoke_timeout_json_cannot_carry_is_refused_before_it_is_sent(timeout_ms: Any) -> None:
+    """`inf` went out as `"timeoutMs": null` (the host then ran with no deadline), NaN failed in anyio
+    ("deadline must not be NaN"), and 0, -5 or `true` were sent for the host to refuse."""
+    recorder = MethodRecorder()
+    server = MCPServer("h", extensions=[guard_host()], middleware=[recorder])
+    with anyio.fail_after(5):
+        async with connect(server, "legacy") as client:
+            with pytest.raises(InvalidParamsError) as refused:
+                await invoke_interceptor(client, "no-shell", "tools/call", "request", CALL, timeout_ms=timeout_ms)
+    assert refused.value.code == -32602
+    assert refused.value.data["field"] == "timeoutMs"
+    assert refused.value.data["interceptor"] == "no-shell"
+    assert (refused.value.data["event"], refused.value.data["phase"]) == ("tools/call", "request")
+    assert "finite number of milliseconds > 0" in refused.value.data["reason"]
+    assert recorder.params_of("interceptor/invoke") == []
+
+
 async def test_r42_r43_in_process_validators_that_await_run_concurrently() -> None:
     """Validators that await (a moderation API, a database) ran one after another in-process: two 200 ms
     checks under a 300 ms chain deadline blocked as a timeout. Here the first waits for the second."""

@@ -47,7 +47,14 @@ from mcp_interceptors.protocol.errors import (
     unknown_interceptors_error,
 )
 from mcp_interceptors.protocol.events import MAX_CACHED_EVENT_LENGTH, Direction, Phase, Role
-from mcp_interceptors.protocol.invoke import InvocationContext, InvokeRequest, ListRequest, RawParams, check_payload
+from mcp_interceptors.protocol.invoke import (
+    InvocationContext,
+    InvokeRequest,
+    ListRequest,
+    RawParams,
+    check_payload,
+    check_timeout_ms,
+)
 from mcp_interceptors.protocol.results import InterceptorResult, parse_result
 from mcp_interceptors.signatures import VerifyKeyLike, check_result_signature, verify_key_from
 
@@ -155,10 +162,12 @@ def invoke_body(
 
     A payload or `config` nested more than 200 levels deep raises `InvalidParamsError` (-32602, naming
     the field), so it is never sent: a host refuses it anyway, and over stdio mcp cannot even parse
-    such a line, so the host would never answer and the invoke would wait out its timeout.
+    such a line, so the host would never answer and the invoke would wait out its timeout. So does a
+    `timeout_ms` that is not a finite number > 0 (JSON cannot carry NaN or Infinity).
     """
     check_payload(payload, interceptor=name, event=event, phase=phase)
     check_payload(config, field="config", interceptor=name, event=event, phase=phase)
+    check_timeout_ms(timeout_ms, interceptor=name, event=event, phase=phase)
     body: dict[str, Any] = {"name": name, "event": event, "phase": phase, "payload": payload}
     if config is not None:
         body["config"] = dict(config)

@@ -8,7 +8,6 @@ here awaits, logs or reads the clock, so plans are deterministic (R36) and testa
 from __future__ import annotations
 
 import functools
-import math
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal, NamedTuple
@@ -25,6 +24,7 @@ from mcp_interceptors.protocol.descriptors import (
 )
 from mcp_interceptors.protocol.errors import WideningOverrideError, pattern_event_error, unknown_interceptors_error
 from mcp_interceptors.protocol.events import Direction, Phase, Role, initiator_for, is_pattern, pattern_covers
+from mcp_interceptors.protocol.invoke import is_timeout_ms
 from mcp_interceptors.protocol.results import (
     InterceptorResult,
     MutationResult,
@@ -77,9 +77,7 @@ class Overrides:
         if self.fail_open is not None and not isinstance(self.fail_open, bool):
             raise ValueError(f"override failOpen must be true or false, got {self.fail_open!r}")
         timeout = self.timeout_ms
-        if timeout is not None and (
-            isinstance(timeout, bool) or not isinstance(timeout, int | float) or not 0 < timeout < math.inf
-        ):
+        if timeout is not None and not is_timeout_ms(timeout):
             raise ValueError(f"override timeoutMs must be a finite number of milliseconds > 0, got {timeout!r}")
         priority = self.priority
         if priority is not None and (

@@ -367,6 +367,29 @@ async def _deny(inv: Invocation) -> bool:
     return False
 
 
+def test_r64_switching_compat_or_sinks_on_a_chain_changes_its_next_plan() -> None:
+    """The plan cache ignored `enforce_compat` and `sinks_enabled`: set after a first plan, they had no effect."""
+    host = InterceptorHost("h")
+
+    @host.mutator("old", events=["tools/call"], compat={"minProtocol": "2024-11-05", "maxProtocol": "2025-06-18"})
+    async def old(inv: Invocation) -> None:
+        return None
+
+    @host.sink("sink", events=["tools/call"])
+    async def sink(inv: Invocation) -> bool:
+        return True
+
+    chain = Chain(role="client", protocol_version="2026-07-28")
+    chain.add_local(host)
+    assert [step.name for step in chain.plan("tools/call", "request").steps] == []
+    chain.enforce_compat = False
+    assert [step.name for step in chain.plan("tools/call", "request").steps] == ["old"]
+    chain.sinks_enabled = True
+    assert [step.name for step in chain.plan("tools/call", "request").steps] == ["old", "sink"]
+    chain.enforce_compat = True
+    assert [step.name for step in chain.plan("tools/call", "request").steps] == ["sink"]
+
+
 async def test_r65_each_invoke_goes_to_the_host_that_advertised_it(era: str) -> None:
     first, second = MethodRecorder(), MethodRecorder()
     a, b = InterceptorHost("a"), InterceptorHost("b")

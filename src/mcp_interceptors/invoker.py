@@ -498,7 +498,8 @@ class Chain:
         """The (cached) plan for one interception point."""
         names = tuple(sorted(interceptors)) if interceptors is not None else None
         version = protocol_version or self.protocol_version
-        key = (event, phase, direction, self.role, names, version)  # the direction follows from the role
+        # The direction follows from the role; the switches are public attributes, so they are part of the key.
+        key = (event, phase, direction, self.role, names, version, self.enforce_compat, self.sinks_enabled)
         plan = self._plans.get(key)
         if plan is None:
             resolved_direction = self._direction(event, phase, direction)

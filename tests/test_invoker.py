@@ -250,6 +250,35 @@ async def test_r21_a_chain_config_naming_an_interceptor_the_chain_does_not_have_
     assert not_hooked_here.allowed  # a known interceptor the event does not select: its config is simply unused
 
 
+async def test_r40_a_phase_direction_or_role_the_spec_does_not_define_fails_closed() -> None:
+    """`phase="both"` or `"Request"` selected no hook and returned `success` with nothing run; a direction
+    or role typo (`outbound`, `Client`) silently ran the receiving order."""
+    chain = Chain(role="client")
+    chain.add_local(guard_host())
+    for phase in ("both", "Request"):
+        with pytest.raises(ChainParamsError) as bad_phase:
+            await chain.execute("tools/call", phase, SHELL)  # type: ignore[arg-type]
+        assert (bad_phase.value.code, bad_phase.value.data) == (-32602, {"field": "phase", "phase": phase})
+    with pytest.raises(ChainParamsError) as bad_direction:
+        await chain.execute("tools/call", "request", SHELL, direction="outbound")  # type: ignore[arg-type]
+    assert bad_direction.value.data == {"field": "direction", "direction": "outbound"}
+    with pytest.raises(ValueError, match="role must be 'client' or 'server', got 'Client'"):
+        Chain(role="Client")  # type: ignore[arg-type]
+    assert (await chain.execute("tools/call", "request", SHELL)).status == "validation_failed"
+
+
+@pytest.mark.parametrize("timeout_ms", [float("nan"), float("inf"), 0, -1, True])
+async def test_r60_a_chain_deadline_that_is_not_a_finite_positive_number_fails_closed(timeout_ms: Any) -> None:
+    """NaN raised anyio's `deadline must not be NaN`; -1 or 0 ran nothing and reported a chain timeout."""
+    chain = Chain(role="client")
+    chain.add_local(guard_host())
+    with pytest.raises(ChainParamsError) as refused:
+        await chain.execute("tools/call", "request", CALL, timeout_ms=timeout_ms)
+    assert refused.value.code == -32602 and refused.value.data["field"] == "timeoutMs"
+    with pytest.raises(ChainParamsError):
+        await Chain(role="client", timeout_ms=timeout_ms).execute("tools/call", "request", CALL)
+
+
 @pytest.mark.parametrize("timeout_ms", [float("inf"), float("nan"), 0, -5, True])
 async def test_r26_an_invoke_timeout_json_cannot_carry_is_refused_before_it_is_sent(timeout_ms: Any) -> None:
     """`inf` went out as `"timeoutMs": null` (the host then ran with no deadline), NaN failed in anyio

@@ -38,6 +38,7 @@ from mcp_interceptors.protocol.errors import (
     INTERNAL_ERROR,
     INVALID_PARAMS,
     TIMEOUT_G4,
+    ChainParamsError,
     DiscoveryError,
     HostConnectionError,
     InterceptorsError,
@@ -54,6 +55,7 @@ from mcp_interceptors.protocol.invoke import (
     RawParams,
     check_payload,
     check_timeout_ms,
+    is_timeout_ms,
 )
 from mcp_interceptors.protocol.results import InterceptorResult, parse_result
 from mcp_interceptors.signatures import VerifyKeyLike, check_result_signature, verify_key_from
@@ -334,6 +336,8 @@ class Chain:
         sinks: bool = False,
         timeout_ms: float | None = None,
     ) -> None:
+        if role not in (None, "client", "server"):  # a typo would silently flip every direction
+            raise ValueError(f"role must be 'client' or 'server', got {role!r}")
         self.role: Role | None = role
         self.protocol_version = protocol_version
         self.enforce_compat = enforce_compat
@@ -535,14 +539,19 @@ class Chain:
         """Run the chain for `(event, phase)` on `payload`. `timeout_ms` is the whole-chain deadline.
 
         `event` is one concrete event; `interceptors` restricts the plan to those names; `config` maps
-        names to their config. A pattern event, or a name this chain does not have in `interceptors` or
-        `config`, raises `ChainParamsError` (-32602): it never runs less, nor without the config.
+        names to their config. A pattern event, a phase or direction the spec does not define, a deadline
+        that is not a finite number > 0, or a name this chain does not have in `interceptors` or `config`
+        raises `ChainParamsError` (-32602): it never runs less, nor without the config.
         """
         plan = self.plan(
             event, phase, direction=direction, interceptors=interceptors, protocol_version=protocol_version
         )
         if config and (unknown := [name for name in config if name not in self._names()]):
             raise unknown_interceptors_error(sorted(unknown), field="config")  # a typo must not drop the config
+        deadline_ms = timeout_ms if timeout_ms is not None else self.timeout_ms
+        if deadline_ms is not None and not is_timeout_ms(deadline_ms):
+            reason = f"timeout_ms must be a finite number of milliseconds > 0, got {deadline_ms!r}"
+            raise ChainParamsError(reason, data={"field": "timeoutMs", "reason": reason})
         ctx = None
         if context is not None:
             ctx = context if isinstance(context, InvocationContext) else InvocationContext.model_validate(context)
@@ -553,7 +562,7 @@ class Chain:
             self._sources,
             config=config,
             context=ctx,
-            timeout_ms=timeout_ms if timeout_ms is not None else self.timeout_ms,
+            timeout_ms=deadline_ms,
             severity_rule=self.severity_rule,
             deadline_always_blocks=self.deadline_always_blocks,
         )

@@ -143,6 +143,22 @@ async def test_list_and_invoke_in_both_eras(era: str) -> None:
             assert caught.value.code == -32602
 
 
+@pytest.mark.parametrize("pattern", ["*", "tools/*"])
+async def test_r10_the_invoker_never_sends_a_wildcard_list_filter(pattern: str) -> None:
+    """`list_interceptors(client, "*")` sent the filter and got only the `*`-hooked interceptors (§2.1:
+    an invoker omits `event` to list everything); `tools/*` did not even return `no-shell`."""
+    recorder = MethodRecorder()
+    server = MCPServer("h", extensions=[guard_host()], middleware=[recorder])
+    with anyio.fail_after(5):
+        async with connect(server, "legacy") as client:
+            with pytest.raises(ChainParamsError) as refused:
+                await list_interceptors(client, pattern)
+            everything = await list_interceptors(client)
+    assert (refused.value.code, refused.value.data) == (-32602, {"field": "event", "event": pattern})
+    assert all("event" not in params for params in recorder.params_of("interceptors/list"))  # never sent
+    assert [d.name for d in everything] == ["redact", "no-shell", "audit-log"]
+
+
 async def test_invoke_sends_a_stamped_context_and_never_policy() -> None:
     recorder = MethodRecorder()
     server = MCPServer("h", extensions=[guard_host()], middleware=[recorder])

@@ -45,9 +45,10 @@ from mcp_interceptors.protocol.errors import (
     InterceptorTimeoutError,
     MalformedResultError,
     WideningOverrideError,
+    pattern_event_error,
     unknown_interceptors_error,
 )
-from mcp_interceptors.protocol.events import MAX_CACHED_EVENT_LENGTH, Direction, Phase, Role
+from mcp_interceptors.protocol.events import MAX_CACHED_EVENT_LENGTH, Direction, Phase, Role, is_pattern
 from mcp_interceptors.protocol.invoke import (
     InvocationContext,
     InvokeRequest,
@@ -92,7 +93,11 @@ async def discover(
     """`interceptors/list` with the skipped entries reported instead of logged.
 
     No answer within `timeout_ms` (None: wait forever) raises `DiscoveryError`; host errors raise `MCPError`.
+    A wildcard or pattern `event` raises `ChainParamsError` (-32602) unsent: an invoker never sends one (§2.1;
+    a host answers `*` with only the `*`-hooked interceptors), and no `event` lists them all.
     """
+    if event is not None and is_pattern(event):
+        raise pattern_event_error(event)
     params = RawParams.model_validate({"event": event} if event is not None else {})
     raw = None
     with anyio.move_on_after(timeout_ms / 1000 if timeout_ms is not None else None) as scope:

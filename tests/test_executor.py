@@ -165,6 +165,31 @@ async def test_r52_fail_open_mutator_failure_keeps_current_payload() -> None:
     ]
 
 
+@pytest.mark.parametrize("local", [False, True])
+@pytest.mark.parametrize("answer", [None, {"valid": True}, True])
+async def test_r58_a_source_answering_with_no_result_is_a_failure_routed_by_fail_open(local: bool, answer: Any) -> None:
+    """A `Source` returning None, a dict or a bool raised AttributeError out of the chain ('dict' object
+    has no attribute 'type'), or (None) was recorded as a failure with code 0 and an empty reason."""
+
+    async def wrong(call: Call) -> Any:
+        return answer
+
+    source = FakeSource({"m": wrong, "v": wrong, "open": wrong})
+    if local:
+        source.local = True  # type: ignore[attr-defined]  # the executor's in-process hot path
+    blocked = await run(source, descriptor("m", "mutation"), direction="sending")
+    validated = await run(source, descriptor("v"), descriptor("open", failOpen=True), direction="receiving")
+    reason = f"the source returned {type(answer).__name__}, not an interceptor result"
+    assert (blocked.status, blocked.final_payload) == ("mutation_failed", None)
+    assert blocked.aborted_at is not None and blocked.aborted_at.reason == f"invocation failed: {reason}"
+    assert [(f.interceptor, f.code, f.reason) for f in blocked.failures] == [("m", -32603, reason)]
+    assert validated.status == "validation_failed"  # `v` is fail-closed; `open` fails open
+    assert [(f.interceptor, f.code, f.fail_open) for f in validated.failures] == [
+        ("v", -32603, False),
+        ("open", -32603, True),
+    ]
+
+
 async def test_r55_r56_fail_closed_mutator_aborts_atomically_and_gates_validators() -> None:
     source = FakeSource({"a": set_key("a", 1), "broken": crash(), "v": verdict(True), "watch": verdict(True)})
     result = await run(

@@ -401,6 +401,29 @@ def test_r12_options_of_the_wrong_shape_are_refused_naming_the_interceptor(
         InterceptorHost().validator("bad", **options)
 
 
+@pytest.mark.parametrize(
+    ("events", "named"),
+    [
+        (["initialize"], "'initialize'"),
+        (["tools/call", "ping"], "'ping'"),
+        (["server/discover"], "'server/discover'"),
+        (["notifications/cancelled", "notifications/*"], "'notifications/\\*', 'notifications/cancelled'"),
+    ],
+)
+def test_r12_a_hook_on_an_event_no_interceptor_runs_on_is_refused_at_registration(
+    events: list[str], named: str
+) -> None:
+    """Such a handler never ran (§1.2: not even `*` matches these), while `supportedEvents` advertised it."""
+    host = InterceptorHost("h")
+    with pytest.raises(ValueError, match=f"interceptor 'guard' hooks {named}, which no interceptor ever runs on"):
+
+        @host.validator("guard", events=events, phase="both")
+        async def guard(inv: Invocation) -> bool:
+            return False
+
+    assert host.descriptors == [] and host.settings() == {"supportedEvents": []}
+
+
 # --------------------------------------------------------------------------- R17-R20: results
 
 

@@ -143,6 +143,22 @@ async def test_list_and_invoke_in_both_eras(era: str) -> None:
             assert caught.value.code == -32602
 
 
+@pytest.mark.parametrize("pattern", ["*", "tools/*"])
+async def test_r10_the_invoker_never_sends_a_wildcard_list_filter(pattern: str) -> None:
+    """`list_interceptors(client, "*")` sent the filter and got only the `*`-hooked interceptors (§2.1:
+    an invoker omits `event` to list everything); `tools/*` did not even return `no-shell`."""
+    recorder = MethodRecorder()
+    server = MCPServer("h", extensions=[guard_host()], middleware=[recorder])
+    with anyio.fail_after(5):
+        async with connect(server, "legacy") as client:
+            with pytest.raises(ChainParamsError) as refused:
+                await list_interceptors(client, pattern)
+            everything = await list_interceptors(client)
+    assert (refused.value.code, refused.value.data) == (-32602, {"field": "event", "event": pattern})
+    assert all("event" not in params for params in recorder.params_of("interceptors/list"))  # never sent
+    assert [d.name for d in everything] == ["redact", "no-shell", "audit-log"]
+
+
 async def test_invoke_sends_a_stamped_context_and_never_policy() -> None:
     recorder = MethodRecorder()
     server = MCPServer("h", extensions=[guard_host()], middleware=[recorder])
@@ -226,6 +242,75 @@ async def test_r21_restricting_a_chain_to_a_name_it_does_not_have_fails_closed()
     assert (pattern.value.code, pattern.value.data) == (-32602, {"field": "event", "event": "*"})
     known_but_not_hooked = await chain.execute("tools/call", "response", {}, interceptors=["no-shell"])
     assert known_but_not_hooked.allowed and known_but_not_hooked.plan.steps == ()
+
+
+async def test_r21_a_chain_config_naming_an_interceptor_the_chain_does_not_have_fails_closed() -> None:
+    """`no_shell` for `no-shell` in `config` was dropped silently: the interceptor ran with no config."""
+    seen: list[Any] = []
+    host = InterceptorHost("h")
+
+    @host.validator("deny-words", events=["tools/call"], phase="request")
+    async def deny_words(inv: Invocation) -> bool:
+        seen.append(inv.config)
+        return not any(word in str(inv.payload) for word in inv.config.get("words", ()))
+
+    chain = Chain(role="client")
+    chain.add_local(host)
+    with pytest.raises(ChainParamsError) as typo:
+        await chain.execute("tools/call", "request", SHELL, config={"deny_words": {"words": ["rm"]}})
+    assert (typo.value.code, typo.value.data) == (-32602, {"field": "config", "unknown": ["deny_words"]})
+    assert seen == []  # nothing ran
+    blocked = await chain.execute("tools/call", "request", SHELL, config={"deny-words": {"words": ["rm"]}})
+    assert blocked.status == "validation_failed" and seen == [{"words": ["rm"]}]
+    not_hooked_here = await chain.execute("tools/call", "response", {}, config={"deny-words": {"words": []}})
+    assert not_hooked_here.allowed  # a known interceptor the event does not select: its config is simply unused
+
+
+async def test_r40_a_phase_direction_or_role_the_spec_does_not_define_fails_closed() -> None:
+    """`phase="both"` or `"Request"` selected no hook and returned `success` with nothing run; a direction
+    or role typo (`outbound`, `Client`) silently ran the receiving order."""
+    chain = Chain(role="client")
+    chain.add_local(guard_host())
+    for phase in ("both", "Request"):
+        with pytest.raises(ChainParamsError) as bad_phase:
+            await chain.execute("tools/call", phase, SHELL)  # type: ignore[arg-type]
+        assert (bad_phase.value.code, bad_phase.value.data) == (-32602, {"field": "phase", "phase": phase})
+    with pytest.raises(ChainParamsError) as bad_direction:
+        await chain.execute("tools/call", "request", SHELL, direction="outbound")  # type: ignore[arg-type]
+    assert bad_direction.value.data == {"field": "direction", "direction": "outbound"}
+    with pytest.raises(ValueError, match="role must be 'client' or 'server', got 'Client'"):
+        Chain(role="Client")  # type: ignore[arg-type]
+    assert (await chain.execute("tools/call", "request", SHELL)).status == "validation_failed"
+
+
+@pytest.mark.parametrize("timeout_ms", [float("nan"), float("inf"), 0, -1, True])
+async def test_r60_a_chain_deadline_that_is_not_a_finite_positive_number_fails_closed(timeout_ms: Any) -> None:
+    """NaN raised anyio's `deadline must not be NaN`; -1 or 0 ran nothing and reported a chain timeout."""
+    chain = Chain(role="client")
+    chain.add_local(guard_host())
+    with pytest.raises(ChainParamsError) as refused:
+        await chain.execute("tools/call", "request", CALL, timeout_ms=timeout_ms)
+    assert refused.value.code == -32602 and refused.value.data["field"] == "timeoutMs"
+    with pytest.raises(ChainParamsError):
+        await Chain(role="client", timeout_ms=timeout_ms).execute("tools/call", "request", CALL)
+
+
+@pytest.mark.parametrize("timeout_ms", [float("inf"), float("nan"), 0, -5, True])
+async def test_r26_an_invoke_timeout_json_cannot_carry_is_refused_before_it_is_sent(timeout_ms: Any) -> None:
+    """`inf` went out as `"timeoutMs": null` (the host then ran with no deadline), NaN failed in anyio
+    ("deadline must not be NaN"), and 0, -5 or `true` were sent for the host to refuse."""
+    recorder = MethodRecorder()
+    server = MCPServer("h", extensions=[guard_host()], middleware=[recorder])
+    with anyio.fail_after(5):
+        async with connect(server, "legacy") as client:
+            with pytest.raises(InvalidParamsError) as refused:
+                await invoke_interceptor(client, "no-shell", "tools/call", "request", CALL, timeout_ms=timeout_ms)
+    assert refused.value.code == -32602
+    assert refused.value.data["field"] == "timeoutMs"
+    assert refused.value.data["interceptor"] == "no-shell"
+    assert (refused.value.data["event"], refused.value.data["phase"]) == ("tools/call", "request")
+    assert "finite number of milliseconds > 0" in refused.value.data["reason"]
+    assert recorder.params_of("interceptor/invoke") == []
 
 
 async def test_r42_r43_in_process_validators_that_await_run_concurrently() -> None:
@@ -325,6 +410,29 @@ async def test_r64_compat_uses_the_chain_protocol_version() -> None:
 
 async def _deny(inv: Invocation) -> bool:
     return False
+
+
+def test_r64_switching_compat_or_sinks_on_a_chain_changes_its_next_plan() -> None:
+    """The plan cache ignored `enforce_compat` and `sinks_enabled`: set after a first plan, they had no effect."""
+    host = InterceptorHost("h")
+
+    @host.mutator("old", events=["tools/call"], compat={"minProtocol": "2024-11-05", "maxProtocol": "2025-06-18"})
+    async def old(inv: Invocation) -> None:
+        return None
+
+    @host.sink("sink", events=["tools/call"])
+    async def sink(inv: Invocation) -> bool:
+        return True
+
+    chain = Chain(role="client", protocol_version="2026-07-28")
+    chain.add_local(host)
+    assert [step.name for step in chain.plan("tools/call", "request").steps] == []
+    chain.enforce_compat = False
+    assert [step.name for step in chain.plan("tools/call", "request").steps] == ["old"]
+    chain.sinks_enabled = True
+    assert [step.name for step in chain.plan("tools/call", "request").steps] == ["old", "sink"]
+    chain.enforce_compat = True
+    assert [step.name for step in chain.plan("tools/call", "request").steps] == ["sink"]
 
 
 async def test_r65_each_invoke_goes_to_the_host_that_advertised_it(era: str) -> None:

@@ -23,7 +23,7 @@ from mcp_interceptors.protocol.chain import (
     InvocationFailure,
     ValidationSummary,
 )
-from mcp_interceptors.protocol.errors import TIMEOUT_G4, InterceptorsError, is_timeout_error
+from mcp_interceptors.protocol.errors import TIMEOUT_G4, InterceptorsError, MalformedResultError, is_timeout_error
 from mcp_interceptors.protocol.events import Direction, Phase
 from mcp_interceptors.protocol.invoke import InvocationContext, InvokeParams
 from mcp_interceptors.protocol.results import InterceptorResult
@@ -227,7 +227,7 @@ class _Invoker:
             call = Call(name, step.type, plan.event, plan.phase, payload, self.config.get(name), None, self.context)
             started = time.perf_counter()
             try:
-                answer = Outcome(_timed(await source.invoke(call), started))
+                answer = Outcome(_timed(await source.invoke(call), started, name))
             except Exception as exc:  # never a cancellation
                 answer = _failure(exc, self.deadline is not None, None)
             return DEADLINE if self._passed() else answer
@@ -273,13 +273,19 @@ async def _attempt(source: Source, call: Call, chain_bound: bool, scope: anyio.C
     """One invocation; every exception (never a cancellation) becomes a failure outcome."""
     started = time.perf_counter()
     try:
-        return Outcome(_timed(await source.invoke(call), started))
+        return Outcome(_timed(await source.invoke(call), started, call.name))
     except Exception as exc:
         return _failure(exc, chain_bound, scope)
 
 
-def _timed(result: InterceptorResult, started: float) -> InterceptorResult:
-    """`result` with `durationMs`, which the aggregate requires (R67): measured here when a host omits it."""
+def _timed(result: InterceptorResult, started: float, name: str) -> InterceptorResult:
+    """`result` with `durationMs`, which the aggregate requires (R67): measured here when a host omits it.
+
+    A source that answers with anything but a result (None, a dict, a bool) broke the `Source` contract:
+    that is a malformed result, an invocation failure routed by mode/failOpen (R58), never a crash.
+    """
+    if not isinstance(result, InterceptorResult):
+        raise MalformedResultError(name, f"the source returned {type(result).__name__}, not an interceptor result")
     if getattr(result, "duration_ms", 0) is not None:
         return result
     return result.model_copy(update={"duration_ms": (time.perf_counter() - started) * 1000})

@@ -47,7 +47,14 @@ from mcp_interceptors.protocol.errors import (
     InvalidParamsError,
     TimeoutCodeStyle,
 )
-from mcp_interceptors.protocol.events import EXTENSION_ID, MAX_CACHED_EVENT_LENGTH, PHASES, Phase, is_pattern
+from mcp_interceptors.protocol.events import (
+    EXTENSION_ID,
+    MAX_CACHED_EVENT_LENGTH,
+    PHASES,
+    Phase,
+    is_interceptable,
+    is_pattern,
+)
 from mcp_interceptors.protocol.invoke import (
     INVOKE_METHOD,
     LIST_METHOD,
@@ -161,9 +168,20 @@ class InterceptorHost(Extension):
     # ------------------------------------------------------------------ authoring
 
     def add(self, descriptor: InterceptorDescriptor, handler: Handler) -> None:
-        """Register a handler under a full descriptor. Names are unique per host (R11)."""
+        """Register a handler under a full descriptor. Names are unique per host (R11).
+
+        A hook on an event no hook can match (`initialize`, `ping`, `server/discover`, notifications:
+        spec §1.2) raises: the handler would never run while the host advertised the event.
+        """
         if descriptor.name in self._registry:
             raise ValueError(f"interceptor {descriptor.name!r} is already registered on host {self.name!r}")
+        never = sorted({event for hook in descriptor.hooks for event in hook.events if not is_interceptable(event)})
+        if never:
+            raise ValueError(
+                f"interceptor {descriptor.name!r} hooks {', '.join(map(repr, never))}, which no interceptor ever"
+                " runs on (initialize, ping, server/discover and notifications are not lifecycle events);"
+                " drop them from its hooks"
+            )
         schema = descriptor.config_schema
         if schema is not None:
             Draft202012Validator.check_schema(schema)

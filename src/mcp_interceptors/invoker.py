@@ -38,15 +38,26 @@ from mcp_interceptors.protocol.errors import (
     INTERNAL_ERROR,
     INVALID_PARAMS,
     TIMEOUT_G4,
+    ChainParamsError,
     DiscoveryError,
     HostConnectionError,
     InterceptorsError,
     InterceptorTimeoutError,
     MalformedResultError,
     WideningOverrideError,
+    pattern_event_error,
+    unknown_interceptors_error,
 )
-from mcp_interceptors.protocol.events import MAX_CACHED_EVENT_LENGTH, Direction, Phase, Role
-from mcp_interceptors.protocol.invoke import InvocationContext, InvokeRequest, ListRequest, RawParams, check_payload
+from mcp_interceptors.protocol.events import MAX_CACHED_EVENT_LENGTH, Direction, Phase, Role, is_pattern
+from mcp_interceptors.protocol.invoke import (
+    InvocationContext,
+    InvokeRequest,
+    ListRequest,
+    RawParams,
+    check_payload,
+    check_timeout_ms,
+    is_timeout_ms,
+)
 from mcp_interceptors.protocol.results import InterceptorResult, parse_result
 from mcp_interceptors.signatures import VerifyKeyLike, check_result_signature, verify_key_from
 
@@ -82,7 +93,11 @@ async def discover(
     """`interceptors/list` with the skipped entries reported instead of logged.
 
     No answer within `timeout_ms` (None: wait forever) raises `DiscoveryError`; host errors raise `MCPError`.
+    A wildcard or pattern `event` raises `ChainParamsError` (-32602) unsent: an invoker never sends one (§2.1;
+    a host answers `*` with only the `*`-hooked interceptors), and no `event` lists them all.
     """
+    if event is not None and is_pattern(event):
+        raise pattern_event_error(event)
     params = RawParams.model_validate({"event": event} if event is not None else {})
     raw = None
     with anyio.move_on_after(timeout_ms / 1000 if timeout_ms is not None else None) as scope:
@@ -154,10 +169,12 @@ def invoke_body(
 
     A payload or `config` nested more than 200 levels deep raises `InvalidParamsError` (-32602, naming
     the field), so it is never sent: a host refuses it anyway, and over stdio mcp cannot even parse
-    such a line, so the host would never answer and the invoke would wait out its timeout.
+    such a line, so the host would never answer and the invoke would wait out its timeout. So does a
+    `timeout_ms` that is not a finite number > 0 (JSON cannot carry NaN or Infinity).
     """
     check_payload(payload, interceptor=name, event=event, phase=phase)
     check_payload(config, field="config", interceptor=name, event=event, phase=phase)
+    check_timeout_ms(timeout_ms, interceptor=name, event=event, phase=phase)
     body: dict[str, Any] = {"name": name, "event": event, "phase": phase, "payload": payload}
     if config is not None:
         body["config"] = dict(config)
@@ -324,6 +341,8 @@ class Chain:
         sinks: bool = False,
         timeout_ms: float | None = None,
     ) -> None:
+        if role not in (None, "client", "server"):  # a typo would silently flip every direction
+            raise ValueError(f"role must be 'client' or 'server', got {role!r}")
         self.role: Role | None = role
         self.protocol_version = protocol_version
         self.enforce_compat = enforce_compat
@@ -335,6 +354,7 @@ class Chain:
         self._sources: dict[str, Source] = {}
         self._order = 0
         self._plans: dict[tuple[Any, ...], Plan] = {}
+        self._known: frozenset[str] | None = None
 
     # ---- building
 
@@ -370,6 +390,7 @@ class Chain:
         self._sources[name] = source
         self._entries.extend(added)
         self._plans.clear()
+        self._known = None
         return added
 
     def add_local(self, host: LocalHost, *, name: str | None = None, overrides: OverridesArg = None) -> list[Entry]:
@@ -462,6 +483,12 @@ class Chain:
             )
         return added
 
+    def _names(self) -> frozenset[str]:
+        """The names of every interceptor this chain has (cached until a source is added)."""
+        if self._known is None:
+            self._known = frozenset(entry.name for entry in self._entries)
+        return self._known
+
     def _next_order(self) -> int:
         self._order += 1
         return self._order
@@ -480,7 +507,8 @@ class Chain:
         """The (cached) plan for one interception point."""
         names = tuple(sorted(interceptors)) if interceptors is not None else None
         version = protocol_version or self.protocol_version
-        key = (event, phase, direction, self.role, names, version)  # the direction follows from the role
+        # The direction follows from the role; the switches are public attributes, so they are part of the key.
+        key = (event, phase, direction, self.role, names, version, self.enforce_compat, self.sinks_enabled)
         plan = self._plans.get(key)
         if plan is None:
             resolved_direction = self._direction(event, phase, direction)
@@ -515,12 +543,20 @@ class Chain:
     ) -> ChainResult:
         """Run the chain for `(event, phase)` on `payload`. `timeout_ms` is the whole-chain deadline.
 
-        `event` is one concrete event; `interceptors` restricts the plan to those names. A pattern
-        event or a name this chain does not have raises `ChainParamsError` (-32602), never runs less.
+        `event` is one concrete event; `interceptors` restricts the plan to those names; `config` maps
+        names to their config. A pattern event, a phase or direction the spec does not define, a deadline
+        that is not a finite number > 0, or a name this chain does not have in `interceptors` or `config`
+        raises `ChainParamsError` (-32602): it never runs less, nor without the config.
         """
         plan = self.plan(
             event, phase, direction=direction, interceptors=interceptors, protocol_version=protocol_version
         )
+        if config and (unknown := [name for name in config if name not in self._names()]):
+            raise unknown_interceptors_error(sorted(unknown), field="config")  # a typo must not drop the config
+        deadline_ms = timeout_ms if timeout_ms is not None else self.timeout_ms
+        if deadline_ms is not None and not is_timeout_ms(deadline_ms):
+            reason = f"timeout_ms must be a finite number of milliseconds > 0, got {deadline_ms!r}"
+            raise ChainParamsError(reason, data={"field": "timeoutMs", "reason": reason})
         ctx = None
         if context is not None:
             ctx = context if isinstance(context, InvocationContext) else InvocationContext.model_validate(context)
@@ -531,7 +567,7 @@ class Chain:
             self._sources,
             config=config,
             context=ctx,
-            timeout_ms=timeout_ms if timeout_ms is not None else self.timeout_ms,
+            timeout_ms=deadline_ms,
             severity_rule=self.severity_rule,
             deadline_always_blocks=self.deadline_always_blocks,
         )

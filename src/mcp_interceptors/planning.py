@@ -8,7 +8,6 @@ here awaits, logs or reads the clock, so plans are deterministic (R36) and testa
 from __future__ import annotations
 
 import functools
-import math
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal, NamedTuple
@@ -23,8 +22,22 @@ from mcp_interceptors.protocol.descriptors import (
     PriorityHint,
     resolve_priority,
 )
-from mcp_interceptors.protocol.errors import WideningOverrideError, pattern_event_error, unknown_interceptors_error
-from mcp_interceptors.protocol.events import Direction, Phase, Role, initiator_for, is_pattern, pattern_covers
+from mcp_interceptors.protocol.errors import (
+    ChainParamsError,
+    WideningOverrideError,
+    pattern_event_error,
+    unknown_interceptors_error,
+)
+from mcp_interceptors.protocol.events import (
+    PHASES,
+    Direction,
+    Phase,
+    Role,
+    initiator_for,
+    is_pattern,
+    pattern_covers,
+)
+from mcp_interceptors.protocol.invoke import is_timeout_ms
 from mcp_interceptors.protocol.results import (
     InterceptorResult,
     MutationResult,
@@ -77,9 +90,7 @@ class Overrides:
         if self.fail_open is not None and not isinstance(self.fail_open, bool):
             raise ValueError(f"override failOpen must be true or false, got {self.fail_open!r}")
         timeout = self.timeout_ms
-        if timeout is not None and (
-            isinstance(timeout, bool) or not isinstance(timeout, int | float) or not 0 < timeout < math.inf
-        ):
+        if timeout is not None and not is_timeout_ms(timeout):
             raise ValueError(f"override timeoutMs must be a finite number of milliseconds > 0, got {timeout!r}")
         priority = self.priority
         if priority is not None and (
@@ -281,10 +292,20 @@ def plan_for(
     """Select, resolve policy, partition and order (§5.2). Pure: same inputs, same plan (R36).
 
     Fails closed with `ChainParamsError` (-32602) when `event` is a pattern rather than one concrete
-    event, or when `names` restricts to interceptors no entry has: a typo must not run an empty plan.
+    event, when `phase` or `direction` is not one of the spec's two values, or when `names` restricts to
+    interceptors no entry has: a typo must not run an empty plan (or the other pass order).
     """
     if is_pattern(event):
         raise pattern_event_error(event)
+    if phase not in PHASES:  # `both` or `Request` would select no hook and let the payload through
+        raise ChainParamsError(
+            f"phase must be 'request' or 'response', got {phase!r}", data={"field": "phase", "phase": phase}
+        )
+    if direction not in ("sending", "receiving"):  # anything else ran the receiving order
+        raise ChainParamsError(
+            f"direction must be 'sending' or 'receiving', got {direction!r}",
+            data={"field": "direction", "direction": direction},
+        )
     wanted = frozenset(names) if names is not None else None
     ordered = sorted(entries, key=lambda e: e.host_order)  # stable: keeps each host's list order
     if wanted is not None and (unknown := wanted.difference(entry.name for entry in ordered)):

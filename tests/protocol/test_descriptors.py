@@ -292,6 +292,14 @@ def test_r33_resolve_priority(hint: Any, phase: Any, override: Any, expected: in
     assert resolve_priority(hint, phase, override) == expected
 
 
+def test_r33_resolve_priority_takes_the_wire_object_too() -> None:
+    """A plain `{request?, response?}` (the wire shape) raised AttributeError: 'dict' has no 'response'."""
+    assert resolve_priority({"request": -5}, "request") == -5
+    assert resolve_priority({"request": -5}, "response") == 0
+    assert resolve_priority(5, "response", {"request": -1}) == 0  # the override object wins, member missing
+    assert resolve_priority(None, "response", {"response": 7}) == 7
+
+
 # --------------------------------------------------------------------------- R64: compat ranges
 
 

@@ -42,13 +42,22 @@ class PhasePriority(WireModel):
 PriorityHint = Int32 | PhasePriority
 
 
-def resolve_priority(hint: PriorityHint | None, phase: Phase, override: PriorityHint | None = None) -> int:
-    """Effective priority (R33): override, else hint; none -> 0; int -> int; object -> member or 0."""
+def resolve_priority(
+    hint: PriorityHint | Mapping[str, Any] | None,
+    phase: Phase,
+    override: PriorityHint | Mapping[str, Any] | None = None,
+) -> int:
+    """Effective priority (R33): override, else hint; none -> 0; int -> int; object -> member or 0.
+
+    An object may be a `PhasePriority` or its wire form (`{"request": -5}`).
+    """
     chosen = override if override is not None else hint
     if chosen is None:
         return 0
     if isinstance(chosen, int):
         return chosen
+    if isinstance(chosen, Mapping):
+        chosen = PhasePriority.model_validate(chosen)
     member = chosen.request if phase == "request" else chosen.response
     return 0 if member is None else member
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 from datetime import UTC, datetime
 from typing import Annotated, Any, Literal
 
@@ -128,3 +129,18 @@ def check_payload(payload: Any, *, field: str = "payload", **data: Any) -> None:
     if is_too_deep(payload):
         reason = f"{field} is nested more than {MAX_PAYLOAD_DEPTH} levels deep"
         raise InvalidParamsError(f"Invalid params: {reason}", data={**data, "field": field, "reason": reason})
+
+
+def is_timeout_ms(value: object) -> bool:
+    """Whether `value` is a usable `timeoutMs`: a finite number of milliseconds > 0 (a bool is not one)."""
+    return not isinstance(value, bool) and isinstance(value, int | float) and 0 < value < math.inf
+
+
+def check_timeout_ms(timeout_ms: object, **data: Any) -> None:
+    """Refuse a `timeoutMs` the params cannot carry with `-32602` naming the field; `data` says for what.
+
+    JSON has no NaN or Infinity: sent as is, an infinite one went out as `"timeoutMs": null`.
+    """
+    if timeout_ms is not None and not is_timeout_ms(timeout_ms):
+        reason = f"timeoutMs must be a finite number of milliseconds > 0, got {timeout_ms!r}"
+        raise InvalidParamsError(f"Invalid params: {reason}", data={**data, "field": "timeoutMs", "reason": reason})

@@ -184,3 +184,19 @@ async def test_r59_an_invoke_on_a_silent_remote_host_times_out_at_its_timeout_ms
     assert waited < 5
     assert error.value.code == -32000
     assert error.value.data == {"interceptor": "silent", "reason": "timeout", "timeoutMs": 1100.0, "phase": "request"}
+
+
+async def test_r66_a_listing_that_hangs_at_start_is_given_up_on_as_add_server_does() -> None:
+    # A host that never answers interceptors/list held the gateway's start for its per-request timeout_ms
+    # (60 s by default); discovery now waits what `Chain.add_server` waits (10 s), then its pins stand in.
+    server = {"command": sys.executable, "args": [MISBEHAVING_HOST], "env": {"LISTING": "silent"}}
+    config = remote_host_config({**server, "required": [pin("ok")]})
+    chain = chain_for(config)
+    with anyio.fail_after(30):
+        async with anyio.create_task_group() as tg:
+            started = anyio.current_time()
+            await populate_chain(chain, config, tg, file="gateway.yaml")
+            waited = anyio.current_time() - started
+            tg.cancel_scope.cancel()
+    assert 9 < waited < 20
+    assert [entry.descriptor.name for entry in chain.entries] == ["ok"]

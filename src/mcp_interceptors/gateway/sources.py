@@ -27,6 +27,7 @@ from mcp_interceptors.gateway.config import ConfigError, GatewayConfig, Intercep
 from mcp_interceptors.gateway.upstream import UpstreamConnection, UpstreamTimeoutError, UpstreamUnavailableError
 from mcp_interceptors.host import hooks_for
 from mcp_interceptors.invoker import (
+    DEFAULT_DISCOVERY_TIMEOUT_MS,
     HOST_TIMEOUT_GRACE_MS,
     Chain,
     LocalHost,
@@ -249,7 +250,10 @@ class ConnectionSource:
         self.unavailable = unavailable
 
     async def discover(self) -> list[InterceptorDescriptor]:
-        raw = await self.conn.request(LIST_METHOD, None)
+        # As `Chain.add_server` does: a listing that hangs must not hold the gateway's start for the
+        # server's per-request `timeout_ms` (60 s by default).
+        timeout_ms = min(self.conn.config.timeout_ms, DEFAULT_DISCOVERY_TIMEOUT_MS)
+        raw = await self.conn.request(LIST_METHOD, None, timeout_s=timeout_ms / 1000)
         found, warnings = parse_list_result(raw)
         for warning in warnings:
             logger.warning(

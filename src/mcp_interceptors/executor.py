@@ -89,6 +89,10 @@ class Source(Protocol):
 
     A source may set `concurrent = False` to say parallel invocation gains nothing (all its handlers
     are in-process coroutines); the executor then runs its validators one after another.
+
+    `call.payload` is the chain's own object, shared with the validators of its pass and the caller, and
+    not copied for a source of your own (an `InterceptorHost` copies it for its handlers): a source must
+    not change it in place; a mutation answers with a new payload.
     """
 
     async def invoke(self, call: Call) -> InterceptorResult:

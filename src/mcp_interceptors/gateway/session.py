@@ -287,8 +287,7 @@ class DownstreamSession:
         except (MCPError, InterceptorsError) as exc:
             self._abandon_bridged((params or {}).get("requestState"), exc)  # the answer is refused: so is the call
             raise
-        # What a retry of this call must repeat: the client's request, as sent, but for its answers.
-        asked = {"method": method, "params": _without_meta(_without_answers(params))}
+        client_params = params  # as sent: what a bridged call's retries must repeat (see `_forward`)
         params = await governor.govern_request(method, params, context, record)
         route = await self._route(method, params, check=True)  # policy runs on the final payload
         conns = await self.connections()
@@ -301,7 +300,7 @@ class DownstreamSession:
         try:
             headers = self._param_headers(conn, method, (params or {}).get("name"), upstream_params.get("arguments"))
             result = await self._forward(
-                conn, method, upstream_params, context, downstream, relay, record, headers, asked=asked
+                conn, method, upstream_params, context, downstream, relay, record, headers, client_params=client_params
             )
         except MCPError as exc:
             await record.failed(method, exc.code, exc.message)
@@ -323,11 +322,13 @@ class DownstreamSession:
         record: CallRecord,
         headers: dict[str, str],
         *,
-        asked: dict[str, Any],
+        client_params: Mapping[str, Any] | None,
     ) -> dict[str, Any]:
         """Send the call and govern what comes back, including `input_required` rounds."""
         governor = self.gateway.governor
         if self.era == "2026-07-28" and conn.era == "legacy":
+            # What a retry of this call must repeat: the client's request, as sent, but for its answers.
+            asked = {"method": method, "params": _without_meta(_without_answers(client_params))}
             result = await self._bridged_call(conn, method, upstream_params, downstream, relay, asked)
         else:
             result = await conn.request(

@@ -200,3 +200,15 @@ async def test_r66_a_listing_that_hangs_at_start_is_given_up_on_as_add_server_do
             tg.cancel_scope.cancel()
     assert 9 < waited < 20
     assert [entry.descriptor.name for entry in chain.entries] == ["ok"]
+
+
+async def test_errors_about_an_interceptor_server_call_it_one_not_an_upstream() -> None:
+    down = {"command": sys.executable, "args": ["-c", "raise SystemExit(3)"]}
+    config = remote_host_config(down)
+    with anyio.fail_after(20):
+        async with anyio.create_task_group() as tg:
+            with pytest.raises(ConfigError) as refused:
+                await populate_chain(chain_for(config), config, tg, file="gateway.yaml")
+            tg.cancel_scope.cancel()
+    assert "interceptor server 'remote' failed to start" in str(refused.value)
+    assert "upstream" not in str(refused.value)

@@ -34,7 +34,7 @@ async def test_a_server_that_dies_right_after_its_handshake_is_restarted_with_gr
     monkeypatch.setattr(conn, "_connect_once", connect_once)
     with caplog.at_level(logging.WARNING, logger=upstream.__name__), anyio.fail_after(10):
         await conn.run()
-    delays = [record.args[2] for record in caplog.records if "reconnecting" in str(record.msg)]  # type: ignore[index]
+    delays = [record.args[-1] for record in caplog.records if "reconnecting" in str(record.msg)]  # type: ignore[index]
     assert delays == [0.01, 0.02, 0.04, 0.08]
 
 

@@ -326,7 +326,7 @@ async def _add_server(
     required = required_for(server.required)
     # A pin's overrides apply whether or not its host can be reached at start (as `add_discovered` applies them).
     pinned_overrides = {pin.name: overrides[pin.name] for pin in required if pin.name in overrides}
-    conn = UpstreamConnection(server.name, server)
+    conn = UpstreamConnection(server.name, server, role="interceptor server")
     try:
         await tg.start(conn.run)
     except UpstreamUnavailableError as exc:  # an unreachable host: pinned interceptors fail closed (R66)

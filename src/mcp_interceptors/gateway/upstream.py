@@ -267,8 +267,11 @@ class UpstreamConnection:
         client_params: Mapping[str, Any] | None = None,
         on_request: OnUpstreamRequest | None = None,
         on_notify: OnUpstreamNotify | None = None,
+        role: str = "upstream",
     ) -> None:
         self.name = name
+        #: What errors and logs call it: "upstream", or "interceptor server" for the gateway's remote hosts.
+        self.role = role
         self.config = config
         self.era_preference: EraPreference = config.era if era == "auto" else era
         self.client_params = dict(client_params or {})
@@ -320,7 +323,7 @@ class UpstreamConnection:
         """The error a call to this upstream gets while it is down: -32000 naming it and why."""
         reason = self._last_error or "not connected"
         return UpstreamUnavailableError(
-            CONNECTION_CLOSED, f"upstream {self.name!r} is unavailable ({reason})", {"upstream": self.name}
+            CONNECTION_CLOSED, f"{self.role} {self.name!r} is unavailable ({reason})", {"upstream": self.name}
         )
 
     # ------------------------------------------------------------------ lifecycle
@@ -358,7 +361,7 @@ class UpstreamConnection:
                         self._last_error = self._explain(describe_exception(exc), _innermost(exc))
                         if not started and not retry_start:
                             raise UpstreamUnavailableError(
-                                CONNECTION_CLOSED, f"upstream {self.name!r} failed to start: {self._last_error}"
+                                CONNECTION_CLOSED, f"{self.role} {self.name!r} failed to start: {self._last_error}"
                             ) from exc
                     finally:
                         self._mark_down()
@@ -366,7 +369,7 @@ class UpstreamConnection:
                         break
                     if ready_at is not None and anyio.current_time() - ready_at >= _STABLE_S:
                         delay = _BACKOFF_FIRST_S  # it was up a while: a fresh failure, not a crash loop
-                    logger.warning("upstream %r: %s; reconnecting in %.1fs", self.name, self._last_error, delay)
+                    logger.warning("%s %r: %s; reconnecting in %.1fs", self.role, self.name, self._last_error, delay)
                     self.restarts += 1
                     await anyio.sleep(delay)
                     delay = min(delay * 2, _BACKOFF_MAX_S)
@@ -416,7 +419,7 @@ class UpstreamConnection:
             except (UpstreamUnavailableError, UpstreamTimeoutError):
                 raise  # down again: the next connection tries again
             except MCPError as exc:
-                logger.warning("upstream %r: %s %s after its restart failed: %s", self.name, method, params, exc)
+                logger.warning("%s %r: %s %s after its restart failed: %s", self.role, self.name, method, params, exc)
                 if method == "resources/subscribe":
                     self._subscriptions.pop(str(params.get("uri")), None)
                 else:
@@ -462,12 +465,12 @@ class UpstreamConnection:
                 timeout_s=365 * 24 * 3600.0,
             )
         except MCPError as exc:
-            logger.info("upstream %r: subscriptions/listen ended: %s", self.name, exc.message)
+            logger.info("%s %r: subscriptions/listen ended: %s", self.role, self.name, exc.message)
 
     async def _announce_return(self) -> None:
         """Back after listings went out without it: its items are listable again, so each list it serves
         changed (the gateway relays these as the upstream's own `list_changed`)."""
-        logger.info("upstream %r is back; announcing its listings", self.name)
+        logger.info("%s %r is back; announcing its listings", self.role, self.name)
         caps = self.info.capabilities if self.info is not None else {}
         if self.on_notify is None:
             return
@@ -482,7 +485,7 @@ class UpstreamConnection:
         """mcp's stand-in for an HTTP error status, with the status it stands for."""
         if not (isinstance(exc, MCPError) and _is_http_error(exc)) or self._http_error is None:
             return message
-        hint = "; check the upstream's bearer_token or headers" if self._http_error[:3] in ("401", "403") else ""
+        hint = f"; check the {self.role}'s bearer_token or headers" if self._http_error[:3] in ("401", "403") else ""
         return f"{message}: HTTP {self._http_error}{hint}"
 
     def _mark_down(self) -> None:
@@ -511,7 +514,7 @@ class UpstreamConnection:
         try:
             return await first(dispatcher)
         except MCPError as exc:
-            logger.debug("upstream %r: handshake failed (%s); trying the %s era", self.name, exc.message, other)
+            logger.debug("%s %r: handshake failed (%s); trying the %s era", self.role, self.name, exc.message, other)
             self.era_preference = other
             if self.is_http:
                 raise _EraRefused from None  # a fresh HTTP transport costs nothing
@@ -723,7 +726,7 @@ class UpstreamConnection:
                 timeout_ms = opts["timeout"] * 1000
                 raise UpstreamTimeoutError(
                     exc.code,
-                    f"upstream {self.name!r} did not answer {method} within {timeout_ms:g} ms",
+                    f"{self.role} {self.name!r} did not answer {method} within {timeout_ms:g} ms",
                     {"upstream": self.name, "timeoutMs": timeout_ms},
                 ) from None
             if _is_local_close(exc):  # not an upstream's own -32000 error, which passes through
@@ -732,22 +735,22 @@ class UpstreamConnection:
                 reason = getattr(dispatcher, "close_reason", None)
                 data: dict[str, Any] = {"upstream": self.name}
                 if self._closed:
-                    message = f"the gateway closed its connection to upstream {self.name!r} (shutting down)"
+                    message = f"the gateway closed its connection to {self.role} {self.name!r} (shutting down)"
                 elif reason is not None:
-                    message = f"the gateway closed its connection to upstream {self.name!r}: it sent {reason}"
+                    message = f"the gateway closed its connection to {self.role} {self.name!r}: it sent {reason}"
                     data["reason"] = reason
                 else:
-                    message = f"upstream {self.name!r} closed the connection"
+                    message = f"{self.role} {self.name!r} closed the connection"
                 raise UpstreamUnavailableError(CONNECTION_CLOSED, message, data) from None
             if _is_http_error(exc) and self._http_error is not None:
-                message = self._explain(f"upstream {self.name!r} answered with an error", exc)
+                message = self._explain(f"{self.role} {self.name!r} answered with an error", exc)
                 raise MCPError(exc.code, message, {"upstream": self.name, "httpStatus": self._http_error}) from None
             reason = _too_long(exc)
             if reason is not None:
-                message = f"upstream {self.name!r} sent {reason}"
+                message = f"{self.role} {self.name!r} sent {reason}"
                 raise MCPError(INTERNAL_ERROR, message, {"upstream": self.name, "reason": reason}) from None
             if _is_lost_stream(exc):  # this call's HTTP response stream broke; the connection may live on
-                message = f"upstream {self.name!r} closed the connection ({exc.message})"
+                message = f"{self.role} {self.name!r} closed the connection ({exc.message})"
                 raise UpstreamUnavailableError(CONNECTION_CLOSED, message, {"upstream": self.name}) from None
             raise
 
@@ -762,7 +765,7 @@ class UpstreamConnection:
         try:
             await dispatcher.notify(method, body, opts)
         except (anyio.BrokenResourceError, anyio.ClosedResourceError, MCPError):
-            logger.debug("upstream %r: notification %s dropped, connection closing", self.name, method)
+            logger.debug("%s %r: notification %s dropped, connection closing", self.role, self.name, method)
 
     def _routing_headers(self, method: str, body: Mapping[str, Any]) -> dict[str, str]:
         """`mcp-protocol-version` always; `mcp-method`/`mcp-name` in the 2026-07-28 era."""

@@ -97,6 +97,10 @@ async def test_check_json_is_the_same_plan_as_data(write_config: ConfigWriter) -
     assert done.returncode == 0, done.stderr.decode()
     report = json.loads(done.stdout)
     assert report["file"] == str(config)
+    # What the text form says besides the plan: each upstream, the chain deadline, the interception points.
+    assert set(report["upstreams"]) == set(standard_config()["upstreams"])
+    assert all(set(upstream) == {"kind", "target", "prefix"} for upstream in report["upstreams"].values())
+    assert "deadlineMs" in report and report["points"]
     assert [(row["event"], row["phase"], row["direction"]) for row in report["plan"]] == [
         (e, p, _direction(e, p)) for e in EVENTS for p in ("request", "response")
     ]

@@ -12,7 +12,7 @@ import anyio
 
 from mcp_interceptors.cli._common import CommandError, print_json
 from mcp_interceptors.gateway.auth import check_auth
-from mcp_interceptors.gateway.check import missing_commands, render_check, resolved_plan
+from mcp_interceptors.gateway.check import check_report, missing_commands, render_check
 from mcp_interceptors.gateway.config import (
     ConfigError,
     GatewayConfig,
@@ -46,7 +46,9 @@ def register(subcommands: Any) -> None:
     gateway.add_argument(
         "--insecure-no-auth", action="store_true", help="allow a non-loopback HTTP bind without authentication"
     )
-    gateway.add_argument("--json", action="store_true", help="with --check: print the plan as JSON")
+    gateway.add_argument(
+        "--json", action="store_true", help="with --check: print the upstreams, deadline and plan as JSON"
+    )
     gateway.add_argument("--log-level", default="WARNING", help="logging level for stderr")
     gateway.set_defaults(handler=run_gateway)
 
@@ -137,7 +139,7 @@ async def _check(config: GatewayConfig, file: str, as_json: bool) -> int:
         chain = chain_for(config)
         await populate_chain(chain, config, tg, file=file)
         if as_json:
-            print(json.dumps({"file": file, "plan": resolved_plan(chain, config.chain.directions)}, indent=2))
+            print(json.dumps(check_report(config, chain, file), indent=2))
         else:
             print(render_check(config, chain, file))
         for warning in missing_commands(config):

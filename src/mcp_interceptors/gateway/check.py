@@ -34,12 +34,32 @@ def resolved_plan(chain: Chain, directions: tuple[Direction, ...] = ("sending",)
     return rows
 
 
-def render_check(config: GatewayConfig, chain: Chain, file: str) -> str:
-    lines = [f"{file}: configuration is valid", "", "upstreams:"]
+def resolved_upstreams(config: GatewayConfig) -> dict[str, dict[str, Any]]:
+    """Each upstream: its transport, what it runs or reaches, and the prefix of its tools and prompts."""
+    resolved = {}
     for name, upstream in config.upstreams.items():
         where = " ".join([upstream.command or "", *upstream.args]) if upstream.command else upstream.url
-        prefix = config.prefix_for(name)
-        lines.append(f"  {name}: {upstream.kind} {where}  (tools/prompts as {prefix + '__' if prefix else ''}<name>)")
+        resolved[name] = {"kind": upstream.kind, "target": where, "prefix": config.prefix_for(name) or None}
+    return resolved
+
+
+def check_report(config: GatewayConfig, chain: Chain, file: str) -> dict[str, Any]:
+    """What `--check --json` prints: the same facts as `render_check`."""
+    return {
+        "file": file,
+        "upstreams": resolved_upstreams(config),
+        "deadlineMs": config.chain.deadline_ms,
+        "points": list(config.chain.points),
+        "plan": resolved_plan(chain, config.chain.directions),
+    }
+
+
+def render_check(config: GatewayConfig, chain: Chain, file: str) -> str:
+    lines = [f"{file}: configuration is valid", "", "upstreams:"]
+    for name, upstream in resolved_upstreams(config).items():
+        prefix = upstream["prefix"]
+        named = f"{prefix + '__' if prefix else ''}<name>"
+        lines.append(f"  {name}: {upstream['kind']} {upstream['target']}  (tools/prompts as {named})")
     lines.append("")
     lines.append(
         f"chain deadline: {config.chain.deadline_ms} ms" if config.chain.deadline_ms else "chain deadline: none"

@@ -305,3 +305,11 @@ def test_an_unreachable_url_is_named_in_the_one_line_error(command: tuple[str, .
     url = f"http://127.0.0.1:{port}/mcp"
     line = one_line_error(cli(command[0], url, *command[1:]), 1)
     assert line.startswith(f"mcp-interceptors {command[0]}: error: cannot reach {url}: ConnectError"), line
+
+
+@pytest.mark.parametrize("command", ["gateway", "serve"])
+def test_an_unknown_guard_on_the_command_line_is_a_usage_error(command: str) -> None:
+    upstream = ["--", sys.executable, "-c", "pass"] if command == "gateway" else []
+    done = cli(command, "--guard", "nosuch", *upstream)
+    line = one_line_error(done, 2)
+    assert "unknown guard 'nosuch'" in line

@@ -61,6 +61,10 @@ def run_config_schema(args: argparse.Namespace) -> int:
     return 0
 
 
+#: What errors name as the file of the config `gateway --guard NAME -- cmd ...` stands for.
+COMMAND_LINE = "<command line>"
+
+
 def shortcut_config(guards: list[str], command: list[str]) -> GatewayConfig:
     """The config `gateway --guard NAME -- cmd ...` stands for."""
     return parse_config(
@@ -68,7 +72,7 @@ def shortcut_config(guards: list[str], command: list[str]) -> GatewayConfig:
             "upstreams": {"upstream": {"command": command[0], "args": command[1:]}},
             "interceptors": {"guards": [{"name": guard} for guard in guards]},
         },
-        file="<command line>",
+        file=COMMAND_LINE,
     )
 
 
@@ -79,7 +83,7 @@ def _config(args: argparse.Namespace) -> tuple[GatewayConfig, str]:
     if file:
         return load_config(file), file
     if args.stdio_command:
-        return shortcut_config(args.guard, args.stdio_command), "<command line>"
+        return shortcut_config(args.guard, args.stdio_command), COMMAND_LINE
     raise CommandError("nothing to front: give --config FILE, or an upstream command after --", 2)
 
 
@@ -99,14 +103,24 @@ def run_gateway(args: argparse.Namespace) -> int:
             check_listen(*http)  # before any upstream starts
         anyio.run(_serve, config, file, http, args.insecure_no_auth)
         return 0
-    except (ConfigError, RoutingError, BindRefusedError, ListenError) as exc:
+    except ConfigError as exc:
+        raise _config_error(exc) from None
+    except (RoutingError, BindRefusedError, ListenError) as exc:
         raise CommandError(str(exc)) from None
     except UpstreamUnavailableError as exc:
         raise CommandError(exc.message) from None
     except BaseExceptionGroup as group:
-        if isinstance(_leaf(group), BrokenPipeError):  # `gateway --check ... | head`: main() stops quietly
+        leaf = _leaf(group)
+        if isinstance(leaf, BrokenPipeError):  # `gateway --check ... | head`: main() stops quietly
             raise BrokenPipeError from None
+        if isinstance(leaf, ConfigError):
+            raise _config_error(leaf) from None
         raise CommandError(_first_message(group)) from None
+
+
+def _config_error(exc: ConfigError) -> CommandError:
+    """One the command line made (an unknown `--guard`) is a usage error, as it is for `serve`."""
+    return CommandError(str(exc), 2 if exc.file == COMMAND_LINE else 1)
 
 
 def _leaf(group: BaseException) -> BaseException:

@@ -146,6 +146,11 @@ class CallRecord:
     async def answered(self, leg: Leg, final: Any) -> None:
         await self._submit(leg, intent=final, executed=final, decision="allow")
 
+    async def chain_ran(self, leg: Leg, final: Any) -> None:
+        """A chain run on its own (`interceptor/executeChain`) approved `final`: the gateway dispatched
+        nothing, so the record has no executed payload (and cannot pass for a forwarded request)."""
+        await self._submit(leg, intent=final, executed=None, decision="allow")
+
     async def failed(self, event: str, code: int, message: str) -> None:
         """The upstream failed after the request was allowed: an error record closes the call.
 

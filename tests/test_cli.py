@@ -16,6 +16,8 @@ from typing import Any
 import pytest
 from fakes import free_port
 
+from mcp_interceptors.audit import SqliteStore
+
 ROOT = Path(__file__).resolve().parent.parent
 VALIDATORS = [sys.executable, str(ROOT / "examples" / "validator_server.py")]
 
@@ -273,6 +275,21 @@ def test_audit_verify_with_a_named_key_file_that_is_missing_fails_instead_of_tru
     missing = tmp_path / "typo-key"
     done = cli("audit", "verify", "--store", str(tmp_path / "audit.db"), "--key-file", str(missing))
     assert one_line_error(done, 2) == f"error: audit key file {missing} does not exist"
+
+
+def test_audit_verify_with_a_config_whose_key_file_is_missing_fails_instead_of_trusting_on_first_use(
+    tmp_path: Path,
+) -> None:
+    """`--config` names the key file as `--key-file` does: read where the key is not (another machine, a
+    moved folder), `verify` must not pass on the store's own keys with only a note."""
+    SqliteStore(tmp_path / "audit.db").close()  # an audit database: without the key, it would pass on first use
+    config = tmp_path / "gateway.yaml"
+    config.write_text(
+        f"upstreams:\n  a:\n    command: {sys.executable}\n"
+        "audit:\n  enabled: true\n  store: audit.db\n  key_file: keys/audit-key\n"
+    )
+    done = cli("audit", "verify", "--config", str(config))
+    assert one_line_error(done, 2) == f"error: audit key file {tmp_path / 'keys' / 'audit-key'} does not exist"
 
 
 def test_gateway_json_without_check_is_a_usage_error() -> None:

@@ -307,3 +307,52 @@ def test_keys_for_a_missing_key_file_does_not_suggest_itself(tmp_path: Path) -> 
     assert keys(None, io.StringIO(), key_path=tmp_path / "none", err=err) == EXIT_ERROR
     assert "run `audit keys` to create it" not in err.getvalue()
     assert "the gateway creates it when it first starts with audit enabled" in err.getvalue()
+
+
+def test_commands_report_a_store_they_cannot_read_with_exit_2(
+    sqlite_store: SqliteStore, trail: list[str], tmp_path: Path
+) -> None:
+    """docs/audit.md: exit 2 when the store cannot be read, with one line naming it, never a traceback
+    (exit 1 would read as "verification failed"). A damaged file, a database missing its receipts table,
+    a directory, and a directory named like an export."""
+    sqlite_store.close()
+    with closing(sqlite3.connect(sqlite_store.path)) as conn:
+        conn.execute("PRAGMA wal_checkpoint(TRUNCATE)")
+        page_size = conn.execute("PRAGMA page_size").fetchone()[0]
+    damaged = tmp_path / "damaged.db"
+    data = sqlite_store.path.read_bytes()
+    damaged.write_bytes(data[:page_size] + b"\xa5" * (len(data) - page_size))  # the schema page survives
+    no_receipts = tmp_path / "no-receipts.db"
+    no_receipts.write_bytes(data)
+    with closing(sqlite3.connect(no_receipts)) as conn:
+        conn.execute("DROP TABLE audit_receipts")
+    folder = tmp_path / "folder.db"
+    folder.mkdir()
+    export_folder = tmp_path / "export.jsonl"
+    export_folder.mkdir()
+    cases = [
+        (damaged, "cannot read the audit database"),
+        (no_receipts, "is not an audit database (no audit_receipts table)"),
+        (folder, "cannot open the audit database"),
+    ]
+    for target, message in cases:
+        for name in ("verify", "export", "keys"):
+            err = io.StringIO()
+            if name == "verify":
+                code = verify(target, io.StringIO(), key_path=None, err=err)
+            elif name == "export":
+                code = export_jsonl(target, io.StringIO(), err=err)
+            else:
+                code = keys(target, io.StringIO(), key_path=_key_path(tmp_path), err=err)
+            assert code == EXIT_ERROR, (target, name)
+            assert message in err.getvalue() and err.getvalue().count("\n") == 1, (target, name, err.getvalue())
+    for target in (no_receipts, folder):
+        err = io.StringIO()
+        assert tail(target, io.StringIO(), err=err) == EXIT_ERROR
+        err = io.StringIO()
+        assert show(target, trail[1], io.StringIO(), err=err) == EXIT_ERROR
+    errors = io.StringIO(), io.StringIO()
+    assert verify(export_folder, io.StringIO(), key_path=None, err=errors[0]) == EXIT_ERROR
+    assert export_jsonl(export_folder, io.StringIO(), err=errors[1]) == EXIT_ERROR
+    for err in errors:
+        assert err.getvalue().startswith(f"error: cannot read the audit export {export_folder}")

@@ -110,6 +110,31 @@ async def test_edited_field_is_named(sqlite_store: SqliteStore, key: SigningKey,
     assert first.detail == "content does not match its hash"
 
 
+async def test_a_key_written_twice_is_edited_though_the_last_value_hashes_right(
+    sqlite_store: SqliteStore, key: SigningKey, trail: dict[int, str], tmp_path: Path
+) -> None:
+    """A reader that keeps the first of two equal keys would show `deny` where the signed record says
+    `allow`: such text is not I-JSON (RFC 8785's input) and is named, in the store and in an export."""
+    tamper = Tamper(sqlite_store.path)
+    for record_id, table, column in ((trail[3], "audit_records", "record"), (trail[6], "audit_receipts", "receipt")):
+        (text,) = tamper.conn.execute(f"SELECT {column} FROM {table} WHERE id = ?", (record_id,)).fetchone()
+        field = '"decision":"allow"' if table == "audit_records" else '"call_id":"c2"'
+        forged = field.replace("allow", "deny").replace("c2", "c0")
+        assert field in text
+        tamper.conn.execute(
+            f"UPDATE {table} SET {column} = ? WHERE id = ?", (text.replace(field, forged + "," + field, 1), record_id)
+        )
+    export = tmp_path / "audit.jsonl"
+    export.write_bytes(b"".join(raw + b"\n" for _, raw in sqlite_store.iter_snapshot()))
+    for source in (sqlite_store, JsonlSource(export)):
+        report = verify_source(source, key.trusted())
+        found = [(f.record_id, f.problem, f.detail) for f in report.findings]
+        assert found == [
+            (trail[3], Problem.EDITED, "the key 'decision' appears twice in one object"),
+            (f"receipt:{trail[6]}", Problem.EDITED, "the key 'call_id' appears twice in one object"),
+        ]
+
+
 async def test_edited_and_rehashed_record_is_forged(
     sqlite_store: SqliteStore, key: SigningKey, trail: dict[int, str]
 ) -> None:

@@ -86,6 +86,10 @@ async def test_execute_chain_runs_are_recorded_and_answered_with_their_receipt(
         ("request", "deny", "validation_failed"),
     ]
     assert records[1]["interceptors"][0]["name"] == "tool-policy"
+    # The chain approved a payload, but the gateway dispatched nothing: no executed hash, so the record
+    # cannot be read as a tools/call that was sent upstream.
+    assert records[0]["intent_hash"] is not None
+    assert (records[0]["executed_hash"], records[0]["drift"]) == (None, None)
     receipts = [answer["_meta"][RECEIPT_META_KEY] for answer in answers]
     assert [len(receipt["records"]) for receipt in receipts] == [1, 1]
     assert receipts[1]["receipt"]["request"]["id"] == receipts[1]["records"][0]["id"]

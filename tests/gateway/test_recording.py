@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import sqlite3
 from pathlib import Path
 from typing import Any
 
@@ -10,7 +11,7 @@ import orjson
 import pytest
 from mcp import MCPError
 
-from mcp_interceptors.audit import SqliteStore, load_or_create_key, open_audit_writer
+from mcp_interceptors.audit import AuditWriteError, SqliteStore, load_or_create_key, open_audit_writer
 from mcp_interceptors.gateway.recording import CallRecord, Leg
 from mcp_interceptors.protocol.invoke import InvocationContext
 from mcp_interceptors.protocol.results import same_json
@@ -91,3 +92,44 @@ async def test_a_result_with_no_canonical_form_fails_the_leg_naming_the_field(tm
     assert failed.value.data is not None
     assert failed.value.data["field"] == "structuredContent.total"
     assert (failed.value.data["event"], failed.value.data["phase"]) == ("tools/call", "response")
+
+
+class RefusingStore(SqliteStore):
+    """Writes the segment header, then refuses every batch as a store would: quoting its SQL and the record."""
+
+    refuse = False
+
+    def append(self, records: Any, receipts: Any) -> None:
+        if self.refuse:
+            raise sqlite3.OperationalError(f"disk I/O error [SQL: INSERT INTO audit_records] [parameters: {records}]")
+        super().append(records, receipts)
+
+
+async def test_an_unwritten_record_fails_the_call_naming_the_leg_not_the_store_internals(tmp_path: Path) -> None:
+    """docs/audit.md: a record that cannot be written fails the call with -32603. The client's error names the
+    leg (`data.reason: audit_write_failed`, event, phase); the store's error (its SQL, the record's JSON with
+    session and principal) stays in the gateway's log."""
+    store = RefusingStore(tmp_path / "audit.db")
+    key = load_or_create_key(tmp_path / "audit-key")
+    request = {"method": "tools/call", "params": {"name": "echo", "arguments": ARGUMENTS}}
+    try:
+        with anyio.fail_after(10):
+            async with open_audit_writer(store, key) as writer:
+                store.refuse = True
+                record = CallRecord(writer, InvocationContext(session_id="secret-session", server="echo"))
+                record.approved_request(Leg("tools/call", "request", None, request))
+                await record.dispatched(executed=request, intent=request)
+                with pytest.raises(AuditWriteError) as failed:
+                    await record.settle()
+    finally:
+        store.close()
+    error = failed.value
+    assert error.code == -32603
+    assert error.data == {
+        "reason": "audit_write_failed",
+        "event": "tools/call",
+        "phase": "request",
+        "call_id": record.call_id,
+    }
+    assert "SQL" not in error.message and "secret-session" not in error.message, error.message
+    assert error.message == "tools/call request: the audit record was not written"

@@ -61,6 +61,8 @@ def tail(
             out.flush()
             # Polling is the interface here: readers must not hold locks the writer needs.
             time.sleep(poll_interval)
+    except AuditError as exc:
+        return _fail(err, exc)
     finally:
         store.close()
     if not readable:
@@ -130,6 +132,8 @@ def show(target: Target, record_id: str, out: TextIO, *, err: TextIO = sys.stder
                 return _fail(err, f"the receipt of {record_id} is not a well-formed JSON object; run `audit verify`")
             document["receipt"] = receipt
         out.write(orjson.dumps(document, option=orjson.OPT_INDENT_2).decode() + "\n")
+    except AuditError as exc:
+        return _fail(err, exc)
     finally:
         store.close()
     return EXIT_OK
@@ -152,6 +156,8 @@ def verify(
         return _fail(err, exc)
     try:
         report = verify_source(source, trusted)
+    except AuditError as exc:  # the store could not be read to the end: nothing was verified
+        return _fail(err, exc)
     finally:
         source.close()
     for note in report.notes:
@@ -178,6 +184,8 @@ def export_jsonl(target: Target, out: TextIO, *, err: TextIO = sys.stderr) -> in
     try:
         for _, raw in source.iter_snapshot():
             out.write(raw.decode() + "\n")
+    except AuditError as exc:
+        return _fail(err, exc)
     finally:
         source.close()
     return EXIT_OK
@@ -215,6 +223,8 @@ def keys(
         return _fail(err, exc)
     try:
         seen, unreadable = _store_keys(store)
+    except AuditError as exc:
+        return _fail(err, exc)
     finally:
         store.close()
     trusted = key.trusted()

@@ -97,7 +97,7 @@ class PostgresStore:
                     if self._is_postgres:
                         conn.execute(text("SELECT pg_advisory_xact_lock(:key)"), {"key": _SCHEMA_LOCK})
                     _metadata.create_all(conn)
-                elif not self._engine.dialect.has_table(conn, RECORDS_TABLE):
+                elif not all(self._engine.dialect.has_table(conn, t) for t in (RECORDS_TABLE, RECEIPTS_TABLE)):
                     raise StoreError(f"no audit tables at {make_url(url).render_as_string()}")
         except SQLAlchemyError as exc:
             # the driver's own message, on one line (psycopg's spans several; SQLAlchemy appends a link)

@@ -81,7 +81,10 @@ class SqliteStore:
         self.needs_sync = synchronous == "FULL"
         self._dir_synced = False
         self._lock = threading.Lock()
-        self._conn = sqlite3.connect(path, isolation_level=None, check_same_thread=False, timeout=30.0)
+        try:
+            self._conn = sqlite3.connect(path, isolation_level=None, check_same_thread=False, timeout=30.0)
+        except sqlite3.Error as exc:
+            raise StoreError(f"cannot open the audit database {path}: {exc}") from exc
         try:
             self._conn.execute("PRAGMA busy_timeout = 30000")
             # A commit writes the WAL to the OS and does not fsync: it survives a process kill. `FULL` gets
@@ -93,8 +96,10 @@ class SqliteStore:
                 # WAL is a property of the file: set once, readers that open it later inherit it.
                 self._conn.execute("PRAGMA journal_mode = WAL")
                 self._conn.executescript(_SCHEMA)
-            elif not self._conn.execute("SELECT 1 FROM sqlite_master WHERE name = ?", (RECORDS_TABLE,)).fetchone():
-                raise StoreError(f"{path} is not an audit database (no {RECORDS_TABLE} table)")
+            else:
+                for table in (RECORDS_TABLE, RECEIPTS_TABLE):
+                    if not self._conn.execute("SELECT 1 FROM sqlite_master WHERE name = ?", (table,)).fetchone():
+                        raise StoreError(f"{path} is not an audit database (no {table} table)")
         except sqlite3.Error as exc:
             self._conn.close()
             raise StoreError(f"cannot open the audit database {path}: {exc}") from exc
@@ -180,7 +185,7 @@ class SqliteStore:
         key = split_record_id(record_id)
         if key is None:
             return None
-        with self._lock:
+        with self._lock, self._reading():
             row = self._conn.execute(
                 f"SELECT record FROM {RECORDS_TABLE} WHERE segment_id = ? AND seq = ?", key
             ).fetchone()
@@ -190,7 +195,7 @@ class SqliteStore:
         return self._one(f"SELECT receipt FROM {RECEIPTS_TABLE} WHERE id = ?", record_id)
 
     def tail(self, limit: int) -> list[tuple[int, bytes]]:
-        with self._lock:
+        with self._lock, self._reading():
             rows = self._conn.execute(
                 f"SELECT pos, record FROM {RECORDS_TABLE} ORDER BY pos DESC LIMIT ?", (limit,)
             ).fetchall()
@@ -209,33 +214,43 @@ class SqliteStore:
             yield pos, text.encode()
 
     def iter_snapshot(self) -> Iterator[tuple[ItemKind, bytes]]:
-        conn = sqlite3.connect(self.path, isolation_level=None, timeout=30.0)
-        try:
-            conn.execute("BEGIN")  # one read transaction: in WAL mode, one snapshot for both queries
-            for (text,) in _fetch(conn.execute(f"SELECT record FROM {RECORDS_TABLE} ORDER BY pos")):
-                yield "record", text.encode()
-            for (text,) in _fetch(conn.execute(f"SELECT receipt FROM {RECEIPTS_TABLE} ORDER BY pos")):
-                yield "receipt", text.encode()
-            conn.execute("COMMIT")
-        finally:
-            conn.close()
+        with self._reading():
+            conn = sqlite3.connect(self.path, isolation_level=None, timeout=30.0)
+            try:
+                conn.execute("BEGIN")  # one read transaction: in WAL mode, one snapshot for both queries
+                for (text,) in _fetch(conn.execute(f"SELECT record FROM {RECORDS_TABLE} ORDER BY pos")):
+                    yield "record", text.encode()
+                for (text,) in _fetch(conn.execute(f"SELECT receipt FROM {RECEIPTS_TABLE} ORDER BY pos")):
+                    yield "receipt", text.encode()
+                conn.execute("COMMIT")
+            finally:
+                conn.close()
 
     def close(self) -> None:
         with self._lock:
             self._conn.close()
 
     def _one(self, query: str, key: str) -> bytes | None:
-        with self._lock:
+        with self._lock, self._reading():
             row = self._conn.execute(query, (key,)).fetchone()
         return None if row is None else str(row[0]).encode()
 
     def _stream(self, query: str, params: tuple[object, ...]) -> Iterator[Any]:
         # A separate read connection, so a long export never holds the writer's lock.
-        conn = sqlite3.connect(self.path, isolation_level=None, timeout=30.0)
+        with self._reading():
+            conn = sqlite3.connect(self.path, isolation_level=None, timeout=30.0)
+            try:
+                yield from _fetch(conn.execute(query, params))
+            finally:
+                conn.close()
+
+    @contextlib.contextmanager
+    def _reading(self) -> Iterator[None]:
+        """A file that cannot be read (damaged, or changed under us) raises `StoreError` naming it."""
         try:
-            yield from _fetch(conn.execute(query, params))
-        finally:
-            conn.close()
+            yield
+        except sqlite3.Error as exc:
+            raise StoreError(f"cannot read the audit database {self.path}: {exc}") from exc
 
 
 def _fsync(path: Path) -> None:

@@ -129,10 +129,13 @@ class JsonlSource:
         self._path = path
 
     def _lines(self) -> Iterator[bytes]:
-        with self._path.open("rb") as handle:
-            for line in handle:
-                if line.strip():
-                    yield line.rstrip(b"\r\n")
+        try:
+            with self._path.open("rb") as handle:
+                for line in handle:
+                    if line.strip():
+                        yield line.rstrip(b"\r\n")
+        except OSError as exc:
+            raise StoreError(f"cannot read the audit export {self._path}: {exc.strerror or exc}") from exc
 
     def iter_records(self, after_pos: int = 0) -> Iterator[tuple[int, bytes]]:
         pos = 0

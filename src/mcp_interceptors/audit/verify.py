@@ -6,6 +6,7 @@ Works on any `RecordSource` (a live store or a JSONL export); needs the trusted 
 
 from __future__ import annotations
 
+import json
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from enum import StrEnum
@@ -104,7 +105,10 @@ class _Walk:
             # named by its 1-based place among the records, the `#<pos>` `audit tail` prints for it
             self.flag(position, f"#{self.count}", Problem.EDITED, "not a well-formed audit record")
             return
-        if record.get("v") != FORMAT_VERSION or record_id != record_id_for(segment_id, seq):
+        duplicate = duplicate_key(raw, record)
+        if duplicate is not None:
+            self.flag(position, record_id, Problem.EDITED, duplicate)
+        elif record.get("v") != FORMAT_VERSION or record_id != record_id_for(segment_id, seq):
             self.flag(position, record_id, Problem.EDITED, "envelope fields are inconsistent")
         elif hash_of(record) != claimed:
             self.flag(position, record_id, Problem.EDITED, "content does not match its hash")
@@ -247,6 +251,10 @@ class _Walk:
             return
         name = f"receipt:{receipt_id}"
         seen.add(receipt_id)
+        duplicate = duplicate_key(raw, receipt)
+        if duplicate is not None:
+            self.flag(position, name, Problem.EDITED, duplicate)
+            return
         if hash_of(receipt) != claimed:
             self.flag(position, name, Problem.EDITED, "content does not match its hash")
             return
@@ -290,6 +298,33 @@ class _Walk:
                 detail = "stored before records that precede it in its segment"
                 resolved.append(Finding(item.record_id, Problem.REORDERED, detail, position))
         return tuple(resolved)
+
+
+def duplicate_key(raw: bytes, parsed: Any) -> str | None:
+    """Why `raw` is not I-JSON, if an object in it has a key twice; else None.
+
+    Parsers disagree on which value such a key has (orjson keeps the last, others the first), so a
+    record could verify with one value and be read with another. RFC 8785 takes I-JSON as input.
+    The writer's own text is what orjson writes for the parsed value, which proves it has no duplicate:
+    only other text (edited, or stored by another tool) is parsed a second time, to look.
+    """
+    if orjson.dumps(parsed) == raw:
+        return None
+    found: list[str] = []
+
+    def pairs(items: list[tuple[str, Any]]) -> dict[str, Any]:
+        seen: set[str] = set()
+        for name, _ in items:
+            if name in seen and not found:
+                found.append(name)
+            seen.add(name)
+        return dict(items)
+
+    try:
+        json.loads(raw, object_pairs_hook=pairs)
+    except ValueError:  # orjson read it; a text json cannot read has no duplicate json could find
+        return None
+    return f"the key {found[0]!r} appears twice in one object" if found else None
 
 
 def _signature_ok(key: PublicKey, sealed: Mapping[str, Any]) -> bool:

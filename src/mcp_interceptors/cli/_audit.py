@@ -66,6 +66,13 @@ def _count(text: str) -> int:
 
 
 def _locations(args: argparse.Namespace) -> tuple[str, Path]:
+    store, key_file, _ = _named_locations(args)
+    return store, key_file
+
+
+def _named_locations(args: argparse.Namespace) -> tuple[str, Path, bool]:
+    """The store and key file, and whether the key file was named (`--key-file`, or the config's
+    `audit.key_file`) rather than the default location."""
     store: str | None = args.store
     key_file: Path | None = args.key_file
     if args.config:
@@ -78,7 +85,7 @@ def _locations(args: argparse.Namespace) -> tuple[str, Path]:
             raise CommandError(str(exc), 2) from None
         store = store or audit_store_location(config)
         key_file = key_file or audit_key_location(config)
-    return store or ".audit/audit.db", key_file or DEFAULT_KEY_PATH
+    return store or ".audit/audit.db", key_file or DEFAULT_KEY_PATH, key_file is not None
 
 
 def run_tail(args: argparse.Namespace) -> int:
@@ -95,10 +102,11 @@ def run_show(args: argparse.Namespace) -> int:
 
 
 def run_verify(args: argparse.Namespace) -> int:
-    store, key_file = _locations(args)
-    if args.key_file is not None and not args.trust and not args.key_file.expanduser().exists():
-        # Named explicitly: a typo must not quietly fall back to trusting the store's own keys.
-        sys.stderr.write(f"error: audit key file {args.key_file} does not exist\n")
+    store, key_file, named = _named_locations(args)
+    if named and not args.trust and not key_file.expanduser().exists():
+        # Named explicitly (here or in the config): a typo, or a config read on another machine, must not
+        # quietly fall back to trusting the store's own keys.
+        sys.stderr.write(f"error: audit key file {key_file} does not exist\n")
         return commands.EXIT_ERROR
     return commands.verify(store, sys.stdout, trusted_keys=args.trust, key_path=key_file)
 

@@ -16,6 +16,7 @@ from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 
 import anyio
+import orjson
 from mcp import MCPError
 
 from mcp_interceptors.canonical import CanonicalizationError
@@ -26,7 +27,7 @@ from mcp_interceptors.protocol.invoke import InvocationContext
 from mcp_interceptors.protocol.results import MutationResult, ValidationResult, same_json
 
 if TYPE_CHECKING:
-    from mcp_interceptors.audit import AuditReceipt, AuditWriter, PendingRecord
+    from mcp_interceptors.audit import AuditReceipt, AuditWriteError, AuditWriter, PendingRecord
 
 logger = logging.getLogger(__name__)
 
@@ -145,6 +146,11 @@ class CallRecord:
     async def answered(self, leg: Leg, final: Any) -> None:
         await self._submit(leg, intent=final, executed=final, decision="allow")
 
+    async def chain_ran(self, leg: Leg, final: Any) -> None:
+        """A chain run on its own (`interceptor/executeChain`) approved `final`: the gateway dispatched
+        nothing, so the record has no executed payload (and cannot pass for a forwarded request)."""
+        await self._submit(leg, intent=final, executed=None, decision="allow")
+
     async def failed(self, event: str, code: int, message: str) -> None:
         """The upstream failed after the request was allowed: an error record closes the call.
 
@@ -172,8 +178,20 @@ class CallRecord:
                 logger.warning("%s: the record of a cancelled call was not written: %s", event, exc)
 
     async def settle(self) -> list[AuditReceipt]:
-        """Wait until every record of this call is durable; returns their receipts."""
-        receipts = [await pending.wait() for pending in self.pending]
+        """Wait until every record of this call is durable; returns their receipts.
+
+        A record the store refused fails the call with -32603 naming the leg (`data.reason:
+        audit_write_failed`); the store's own error, which quotes its SQL and the record, is logged for
+        the operator and not sent to the client.
+        """
+        from mcp_interceptors.audit import AuditWriteError
+
+        receipts = []
+        for pending in self.pending:
+            try:
+                receipts.append(await pending.wait())
+            except AuditWriteError as exc:
+                raise unwritten(pending, exc) from None
         self.pending.clear()
         return receipts
 
@@ -233,6 +251,17 @@ def unrecordable(leg: Leg, exc: CanonicalizationError, *, from_client: bool) -> 
     where = f" at {exc.field}" if exc.field is not None else ""
     message = f"{leg.event} {leg.phase}: a value{where} has no canonical JSON form, so it cannot be audited"
     return MCPError(INVALID_PARAMS if from_client else INTERNAL_ERROR, message, data)
+
+
+def unwritten(pending: PendingRecord, exc: AuditWriteError) -> AuditWriteError:
+    """The client's error for a record that was not made durable: which leg, not the store's internals."""
+    from mcp_interceptors.audit import AuditWriteError
+
+    event = orjson.loads(pending.entry.body).get("event")
+    phase = pending.entry.phase
+    logger.error("%s %s: %s", event, phase, exc)
+    data = {"reason": "audit_write_failed", "event": event, "phase": phase, "call_id": pending.entry.call_id}
+    return AuditWriteError(f"{event} {phase}: the audit record was not written", data=data)
 
 
 def receipt_meta(receipts: list[AuditReceipt]) -> dict[str, Any] | None:

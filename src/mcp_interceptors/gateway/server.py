@@ -704,7 +704,7 @@ class Gateway:
             # A chain the gateway ran is recorded like a leg (docs/audit.md), and durable before the answer.
             leg = Leg(parsed.event, parsed.phase, result, parsed.payload)
             if result.allowed:
-                await record.answered(leg, result.final_payload)
+                await record.chain_ran(leg, result.final_payload)
                 receipts = await record.settle()
             else:
                 receipts = await record.denied(leg)

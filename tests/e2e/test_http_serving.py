@@ -425,14 +425,16 @@ async def test_modern_http_call_gets_a_json_body_unless_it_streams_progress(plai
 # --------------------------------------------------------------------------- bind rules, shutdown
 
 
-async def test_non_loopback_bind_without_auth_is_refused(write_config: ConfigWriter) -> None:
+@pytest.mark.parametrize(("host", "bind"), [("0.0.0.0", "0.0.0.0"), ("::", "[::]")])
+async def test_non_loopback_bind_without_auth_is_refused(write_config: ConfigWriter, host: str, bind: str) -> None:
+    """The refusal names the address as it was given (an IPv6 one in brackets, not `:::8080`)."""
     config = write_config(standard_config())
     port = free_tcp_port()
-    done = await run_cli("gateway", "--config", str(config), "--http", f"0.0.0.0:{port}", env=gateway_env())
+    done = await run_cli("gateway", "--config", str(config), "--http", f"{bind}:{port}", env=gateway_env())
     stderr = done.stderr.decode()
     assert done.returncode == 1
     assert stderr.strip().splitlines()[-1] == (
-        f"mcp-interceptors gateway: error: refusing to serve 0.0.0.0:{port} without authentication; "
+        f"mcp-interceptors gateway: error: refusing to serve {bind}:{port} without authentication; "
         "configure `auth` (tokens or jwt) or pass --insecure-no-auth"
     )
 

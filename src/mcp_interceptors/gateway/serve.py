@@ -93,7 +93,7 @@ def http_app(gateway: Gateway, host: str, port: int, *, insecure_no_auth: bool =
     config: GatewayConfig = gateway.config
     if host not in LOOPBACK and not config.auth.enabled and not insecure_no_auth:
         raise BindRefusedError(
-            f"refusing to serve {host}:{port} without authentication; configure `auth` "
+            f"refusing to serve {authority(host, port)} without authentication; configure `auth` "
             "(tokens or jwt) or pass --insecure-no-auth"
         )
     allowed_hosts = [f"{h}:*" for h in ("127.0.0.1", "localhost", "[::1]")] + list(config.http.allowed_hosts)

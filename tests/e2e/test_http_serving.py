@@ -425,14 +425,16 @@ async def test_modern_http_call_gets_a_json_body_unless_it_streams_progress(plai
 # --------------------------------------------------------------------------- bind rules, shutdown
 
 
-async def test_non_loopback_bind_without_auth_is_refused(write_config: ConfigWriter) -> None:
+@pytest.mark.parametrize(("host", "bind"), [("0.0.0.0", "0.0.0.0"), ("::", "[::]")])
+async def test_non_loopback_bind_without_auth_is_refused(write_config: ConfigWriter, host: str, bind: str) -> None:
+    """The refusal names the address as it was given (an IPv6 one in brackets, not `:::8080`)."""
     config = write_config(standard_config())
     port = free_tcp_port()
-    done = await run_cli("gateway", "--config", str(config), "--http", f"0.0.0.0:{port}", env=gateway_env())
+    done = await run_cli("gateway", "--config", str(config), "--http", f"{bind}:{port}", env=gateway_env())
     stderr = done.stderr.decode()
     assert done.returncode == 1
     assert stderr.strip().splitlines()[-1] == (
-        f"mcp-interceptors gateway: error: refusing to serve 0.0.0.0:{port} without authentication; "
+        f"mcp-interceptors gateway: error: refusing to serve {bind}:{port} without authentication; "
         "configure `auth` (tokens or jwt) or pass --insecure-no-auth"
     )
 
@@ -491,6 +493,52 @@ async def test_sigterm_drains_exits_0_and_stops_every_upstream(write_config: Con
     assert sorted(int(pid) for pid in served) == upstream_pids  # the shared one and the legacy session's own
     assert len(upstream_pids) == 2
     assert [pid for pid in upstream_pids if pid_alive(pid)] == []
+
+
+async def test_sigterm_ends_open_sse_streams_without_tracebacks(write_config: ConfigWriter) -> None:
+    """A handshake-era session's GET stream and an `/sse` stream never end on their own. sse-starlette ends them
+    when uvicorn's signal handler runs, which the gateway replaces: they were cancelled when the drain timed
+    out, and the gateway logged "Exception in ASGI application" with a traceback for each on a clean exit."""
+    config = write_config(standard_config())
+    port = free_tcp_port()
+    child = spawn(cli_argv("gateway", "--config", str(config), "--http", f"127.0.0.1:{port}"), env=gateway_env())
+    base = f"http://127.0.0.1:{port}"
+    ended: list[str] = []
+
+    async def hold(http: httpx2.AsyncClient, name: str, *, task_status: anyio.abc.TaskStatus[None]) -> None:
+        headers = {"accept": "text/event-stream"}
+        url = f"{base}/sse"
+        if name == "get":
+            opened = await http.post(f"{base}/mcp", json=INITIALIZE, headers=ACCEPT)
+            headers |= {"mcp-session-id": opened.headers["mcp-session-id"], "mcp-protocol-version": "2025-11-25"}
+            url = f"{base}/mcp"
+        try:
+            async with http.stream("GET", url, headers=headers) as response:
+                assert response.status_code == 200
+                task_status.started()
+                async for _ in response.aiter_lines():
+                    pass
+        except httpx2.HTTPError:  # the stream cut when the gateway exits
+            pass
+        ended.append(name)
+
+    try:
+        with anyio.fail_after(60):
+            await wait_http_ready(child, port)
+            async with httpx2.AsyncClient(timeout=30) as http, anyio.create_task_group() as tg:
+                await tg.start(hold, http, "get")
+                await tg.start(hold, http, "sse")
+                child.popen.send_signal(signal.SIGTERM)
+                code = await anyio.to_thread.run_sync(child.popen.wait, abandon_on_cancel=True)
+    except BaseException as exc:
+        exc.add_note(child.describe())
+        raise
+    finally:
+        stop(child)
+    assert code == 0
+    assert sorted(ended) == ["get", "sse"]
+    stderr = child.stderr_path.read_text(encoding="utf-8", errors="replace")
+    assert "Traceback" not in stderr and "Exception in ASGI application" not in stderr, stderr
 
 
 BLOCKING_UPSTREAM = """

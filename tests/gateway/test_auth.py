@@ -10,8 +10,8 @@ from pathlib import Path
 import jwt
 import pytest
 from cryptography.hazmat.primitives import serialization
-from cryptography.hazmat.primitives.asymmetric import ed25519
-from jwt.algorithms import OKPAlgorithm
+from cryptography.hazmat.primitives.asymmetric import ec, ed25519, rsa
+from jwt.algorithms import OKPAlgorithm, RSAAlgorithm
 from mcp import MCPError
 
 from mcp_interceptors import Chain
@@ -199,3 +199,31 @@ async def test_a_jwt_that_names_no_principal_is_refused(
     assert azp_only is not None and principal_for(azp_only) == Principal(
         type="service", id="svc", claims={"aud": "gw", "azp": "svc", "scopes": ["read"]}
     )
+
+
+async def test_a_jwt_whose_alg_does_not_fit_the_key_is_refused_not_a_crash(tmp_path: Path) -> None:
+    """An `alg` the gateway allows (ES256, EdDSA by default) on a token whose `kid` names an RSA key of the
+    JWKS made PyJWT raise `TypeError`: the auth middleware crashed (500, connection reset) instead of a 401.
+    So did a signed token whose `scope` is neither a string nor a list."""
+    rsa_key = rsa.generate_private_key(public_exponent=65537, key_size=2048)
+    (tmp_path / "jwks.json").write_text(
+        json.dumps({"keys": [{**json.loads(RSAAlgorithm.to_jwk(rsa_key.public_key())), "kid": "rsa"}]}),
+        encoding="utf-8",
+    )
+    config_file = tmp_path / "gateway.yaml"
+    config_file.write_text(
+        "upstreams:\n  a: {command: python, args: [server.py]}\nauth:\n  jwt: {jwks_file: jwks.json, audience: gw}\n",
+        encoding="utf-8",
+    )
+    _, verifier = build_auth(load_config(config_file), "127.0.0.1", 8080)
+    assert verifier is not None
+    claims = {"sub": "alice", "aud": "gw", "exp": int(time.time()) + 60}
+    ec_key = ec.generate_private_key(ec.SECP256R1())
+    es256 = jwt.encode(claims, ec_key, algorithm="ES256", headers={"kid": "rsa"})
+    eddsa = jwt.encode(claims, ed25519.Ed25519PrivateKey.generate(), algorithm="EdDSA", headers={"kid": "rsa"})
+    assert await verifier.verify_token(es256) is None
+    assert await verifier.verify_token(eddsa) is None
+    numeric_scope = jwt.encode({**claims, "scope": 5}, rsa_key, algorithm="RS256", headers={"kid": "rsa"})
+    assert await verifier.verify_token(numeric_scope) is None
+    good = await verifier.verify_token(jwt.encode(claims, rsa_key, algorithm="RS256", headers={"kid": "rsa"}))
+    assert good is not None and good.subject == "alice"

@@ -74,6 +74,17 @@ def test_an_http_path_without_its_leading_slash_is_refused_at_load() -> None:
     assert "start the path with '/'" in error.value.fix
 
 
+@pytest.mark.parametrize("path", ["/sse", "/messages/", "/messages/x"])
+def test_an_http_path_of_the_legacy_sse_endpoint_is_refused_at_load(path: str) -> None:
+    """Streamable HTTP answered there, so `/sse` (or `/messages/`) was gone without a word."""
+    raw = {"upstreams": {"a": {"command": "server"}}, "http": {"path": path}}
+    with pytest.raises(ConfigError) as error:
+        parse_config(raw, file="gateway.yaml")
+    assert error.value.path == "http.path"
+    assert "legacy SSE endpoint" in error.value.problem and "http.sse: false" in error.value.fix
+    parse_config({**raw, "http": {"path": path, "sse": False}}, file="gateway.yaml")  # no SSE endpoint: fine
+
+
 @pytest.mark.parametrize(
     ("upstream", "misplaced"),
     [

@@ -105,9 +105,14 @@ class JwtVerifier:
                 issuer=self._issuer,
                 options={"require": ["exp"], "verify_aud": self._audience is not None},
             )
-        except jwt.PyJWTError:
+        except (jwt.PyJWTError, TypeError, ValueError):
+            # TypeError/ValueError: the header's `alg` is allowed but not of the key's type (an ES256 or EdDSA
+            # token against an RSA key of a JWKS): PyJWT cannot prepare the key. Refused, not a 500.
             return None
         scope = claims.get("scope") or claims.get("scp") or ""
+        if not isinstance(scope, (str, list)):
+            logger.warning("JWT refused: its `scope` is neither a string nor a list")
+            return None
         scopes = scope.split() if isinstance(scope, str) else [str(s) for s in scope]
         subject = _name(claims.get("sub"))
         client_id = _name(claims.get("client_id")) or _name(claims.get("azp"))

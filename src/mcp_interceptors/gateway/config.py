@@ -228,7 +228,9 @@ class AuthConfig(_Model):
 
 
 class HttpConfig(_Model):
-    path: Annotated[str, Field(pattern=r"^/")] = Field("/mcp", description="Streamable HTTP endpoint, e.g. /mcp.")
+    path: Annotated[str, Field(pattern=r"^/")] = Field(
+        "/mcp", description="Streamable HTTP endpoint, e.g. /mcp (not /sse or /messages/ while `sse` is on)."
+    )
     sse: bool = Field(True, description="Also serve the legacy SSE endpoint at /sse.")
     max_body_bytes: Annotated[int, Field(gt=0)] = 4 * 1024 * 1024
     session_idle_s: Annotated[float, Field(gt=0)] = Field(
@@ -355,11 +357,26 @@ def parse_config(
         _default_cwd(data, base_dir)
         data.setdefault("base_dir", base_dir)
     try:
-        return GatewayConfig.model_validate(data)
+        config = GatewayConfig.model_validate(data)
     except ValidationError as exc:
         error = exc.errors(include_url=False)[0]
         path = ".".join(str(part) for part in error["loc"])
         raise ConfigError(file, path, error["msg"], _fix_for(error)) from None
+    _check_http_path(config.http, file)
+    return config
+
+
+def _check_http_path(http: HttpConfig, file: str) -> None:
+    """`http.path` must not be one of the legacy SSE endpoint's paths: Streamable HTTP would answer there,
+    and `/sse` (or `/messages/`) would be gone without a word."""
+    path = http.path.rstrip("/") or "/"
+    if http.sse and (path == "/sse" or path == "/messages" or path.startswith("/messages/")):
+        raise ConfigError(
+            file,
+            "http.path",
+            f"{http.path} is a path of the legacy SSE endpoint (/sse and /messages/), which it would hide",
+            "choose another path, e.g. /mcp, or set `http.sse: false`",
+        )
 
 
 def load_config(path: str | Path, *, env: Mapping[str, str] | None = None) -> GatewayConfig:

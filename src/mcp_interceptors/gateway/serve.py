@@ -21,6 +21,7 @@ import uvicorn
 from mcp.server.auth.settings import AuthSettings
 from mcp.server.stdio import stdio_server
 from mcp.server.transport_security import TransportSecuritySettings
+from sse_starlette.sse import AppStatus
 
 from mcp_interceptors.gateway.auth import build_auth
 from mcp_interceptors.gateway.config import GatewayConfig, authority
@@ -34,6 +35,9 @@ WILDCARD = ("0.0.0.0", "::", "")
 _DRAIN_S = 3.0
 #: Before the drain ends, calls still waiting on an upstream are failed, so their clients get an error.
 _ABORT_MARGIN_S = 0.5
+#: When the drain ends, open SSE streams (GET, `/sse`) are ended; sse-starlette notices within 0.5 s, and
+#: uvicorn cancels what is still running this much later (a cancelled stream logs a traceback).
+_STREAMS_END_S = 1.0
 
 
 class BindRefusedError(ValueError):
@@ -89,7 +93,7 @@ def http_app(gateway: Gateway, host: str, port: int, *, insecure_no_auth: bool =
     config: GatewayConfig = gateway.config
     if host not in LOOPBACK and not config.auth.enabled and not insecure_no_auth:
         raise BindRefusedError(
-            f"refusing to serve {host}:{port} without authentication; configure `auth` "
+            f"refusing to serve {authority(host, port)} without authentication; configure `auth` "
             "(tokens or jwt) or pass --insecure-no-auth"
         )
     allowed_hosts = [f"{h}:*" for h in ("127.0.0.1", "localhost", "[::1]")] + list(config.http.allowed_hosts)
@@ -224,19 +228,27 @@ async def serve_http(
 ) -> None:
     app = http_app(gateway, host, port, insecure_no_auth=insecure_no_auth)
     config = uvicorn.Config(
-        app, host=host, port=port, log_level="warning", lifespan="on", timeout_graceful_shutdown=int(_DRAIN_S)
+        app,
+        host=host,
+        port=port,
+        log_level="warning",
+        lifespan="on",
+        timeout_graceful_shutdown=int(_DRAIN_S + _STREAMS_END_S),
     )
     server = _Server(config)
-    async with anyio.create_task_group() as tg:
-        tg.start_soon(_stop_on_signal, server, gateway.close_upstreams)
-        tg.start_soon(server.serve)
-        if on_ready is not None:
-            # uvicorn offers no readiness event; this loop only runs at start-up
-            while not server.started and not server.should_exit:  # noqa: ASYNC110
-                await anyio.sleep(0.02)
-            on_ready()
-        await server.finished.wait()
-        tg.cancel_scope.cancel()
+    try:
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(_stop_on_signal, server, gateway.close_upstreams)
+            tg.start_soon(server.serve)
+            if on_ready is not None:
+                # uvicorn offers no readiness event; this loop only runs at start-up
+                while not server.started and not server.should_exit:  # noqa: ASYNC110
+                    await anyio.sleep(0.02)
+                on_ready()
+            await server.finished.wait()
+            tg.cancel_scope.cancel()
+    finally:
+        AppStatus.should_exit = False  # process-wide: a later server in this process must not start stopped
 
 
 class _Server(uvicorn.Server):
@@ -286,5 +298,13 @@ async def _stop_on_signal(server: uvicorn.Server, abort: Callable[[], None]) -> 
 
 
 async def _abort_later(abort: Callable[[], None]) -> None:
+    """Fail the calls still in flight shortly before the drain ends; when it ends, end the open SSE streams
+    (a handshake-era session's GET stream, an `/sse` stream), which never end on their own.
+
+    sse-starlette ends its streams when uvicorn's own signal handler runs, which `_Server` replaces: without
+    `AppStatus.should_exit`, uvicorn cancelled them at its timeout and logged a traceback for each.
+    """
     await anyio.sleep(_DRAIN_S - _ABORT_MARGIN_S)  # a deadline, not a poll: uvicorn's drain timer
     abort()
+    await anyio.sleep(_ABORT_MARGIN_S)  # the failed calls' answers go out on their streams first
+    AppStatus.should_exit = True

@@ -25,7 +25,7 @@ from mcp_interceptors.cli._common import CommandError, add_target_arguments, bui
 from mcp_interceptors.cli._core import _run
 from mcp_interceptors.cli._gateway import _parse_http
 from mcp_interceptors.executor import Call
-from mcp_interceptors.gateway.config import authority
+from mcp_interceptors.gateway.config import authority, is_loopback
 from mcp_interceptors.gateway.serve import ListenError, check_listen
 from mcp_interceptors.gateway.stdio import fd_stdio_server
 from mcp_interceptors.guards.pinning import pin_document
@@ -33,7 +33,6 @@ from mcp_interceptors.host import InterceptorHost, Invocation
 from mcp_interceptors.protocol.descriptors import InterceptorDescriptor
 from mcp_interceptors.protocol.results import InterceptorResult
 
-LOOPBACK = ("127.0.0.1", "localhost", "::1")
 _RAW: Any = TypeAdapter(dict[str, Any])
 
 
@@ -125,7 +124,7 @@ def run_serve(args: argparse.Namespace) -> int:
         return 0
     server = interceptor_server(host)  # the same surface as over stdio: only the extension
     bind, port = _parse_http(args.http)
-    if bind not in LOOPBACK and not args.insecure_no_auth:
+    if not is_loopback(bind) and not args.insecure_no_auth:
         raise CommandError(f"refusing to serve {bind}:{port} without authentication; pass --insecure-no-auth", 2)
     try:
         check_listen(bind, port)

@@ -6,6 +6,7 @@ field path and the fix. `config_json_schema()` backs `mcp-interceptors config-sc
 
 from __future__ import annotations
 
+import ipaddress
 import os
 import re
 from collections.abc import Mapping
@@ -31,6 +32,16 @@ class ConfigError(InterceptorsError, ValueError):
     def __init__(self, file: str, path: str, problem: str, fix: str) -> None:
         super().__init__(f"{file}: {path or '<root>'}: {problem} (fix: {fix})", data={"file": file, "path": path})
         self.file, self.path, self.problem, self.fix = file, path, problem, fix
+
+
+def is_loopback(host: str) -> bool:
+    """Whether binding `host` serves this machine only: `localhost`, or an address in 127.0.0.0/8 or ::1."""
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host.strip("[]")).is_loopback
+    except ValueError:
+        return False
 
 
 def authority(host: str, port: int) -> str:

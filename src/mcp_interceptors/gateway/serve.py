@@ -24,11 +24,12 @@ from mcp.server.transport_security import TransportSecuritySettings
 from sse_starlette.sse import AppStatus
 
 from mcp_interceptors.gateway.auth import build_auth
-from mcp_interceptors.gateway.config import GatewayConfig, authority
+from mcp_interceptors.gateway.config import GatewayConfig, authority, is_loopback
 from mcp_interceptors.gateway.server import SSE_SESSION_PREFIX, Gateway
 from mcp_interceptors.gateway.stdio import serve_stdio_fast
 
 logger = logging.getLogger(__name__)
+#: The names the Host header of a loopback bind may carry (besides `http.allowed_hosts`).
 LOOPBACK = ("127.0.0.1", "localhost", "::1")
 WILDCARD = ("0.0.0.0", "::", "")
 #: On shutdown, how long in-flight responses may finish; open SSE streams never would on their own.
@@ -91,7 +92,7 @@ async def serve_stdio(gateway: Gateway) -> None:
 def http_app(gateway: Gateway, host: str, port: int, *, insecure_no_auth: bool = False) -> Any:
     """The Starlette app serving `http.path` (Streamable HTTP) and, optionally, `/sse` + `/messages/`."""
     config: GatewayConfig = gateway.config
-    if host not in LOOPBACK and not config.auth.enabled and not insecure_no_auth:
+    if not is_loopback(host) and not config.auth.enabled and not insecure_no_auth:
         raise BindRefusedError(
             f"refusing to serve {authority(host, port)} without authentication; configure `auth` "
             "(tokens or jwt) or pass --insecure-no-auth"

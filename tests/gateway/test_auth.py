@@ -227,3 +227,20 @@ async def test_a_jwt_whose_alg_does_not_fit_the_key_is_refused_not_a_crash(tmp_p
     assert await verifier.verify_token(numeric_scope) is None
     good = await verifier.verify_token(jwt.encode(claims, rsa_key, algorithm="RS256", headers={"kid": "rsa"}))
     assert good is not None and good.subject == "alice"
+
+
+async def test_every_key_of_a_jwks_without_kids_verifies_its_tokens(tmp_path: Path) -> None:
+    """A JWKS may list keys without a `kid` (tokens then carry none): each is tried, not only the last."""
+    first, second, stranger = (ed25519.Ed25519PrivateKey.generate() for _ in range(3))
+    entries = [json.loads(OKPAlgorithm.to_jwk(key.public_key())) for key in (first, second)]
+    (tmp_path / "jwks.json").write_text(json.dumps({"keys": entries}), encoding="utf-8")
+    config_file = tmp_path / "gateway.yaml"
+    config_file.write_text(
+        "upstreams:\n  a: {command: python, args: [server.py]}\nauth:\n  jwt: {jwks_file: jwks.json, audience: gw}\n",
+        encoding="utf-8",
+    )
+    _, verifier = build_auth(load_config(config_file), "127.0.0.1", 8080)
+    assert verifier is not None
+    claims = {"sub": "alice", "aud": "gw", "exp": int(time.time()) + 60}
+    tokens = [jwt.encode(claims, key, algorithm="EdDSA") for key in (first, second, stranger)]
+    assert [await verifier.verify_token(token) is not None for token in tokens] == [True, True, False]

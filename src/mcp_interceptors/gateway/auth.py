@@ -64,11 +64,23 @@ class JwtVerifier:
             fix = "check the key file (a relative path is relative to the config file's folder)"
             raise ConfigError(file, self._field, f"cannot load the verification key: {exc}", fix) from None
 
-    def _load(self) -> dict[str | None, Any]:
+    def _load(self) -> list[tuple[str | None, Any]]:
+        """`(kid, key)` of every key in the file (a JWKS may list several without a `kid`)."""
         text = self._path.read_text(encoding="utf-8")
         if not self._jwks:
-            return {None: jwt.PyJWK.from_json(json.dumps(_pem_to_jwk(text))).key if text.startswith("{") else text}
-        return {key.key_id: key.key for key in jwt.PyJWKSet.from_json(text).keys}
+            return [(None, jwt.PyJWK.from_json(json.dumps(_pem_to_jwk(text))).key if text.startswith("{") else text)]
+        return [(key.key_id, key.key) for key in jwt.PyJWKSet.from_json(text).keys]
+
+    def _candidates(self, kid: Any) -> list[Any]:
+        """The keys that may have signed a token: those its `kid` names; else those without a `kid` (every
+        one is tried); else the only key there is."""
+        named = [key for key_id, key in self._keys if kid is not None and key_id == kid]
+        if named:
+            return named
+        unnamed = [key for key_id, key in self._keys if key_id is None]
+        if unnamed:
+            return unnamed
+        return [self._keys[0][1]] if len(self._keys) == 1 else []
 
     def _refresh(self) -> None:
         """Keys rotate in place: the key file is reread once it changes (one `stat` per token). A changed
@@ -84,30 +96,33 @@ class JwtVerifier:
             self._keys = self._load()
         except (OSError, ValueError, jwt.PyJWTError) as exc:
             logger.error("%s %s cannot be read, so every token is refused: %s", self._field, self._path, exc)
-            self._keys = {}
+            self._keys = []
             return
         logger.info("%s %s reloaded: %d key(s)", self._field, self._path, len(self._keys))
 
     async def verify_token(self, token: str) -> AccessToken | None:
         self._refresh()
         try:
-            header = jwt.get_unverified_header(token)
-            key = self._keys.get(header.get("kid")) or self._keys.get(None)
-            if key is None and len(self._keys) == 1:
-                key = next(iter(self._keys.values()))
-            if key is None:
-                return None
-            claims = jwt.decode(
-                token,
-                key=key,
-                algorithms=self._algorithms,
-                audience=self._audience,
-                issuer=self._issuer,
-                options={"require": ["exp"], "verify_aud": self._audience is not None},
-            )
-        except (jwt.PyJWTError, TypeError, ValueError):
-            # TypeError/ValueError: the header's `alg` is allowed but not of the key's type (an ES256 or EdDSA
-            # token against an RSA key of a JWKS): PyJWT cannot prepare the key. Refused, not a 500.
+            candidates = self._candidates(jwt.get_unverified_header(token).get("kid"))
+        except jwt.PyJWTError:
+            return None
+        claims = None
+        for key in candidates:
+            try:
+                claims = jwt.decode(
+                    token,
+                    key=key,
+                    algorithms=self._algorithms,
+                    audience=self._audience,
+                    issuer=self._issuer,
+                    options={"require": ["exp"], "verify_aud": self._audience is not None},
+                )
+                break
+            except (jwt.PyJWTError, TypeError, ValueError):
+                # TypeError/ValueError: the header's `alg` is allowed but not of the key's type (an ES256 or
+                # EdDSA token against an RSA key of a JWKS): PyJWT cannot prepare the key. Refused, not a 500.
+                continue
+        if claims is None:
             return None
         scope = claims.get("scope") or claims.get("scp") or ""
         if not isinstance(scope, (str, list)):

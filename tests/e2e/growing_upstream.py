@@ -19,5 +19,19 @@ async def grow(name: str, reply: str, ctx: Context) -> str:
     return f"grew {name}"
 
 
+@server.tool(description="Announce `count` tool list changes (nothing changes), then answer.")
+async def storm(count: int, ctx: Context) -> str:
+    for _ in range(count):
+        await ctx.notify_tools_changed()
+        if ctx.request_context.protocol_version < "2026":
+            await ctx.request_context.session.send_tool_list_changed()
+    return f"announced {count}"
+
+
+@server.tool(description="Echo text back.")
+async def echo(text: str) -> str:
+    return text
+
+
 if __name__ == "__main__":
     server.run("stdio")

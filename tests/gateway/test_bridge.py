@@ -273,3 +273,39 @@ async def test_a_server_request_goes_to_a_call_whose_client_is_waiting() -> None
             assert bridges.asker("legacy", "sampling/createMessage") is older
             release.set()
             tg.cancel_scope.cancel()
+
+
+async def test_server_requests_asked_at_once_go_to_calls_of_their_own() -> None:
+    """Three calls of one client wait while the upstream asks three questions at once: each goes to a
+    different call, so every client request gets its round (before, the newest call, still marked
+    waiting until its round went back, took them all and the others waited out the bridge timeout)."""
+    rounds: list[dict[str, Any]] = []
+    all_rounds = anyio.Event()
+
+    async def call(bridged: BridgedCall) -> dict[str, Any]:
+        await anyio.sleep_forever()
+        raise AssertionError("unreachable")
+
+    async def client(bridged: BridgedCall) -> None:
+        rounds.append(await bridged.resume({}))
+        if len(rounds) == 3:
+            all_rounds.set()
+
+    async def upstream_request(n: int) -> None:
+        target = bridges.asker("legacy", "sampling/createMessage")
+        assert target is not None
+        await target.ask("sampling/createMessage", {"n": n})
+
+    bridges = Bridges()
+    with anyio.fail_after(5):
+        async with anyio.create_task_group() as tg:
+            calls = [bridges.start(tg, "owner", "legacy", call) for _ in range(3)]
+            for bridged in calls:
+                tg.start_soon(client, bridged)
+            await anyio.wait_all_tasks_blocked()
+            for n in range(3):
+                tg.start_soon(upstream_request, n)
+            await all_rounds.wait()
+            tg.cancel_scope.cancel()
+    assert sorted(len(round_["inputRequests"]) for round_ in rounds) == [1, 1, 1]
+    assert sorted(round_["requestState"] for round_ in rounds) == sorted(bridged.token for bridged in calls)

@@ -59,6 +59,11 @@ class BridgedCall:
     request: dict[str, Any] | None = None
     asked: int = 0
 
+    @property
+    def has_open_question(self) -> bool:
+        """Whether a question of this call awaits its answer (its upstream handler is waiting on it)."""
+        return any(not question.answered.is_set() for question in self.questions.values())
+
     async def progress(self, progress: float, total: float | None, message: str | None) -> None:
         if self.on_progress is not None:
             await self.on_progress(progress, total, message)
@@ -231,6 +236,9 @@ class Bridges:
         one owner: with several owners, refused, since a guess could show one client's question to another
         and hand it that client's answer. A call between rounds has a question open, so its upstream handler
         is waiting on that answer, not asking; and its client may never come back (a retry is optional).
+        So calls with no question open come first: when several calls' handlers ask at once, each question
+        goes to a call of its own, and no client request is left waiting out the bridge timeout because
+        another call took its question as well.
         """
         calls = self.by_upstream.get(upstream)
         if not calls:
@@ -243,5 +251,6 @@ class Bridges:
                 "connection and it cannot tell which one the request belongs to",
                 {"reason": "ambiguous_caller", "upstream": upstream},
             )
-        waiting = [bridged for bridged in calls if bridged.waiting]
-        return (waiting or calls)[-1]
+        candidates = [bridged for bridged in calls if not bridged.has_open_question] or calls
+        waiting = [bridged for bridged in candidates if bridged.waiting]
+        return (waiting or candidates)[-1]

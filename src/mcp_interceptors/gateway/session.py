@@ -441,9 +441,10 @@ class DownstreamSession:
         if not isinstance(key, str):
             raise MCPError(INVALID_PARAMS, f"{method}: params.{key_name} must be a string", {"field": key_name})
         enforce = check and self.gateway.config.advertised_equals_callable
+        # What this session was shown, held here: a `list_changed` while the catalog is fetched below
+        # drops `self.advertised`, and must not make an item just shown (and still listed) uncallable.
+        shown = await self.compute_advertised(list_method) if enforce else {}
         needed = (list_method, "resources/templates/list") if list_method == "resources/list" else (list_method,)
-        if enforce and any(m not in self.advertised for m in needed):
-            await self.compute_advertised(list_method)
         missing = tuple(m for m in needed if self.catalog is None or m not in self.catalog.routes)
         if missing:
             await self.refresh_catalog(missing)
@@ -452,7 +453,7 @@ class DownstreamSession:
         if route is None and await self._owner_back(list_method, key):
             self.invalidate(list_method)  # listed while it restarted: list again, with its items
             return await self._route(method, params, check=check)
-        if route is None or (enforce and not self._was_advertised(list_method, key)):
+        if route is None or (enforce and not self._was_advertised(shown, list_method, key)):
             kind = {"tools/list": "tool", "prompts/list": "prompt"}.get(list_method, "resource")
             data = {"reason": "not advertised to this session", key_name: key, "event": method}
             if kind == "resource":  # resource-not-found as a server sends it: clients recognise `{uri}` alone
@@ -476,28 +477,34 @@ class DownstreamSession:
             return True
         return False
 
-    def _was_advertised(self, list_method: str, key: str) -> bool:
-        if key in self.advertised.get(list_method, set()):
+    def _was_advertised(self, shown: Mapping[str, set[str]], list_method: str, key: str) -> bool:
+        if key in shown.get(list_method, set()):
             return True
         if list_method != "resources/list" or self.catalog is None:
             return False
-        templates = self.advertised.get("resources/templates/list", set())
+        templates = shown.get("resources/templates/list", set())
         if key in templates:  # a template's own text (a completion's `ref/resource`)
             return True
         return any(tpl.match(key) is not None for text, tpl, _ in self.catalog.templates if text in templates)
 
-    async def compute_advertised(self, list_method: str) -> None:
-        """What this session would be shown: the listing after the response chain, computed on demand."""
+    async def compute_advertised(self, list_method: str) -> dict[str, set[str]]:
+        """What this session would be shown: the listing after the response chain, computed on demand.
+
+        Returns the keys shown per listing (`list_method`'s, and resource templates' with resources) as
+        they are now, which a `list_changed` arriving later does not take back from the caller."""
         methods = (list_method, "resources/templates/list") if list_method == "resources/list" else (list_method,)
+        shown: dict[str, set[str]] = {}
         for method in methods:
-            if method in self.advertised:  # listed by the client already (maybe several pages): keep that
-                continue
-            try:
-                await self._list(method, None, None)
-            except MCPError as exc:
-                if exc.code != METHOD_NOT_FOUND:
-                    raise
-                self.advertised[method] = set()
+            keys = self.advertised.get(method)
+            if keys is None:  # else listed by the client already (maybe several pages): keep that
+                try:
+                    keys = advertised_keys(method, await self._list(method, None, None))
+                except MCPError as exc:
+                    if exc.code != METHOD_NOT_FOUND:
+                        raise
+                    keys = self.advertised[method] = set()
+            shown[method] = keys
+        return shown
 
     async def _route_completion(self, params: Mapping[str, Any] | None) -> Route:
         """A `ref/prompt` goes to the prompt's owner; a `ref/resource` (a resource's URI or a template's own

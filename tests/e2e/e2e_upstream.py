@@ -22,7 +22,8 @@ from mcp.server import ServerRequestContext
 from mcp.server.context import CallNext, HandlerResult
 from mcp.server.extension import Extension, MethodBinding
 from mcp.server.mcpserver import Context, MCPServer, Resolve, Sample
-from mcp_types import CreateMessageResult, RequestParams, SamplingMessage, TextContent
+from mcp_types import CreateMessageResult, InputRequiredResult, RequestParams, SamplingMessage, TextContent
+from mcp_types.version import MODERN_PROTOCOL_VERSIONS
 from pydantic import ConfigDict
 
 NAME = os.environ.get("E2E_NAME", "e2e-upstream")
@@ -182,6 +183,19 @@ async def ask_and_note(question: str, name: str, ctx: Context) -> str:
         NOTES[name] = json.dumps({"code": exc.error.code, "data": exc.error.data})
     started(f"noted:{name}").set()
     return NOTES[name]
+
+
+@server.tool(description="Send the client to `url` (URL-mode elicitation) and answer the action it took.")
+async def visit(url: str, ctx: Context) -> str | InputRequiredResult:
+    if ctx.protocol_version in MODERN_PROTOCOL_VERSIONS:  # 2026-07-28 URL elicitation has no elicitationId
+        answers = ctx.input_responses
+        if not answers or "visit" not in answers:
+            request = {"method": "elicitation/create", "params": {"mode": "url", "message": "Sign in", "url": url}}
+            return InputRequiredResult(input_requests={"visit": request}, request_state="visit")
+        answer = answers["visit"]
+        return str(answer["action"] if isinstance(answer, dict) else getattr(answer, "action", answer))
+    result = await ctx.elicit_url("Sign in", url, "visit-1")
+    return result.action
 
 
 @server.tool(description="Wait up to `wait` seconds for a `sleep` (or `asking:` ask_after) with `token` to start.")

@@ -6,6 +6,7 @@ A response-phase block reaches the client as the gateway's own error; it is not 
 
 from __future__ import annotations
 
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -13,7 +14,7 @@ import anyio
 import orjson
 import pytest
 from e2e_hosts import LEAK_MARKER
-from e2e_support import ERAS, ConfigWriter, Sampler, fresh_gateway, raw_request, upstream_entry
+from e2e_support import E2E_DIR, ERAS, ConfigWriter, Sampler, fresh_gateway, raw_request, upstream_entry
 from mcp import MCPError
 
 from mcp_interceptors.audit import SqliteStore
@@ -109,6 +110,39 @@ async def test_a_2026_input_request_and_its_answer_make_one_compound_receipt(
     )
     with anyio.fail_after(60):
         async with fresh_gateway("stdio", config, "2026-07-28", sampling_callback=Sampler()) as client:
+            result = await client.call_tool("ask", {"question": "what is six times seven?"})
+    assert not result.is_error
+    store = SqliteStore(store_path, create=False)
+    try:
+        records = [orjson.loads(raw) for _, raw in store.iter_records()]
+        sampling = [r for r in records if r["body"].get("event") == "sampling/createMessage"]
+        assert [(r["body"]["phase"], r["body"]["decision"]) for r in sampling] == [
+            ("request", "allow"),
+            ("response", "allow"),
+        ]
+        assert sampling[0]["body"]["call_id"] == sampling[1]["body"]["call_id"]
+        receipt = store.get_receipt(sampling[1]["id"])
+    finally:
+        store.close()
+    assert receipt is not None
+    assert orjson.loads(receipt)["request"]["id"] == sampling[0]["id"]
+
+
+async def test_a_2026_upstreams_input_request_bridged_to_a_handshake_era_client_makes_one_compound_receipt(
+    write_config: ConfigWriter, tmp_path: Path
+) -> None:
+    """A 2026-07-28 upstream's sampling request reaches a handshake-era client as a server request (the bridge):
+    the request and the client's answer are still one call of the audit trail, closed by one receipt."""
+    store_path = tmp_path / "audit.db"
+    upstream = {"command": sys.executable, "args": [str(E2E_DIR / "modern_upstream.py")], "era": "2026-07-28"}
+    config = write_config(
+        {
+            "upstreams": {"e2e": upstream},
+            "audit": {"enabled": True, "store": str(store_path), "key_file": str(tmp_path / "audit-key")},
+        }
+    )
+    with anyio.fail_after(60):
+        async with fresh_gateway("stdio", config, "legacy", sampling_callback=Sampler()) as client:
             result = await client.call_tool("ask", {"question": "what is six times seven?"})
     assert not result.is_error
     store = SqliteStore(store_path, create=False)

@@ -5,9 +5,11 @@ from __future__ import annotations
 import sys
 
 import anyio
+import mcp_types as types
 import pytest
 from e2e_support import E2E_DIR, ConfigWriter, raw_request
 from e2e_support import fresh_gateway as connect
+from mcp.client import ClientRequestContext
 from mcp_types import SERVER_INFO_META_KEY
 
 pytestmark = [pytest.mark.anyio, pytest.mark.e2e]
@@ -48,3 +50,28 @@ async def test_a_2026_client_gets_the_server_info_stamp_from_a_handshake_era_ups
     for method, result in results.items():
         assert result["resultType"] == "complete", (method, result)
         assert result["_meta"][SERVER_INFO_META_KEY]["name"] == "era-gateway", (method, result)
+
+
+@pytest.mark.parametrize("transport", ["stdio", "http"])
+async def test_a_handshake_era_client_gets_an_elicitation_id_for_a_2026_upstreams_url_elicitation(
+    write_config: ConfigWriter, transport: str
+) -> None:
+    """2026-07-28 removed `elicitationId` from URL-mode elicitation; a handshake-era client requires it (mcp's
+    refuses the request with -32602 and the call fails), so the bridge gives the request one."""
+    upstream = {"command": sys.executable, "args": [str(E2E_DIR / "modern_upstream.py")], "era": "2026-07-28"}
+    config = write_config({"name": "era-gateway", "upstreams": {"modern": upstream}})
+    asked: list[types.ElicitRequestParams] = []
+
+    async def elicit(ctx: ClientRequestContext, params: types.ElicitRequestParams) -> types.ElicitResult:
+        asked.append(params)
+        return types.ElicitResult(action="accept")
+
+    async with connect(transport, config, "legacy", elicitation_callback=elicit) as client:
+        with anyio.fail_after(30):
+            result = await client.call_tool("visit", {"url": "https://auth.example.com/sign-in"})
+    assert not result.is_error, result
+    assert [(p.mode, p.url) for p in asked if isinstance(p, types.ElicitRequestURLParams)] == [
+        ("url", "https://auth.example.com/sign-in")
+    ]
+    assert isinstance(asked[0], types.ElicitRequestURLParams) and asked[0].elicitation_id
+    assert result.content[0].text == "accept"  # type: ignore[union-attr]

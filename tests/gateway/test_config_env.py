@@ -99,3 +99,10 @@ def test_settings_of_the_other_transport_are_refused_not_ignored(upstream: dict[
         parse_config({"upstreams": {"a": upstream}}, file="gateway.yaml", env={})
     assert error.value.path == "upstreams.a"
     assert misplaced in str(error.value)
+
+
+def test_an_unquoted_2026_era_is_the_era_not_a_date(tmp_path: Path) -> None:
+    """YAML reads `era: 2026-07-28` as a date; the value the docs list must load as written."""
+    path = tmp_path / "gateway.yaml"
+    path.write_text("upstreams:\n  a: {command: server, era: 2026-07-28}\n", encoding="utf-8")
+    assert load_config(path).upstreams["a"].era == "2026-07-28"

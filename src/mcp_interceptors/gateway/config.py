@@ -6,6 +6,7 @@ field path and the fix. `config_json_schema()` backs `mcp-interceptors config-sc
 
 from __future__ import annotations
 
+import datetime
 import ipaddress
 import os
 import re
@@ -73,6 +74,12 @@ class TransportConfig(_Model):
             "`initialize`."
         ),
     )
+
+    @field_validator("era", mode="before")
+    @classmethod
+    def _era_as_written(cls, value: Any) -> Any:
+        """YAML reads an unquoted `era: 2026-07-28` as a date: take it as the era it names."""
+        return value.isoformat() if isinstance(value, datetime.date) else value
 
     @model_validator(mode="after")
     def _one_transport(self) -> TransportConfig:

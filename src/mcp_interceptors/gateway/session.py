@@ -8,6 +8,7 @@ message goes receive -> request chain -> route -> forward -> response chain -> r
 from __future__ import annotations
 
 import logging
+import uuid
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Literal, Protocol, get_args
@@ -346,8 +347,9 @@ class DownstreamSession:
                 await record.answered(Leg(method, "response", None, result), governed)
                 return governed  # a 2026-07-28 client answers and retries itself
             # Bridge: a handshake-era client gets the embedded requests as ordinary server requests.
-            answers = await self._ask_client(governed.get("inputRequests") or {}, downstream, context, record)
-            retry = {**upstream_params, "inputResponses": answers, "requestState": result.get("requestState")}
+            state = result.get("requestState")
+            answers = await self._ask_client(governed.get("inputRequests") or {}, state, downstream, context, record)
+            retry = {**upstream_params, "inputResponses": answers, "requestState": state}
             result = await conn.request(method, retry, on_progress=relay, headers=headers)
         raise MCPError(-32603, f"{method}: upstream asked for input more than {MAX_INPUT_ROUNDS} times")
 
@@ -421,14 +423,30 @@ class DownstreamSession:
         return mcp_param_headers(x_mcp_header_map(schema), arguments)
 
     async def _ask_client(
-        self, requests: Mapping[str, Any], downstream: Downstream, context: InvocationContext, record: CallRecord
+        self,
+        requests: Mapping[str, Any],
+        state: Any,
+        downstream: Downstream,
+        context: InvocationContext,
+        record: CallRecord,
     ) -> dict[str, Any]:
+        """Bridge: a handshake-era client answers a 2026-07-28 upstream's input requests as server requests.
+
+        Each answer closes the audit call its request opened (`_govern_input_requests`), as a 2026-07-28
+        client's retry does, so request and answer make one compound receipt."""
         answers: dict[str, Any] = {}
         for key, request in requests.items():
             method, params = request.get("method"), request.get("params")
-            answer = await downstream.request(method, params)
+            opened = self.gateway.close_input(state, str(key)) if record.enabled and isinstance(state, str) else None
+            answer_record = record.embedded(opened[0] if opened is not None and opened[1] == method else None)
+            try:
+                answer = await downstream.request(method, params)
+            except MCPError as exc:
+                if opened is not None:
+                    await answer_record.failed(method, exc.code, exc.message)
+                raise
             if method in GOVERNED_EVENTS:
-                answer = await self.gateway.governor.govern_response(method, answer, context, record.embedded())
+                answer = await self.gateway.governor.govern_response(method, answer, context, answer_record)
             answers[key] = answer
         return answers
 
@@ -540,7 +558,10 @@ class DownstreamSession:
             method = request.get("method") if isinstance(request, Mapping) else None
             if isinstance(method, str) and method in GOVERNED_EVENTS:
                 embedded = record.embedded()
-                params = await self.gateway.governor.govern_request(method, request.get("params"), context, embedded)
+                params = request.get("params")
+                if self.era == "legacy":  # bridged to a handshake-era client: what it is sent is what is governed
+                    params = _for_handshake_client(method, params)
+                params = await self.gateway.governor.govern_request(method, params, context, embedded)
                 sent = {"method": method, "params": _recorded(params)}
                 await embedded.dispatched(executed=sent, intent=sent)
                 if record.enabled and isinstance(state, str):  # its answer comes with the retry
@@ -674,6 +695,19 @@ def _recorded(params: Mapping[str, Any] | None) -> dict[str, Any]:
     if meta:
         body["_meta"] = meta
     return body
+
+
+def _for_handshake_client(method: str, params: Any) -> Any:
+    """A 2026-07-28 input request as a handshake-era client must get it: URL-mode elicitation there requires
+    an `elicitationId`, which 2026-07-28 removed (a client refuses the request without one)."""
+    if (
+        method == "elicitation/create"
+        and isinstance(params, Mapping)
+        and params.get("mode") == "url"
+        and not isinstance(params.get("elicitationId"), str)
+    ):
+        return {**params, "elicitationId": uuid.uuid4().hex}
+    return params
 
 
 def _without_meta(params: Mapping[str, Any] | None) -> dict[str, Any]:

@@ -221,3 +221,29 @@ async def test_a_blocked_answer_is_refused_to_the_upstream_too(write_config: Con
     assert text_of(noted) == "started"
     seen = json.loads(text_of(upstream_saw))
     assert (seen["code"], seen["data"]["interceptor"]) == (-32602, "deny-answers")
+
+
+@pytest.mark.parametrize("answer", [{"content": {"type": "text", "text": FORBIDDEN_QUESTION}}, "just text"])
+async def test_an_answer_runs_the_chain_of_the_question_it_answers_whatever_its_shape(
+    write_config: ConfigWriter, answer: Any
+) -> None:
+    """A sampling answer without `role` or `model` looks like no client feature's result: it still runs the
+    sampling response chain, since the gateway knows what it asked under that key; one that is not even an
+    object is refused naming it."""
+    config = write_config({**handshake_config(), "interceptors": {"hosts": [{"module": "e2e_hosts:question_guard"}]}})
+    call = {"name": "ask", "arguments": {"question": "anything?"}}
+    with anyio.fail_after(30):
+        async with fresh_gateway("stdio", config, "2026-07-28", sampling_callback=Sampler()) as client:
+            first = await raw_request(client, "tools/call", call)
+            [key] = first["inputRequests"]
+            retry = {**call, "requestState": first["requestState"], "inputResponses": {key: answer}}
+            with pytest.raises(MCPError) as refused:
+                await raw_request(client, "tools/call", retry)
+    assert refused.value.code == -32602
+    if isinstance(answer, dict):
+        assert (refused.value.data["interceptor"], refused.value.data["event"]) == (
+            "deny-answers",
+            "sampling/createMessage",
+        )
+    else:
+        assert refused.value.data == {"field": f"inputResponses.{key}"}

@@ -192,7 +192,8 @@ class Gateway:
         return CallRecord(self.audit_writer, context)
 
     def open_input(self, request_state: str, key: str, call_id: str, method: str) -> None:
-        """Remember the audit call of an input request sent to a 2026-07-28 client, until its answer comes."""
+        """Remember an input request sent to a 2026-07-28 client, until its answer comes: its method (whose
+        response chain the answer runs) and its audit call (empty when auditing is off)."""
         self._open_inputs[(request_state, key)] = (call_id, method)
         while len(self._open_inputs) > _OPEN_INPUTS_KEPT:
             self._open_inputs.popitem(last=False)

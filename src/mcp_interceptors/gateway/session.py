@@ -564,8 +564,8 @@ class DownstreamSession:
                 params = await self.gateway.governor.govern_request(method, params, context, embedded)
                 sent = {"method": method, "params": _recorded(params)}
                 await embedded.dispatched(executed=sent, intent=sent)
-                if record.enabled and isinstance(state, str):  # its answer comes with the retry
-                    self.gateway.open_input(state, str(key), embedded.call_id, method)
+                if isinstance(state, str):  # its answer comes with the retry
+                    self.gateway.open_input(state, str(key), embedded.call_id if record.enabled else "", method)
                 governed[key] = {**request, "params": params}
             else:
                 governed[key] = request
@@ -575,20 +575,33 @@ class DownstreamSession:
         self, params: dict[str, Any] | None, context: InvocationContext, record: CallRecord
     ) -> None:
         """2026-07-28 retry (of any call that can ask for input): the client's answers run the response chain
-        of the request they answer. The retry does not say which request that was, so an answer shaped like
-        several (roots with an `action`, say) runs the chain of each, and no guard is skipped."""
+        of the request they answer: the one the gateway sent under that key (it remembers them), and every
+        one the answer's shape could be read as (roots with an `action`, say), so no guard is skipped."""
         responses = (params or {}).get("inputResponses")
         if not isinstance(responses, dict):
             return
         state = (params or {}).get("requestState")
         for key, value in list(responses.items()):
-            # The audit call its request opened, so request and answer make one compound receipt.
-            opened = self.gateway.close_input(state, str(key)) if record.enabled and isinstance(state, str) else None
-            for method in input_response_methods(value):
-                if isinstance(value, dict):
-                    linked = opened is not None and opened[1] == method
+            # The request it answers; its audit call, so request and answer make one compound receipt.
+            opened = self.gateway.close_input(state, str(key)) if isinstance(state, str) else None
+            methods = input_response_methods(value)
+            if opened is not None and opened[1] not in methods:
+                methods = (opened[1], *methods)
+            try:
+                if methods and not isinstance(value, dict):
+                    raise MCPError(
+                        INVALID_PARAMS,
+                        f"inputResponses.{key} must be an object: the result of the {methods[0]} request it answers",
+                        {"field": f"inputResponses.{key}"},
+                    )
+                for method in methods:
+                    linked = opened is not None and opened[1] == method and bool(opened[0])
                     answer_record = record.embedded(opened[0] if opened is not None and linked else None)
                     value = await self.gateway.governor.govern_response(method, value, context, answer_record)
+            except BaseException:
+                if opened is not None and isinstance(state, str):  # still unanswered: a later retry is governed alike
+                    self.gateway.open_input(state, str(key), "", opened[1])
+                raise
             responses[key] = value
 
     async def subscription_owner(self, uri: str) -> UpstreamConnection | None:

@@ -26,7 +26,7 @@ from mcp_types import (
 )
 from pydantic import BaseModel
 
-from mcp_interceptors import Chain, InterceptingClient, InterceptorHost, Invocation, MutationResult
+from mcp_interceptors import Chain, InterceptingClient, InterceptorHost, Invocation, MutationResult, guards
 
 pytestmark = pytest.mark.anyio
 
@@ -508,3 +508,21 @@ async def test_mutated_sampling_request_or_answer_that_is_no_payload_fails_the_c
     assert len(asked) == (0 if phase == "request" else 1)  # a bad question never reaches the model
     assert caught.value.code == -32603
     assert caught.value.data == invalid_payload("rewrite", "sampling/createMessage", phase, detail)
+
+
+async def test_sampling_guard_clamps_max_tokens_of_a_request_the_client_receives(era: str) -> None:
+    """docs/guards.md: over the cap, `maxTokens` is clamped by `sampling-guard-clamp`. On a client the request
+    is received (validate, then mutate), and the validator used to block the call instead."""
+    app, asked = App(), []
+
+    async def model(context: Any, params: Any) -> CreateMessageResult:
+        asked.append(params.max_tokens)
+        return await llm(context, params)
+
+    chain = Chain(role="client")
+    chain.add_local(guards.load("sampling-guard", {"max_tokens": 10}))
+    with anyio.fail_after(10):
+        async with client_in(app, chain, era, sampling_callback=model) as client:
+            result = await client.call_tool("ask", {"prompt": "hello"})
+    assert asked == [10]  # ask_llm asks for 20
+    assert text_of(result) == "LLM answered: 'hello'"

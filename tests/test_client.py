@@ -12,7 +12,7 @@ from typing import Annotated, Any
 import anyio
 import pytest
 from fakes import ERAS
-from mcp import MCPError
+from mcp import MCPDeprecationWarning, MCPError
 from mcp.client._memory import InMemoryTransport
 from mcp.server import MCPServer
 from mcp.server.mcpserver import Elicit, ListRoots, Resolve, Sample
@@ -526,3 +526,77 @@ async def test_sampling_guard_clamps_max_tokens_of_a_request_the_client_receives
             result = await client.call_tool("ask", {"prompt": "hello"})
     assert asked == [10]  # ask_llm asks for 20
     assert text_of(result) == "LLM answered: 'hello'"
+
+
+# --------------------------------------------------------------------------- resources/subscribe
+
+
+def no_secret_subscriptions() -> tuple[InterceptorHost, list[tuple[str, Any]]]:
+    host, seen = InterceptorHost("subs"), []
+
+    @host.mutator("lower", events=["resources/subscribe"], phase="request")
+    async def lower(inv: Invocation) -> Any:
+        return {**inv.payload, "params": {**inv.payload["params"], "uri": inv.payload["params"]["uri"].lower()}}
+
+    @host.validator("no-secret-subscriptions", events=["resources/subscribe"], phase="request")
+    async def no_secret(inv: Invocation) -> bool:
+        seen.append((inv.phase, inv.payload))
+        return "secret" not in inv.payload["params"]["uri"]
+
+    return host, seen
+
+
+def recording(app: App) -> list[tuple[str, Any]]:
+    received: list[tuple[str, Any]] = []
+
+    async def record(ctx: Any, call_next: Any) -> Any:
+        if "subscri" in ctx.method:
+            received.append((ctx.method, dict(ctx.params or {})))
+        return await call_next(ctx)
+
+    app.server.middleware.append(record)
+    return received
+
+
+BLOCKED_SUBSCRIPTION = {
+    "interceptor": "no-secret-subscriptions",
+    "reason": "validation failed",
+    "event": "resources/subscribe",
+    "phase": "request",
+    "status": "validation_failed",
+}
+
+
+async def test_subscribe_resource_is_governed_and_a_blocked_one_is_never_sent() -> None:
+    """`resources/subscribe` is a governed event, but `InterceptingClient` had no `subscribe_resource`:
+    the only way was `client.client.subscribe_resource`, around every interceptor."""
+    app, (host, seen) = App(), no_secret_subscriptions()
+    received = recording(app)
+    with anyio.fail_after(10):
+        async with client_in(app, chain_of(host), "legacy") as client:
+            with pytest.raises(MCPError) as blocked:
+                await client.subscribe_resource("res://Secret")
+            with pytest.warns(MCPDeprecationWarning), pytest.raises(MCPError) as refused:
+                await client.subscribe_resource("res://README")  # sent, as governed: this server refuses it
+    assert blocked.value.code == -32602 and blocked.value.data == BLOCKED_SUBSCRIPTION
+    assert refused.value.code == -32601  # the server's own answer: the request went out
+    assert received == [("resources/subscribe", {"uri": "res://readme"})]
+    assert [payload["params"]["uri"] for _, payload in seen] == ["res://secret", "res://readme"]
+
+
+@pytest.mark.parametrize("era", ["2026-07-28", "2026-07-28-jsonrpc"])
+async def test_listen_governs_its_resource_subscriptions_and_a_blocked_one_refuses_the_listen(era: str) -> None:
+    """In the 2026-07-28 era a listen stream's `resourceSubscriptions` are its `resources/subscribe`."""
+    app, (host, _) = App(), no_secret_subscriptions()
+    received = recording(app)
+    with anyio.fail_after(10):
+        async with client_in(app, chain_of(host), era) as client:
+            with pytest.raises(MCPError) as blocked:
+                async with client.listen(resource_subscriptions=["res://readme", "res://Secret"]):
+                    pass
+            async with client.listen(resource_subscriptions=["res://README"], resources_list_changed=True) as sub:
+                honored = sub.honored
+    assert blocked.value.code == -32602 and blocked.value.data == BLOCKED_SUBSCRIPTION
+    assert [method for method, _ in received] == ["subscriptions/listen"]
+    assert received[0][1]["notifications"]["resourceSubscriptions"] == ["res://readme"]
+    assert honored.resources_list_changed is True

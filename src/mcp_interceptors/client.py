@@ -2,18 +2,21 @@
 
 Outgoing requests and incoming results of server features, and incoming requests and outgoing
 results of client features (sampling, elicitation, roots), are each governed at the client's
-interception points with the direction the spec prescribes for a client (§5.1).
+interception points with the direction the spec prescribes for a client (§5.1). A 2026-07-28 `listen`'s
+resource subscriptions are governed as the `resources/subscribe` requests they replace.
 """
 
 from __future__ import annotations
 
 import uuid
-from collections.abc import Awaitable, Callable, Mapping
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequence
+from contextlib import asynccontextmanager
 from typing import Any, TypeVar
 
 from mcp import Client, MCPError
 from mcp.client import ClientRequestContext
 from mcp.client.session import ElicitationFnT, ListRootsFnT, SamplingFnT
+from mcp.client.subscriptions import Subscription
 from mcp_types import (
     CallToolRequestParams,
     CallToolResult,
@@ -22,6 +25,7 @@ from mcp_types import (
     CreateMessageResultWithTools,
     ElicitRequestParams,
     ElicitResult,
+    EmptyResult,
     ErrorData,
     GetPromptRequestParams,
     GetPromptResult,
@@ -34,6 +38,7 @@ from mcp_types import (
     ReadResourceRequestParams,
     ReadResourceResult,
     RequestParams,
+    SubscribeRequestParams,
 )
 from pydantic import BaseModel, TypeAdapter, ValidationError
 
@@ -54,6 +59,7 @@ _REQUEST_PARAMS: dict[str, TypeAdapter[Any]] = {
     "tools/call": TypeAdapter(CallToolRequestParams),
     "resources/read": TypeAdapter(ReadResourceRequestParams),
     "prompts/get": TypeAdapter(GetPromptRequestParams),
+    "resources/subscribe": TypeAdapter(SubscribeRequestParams),
     "tools/list": _PAGINATED,
     "prompts/list": _PAGINATED,
     "resources/list": _PAGINATED,
@@ -199,6 +205,25 @@ class InterceptingClient:
         await self._request("resources/templates/list", {}, kwargs)
         result = await self.client.list_resource_templates(**kwargs)
         return await self._response("resources/templates/list", result, ListResourceTemplatesResult)
+
+    async def subscribe_resource(self, uri: str, **kwargs: Any) -> EmptyResult:
+        """`resources/subscribe`, governed (handshake era: mcp deprecates it for 2026-07-28, see `listen`)."""
+        params = await self._request("resources/subscribe", {"uri": uri}, kwargs)
+        result = await self.client.subscribe_resource(str(params.get("uri", uri)), **kwargs)
+        return await self._response("resources/subscribe", result, EmptyResult)
+
+    @asynccontextmanager
+    async def listen(
+        self, *, resource_subscriptions: Sequence[str] = (), **kwargs: bool
+    ) -> AsyncIterator[Subscription]:
+        """`Client.listen` (2026-07-28); each of `resource_subscriptions` is governed first as the
+        `resources/subscribe` request it stands for: a block refuses the listen, and the governed URIs are sent."""
+        uris = []
+        for uri in resource_subscriptions:
+            params = await self._request("resources/subscribe", {"uri": uri})
+            uris.append(str(params.get("uri", uri)))
+        async with self.client.listen(resource_subscriptions=uris, **kwargs) as subscription:
+            yield subscription
 
     # ------------------------------------------------------------------ client features (server-initiated)
 

@@ -12,7 +12,7 @@ from typing import Annotated, Any
 import anyio
 import pytest
 from fakes import ERAS
-from mcp import MCPError
+from mcp import MCPDeprecationWarning, MCPError
 from mcp.client._memory import InMemoryTransport
 from mcp.server import MCPServer
 from mcp.server.mcpserver import Elicit, ListRoots, Resolve, Sample
@@ -26,7 +26,7 @@ from mcp_types import (
 )
 from pydantic import BaseModel
 
-from mcp_interceptors import Chain, InterceptingClient, InterceptorHost, Invocation
+from mcp_interceptors import Chain, InterceptingClient, InterceptorHost, Invocation, MutationResult, guards
 
 pytestmark = pytest.mark.anyio
 
@@ -213,6 +213,12 @@ def client_for(app: App, guards: Guards, era: str, **kwargs: Any) -> Interceptin
     return InterceptingClient(app.server, chain, mode=era, **callbacks, **kwargs)
 
 
+def client_in(app: App, chain: Chain, era: str, **kwargs: Any) -> InterceptingClient:
+    if era == "2026-07-28-jsonrpc":
+        return InterceptingClient(InMemoryTransport(app.server), chain, **kwargs)
+    return InterceptingClient(app.server, chain, mode=era, **kwargs)
+
+
 def text_of(result: Any) -> str:
     content = result.content[0]
     assert isinstance(content, TextContent)
@@ -383,3 +389,214 @@ async def test_client_context_carries_a_session_id() -> None:
     assert client.context.trace_id == "t-1" and client.context.session_id
     fixed = client_for(app, guards, "legacy", context={"sessionId": "s-1"})
     assert fixed.context.session_id == "s-1"
+
+
+# --------------------------------------------------------------------------- a mutation that leaves no payload
+
+
+def chain_of(host: InterceptorHost) -> Chain:
+    chain = Chain(role="client")
+    chain.add_local(host)
+    return chain
+
+
+def invalid_payload(interceptor: str, event: str, phase: str, detail: str) -> dict[str, Any]:
+    return {
+        "interceptor": interceptor,
+        "reason": "invalid payload",
+        "event": event,
+        "phase": phase,
+        "status": "mutation_failed",
+        "detail": detail,
+    }
+
+
+@pytest.mark.parametrize(
+    ("replacement", "detail"),
+    [
+        (None, "the payload is null, not an object"),
+        (
+            {"method": "tools/list", "params": {"name": "echo", "arguments": {"text": "hi"}}},
+            "the payload's method is 'tools/list', not 'tools/call'",
+        ),
+        (
+            {"method": "tools/call", "params": {"name": "echo", "arguments": ["hi"]}},
+            "not a valid tools/call request: arguments: Input should be a valid dictionary",
+        ),
+    ],
+)
+async def test_mutated_request_that_is_no_tools_call_blocks_and_is_never_sent(
+    era: str, replacement: Any, detail: str
+) -> None:
+    """A null replacement used to send the call without its arguments, a changed `method` was ignored, and bad
+    `arguments` raised pydantic's `ValidationError`: each now fails closed naming the mutator (spec §1.2)."""
+    app, host = App(), InterceptorHost("bad")
+
+    @host.mutator("rewrite", events=["tools/call"], phase="request")
+    async def rewrite(inv: Invocation) -> Any:
+        if inv.payload["params"]["arguments"]["text"] == "fine":
+            return inv.payload
+        return MutationResult(modified=True, payload=replacement)
+
+    client = client_in(app, chain_of(host), era)
+    with anyio.fail_after(10):
+        async with client:
+            with pytest.raises(MCPError) as caught:
+                await client.call_tool("echo", {"text": "hi"})
+            after = await client.call_tool("echo", {"text": "fine"})  # the client still works
+    assert app.tool_calls == [("echo", "fine")]
+    assert caught.value.code == -32603
+    assert caught.value.data == invalid_payload("rewrite", "tools/call", "request", detail)
+    assert text_of(after) == "echo: fine"
+
+
+async def test_mutated_result_that_is_no_tools_call_result_raises_the_chain_error(era: str) -> None:
+    """It used to raise pydantic's `ValidationError`, naming neither the mutator nor the event."""
+    app, host = App(), InterceptorHost("bad")
+
+    @host.mutator("mangle", events=["tools/call"], phase="response")
+    async def mangle(inv: Invocation) -> Any:
+        return {**inv.payload, "content": "not a list"}
+
+    client = client_in(app, chain_of(host), era)
+    with anyio.fail_after(10):
+        async with client:
+            with pytest.raises(MCPError) as caught:
+                await client.call_tool("echo", {"text": "hi"})
+    assert caught.value.code == -32603
+    detail = "not a valid tools/call response: content: Input should be a valid list"
+    assert caught.value.data == invalid_payload("mangle", "tools/call", "response", detail)
+
+
+@pytest.mark.parametrize(
+    ("phase", "replacement", "detail"),
+    [
+        (
+            "request",
+            {"method": "roots/list", "params": {}},
+            "the payload's method is 'roots/list', not 'sampling/createMessage'",
+        ),
+        (
+            "request",
+            {"method": "sampling/createMessage", "params": {"messages": "nope", "maxTokens": 5}},
+            "not a valid sampling/createMessage request: messages: Input should be a valid list",
+        ),
+        ("response", {"role": "assistant"}, "not a valid sampling/createMessage response: content: Field required"),
+    ],
+)
+async def test_mutated_sampling_request_or_answer_that_is_no_payload_fails_the_call_naming_the_mutator(
+    era: str, phase: str, replacement: Any, detail: str
+) -> None:
+    """A changed `method` was ignored; a bad question or answer answered the server with a bare `-32602` in the
+    handshake era, and crashed the client's call with an `ExceptionGroup` in the 2026-07-28 era."""
+    app, host = App(), InterceptorHost("bad")
+    asked: list[Any] = []
+
+    @host.mutator("rewrite", events=["sampling/createMessage"], phase=phase)
+    async def rewrite(inv: Invocation) -> Any:
+        return MutationResult(modified=True, payload=replacement)
+
+    async def model(context: Any, params: Any) -> CreateMessageResult:
+        asked.append(params)
+        return await llm(context, params)
+
+    client = client_in(app, chain_of(host), era, sampling_callback=model)
+    with anyio.fail_after(10):
+        async with client:
+            with pytest.raises(MCPError) as caught:
+                await client.call_tool("ask", {"prompt": "hello"})
+    assert len(asked) == (0 if phase == "request" else 1)  # a bad question never reaches the model
+    assert caught.value.code == -32603
+    assert caught.value.data == invalid_payload("rewrite", "sampling/createMessage", phase, detail)
+
+
+async def test_sampling_guard_clamps_max_tokens_of_a_request_the_client_receives(era: str) -> None:
+    """docs/guards.md: over the cap, `maxTokens` is clamped by `sampling-guard-clamp`. On a client the request
+    is received (validate, then mutate), and the validator used to block the call instead."""
+    app, asked = App(), []
+
+    async def model(context: Any, params: Any) -> CreateMessageResult:
+        asked.append(params.max_tokens)
+        return await llm(context, params)
+
+    chain = Chain(role="client")
+    chain.add_local(guards.load("sampling-guard", {"max_tokens": 10}))
+    with anyio.fail_after(10):
+        async with client_in(app, chain, era, sampling_callback=model) as client:
+            result = await client.call_tool("ask", {"prompt": "hello"})
+    assert asked == [10]  # ask_llm asks for 20
+    assert text_of(result) == "LLM answered: 'hello'"
+
+
+# --------------------------------------------------------------------------- resources/subscribe
+
+
+def no_secret_subscriptions() -> tuple[InterceptorHost, list[tuple[str, Any]]]:
+    host, seen = InterceptorHost("subs"), []
+
+    @host.mutator("lower", events=["resources/subscribe"], phase="request")
+    async def lower(inv: Invocation) -> Any:
+        return {**inv.payload, "params": {**inv.payload["params"], "uri": inv.payload["params"]["uri"].lower()}}
+
+    @host.validator("no-secret-subscriptions", events=["resources/subscribe"], phase="request")
+    async def no_secret(inv: Invocation) -> bool:
+        seen.append((inv.phase, inv.payload))
+        return "secret" not in inv.payload["params"]["uri"]
+
+    return host, seen
+
+
+def recording(app: App) -> list[tuple[str, Any]]:
+    received: list[tuple[str, Any]] = []
+
+    async def record(ctx: Any, call_next: Any) -> Any:
+        if "subscri" in ctx.method:
+            received.append((ctx.method, dict(ctx.params or {})))
+        return await call_next(ctx)
+
+    app.server.middleware.append(record)
+    return received
+
+
+BLOCKED_SUBSCRIPTION = {
+    "interceptor": "no-secret-subscriptions",
+    "reason": "validation failed",
+    "event": "resources/subscribe",
+    "phase": "request",
+    "status": "validation_failed",
+}
+
+
+async def test_subscribe_resource_is_governed_and_a_blocked_one_is_never_sent() -> None:
+    """`resources/subscribe` is a governed event, but `InterceptingClient` had no `subscribe_resource`:
+    the only way was `client.client.subscribe_resource`, around every interceptor."""
+    app, (host, seen) = App(), no_secret_subscriptions()
+    received = recording(app)
+    with anyio.fail_after(10):
+        async with client_in(app, chain_of(host), "legacy") as client:
+            with pytest.raises(MCPError) as blocked:
+                await client.subscribe_resource("res://Secret")
+            with pytest.warns(MCPDeprecationWarning), pytest.raises(MCPError) as refused:
+                await client.subscribe_resource("res://README")  # sent, as governed: this server refuses it
+    assert blocked.value.code == -32602 and blocked.value.data == BLOCKED_SUBSCRIPTION
+    assert refused.value.code == -32601  # the server's own answer: the request went out
+    assert received == [("resources/subscribe", {"uri": "res://readme"})]
+    assert [payload["params"]["uri"] for _, payload in seen] == ["res://secret", "res://readme"]
+
+
+@pytest.mark.parametrize("era", ["2026-07-28", "2026-07-28-jsonrpc"])
+async def test_listen_governs_its_resource_subscriptions_and_a_blocked_one_refuses_the_listen(era: str) -> None:
+    """In the 2026-07-28 era a listen stream's `resourceSubscriptions` are its `resources/subscribe`."""
+    app, (host, _) = App(), no_secret_subscriptions()
+    received = recording(app)
+    with anyio.fail_after(10):
+        async with client_in(app, chain_of(host), era) as client:
+            with pytest.raises(MCPError) as blocked:
+                async with client.listen(resource_subscriptions=["res://readme", "res://Secret"]):
+                    pass
+            async with client.listen(resource_subscriptions=["res://README"], resources_list_changed=True) as sub:
+                honored = sub.honored
+    assert blocked.value.code == -32602 and blocked.value.data == BLOCKED_SUBSCRIPTION
+    assert [method for method, _ in received] == ["subscriptions/listen"]
+    assert received[0][1]["notifications"]["resourceSubscriptions"] == ["res://readme"]
+    assert honored.resources_list_changed is True

@@ -2,37 +2,47 @@
 
 Outgoing requests and incoming results of server features, and incoming requests and outgoing
 results of client features (sampling, elicitation, roots), are each governed at the client's
-interception points with the direction the spec prescribes for a client (§5.1).
+interception points with the direction the spec prescribes for a client (§5.1). A 2026-07-28 `listen`'s
+resource subscriptions are governed as the `resources/subscribe` requests they replace.
 """
 
 from __future__ import annotations
 
 import uuid
-from collections.abc import Awaitable, Callable, Mapping
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequence
+from contextlib import asynccontextmanager
 from typing import Any, TypeVar
 
 from mcp import Client, MCPError
 from mcp.client import ClientRequestContext
 from mcp.client.session import ElicitationFnT, ListRootsFnT, SamplingFnT
+from mcp.client.subscriptions import Subscription
 from mcp_types import (
+    CallToolRequestParams,
     CallToolResult,
     CreateMessageRequestParams,
     CreateMessageResult,
     CreateMessageResultWithTools,
     ElicitRequestParams,
     ElicitResult,
+    EmptyResult,
     ErrorData,
+    GetPromptRequestParams,
     GetPromptResult,
     ListPromptsResult,
     ListResourcesResult,
     ListResourceTemplatesResult,
     ListRootsResult,
     ListToolsResult,
+    PaginatedRequestParams,
+    ReadResourceRequestParams,
     ReadResourceResult,
+    RequestParams,
+    SubscribeRequestParams,
 )
-from pydantic import BaseModel, TypeAdapter
+from pydantic import BaseModel, TypeAdapter, ValidationError
 
-from mcp_interceptors.invoker import Chain, chain_error
+from mcp_interceptors.invoker import Chain, chain_error, invalid_payload_error, payload_problem
 from mcp_interceptors.planning import direction_for
 from mcp_interceptors.protocol.events import Phase
 from mcp_interceptors.protocol.invoke import InvocationContext
@@ -42,6 +52,22 @@ M = TypeVar("M", bound=BaseModel)
 _PARAM_KEYWORDS = (("cursor", "cursor"), ("meta", "_meta"))
 
 _ELICIT_PARAMS: TypeAdapter[Any] = TypeAdapter(ElicitRequestParams)
+_PAGINATED: TypeAdapter[Any] = TypeAdapter(PaginatedRequestParams)
+#: The params each governed request must still parse as after mutation (spec §1.2: a mutator's
+#: replacement is a payload of the same event), so a bad one blocks here and is never sent.
+_REQUEST_PARAMS: dict[str, TypeAdapter[Any]] = {
+    "tools/call": TypeAdapter(CallToolRequestParams),
+    "resources/read": TypeAdapter(ReadResourceRequestParams),
+    "prompts/get": TypeAdapter(GetPromptRequestParams),
+    "resources/subscribe": TypeAdapter(SubscribeRequestParams),
+    "tools/list": _PAGINATED,
+    "prompts/list": _PAGINATED,
+    "resources/list": _PAGINATED,
+    "resources/templates/list": _PAGINATED,
+    "sampling/createMessage": TypeAdapter(CreateMessageRequestParams),
+    "elicitation/create": _ELICIT_PARAMS,
+    "roots/list": TypeAdapter(RequestParams | None),
+}
 
 
 def dump(model: BaseModel) -> dict[str, Any]:
@@ -92,7 +118,9 @@ class InterceptingClient:
 
     # ------------------------------------------------------------------ governance
 
-    async def _govern(self, event: str, phase: Phase, payload: Any) -> Any:
+    async def _govern(self, event: str, phase: Phase, payload: Any, parse: Callable[[Any], Any] | None = None) -> Any:
+        """Run the chain; a block raises its `MCPError`, and so does a mutated payload that is no payload of
+        `event` at `phase` (or that `parse` refuses): it is never sent nor handed to local code."""
         result = await self.chain.execute(
             event,
             phase,
@@ -103,7 +131,16 @@ class InterceptingClient:
         )
         if not result.allowed:
             raise chain_error(result, include_details=self.include_details)
-        return result.final_payload
+        governed = result.final_payload
+        problem = payload_problem(event, phase, governed)
+        if problem is None and parse is not None:
+            try:
+                return parse(governed)
+            except ValidationError as exc:
+                problem = f"not a valid {event} {phase}: {_first_error(exc)}"
+        if problem is not None:
+            raise invalid_payload_error(result, problem)
+        return governed
 
     async def _request(
         self, method: str, params: dict[str, Any], kwargs: dict[str, Any] | None = None
@@ -113,17 +150,23 @@ class InterceptingClient:
         for keyword, key in _PARAM_KEYWORDS:
             if kwargs is not None and kwargs.get(keyword) is not None:
                 params[key] = kwargs[keyword]
-        governed = await self._govern(method, "request", {"method": method, "params": params})
-        out = governed.get("params") if isinstance(governed, Mapping) else None
-        out = dict(out) if isinstance(out, Mapping) else {}
+        adapter = _REQUEST_PARAMS.get(method)
+
+        def parse(governed: Any) -> dict[str, Any]:
+            out = dict(governed.get("params") or {})
+            if adapter is not None:
+                adapter.validate_python(out)
+            return out
+
+        out: dict[str, Any] = await self._govern(method, "request", {"method": method, "params": params}, parse)
         for keyword, key in _PARAM_KEYWORDS:
             if kwargs is not None and (key in out or keyword in kwargs):
                 kwargs[keyword] = out.get(key)
         return out
 
     async def _response(self, method: str, result: BaseModel, model: type[M]) -> M:
-        governed = await self._govern(method, "response", dump(result))
-        return model.model_validate(governed)
+        governed: M = await self._govern(method, "response", dump(result), model.model_validate)
+        return governed
 
     # ------------------------------------------------------------------ server features
 
@@ -162,6 +205,25 @@ class InterceptingClient:
         await self._request("resources/templates/list", {}, kwargs)
         result = await self.client.list_resource_templates(**kwargs)
         return await self._response("resources/templates/list", result, ListResourceTemplatesResult)
+
+    async def subscribe_resource(self, uri: str, **kwargs: Any) -> EmptyResult:
+        """`resources/subscribe`, governed (handshake era: mcp deprecates it for 2026-07-28, see `listen`)."""
+        params = await self._request("resources/subscribe", {"uri": uri}, kwargs)
+        result = await self.client.subscribe_resource(str(params.get("uri", uri)), **kwargs)
+        return await self._response("resources/subscribe", result, EmptyResult)
+
+    @asynccontextmanager
+    async def listen(
+        self, *, resource_subscriptions: Sequence[str] = (), **kwargs: bool
+    ) -> AsyncIterator[Subscription]:
+        """`Client.listen` (2026-07-28); each of `resource_subscriptions` is governed first as the
+        `resources/subscribe` request it stands for: a block refuses the listen, and the governed URIs are sent."""
+        uris = []
+        for uri in resource_subscriptions:
+            params = await self._request("resources/subscribe", {"uri": uri})
+            uris.append(str(params.get("uri", uri)))
+        async with self.client.listen(resource_subscriptions=uris, **kwargs) as subscription:
+            yield subscription
 
     # ------------------------------------------------------------------ client features (server-initiated)
 
@@ -212,3 +274,10 @@ class InterceptingClient:
             return await self._response(method, result, type(result))
         except MCPError as exc:
             return exc.error
+
+
+def _first_error(exc: ValidationError) -> str:
+    """The first problem pydantic found, as `field.path: message`."""
+    error = exc.errors()[0]
+    where = ".".join(str(part) for part in error["loc"])
+    return f"{where}: {error['msg']}" if where else str(error["msg"])

@@ -2,7 +2,8 @@
 
 `Chain` collects entries from remote hosts (`add_server`) and in-process sources (`add_local`),
 caches plans (pure `planning`), and runs them with the `executor`. `chain_error` turns a blocked
-result into the requester-facing JSON-RPC error (spec §3, R70).
+result into the requester-facing JSON-RPC error (spec §3, R70), and `invalid_payload_error` a chain whose
+mutators left no payload of its event into one.
 """
 
 from __future__ import annotations
@@ -58,7 +59,7 @@ from mcp_interceptors.protocol.invoke import (
     check_timeout_ms,
     is_timeout_ms,
 )
-from mcp_interceptors.protocol.results import InterceptorResult, parse_result
+from mcp_interceptors.protocol.results import InterceptorResult, MutationResult, parse_result
 from mcp_interceptors.signatures import VerifyKeyLike, check_result_signature, verify_key_from
 
 logger = logging.getLogger(__name__)
@@ -632,6 +633,36 @@ def chain_error(result: ChainResult, *, include_details: bool = False) -> MCPErr
     return MCPError(code, message, data)
 
 
+def payload_problem(event: str, phase: Phase, payload: Any) -> str | None:
+    """Why `payload` is no payload of `event` at `phase` (spec §1.2: `{method, params}` for a request, the
+    result object for a response), or None."""
+    if not isinstance(payload, Mapping):
+        return f"the payload is {type(payload).__name__ if payload is not None else 'null'}, not an object"
+    if phase == "request":
+        if payload.get("method") != event:
+            return f"the payload's method is {payload.get('method')!r}, not {event!r}"
+        if payload.get("params") is not None and not isinstance(payload["params"], Mapping):
+            return "the payload's params is not an object"
+    return None
+
+
+def invalid_payload_error(result: ChainResult, problem: str) -> MCPError:
+    """The error for a chain whose mutators left no payload of its event: it names the last active mutator
+    that changed the payload (the one whose output it is), never the client's request."""
+    changed = [
+        r.interceptor for r in result.results if isinstance(r, MutationResult) and r.modified and r.mode != "audit"
+    ]
+    data = {
+        "interceptor": changed[-1] if changed else "",
+        "reason": "invalid payload",
+        "event": result.event,
+        "phase": result.phase,
+        "status": "mutation_failed",
+        "detail": problem,
+    }
+    return MCPError(INTERNAL_ERROR, "Blocked: interceptor mutation produced an invalid payload", data)
+
+
 __all__: Sequence[str] = [
     "Chain",
     "Discovery",
@@ -640,6 +671,8 @@ __all__: Sequence[str] = [
     "RequiredInterceptor",
     "chain_error",
     "discover",
+    "invalid_payload_error",
     "invoke_interceptor",
     "list_interceptors",
+    "payload_problem",
 ]

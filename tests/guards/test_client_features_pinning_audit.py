@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 from guard_support import messages, run_chain, tool_call
 
-from mcp_interceptors import SinkResult, ValidationResult, guards
+from mcp_interceptors import Chain, SinkResult, ValidationResult, guards
 from mcp_interceptors.guards.client_features import field_words, normalise_uri
 from mcp_interceptors.guards.pinning import PIN_FORMAT, load_pin_file, pin_document, tool_digest
 
@@ -40,6 +40,18 @@ async def test_sampling_clamps_max_tokens_before_validating() -> None:
     assert outcome.final_payload["params"]["maxTokens"] == 64
     under = sampling(maxTokens=64)
     assert (await run_chain(host, "sampling/createMessage", "request", under)).final_payload is under
+
+
+@pytest.mark.parametrize("role", ["server", "client"])
+async def test_sampling_clamps_max_tokens_in_either_pass_order(role: str) -> None:
+    """A client receives sampling requests (validate, then mutate): the validator used to block what the
+    clamp would have lowered."""
+    chain = Chain(role=role)  # type: ignore[arg-type]
+    chain.add_local(guards.load("sampling-guard", {"max_tokens": 64}))
+    for max_tokens in (500, "100000"):
+        outcome = await chain.execute("sampling/createMessage", "request", sampling(maxTokens=max_tokens))
+        assert outcome.status == "success", messages(outcome)
+        assert outcome.final_payload["params"]["maxTokens"] == 64
 
 
 async def test_sampling_denies_per_rule_with_paths() -> None:

@@ -13,14 +13,10 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from mcp import MCPError
-
-from mcp_interceptors.executor import ChainResult
 from mcp_interceptors.gateway.recording import CallRecord, Leg
-from mcp_interceptors.invoker import Chain, chain_error
+from mcp_interceptors.invoker import Chain, chain_error, invalid_payload_error, payload_problem
 from mcp_interceptors.protocol.events import CLIENT_INITIATED_EVENTS, SERVER_INITIATED_EVENTS, Direction, Phase
 from mcp_interceptors.protocol.invoke import InvocationContext
-from mcp_interceptors.protocol.results import MutationResult
 
 #: The lifecycle events the gateway governs (spec §1.2 table, minus `llm/completion`).
 GOVERNED_EVENTS = CLIENT_INITIATED_EVENTS | SERVER_INITIATED_EVENTS
@@ -94,11 +90,11 @@ class Governor:
                 if record is not None:
                     await record.denied(leg)
                 raise chain_error(result, include_details=self.include_details)
-            problem = _misshapen(event, phase, result.final_payload)
+            problem = payload_problem(event, phase, result.final_payload)
             if problem is not None:  # a mutator's replacement must be a payload of the same event and phase
                 if record is not None:
                     await record.denied(leg)
-                raise _invalid_payload_error(result, problem)
+                raise invalid_payload_error(result, problem)
             payload = result.final_payload
         if record is not None:
             if phase == "request":
@@ -106,33 +102,3 @@ class Governor:
             else:
                 await record.answered(leg, payload)
         return payload
-
-
-def _misshapen(event: str, phase: Phase, payload: Any) -> str | None:
-    """Why `payload` is no payload of `event` at `phase` (spec §1.2: `{method, params}` for a request, the
-    result object for a response), or None."""
-    if not isinstance(payload, Mapping):
-        return f"the payload is {type(payload).__name__ if payload is not None else 'null'}, not an object"
-    if phase == "request":
-        if payload.get("method") != event:
-            return f"the payload's method is {payload.get('method')!r}, not {event!r}"
-        if payload.get("params") is not None and not isinstance(payload["params"], Mapping):
-            return "the payload's params is not an object"
-    return None
-
-
-def _invalid_payload_error(result: ChainResult, problem: str) -> MCPError:
-    """The error for a chain whose mutators left no payload of its event: it names the last active mutator
-    that changed the payload (the one whose output it is), never the client's request."""
-    changed = [
-        r.interceptor for r in result.results if isinstance(r, MutationResult) and r.modified and r.mode != "audit"
-    ]
-    data = {
-        "interceptor": changed[-1] if changed else "",
-        "reason": "invalid payload",
-        "event": result.event,
-        "phase": result.phase,
-        "status": "mutation_failed",
-        "detail": problem,
-    }
-    return MCPError(-32603, "Blocked: interceptor mutation produced an invalid payload", data)

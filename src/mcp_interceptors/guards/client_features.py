@@ -90,7 +90,9 @@ def check_sampling(s: _Sampling, payload: Any) -> ValidationResult | bool:
     params, base = params_of(payload), _base(payload)
     problems: list[tuple[str, str]] = []
     max_tokens = params.get("maxTokens")
-    if s.max_tokens is not None and _over_cap(max_tokens, s.max_tokens):
+    # With `clamp`, the `-clamp` mutator lowers it: where requests are received (a client, a gateway's
+    # receive point) validators run before mutators (§5.1), so this must not block what the clamp corrects.
+    if s.max_tokens is not None and not s.clamp and _over_cap(max_tokens, s.max_tokens):
         if _is_int(max_tokens):
             problems.append((f"maxTokens {max_tokens} exceeds the cap of {s.max_tokens}", f"{base}.maxTokens"))
         else:  # clients coerce "100000" and 1e9 to integers: what the cap cannot read is not within it

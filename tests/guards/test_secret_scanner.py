@@ -198,6 +198,10 @@ def test_specific_kind_wins_over_generic_on_the_same_value(scanner: SecretScanne
 def test_a_41_char_value_is_not_an_aws_secret_key(scanner: SecretScanner) -> None:
     text = f"aws_secret_access_key = {AWS_SECRET}x"
     assert [f.kind for f in scanner.scan(text)] == ["generic_secret"]  # still random, still assigned
+    escaped = AWS_SECRET.replace("/", "\\/")  # 40 characters written as 41, then one more ("\\/" counts once)
+    assert "aws_secret_key" not in [f.kind for f in scanner.scan(f'{{"aws_secret_access_key": "{escaped}\\/"}}')]
+    [finding] = scanner.scan(f'{{"aws_secret_access_key": "{escaped}\\n"}}')  # an escaped newline ends it
+    assert (finding.kind, finding.end - finding.start) == ("aws_secret_key", len(escaped))
 
 
 def test_truncated_private_key_leaves_following_prose_alone(scanner: SecretScanner) -> None:

@@ -93,10 +93,24 @@ def _check_aws_access_key(text: str, start: int, end: int) -> tuple[int, int] | 
 
 
 def _check_aws_secret(text: str, start: int, end: int) -> tuple[int, int] | None:
-    value = text[start:end]
-    if (end < len(text) and text[end] in _B64) or text.startswith("\\/", end) or value.endswith("EXAMPLEKEY"):
+    # The pattern takes the whole run of key characters and backslashes: the key is its first 40 base64
+    # characters, a "/" possibly written "\/" (JSON that escapes slashes). A run that goes on is no key.
+    # (A pattern counting 40 of `[A-Za-z0-9+]|\\?/` made every scan of such text 40 % slower.)
+    count, end = 0, start
+    while count < 40 and end < len(text):
+        if text[end] in _B64:
+            end += 1
+        elif text.startswith("\\/", end):
+            end += 2
+        else:
+            break
+        count += 1
+    if count < 40 or (end < len(text) and text[end] in _B64) or text.startswith("\\/", end):
         return None
-    return (start, end) if has_entropy_at_least(value, 4.0) else None
+    value = text[start:end]
+    if value.endswith("EXAMPLEKEY"):
+        return None
+    return (start, end) if has_entropy_at_least(value.replace("\\/", "/"), 4.0) else None
 
 
 def _check_jwt(text: str, start: int, end: int) -> tuple[int, int] | None:
@@ -177,7 +191,7 @@ _RULES: tuple[_Rule, ...] = (
         "aws_secret_key",
         r"(?i:aws[A-Za-z0-9_ .-]{0,20}secret[A-Za-z0-9_ .-]{0,20}|secret_?access_?key)"
         + _ASSIGN
-        + r"""["']?((?:[A-Za-z0-9+]|\\?/){40})""",
+        + r"""["']?([A-Za-z0-9+/\\]{40,})""",
         (),
         ("secret",),
         ("aws", "access"),

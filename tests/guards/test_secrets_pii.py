@@ -206,6 +206,14 @@ async def test_pii_reads_a_card_number_a_tool_put_in_a_json_number() -> None:
     assert untouched.final_payload == {"structuredContent": {"n": 4111111111111112}}  # fails Luhn: not a card
 
 
+async def test_pii_deny_scans_keys_when_asked() -> None:
+    payload = tool_call("x", scores={"jane.roe@example.org": 3})
+    unasked = await run_chain(guards.load("pii", {"action": "deny"}), "tools/call", "request", payload)
+    asked = await run_chain(guards.load("pii", {"action": "deny", "scan_keys": True}), "tools/call", "request", payload)
+    assert unasked.status == "success"
+    assert messages(asked) == [('$.params.arguments.scores["jane.roe@example.org"]~', "personal data found: email")]
+
+
 async def test_pii_deny_only_config_builds_a_single_validator() -> None:
     host = guards.load("pii", {"action": "deny", "kinds": ["us_ssn", "iban"]})
     assert [(d.name, d.type) for d in host.descriptors] == [("pii", "validation")]

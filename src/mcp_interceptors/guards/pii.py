@@ -50,6 +50,7 @@ SCHEMA = GuardSchema(
         "include_private_ips": {"type": "boolean", "default": True},
         "allow": {"type": "array", "items": {"type": "string"}, "default": [], "description": "Exact values to skip."},
         "placeholder": {"type": "string", "default": "[REDACTED:{kind}]"},
+        "scan_keys": {"type": "boolean", "default": False, "description": "deny only: also scan mapping keys."},
         "backend": {"enum": ["builtin", "presidio"], "default": "builtin"},
         "events": {"type": "array", "items": EVENT_OR_WILDCARD, "minItems": 1, "default": CONTENT_EVENTS},
     },
@@ -62,6 +63,7 @@ class _Settings:
     redact: TextScanner | None
     deny: TextScanner | None
     placeholder: str
+    scan_keys: bool
 
 
 def _scanner(raw: Mapping[str, Any], kinds: Sequence[str]) -> TextScanner | None:
@@ -84,7 +86,7 @@ def _compile(raw: Mapping[str, Any]) -> _Settings:
     actions = {kind: raw["kind_actions"].get(kind, raw["action"]) for kind in raw["kinds"]}
     redact_kinds = [kind for kind, action in actions.items() if action == "redact"]
     deny_kinds = [kind for kind, action in actions.items() if action == "deny"]
-    return _Settings(_scanner(raw, redact_kinds), _scanner(raw, deny_kinds), raw["placeholder"])
+    return _Settings(_scanner(raw, redact_kinds), _scanner(raw, deny_kinds), raw["placeholder"], raw["scan_keys"])
 
 
 def build(name: str, config: Mapping[str, Any]) -> InterceptorHost:
@@ -115,7 +117,7 @@ def build(name: str, config: Mapping[str, Any]) -> InterceptorHost:
             current = settings.for_config(inv.config)
             if current.deny is None:
                 return True
-            hits = list(find_in_payload(inv.payload, current.deny))
+            hits = list(find_in_payload(inv.payload, current.deny, include_keys=current.scan_keys))
             return deny_result(hits, "personal data") if hits else True
 
     return host

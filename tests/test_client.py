@@ -337,6 +337,36 @@ async def test_cursor_and_meta_are_part_of_the_governed_request(era: str) -> Non
     assert received == ["t-1"]
 
 
+async def test_empty_arguments_are_part_of_the_governed_request(era: str) -> None:
+    """`call_tool(name, {})` sends `arguments: {}`: validators see them as sent, not a payload without them."""
+    seen: list[Any] = []
+    host = InterceptorHost("params")
+
+    @host.validator("look", events=["tools/call", "prompts/get"], phase="request")
+    async def look(inv: Invocation) -> bool:
+        seen.append(inv.payload)
+        return False  # nothing needs to reach the server
+
+    chain = Chain(role="client")
+    chain.add_local(host)
+    app = App()
+    client = (
+        InterceptingClient(InMemoryTransport(app.server), chain)
+        if era == "2026-07-28-jsonrpc"
+        else InterceptingClient(app.server, chain, mode=era)
+    )
+    with anyio.fail_after(10):
+        async with client:
+            with pytest.raises(MCPError):
+                await client.call_tool("echo", {})
+            with pytest.raises(MCPError):
+                await client.get_prompt("greet", {})
+    assert seen == [
+        {"method": "tools/call", "params": {"name": "echo", "arguments": {}}},
+        {"method": "prompts/get", "params": {"name": "greet", "arguments": {}}},
+    ]
+
+
 # --------------------------------------------------------------------------- client features (roles swap)
 
 

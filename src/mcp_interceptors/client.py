@@ -172,7 +172,7 @@ class InterceptingClient:
 
     async def call_tool(self, name: str, arguments: dict[str, Any] | None = None, **kwargs: Any) -> CallToolResult:
         params = await self._request(
-            "tools/call", {"name": name, **({"arguments": arguments} if arguments else {})}, kwargs
+            "tools/call", {"name": name, **({"arguments": arguments} if arguments is not None else {})}, kwargs
         )
         result = await self.client.call_tool(str(params.get("name", name)), params.get("arguments"), **kwargs)
         return await self._response("tools/call", result, CallToolResult)
@@ -184,7 +184,7 @@ class InterceptingClient:
 
     async def get_prompt(self, name: str, arguments: dict[str, str] | None = None, **kwargs: Any) -> GetPromptResult:
         params = await self._request(
-            "prompts/get", {"name": name, **({"arguments": arguments} if arguments else {})}, kwargs
+            "prompts/get", {"name": name, **({"arguments": arguments} if arguments is not None else {})}, kwargs
         )
         result = await self.client.get_prompt(str(params.get("name", name)), params.get("arguments"), **kwargs)
         return await self._response("prompts/get", result, GetPromptResult)

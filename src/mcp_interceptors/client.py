@@ -151,14 +151,15 @@ class InterceptingClient:
             if kwargs is not None and kwargs.get(keyword) is not None:
                 params[key] = kwargs[keyword]
         adapter = _REQUEST_PARAMS.get(method)
+        payload = {"method": method, "params": params}
 
         def parse(governed: Any) -> dict[str, Any]:
             out = dict(governed.get("params") or {})
-            if adapter is not None:
+            if adapter is not None and governed is not payload:  # only a mutator's replacement needs the check
                 adapter.validate_python(out)
             return out
 
-        out: dict[str, Any] = await self._govern(method, "request", {"method": method, "params": params}, parse)
+        out: dict[str, Any] = await self._govern(method, "request", payload, parse)
         for keyword, key in _PARAM_KEYWORDS:
             if kwargs is not None and (key in out or keyword in kwargs):
                 kwargs[keyword] = out.get(key)

@@ -24,9 +24,12 @@ from e2e_support import (
     write_yaml,
 )
 from helpers import cli_argv, free_tcp_port, run_cli, running
+from mcp import Client
 from mcp.shared.exceptions import MCPError
 
 pytestmark = [pytest.mark.anyio, pytest.mark.e2e]
+
+PAGINATED = str(Path(__file__).resolve().parent / "paginated_upstream.py")
 
 EXAMPLE = str(EXAMPLES_DIR / "upstream_server.py")
 EXAMPLE_TOOLS = ["echo", "save_note", "read_note", "delete_everything", "countdown", "sleep", "ask"]
@@ -161,3 +164,60 @@ async def test_a_merged_listing_refuses_a_cursor_it_never_gave_and_keeps_what_it
     assert sorted(listed) == ["left__greet", "right__greet"]  # every page of every upstream: no nextCursor
     assert (stale.value.code, stale.value.data) == (-32602, {"field": "cursor"})
     assert [getattr(m.content, "text", None) for m in prompt.messages] == ["hello ada"]
+
+
+def paginated_upstream(interceptors: dict[str, Any] | None = None) -> dict[str, Any]:
+    """One upstream listing tool0..tool4 two per page, optionally behind interceptors."""
+    config: dict[str, Any] = {"upstreams": {"paged": {"command": sys.executable, "args": [PAGINATED]}}}
+    if interceptors:
+        config["interceptors"] = interceptors
+    return config
+
+
+async def every_page(client: Client, params: dict[str, Any] | None = None) -> list[str]:
+    names: list[str] = []
+    cursor = None
+    while True:
+        page = await raw_request(client, "tools/list", {"cursor": cursor} if cursor else (params or {}))
+        names += [tool["name"] for tool in page["tools"]]
+        if not (cursor := page.get("nextCursor")):
+            return names
+
+
+@pytest.mark.parametrize("era", ERAS)
+async def test_a_tool_on_a_later_page_is_callable_without_listing_and_after_page_one_is_listed_again(
+    write_config: ConfigWriter, era: str
+) -> None:
+    target = Target("stdio", write_config(paginated_upstream()))
+    with anyio.fail_after(60):
+        async with target.client(era) as client:
+            unlisted = await raw_request(client, "tools/call", {"name": "tool4", "arguments": {}})
+        async with target.client(era) as client:
+            listed = await every_page(client)
+            await raw_request(client, "tools/list", {})  # page 1 again: pages 2 and 3 stay shown
+            relisted = await raw_request(client, "tools/call", {"name": "tool4", "arguments": {}})
+    assert unlisted["content"][0]["text"] == "ran tool4"
+    assert listed == [f"tool{index}" for index in range(5)]
+    assert relisted["content"][0]["text"] == "ran tool4"
+
+
+@pytest.mark.parametrize("era", ERAS)
+async def test_a_tool_filtered_from_a_later_page_stays_refused_when_called_without_listing(
+    write_config: ConfigWriter, era: str
+) -> None:
+    # Only the listing filter acts: the call-time check is in audit mode, so what refuses tool3 is that this
+    # session was never shown it (on page 2, which the client did not list).
+    policy = {
+        "guards": [{"name": "tool-policy", "config": {"deny": ["tool3"]}}],
+        "overrides": {"tool-policy": {"mode": "audit"}},
+    }
+    target = Target("stdio", write_config(paginated_upstream(policy)))
+    with anyio.fail_after(60):
+        async with target.client(era) as client:
+            with pytest.raises(MCPError) as refused:
+                await raw_request(client, "tools/call", {"name": "tool3", "arguments": {}})
+            allowed = await raw_request(client, "tools/call", {"name": "tool4", "arguments": {}})
+            listed = await every_page(client)
+    assert (refused.value.code, refused.value.message) == (-32602, "Unknown tool: tool3")
+    assert allowed["content"][0]["text"] == "ran tool4"
+    assert listed == ["tool0", "tool1", "tool2", "tool4"]

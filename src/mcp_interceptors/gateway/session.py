@@ -49,6 +49,8 @@ INVALID_REQUEST = -32600
 LOG_LEVELS: tuple[str, ...] = get_args(LoggingLevel)
 #: Bound on `input_required` round trips bridged for one handshake-era call (as mcp's client does).
 MAX_INPUT_ROUNDS = 10
+#: Bound on the pages of one listing the gateway reads itself, against an upstream that pages forever.
+MAX_LISTING_PAGES = 1000
 #: Capabilities an upstream needs for a list method to be worth asking.
 _LIST_CAPABILITY = {
     "tools/list": "tools",
@@ -84,6 +86,9 @@ class DownstreamSession:
     upstreams: dict[str, UpstreamConnection] = field(default_factory=dict)
     catalog: Catalog | None = None
     advertised: dict[str, set[str]] = field(default_factory=dict)
+    #: What each page of a paginated listing showed, by the cursor it was asked with (None: the first page):
+    #: listing a page again replaces that page's items, never those of the other pages.
+    shown_pages: dict[str, dict[str | None, set[str]]] = field(default_factory=dict)
     inflight: list[Downstream] = field(default_factory=list)
     standalone: Downstream | None = None
     last_used: float = 0.0
@@ -118,8 +123,10 @@ class DownstreamSession:
         self.catalog = None
         if list_method is None:
             self.advertised.clear()
+            self.shown_pages.clear()
         else:
             self.advertised.pop(list_method, None)
+            self.shown_pages.pop(list_method, None)
 
     # ------------------------------------------------------------------ requests from the client
 
@@ -165,7 +172,7 @@ class DownstreamSession:
             if len(conns) == 1:
                 name, conn = next(iter(conns.items()))
                 result = await conn.request(method, params)
-                result = self._expose_single(method, name, result, first_page=cursor is None)
+                result = self._expose_single(method, name, result)
                 listed = result
                 result = await governor.govern_response(method, result, self.context(name, request_id), record)
                 if result.get("cacheScope") == "public" and result != listed:
@@ -176,17 +183,16 @@ class DownstreamSession:
         except MCPError as exc:
             # A listing that fails (a guard blocked it, say) shows nothing: nothing listed before stays callable.
             self.advertised.pop(method, None)
+            self.shown_pages.pop(method, None)
             await record.failed(method, exc.code, exc.message)
             await record.settle()
             raise
         except anyio.get_cancelled_exc_class():
             await record.cancelled(method)
             raise
-        keys = advertised_keys(method, result)
-        if cursor is None or method not in self.advertised:
-            self.advertised[method] = keys
-        else:
-            self.advertised[method] |= keys
+        pages = self.shown_pages.setdefault(method, {})
+        pages[cursor] = advertised_keys(method, result)
+        self.advertised[method] = set().union(*pages.values())
         return await self._settled(result, record)
 
     async def _settled(self, result: dict[str, Any], record: CallRecord) -> dict[str, Any]:
@@ -199,19 +205,21 @@ class DownstreamSession:
             return result
         return {**result, "_meta": {**(result.get("_meta") or {}), RECEIPT_META_KEY: meta}}
 
-    def _expose_single(self, method: str, upstream: str, result: dict[str, Any], *, first_page: bool) -> dict[str, Any]:
+    def _expose_single(self, method: str, upstream: str, result: dict[str, Any]) -> dict[str, Any]:
+        """Add one page of a single upstream's listing to the catalog; an item listed again replaces its old
+        entry, and the items of other pages stay (a client may list page 1 again after reading page 3)."""
         prefix = self.gateway.prefixes.get(upstream, "")
-        items_key, _ = LISTS[method]
+        items_key, key_name = LISTS[method]
         page = build_catalog({upstream: {method: list(result.get(items_key) or [])}}, {upstream: prefix})
-        if self.catalog is None or first_page:
-            self.catalog = self.catalog or Catalog()
-            self.catalog.routes[method] = {}
-            self.catalog.items[method] = []
-            if method == "resources/templates/list":
-                self.catalog.templates = []
+        self.catalog = self.catalog or Catalog()
         self.catalog.routes.setdefault(method, {}).update(page.routes[method])
-        self.catalog.items.setdefault(method, []).extend(page.items[method])
-        self.catalog.templates.extend(page.templates)
+        fresh = page.routes[method].keys()
+        kept = [item for item in self.catalog.items.get(method, []) if item.get(key_name) not in fresh]
+        self.catalog.items[method] = kept + page.items[method]
+        if page.templates:
+            texts = {text for text, _, _ in page.templates}
+            self.catalog.templates = [entry for entry in self.catalog.templates if entry[0] not in texts]
+            self.catalog.templates.extend(page.templates)
         if prefix and method in ("tools/list", "prompts/list"):
             return {**result, items_key: page.items[method]}
         return result
@@ -516,13 +524,26 @@ class DownstreamSession:
             keys = self.advertised.get(method)
             if keys is None:  # else listed by the client already (maybe several pages): keep that
                 try:
-                    keys = advertised_keys(method, await self._list(method, None, None))
+                    keys = await self._list_every_page(method)
                 except MCPError as exc:
                     if exc.code != METHOD_NOT_FOUND:
                         raise
                     keys = self.advertised[method] = set()
             shown[method] = keys
         return shown
+
+    async def _list_every_page(self, method: str) -> set[str]:
+        """Every page of a listing, each governed as if the client had asked for it: a call may name an item
+        of any page, and a client need not list before it calls."""
+        keys: set[str] = set()
+        cursor: str | None = None
+        for _ in range(MAX_LISTING_PAGES):
+            result = await self._list(method, None if cursor is None else {"cursor": cursor}, None)
+            keys |= advertised_keys(method, result)
+            cursor = result.get("nextCursor")
+            if not isinstance(cursor, str) or not cursor:
+                break
+        return keys
 
     async def _route_completion(self, params: Mapping[str, Any] | None) -> Route:
         """A `ref/prompt` goes to the prompt's owner; a `ref/resource` (a resource's URI or a template's own
@@ -763,7 +784,7 @@ async def fetch_all_pages(conn: UpstreamConnection, method: str) -> list[dict[st
     items_key, _ = LISTS[method]
     items: list[dict[str, Any]] = []
     cursor: str | None = None
-    for _ in range(1000):  # a bound against an upstream that pages forever
+    for _ in range(MAX_LISTING_PAGES):
         try:
             page = await conn.request(method, {"cursor": cursor} if cursor else None)
         except MCPError as exc:

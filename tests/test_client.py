@@ -630,3 +630,14 @@ async def test_listen_governs_its_resource_subscriptions_and_a_blocked_one_refus
     assert [method for method, _ in received] == ["subscriptions/listen"]
     assert received[0][1]["notifications"]["resourceSubscriptions"] == ["res://readme"]
     assert honored.resources_list_changed is True
+
+
+async def test_the_response_chain_sees_the_result_as_the_server_sent_it_without_model_defaults(era: str) -> None:
+    app, guards = App(), Guards()
+    with anyio.fail_after(10):
+        async with client_for(app, guards, era) as client:
+            await client.call_tool("echo", {"text": "hello"})
+    seen = guards.payloads[("tools/call", "response", "no-secrets-in")]
+    # A handshake-era server sends no `resultType`; mcp's model fills one in, which the chain must not see.
+    assert ("resultType" in seen) == era.startswith("2026")
+    assert seen["content"] == [{"type": "text", "text": "echo: hello"}]

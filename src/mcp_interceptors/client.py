@@ -166,7 +166,10 @@ class InterceptingClient:
         return out
 
     async def _response(self, method: str, result: BaseModel, model: type[M]) -> M:
-        governed: M = await self._govern(method, "response", dump(result), model.model_validate)
+        # The result as the server sent it: fields mcp's model fills with defaults (a handshake-era
+        # `resultType`, say) were never on the wire, so the chain does not see them.
+        sent = result.model_dump(by_alias=True, mode="json", exclude_none=True, exclude_unset=True)
+        governed: M = await self._govern(method, "response", sent, model.model_validate)
         return governed
 
     # ------------------------------------------------------------------ server features

@@ -142,6 +142,9 @@ async def test_elicitation_denies_sensitive_fields(properties: dict[str, Any], c
         {"f1": {"type": "string", "title": "".join(chr(ord(c) + 0xFEE0) for c in "cardNumber")}},
         {"f1": {"type": "string", "title": "\uff23\uff41\uff52\uff44 \uff4e\uff55\uff4d\uff42\uff45\uff52"}},
         {"f1": {"type": "string", "title": "S\u00adS\u200bN"}},
+        # Cyrillic look-alikes and combining marks: a client shows `Password` and `card number`.
+        {"f1": {"type": "string", "title": "\u0420\u0430ssword"}},
+        {"f1": {"type": "string", "title": "c\u0308ard number"}},
     ],
 )
 async def test_elicitation_sensitive_fields_in_mixed_case_are_denied(properties: dict[str, Any]) -> None:

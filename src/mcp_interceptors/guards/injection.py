@@ -257,9 +257,29 @@ class HeuristicDetector:
 _FORMAT = re.compile("[\u00ad\u180e\u200b-\u200f\u202a-\u202e\u2060-\u2064\u2066-\u2069\ufeff\U000e0000-\U000e007f]")
 
 
+#: Combining marks (a model reads `ïgnore` or `i\u0307gnore` as `ignore`), after a compatibility decomposition.
+_MARKS = re.compile("[\u0300-\u036f\u0483-\u0489\u1ab0-\u1aff\u1dc0-\u1dff\u20d0-\u20ff\ufe20-\ufe2f]")
+#: Cyrillic and Greek letters drawn as Latin ones: a phrase written with Cyrillic i, a and e reads as English.
+_LOOK_ALIKES = str.maketrans(
+    "\u0430\u0432\u0435\u04bb\u0456\u0458\u043a\u043c\u043d\u043e\u0440\u051b\u0441\u0455\u0442\u0443\u0445\u0501"
+    "\u051d\u04cf\u0261\u0131\u0410\u0412\u0415\u041d\u0406\u0408\u041a\u041c\u041e\u0420\u0421\u0405\u0422\u0425"
+    "\u03b1\u03b2\u03b5\u03b9\u03ba\u03bd\u03bf\u03c1\u03c4\u03c5\u03c7\u0391\u0392\u0395\u0396\u0397\u0399\u039a"
+    "\u039c\u039d\u039f\u03a1\u03a4\u03a5\u03a7",
+    "abehijkmhopqcstyxdwlgiABEHIJKMOPCSTXabeiknoptuxABEZHIKMNOPTYX",
+)
+_HAS_LOOK_ALIKE = re.compile("[\u0370-\u03ff\u0400-\u052f\u0261\u0131]")
+
+
 def fold(text: str) -> str:
-    """The text as a model reads it: NFKC (fullwidth letters are ASCII letters), format characters removed."""
-    return _FORMAT.sub("", unicodedata.normalize("NFKC", text))
+    """The text as a model reads it: compatibility forms (fullwidth letters are ASCII letters), combining marks,
+    Cyrillic/Greek look-alikes of Latin letters, and format characters folded away."""
+    decomposed = unicodedata.normalize("NFKD", text)
+    if _MARKS.search(decomposed) is not None:
+        decomposed = _MARKS.sub("", decomposed)
+    folded = unicodedata.normalize("NFC", decomposed)
+    if _HAS_LOOK_ALIKE.search(folded) is not None:
+        folded = folded.translate(_LOOK_ALIKES)
+    return _FORMAT.sub("", folded)
 
 
 def _may_link(text: str) -> bool:

@@ -29,6 +29,7 @@ from mcp.server.context import CallNext, HandlerResult
 from mcp.server.extension import Extension, MethodBinding
 from pydantic import ValidationError
 
+from mcp_interceptors.canonical import CanonicalizationError
 from mcp_interceptors.executor import Call
 from mcp_interceptors.protocol.descriptors import (
     Compat,
@@ -403,7 +404,11 @@ class InterceptorHost(Extension):
             error = InterceptorExecutionError(parsed.name, f"result is not JSON-serialisable: {problem}")
             raise MCPError(error.code, error.message, error.data) from None
         if self.signing_key is not None and isinstance(result, ValidationResult):
-            body = sign_result(body, self.signing_key)  # over the body exactly as it goes on the wire
+            try:
+                body = sign_result(body, self.signing_key)  # over the body exactly as it goes on the wire
+            except CanonicalizationError as exc:  # e.g. an integer past the doubles in `info`: code 0, no data
+                error = InterceptorExecutionError(parsed.name, f"result cannot be signed: {exc}")
+                raise MCPError(error.code, error.message, error.data) from None
         return body
 
     async def capability_middleware(self, ctx: ServerRequestContext[Any, Any], call_next: CallNext) -> HandlerResult:

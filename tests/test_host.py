@@ -719,6 +719,45 @@ def non_json_host() -> InterceptorHost:
 
 
 @pytest.mark.parametrize(
+    ("value", "reason"),
+    [
+        ((False, [{"path": "$"}]), "validator returned an invalid result: message: Field required"),
+        ((False, 5), "validator returned an invalid result: TypeError: 'int' object is not iterable"),
+    ],
+)
+async def test_r25_a_return_no_result_can_be_built_from_is_internal_error_naming_it(
+    era: str, value: Any, reason: str
+) -> None:
+    """Was `-32602 Invalid request parameters` (blaming the invoker) or code 0 with no data."""
+    host = InterceptorHost("malformed")
+    host.validator("odd", events=["tools/call"])(returning(value))
+    error = await invoke_error(era, call("odd"), host)
+    assert (error.code, error.data) == (-32603, {"interceptor": "odd", "reason": reason})
+
+
+@pytest.mark.parametrize("timeout_ms", [None, 5000])
+async def test_r24_r25_a_handler_raising_a_cancellation_of_its_own_is_internal_error_and_the_server_lives(
+    era: str, timeout_ms: float | None
+) -> None:
+    """A stray CancelledError (from a future another task cancelled) ended the server for every client."""
+    host = InterceptorHost("stray")
+
+    @host.validator("stray", events=["tools/call"])
+    async def stray(inv: Invocation) -> bool:
+        raise anyio.get_cancelled_exc_class()()
+
+    host.validator("fine", events=["tools/call"])(returning(True))
+    extra = {} if timeout_ms is None else {"timeoutMs": timeout_ms}
+    with anyio.fail_after(5):
+        async with connect(host.create_server(), era) as client:
+            with pytest.raises(MCPError) as caught:
+                await raw_call(client, "interceptor/invoke", call("stray", **extra))
+            assert caught.value.code == -32603
+            assert caught.value.data == {"interceptor": "stray", "reason": "CancelledError: raised by the handler"}
+            assert (await raw_call(client, "interceptor/invoke", call("fine")))["valid"] is True
+
+
+@pytest.mark.parametrize(
     ("result", "severity"),
     [
         ({"valid": False, "severity": "critical"}, "critical"),
@@ -865,5 +904,15 @@ async def test_r27_outer_cancellation_propagates_instead_of_becoming_a_verdict()
     host = build_host(spy)
     with anyio.move_on_after(0.1) as scope:
         await host.invoke(Call(name="hang", type="validation", event="tools/call", phase="request", payload={}))
+    assert scope.cancelled_caught
+    assert spy.cancelled.is_set() and not spy.finished
+
+
+async def test_r27_outer_cancellation_under_a_timeout_propagates_too() -> None:
+    spy = Spy()
+    host = build_host(spy)
+    with anyio.move_on_after(0.1) as scope:
+        hang = Call(name="hang", type="validation", event="tools/call", phase="request", payload={}, timeout_ms=5000)
+        await host.invoke(hang)
     assert scope.cancelled_caught
     assert spy.cancelled.is_set() and not spy.finished

@@ -349,6 +349,24 @@ async def test_signed_result_from_another_key_fails(era: str) -> None:
     assert caught.value.data["detail"] == expected
 
 
+async def test_signed_result_a_verdict_with_no_canonical_form_is_internal_error_naming_it(era: str) -> None:
+    """JSON carries `10**400`, RFC 8785 cannot: the signing host answered code 0 with no `data`."""
+    host = InterceptorHost("signed", signing_key=KEY)
+
+    @host.validator("huge-info", events=["tools/call"])
+    async def huge_info(inv: Invocation) -> ValidationResult:
+        return ValidationResult(valid=True, info={"n": 10**400})
+
+    params = {"name": "huge-info", "event": "tools/call", "phase": "request", "payload": SAFE}
+    with anyio.fail_after(5):
+        async with connect(host.create_server(), era) as client:
+            with pytest.raises(MCPError) as caught:
+                await raw_call(client, "interceptor/invoke", params)
+    assert caught.value.code == -32603
+    assert caught.value.data["interceptor"] == "huge-info"
+    assert caught.value.data["reason"].startswith("result cannot be signed: an integer of 1329 bits is beyond")
+
+
 async def test_signed_result_host_errors_stay_host_errors(era: str) -> None:
     """An error response carries no result to sign: it is the host's error, not a signature failure."""
     with anyio.fail_after(5):

@@ -18,6 +18,7 @@ from dataclasses import dataclass
 from typing import Any, Literal, TypeVar
 
 import anyio
+import anyio.lowlevel
 import anyio.to_thread
 import orjson
 from jsonschema import Draft202012Validator
@@ -28,6 +29,7 @@ from mcp.server.context import CallNext, HandlerResult
 from mcp.server.extension import Extension, MethodBinding
 from pydantic import ValidationError
 
+from mcp_interceptors.canonical import CanonicalizationError
 from mcp_interceptors.executor import Call
 from mcp_interceptors.protocol.descriptors import (
     Compat,
@@ -286,6 +288,8 @@ class InterceptorHost(Extension):
                 raise
             except Exception as exc:
                 raise self._crash(invocation, exc, None, None) from None
+            except anyio.get_cancelled_exc_class() as exc:
+                raise await self._stray_cancellation(invocation, exc) from None
         else:
             outcome = await self._call_handler(registered, invocation, call.timeout_ms)
         duration_ms = (time.perf_counter() - started) * 1000
@@ -293,7 +297,12 @@ class InterceptorHost(Extension):
             # A handler that never yields (CPU-bound work, a blocking call in `async def`) cannot be
             # preempted by the cancel scope: its result arrived past the deadline and is discarded (R26).
             raise InterceptorTimeoutError(call.name, call.timeout_ms, call.phase, style=self.timeout_code)
-        return _normalise(registered.descriptor, outcome, call.payload, call.phase, duration_ms)
+        try:
+            return _normalise(registered.descriptor, outcome, call.payload, call.phase, duration_ms)
+        except InterceptorsError:
+            raise
+        except (TypeError, ValueError) as exc:  # pydantic's ValidationError too: the handler's return, not the params
+            raise _malformed_return(registered.descriptor, exc) from None
 
     async def invoke_params(self, params: InvokeParams) -> InterceptorResult:
         """Run one interceptor for parsed `interceptor/invoke` params."""
@@ -329,6 +338,19 @@ class InterceptorHost(Extension):
             raise
         except Exception as exc:
             raise self._crash(invocation, exc, scope, timeout_ms) from None
+        except anyio.get_cancelled_exc_class() as exc:
+            if scope is not None and scope.cancel_called:
+                raise  # our own deadline: `_call_handler` answers it with the timeout error
+            raise await self._stray_cancellation(invocation, exc) from None
+
+    async def _stray_cancellation(self, invocation: Invocation, exc: BaseException) -> InterceptorsError:
+        """The error for a handler that raised a cancellation nobody asked for (it awaited a future another
+        task cancelled, say): -32603 like any crash. Left alone, it ended the server's request loop and
+        with it every client's connection. A real cancellation of this call (the client's
+        `notifications/cancelled`, an invoker's deadline) is delivered again at the checkpoint."""
+        await anyio.lowlevel.checkpoint()
+        logger.warning("interceptor %r raised a cancellation of its own", invocation.name, exc_info=exc)
+        return InterceptorExecutionError(invocation.name, f"{type(exc).__name__}: raised by the handler")
 
     def _crash(
         self, invocation: Invocation, exc: Exception, scope: anyio.CancelScope | None, timeout_ms: float | None
@@ -382,7 +404,11 @@ class InterceptorHost(Extension):
             error = InterceptorExecutionError(parsed.name, f"result is not JSON-serialisable: {problem}")
             raise MCPError(error.code, error.message, error.data) from None
         if self.signing_key is not None and isinstance(result, ValidationResult):
-            body = sign_result(body, self.signing_key)  # over the body exactly as it goes on the wire
+            try:
+                body = sign_result(body, self.signing_key)  # over the body exactly as it goes on the wire
+            except CanonicalizationError as exc:  # e.g. an integer past the doubles in `info`: code 0, no data
+                error = InterceptorExecutionError(parsed.name, f"result cannot be signed: {exc}")
+                raise MCPError(error.code, error.message, error.data) from None
         return body
 
     async def capability_middleware(self, ctx: ServerRequestContext[Any, Any], call_next: CallNext) -> HandlerResult:
@@ -492,6 +518,20 @@ def _normalise(
 
 
 _RESULT_TYPES = (ValidationResult, MutationResult, SinkResult)
+_TYPE_NOUNS = {"validation": "validator", "mutation": "mutator", "sink": "sink"}
+
+
+def _malformed_return(descriptor: InterceptorDescriptor, exc: TypeError | ValueError) -> InterceptorExecutionError:
+    """-32603 naming the interceptor for a return its result cannot be built from, such as `(False, 5)` or
+    messages without `message`; it was answered -32602 (blaming the invoker's params) or with code 0."""
+    if isinstance(exc, ValidationError):
+        error = exc.errors(include_url=False)[0]
+        where = ".".join(str(part) for part in error["loc"])
+        problem = f"{where}: {error['msg']}" if where else str(error["msg"])
+    else:
+        problem = f"{type(exc).__name__}: {exc}"
+    noun = _TYPE_NOUNS.get(descriptor.type, "interceptor")
+    return InterceptorExecutionError(descriptor.name, f"{noun} returned an invalid result: {problem}")
 
 
 def _as_validation(name: str, value: Any, stamp: dict[str, Any]) -> ValidationResult:

@@ -292,3 +292,14 @@ async def test_a_jwt_key_file_without_a_public_key_is_refused_at_load_and_at_rel
     (tmp_path / "new").write_bytes(bad)
     (tmp_path / "new").replace(tmp_path / name)  # rotated to a bad file: refused, not a crash
     assert await verifier.verify_token(token) is None
+
+
+@pytest.mark.parametrize("auth", [{"required_scopes": ["mcp"]}, {"resource_server_url": "https://gw.example.com/mcp"}])
+def test_auth_settings_without_tokens_or_jwt_are_refused_not_auth_off(auth: dict[str, object]) -> None:
+    """`auth: {required_scopes: [mcp]}` passed `--check` and served every request unauthenticated on loopback."""
+    raw = {"upstreams": {"a": {"command": "python", "args": ["server.py"]}}, "auth": auth}
+    with pytest.raises(ConfigError) as error:
+        parse_config(raw, file="gateway.yaml")
+    assert (error.value.file, error.value.path) == ("gateway.yaml", "auth")
+    assert f"{next(iter(auth))} without `tokens` or `jwt`" in error.value.problem
+    assert parse_config({**raw, "auth": {**auth, "tokens": ["t"]}}).auth.enabled

@@ -240,6 +240,17 @@ class AuthConfig(_Model):
     required_scopes: list[str] = Field(default_factory=list)
     resource_server_url: str | None = None
 
+    @model_validator(mode="after")
+    def _a_token_source(self) -> AuthConfig:
+        # Without one, auth is off: the scopes a reader of the file would expect required are never checked.
+        given = [name for name in ("required_scopes", "resource_server_url") if getattr(self, name)]
+        if given and not self.enabled:
+            raise ValueError(
+                f"{' and '.join(given)} without `tokens` or `jwt` would serve every request unauthenticated; "
+                "add `tokens` or `jwt`"
+            )
+        return self
+
     @property
     def enabled(self) -> bool:
         return bool(self.tokens) or self.jwt is not None

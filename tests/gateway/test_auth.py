@@ -303,3 +303,16 @@ def test_auth_settings_without_tokens_or_jwt_are_refused_not_auth_off(auth: dict
     assert (error.value.file, error.value.path) == ("gateway.yaml", "auth")
     assert f"{next(iter(auth))} without `tokens` or `jwt`" in error.value.problem
     assert parse_config({**raw, "auth": {**auth, "tokens": ["t"]}}).auth.enabled
+
+
+@pytest.mark.parametrize("token", ["Tk-81f2\n", " Tk-81f2", "Tk\t81f2", "Tk-81fé"])
+def test_a_static_token_no_client_can_send_is_refused_at_load(token: str) -> None:
+    """A header value is visible ASCII with no blank at either end: such a token (a secret file's trailing
+    newline) passed `--check`, then every client got 401 with nothing logged."""
+    raw = {"upstreams": {"a": {"command": "python", "args": ["server.py"]}}, "auth": {"tokens": ["ok", "${TOKEN}"]}}
+    with pytest.raises(ConfigError) as error:
+        parse_config(raw, file="gateway.yaml", env={"TOKEN": token})
+    assert (error.value.file, error.value.path) == ("gateway.yaml", "auth.tokens.1")
+    assert "no client can send this token" in error.value.problem
+    assert token not in str(error.value)  # a secret stays out of the message
+    assert parse_config(raw, env={"TOKEN": "s3cr3t with spaces!~"}).auth.tokens[1] == "s3cr3t with spaces!~"

@@ -279,6 +279,19 @@ async def test_dns_rebinding_protection(plain_gateway: str, header: str, value: 
     assert allowed.status_code == 200
 
 
+@pytest.mark.parametrize(
+    ("header", "value"),
+    [("host", "localhost"), ("host", "127.0.0.1"), ("host", "[::1]"), ("origin", "http://localhost")],
+)
+async def test_a_local_host_or_origin_without_a_port_is_accepted(plain_gateway: str, header: str, value: str) -> None:
+    """A client leaves the default port out of `Host` (and a page on port 80 out of `Origin`): a gateway bound to
+    127.0.0.1:80 answered 421 to every client, even at the URL it printed."""
+    with anyio.fail_after(30):
+        async with httpx2.AsyncClient() as http:
+            response = await http.post(f"{plain_gateway}/mcp", json=INITIALIZE, headers={**ACCEPT, header: value})
+    assert response.status_code == 200
+
+
 async def test_request_over_the_body_limit_gets_413(plain_gateway: str) -> None:
     big = {**INITIALIZE, "params": {**INITIALIZE["params"], "padding": "x" * 8192}}
     with anyio.fail_after(30):

@@ -244,3 +244,75 @@ async def test_every_key_of_a_jwks_without_kids_verifies_its_tokens(tmp_path: Pa
     claims = {"sub": "alice", "aud": "gw", "exp": int(time.time()) + 60}
     tokens = [jwt.encode(claims, key, algorithm="EdDSA") for key in (first, second, stranger)]
     assert [await verifier.verify_token(token) is not None for token in tokens] == [True, True, False]
+
+
+def _private_pem(key: rsa.RSAPrivateKey) -> bytes:
+    return key.private_bytes(
+        serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8, serialization.NoEncryption()
+    )
+
+
+@pytest.mark.parametrize("content", ["private-pem", "private-jwks", "private-jwk", "no-key"])
+async def test_a_jwt_key_file_without_a_public_key_is_refused_at_load_and_at_reload(
+    tmp_path: Path, content: str
+) -> None:
+    """A key file holding a private key passed `--check` and start-up, then every request crashed PyJWT
+    (`AttributeError`: 500 and a traceback); one holding no key at all passed too, and every token was refused
+    without a word. Both are refused at load naming the file and field, and at a reload fail closed."""
+    key = rsa.generate_private_key(public_exponent=65537, key_size=2048)
+    field, name = ("jwks_file", "keys.json") if content == "private-jwks" else ("public_key_file", "key.pem")
+    match content:
+        case "private-pem":
+            bad = _private_pem(key)
+        case "private-jwks":
+            bad = json.dumps({"keys": [{**json.loads(RSAAlgorithm.to_jwk(key)), "kid": "k1"}]}).encode()
+        case "private-jwk":
+            bad = RSAAlgorithm.to_jwk(key).encode()
+        case _:
+            bad = b"not a key\n"
+    file = _write_config(tmp_path, field, name)
+    (tmp_path / name).write_bytes(bad)
+    with pytest.raises(ConfigError) as error:
+        check_auth(load_config(file), str(file))
+    assert error.value.path == f"auth.jwt.{field}"
+    assert ("private key" if content != "no-key" else "no PEM public key") in error.value.problem
+
+    public = (
+        json.dumps({"keys": [{**json.loads(RSAAlgorithm.to_jwk(key.public_key())), "kid": "k1"}]}).encode()
+        if field == "jwks_file"
+        else key.public_key().public_bytes(serialization.Encoding.PEM, serialization.PublicFormat.SubjectPublicKeyInfo)
+    )
+    (tmp_path / name).write_bytes(public)
+    _, verifier = build_auth(load_config(file), "127.0.0.1", 8080)
+    assert verifier is not None
+    token = jwt.encode(
+        {"sub": "alice", "aud": "gw", "exp": int(time.time()) + 60}, key, algorithm="RS256", headers={"kid": "k1"}
+    )
+    assert await verifier.verify_token(token) is not None
+    (tmp_path / "new").write_bytes(bad)
+    (tmp_path / "new").replace(tmp_path / name)  # rotated to a bad file: refused, not a crash
+    assert await verifier.verify_token(token) is None
+
+
+@pytest.mark.parametrize("auth", [{"required_scopes": ["mcp"]}, {"resource_server_url": "https://gw.example.com/mcp"}])
+def test_auth_settings_without_tokens_or_jwt_are_refused_not_auth_off(auth: dict[str, object]) -> None:
+    """`auth: {required_scopes: [mcp]}` passed `--check` and served every request unauthenticated on loopback."""
+    raw = {"upstreams": {"a": {"command": "python", "args": ["server.py"]}}, "auth": auth}
+    with pytest.raises(ConfigError) as error:
+        parse_config(raw, file="gateway.yaml")
+    assert (error.value.file, error.value.path) == ("gateway.yaml", "auth")
+    assert f"{next(iter(auth))} without `tokens` or `jwt`" in error.value.problem
+    assert parse_config({**raw, "auth": {**auth, "tokens": ["t"]}}).auth.enabled
+
+
+@pytest.mark.parametrize("token", ["Tk-81f2\n", " Tk-81f2", "Tk\t81f2", "Tk-81fé"])
+def test_a_static_token_no_client_can_send_is_refused_at_load(token: str) -> None:
+    """A header value is visible ASCII with no blank at either end: such a token (a secret file's trailing
+    newline) passed `--check`, then every client got 401 with nothing logged."""
+    raw = {"upstreams": {"a": {"command": "python", "args": ["server.py"]}}, "auth": {"tokens": ["ok", "${TOKEN}"]}}
+    with pytest.raises(ConfigError) as error:
+        parse_config(raw, file="gateway.yaml", env={"TOKEN": token})
+    assert (error.value.file, error.value.path) == ("gateway.yaml", "auth.tokens.1")
+    assert "no client can send this token" in error.value.problem
+    assert token not in str(error.value)  # a secret stays out of the message
+    assert parse_config(raw, env={"TOKEN": "s3cr3t with spaces!~"}).auth.tokens[1] == "s3cr3t with spaces!~"

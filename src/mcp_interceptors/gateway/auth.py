@@ -7,12 +7,14 @@ the protected-resource metadata; we only decide whether a token is good and who 
 from __future__ import annotations
 
 import hmac
-import json
 import logging
 from pathlib import Path
 from typing import Any
 
 import jwt
+from cryptography.exceptions import UnsupportedAlgorithm
+from cryptography.hazmat.primitives import serialization
+from cryptography.hazmat.primitives.asymmetric import ec, ed448, ed25519, rsa
 from mcp.server.auth.middleware.auth_context import get_access_token
 from mcp.server.auth.provider import AccessToken, TokenVerifier
 from mcp.server.auth.settings import AuthSettings
@@ -24,6 +26,9 @@ logger = logging.getLogger(__name__)
 
 #: Claims passed on to interceptors as `principal.claims` (send only what policy needs).
 _FORWARDED_CLAIMS = frozenset({"iss", "aud", "sub", "azp", "client_id", "groups", "roles"})
+
+#: Keys that sign: PyJWT cannot verify with one (`AttributeError` on each request), and none belongs here.
+_PRIVATE_KEYS = (rsa.RSAPrivateKey, ec.EllipticCurvePrivateKey, ed25519.Ed25519PrivateKey, ed448.Ed448PrivateKey)
 
 
 class StaticTokenVerifier:
@@ -60,16 +65,24 @@ class JwtVerifier:
         try:
             self._stamp: tuple[int, ...] | None = _stamp(self._path)
             self._keys = self._load()
-        except (OSError, ValueError, jwt.PyJWTError) as exc:
+        except (OSError, ValueError, UnsupportedAlgorithm, jwt.PyJWTError) as exc:
             fix = "check the key file (a relative path is relative to the config file's folder)"
             raise ConfigError(file, self._field, f"cannot load the verification key: {exc}", fix) from None
 
     def _load(self) -> list[tuple[str | None, Any]]:
-        """`(kid, key)` of every key in the file (a JWKS may list several without a `kid`)."""
+        """`(kid, key)` of every key in the file (a JWKS may list several without a `kid`), parsed now: a file
+        that holds no public key, or a private one, is refused here rather than failing every token."""
         text = self._path.read_text(encoding="utf-8")
+        keys: list[tuple[str | None, Any]]
         if not self._jwks:
-            return [(None, jwt.PyJWK.from_json(json.dumps(_pem_to_jwk(text))).key if text.startswith("{") else text)]
-        return [(key.key_id, key.key) for key in jwt.PyJWKSet.from_json(text).keys]
+            keys = [(None, jwt.PyJWK.from_json(text).key if text.lstrip().startswith("{") else _public_key(text))]
+        else:
+            keys = [(key.key_id, key.key) for key in jwt.PyJWKSet.from_json(text).keys]
+        for key_id, key in keys:
+            if isinstance(key, _PRIVATE_KEYS):
+                which = "the key" if key_id is None else f"key {key_id!r}"
+                raise ValueError(f"{which} is a private key: give only the public key (the gateway verifies tokens)")
+        return keys
 
     def _candidates(self, kid: Any) -> list[Any]:
         """The keys that may have signed a token: those its `kid` names; else those without a `kid` (every
@@ -94,7 +107,7 @@ class JwtVerifier:
         self._stamp = stamp
         try:
             self._keys = self._load()
-        except (OSError, ValueError, jwt.PyJWTError) as exc:
+        except (OSError, ValueError, UnsupportedAlgorithm, jwt.PyJWTError) as exc:
             logger.error("%s %s cannot be read, so every token is refused: %s", self._field, self._path, exc)
             self._keys = []
             return
@@ -189,9 +202,17 @@ def check_auth(config: GatewayConfig, file: str) -> None:
         JwtVerifier(config.auth, file, config.base_dir)
 
 
-def _pem_to_jwk(text: str) -> dict[str, Any]:
-    loaded: dict[str, Any] = json.loads(text)
-    return loaded
+def _public_key(text: str) -> Any:
+    """The key of a PEM public key file (`-----BEGIN PUBLIC KEY-----`), or of an OpenSSH `ssh-...` line."""
+    data = text.strip().encode()
+    if data.startswith(b"ssh-"):
+        return serialization.load_ssh_public_key(data)
+    if b"PRIVATE KEY-----" in data:
+        raise ValueError("the file holds a private key: give only the public key (the gateway verifies tokens)")
+    try:
+        return serialization.load_pem_public_key(data)
+    except ValueError:
+        raise ValueError("no PEM public key (-----BEGIN PUBLIC KEY-----) in the file") from None
 
 
 def _is_http_url(value: str | None) -> bool:

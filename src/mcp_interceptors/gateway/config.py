@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Annotated, Any, Literal
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 from pydantic.json_schema import SkipJsonSchema
 
 from mcp_interceptors.planning import Overrides
@@ -232,13 +232,36 @@ class JwtConfig(_Model):
         return self
 
 
+def _sendable_token(token: str) -> str:
+    # A header value has no blank at either end and only visible ASCII (RFC 9110 §5.5), so such a token (a
+    # secret file's trailing newline, say) could never be sent: every client got 401, and no log said why.
+    if token != token.strip() or not all(" " <= char <= "~" for char in token):
+        raise ValueError(
+            "a blank at an end, a control or a non-ASCII character: no client can send this token in an "
+            "Authorization header (a trailing newline from a secret file?)"
+        )
+    return token
+
+
 class AuthConfig(_Model):
-    tokens: list[Annotated[str, Field(min_length=1)]] = Field(
-        default_factory=list, description="Static bearer tokens (use ${ENV} for secrets)."
+    tokens: list[Annotated[str, Field(min_length=1), AfterValidator(_sendable_token)]] = Field(
+        default_factory=list,
+        description="Static bearer tokens (use ${ENV} for secrets): visible ASCII, no blank at either end.",
     )
     jwt: JwtConfig | None = None
     required_scopes: list[str] = Field(default_factory=list)
     resource_server_url: str | None = None
+
+    @model_validator(mode="after")
+    def _a_token_source(self) -> AuthConfig:
+        # Without one, auth is off: the scopes a reader of the file would expect required are never checked.
+        given = [name for name in ("required_scopes", "resource_server_url") if getattr(self, name)]
+        if given and not self.enabled:
+            raise ValueError(
+                f"{' and '.join(given)} without `tokens` or `jwt` would serve every request unauthenticated; "
+                "add `tokens` or `jwt`"
+            )
+        return self
 
     @property
     def enabled(self) -> bool:

@@ -110,7 +110,9 @@ def http_app(gateway: Gateway, host: str, port: int, *, insecure_no_auth: bool =
         )
     allowed_origins = [f"http://{h}:*" for h in ("127.0.0.1", "localhost", "[::1]")] + list(config.http.allowed_origins)
     security = TransportSecuritySettings(
-        enable_dns_rebinding_protection=True, allowed_hosts=allowed_hosts, allowed_origins=allowed_origins
+        enable_dns_rebinding_protection=True,
+        allowed_hosts=_with_default_ports(allowed_hosts),
+        allowed_origins=_with_default_ports(allowed_origins),
     )
     auth_settings, verifier = build_auth(config, host, port)
     routes = sse_routes(gateway, security, config.http.max_body_bytes, auth_settings) if config.http.sse else []
@@ -129,6 +131,21 @@ def http_app(gateway: Gateway, host: str, port: int, *, insecure_no_auth: bool =
         session_idle_timeout=config.http.session_idle_s,
     )
     return SessionEndWatcher(app, gateway)
+
+
+def _with_default_ports(entries: list[str]) -> list[str]:
+    """`entries` plus, for each that allows any port (`name:*`) or names a default one (`name:80`, `name:443`;
+    for an origin, its scheme's), the bare name: a client leaves a default port out (`Host: localhost` is
+    `localhost:80`), and mcp matches `name:*` only against `name:port` (a gateway bound to port 80 refused every
+    client with 421, even at the URL it printed)."""
+    bare: list[str] = []
+    for entry in entries:
+        name, _, port = entry.rpartition(":")
+        scheme, found, _ = entry.partition("://")
+        defaults = {"http": ("80",), "https": ("443",)}.get(scheme, ()) if found else ("80", "443")
+        if name and (port == "*" or port in defaults) and name not in entries:
+            bare.append(name)
+    return entries + bare
 
 
 class SessionEndWatcher:

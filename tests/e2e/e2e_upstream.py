@@ -1,4 +1,5 @@
-"""The upstream MCP server the end-to-end tests put behind the gateway (stdio, or `--http PORT`).
+"""The upstream MCP server the end-to-end tests put behind the gateway (stdio, `--http PORT`, or legacy
+SSE with `--sse PORT PATH`).
 
 Besides ordinary tools (echo, notes, progress, sampling) it has the ones faults and transparency
 tests need: `sleep` records its own cancellation so `was_cancelled` can prove it, `crash` kills the
@@ -247,5 +248,7 @@ if __name__ == "__main__":
         meet(rendezvous)
     if len(sys.argv) == 3 and sys.argv[1] == "--http":
         server.run("streamable-http", port=int(sys.argv[2]))
+    elif len(sys.argv) == 4 and sys.argv[1] == "--sse":  # legacy SSE, its event stream at the path given
+        server.run("sse", port=int(sys.argv[2]), sse_path=sys.argv[3])
     else:
         server.run("stdio")

@@ -357,6 +357,43 @@ async def test_http_upstream_message_over_its_limit_fails_the_call_naming_it(wri
     assert after == "fits"
 
 
+async def test_http_upstream_event_may_be_as_long_as_its_max_message_bytes(write_config: ConfigWriter) -> None:
+    """mcp's Streamable HTTP client caps one SSE event at 1 MiB: a 3 MB answer failed ("upstream closed
+    the connection") under the default 64 MiB `max_message_bytes`."""
+    port = free_tcp_port()
+    async with running([sys.executable, UPSTREAM, "--http", str(port)], port=port, label="HTTP upstream"):
+        upstream = {"url": f"http://127.0.0.1:{port}/mcp", "max_message_bytes": 4_000_000}
+        config = write_config(standard_config(upstreams={"e2e": upstream}))
+        async with connect("stdio", config, "legacy") as client:
+            with anyio.fail_after(30):
+                fits = text_of(await client.call_tool("echo", {"text": "x" * 1_500_000}))
+    assert fits == "x" * 1_500_000
+
+
+async def test_sse_upstream_message_limit_is_its_max_message_bytes(write_config: ConfigWriter) -> None:
+    """A `transport: sse` upstream's event may be as long as its `max_message_bytes`: mcp's SSE client
+    capped it at 1 MiB whatever the setting, and dropped the connection with no reason given. One over
+    the limit ends the event stream (a legacy SSE server has no other), so it fails the calls in flight
+    naming the upstream and the limit, and the upstream reconnects."""
+    port = free_tcp_port()
+    async with running([sys.executable, UPSTREAM, "--sse", str(port), "/events"], port=port, label="SSE upstream"):
+        upstream = {"url": f"http://127.0.0.1:{port}/events", "transport": "sse", "max_message_bytes": 4_000_000}
+        config = write_config(standard_config(upstreams={"e2e": upstream}))
+        async with connect("stdio", config, "legacy") as client:
+            with anyio.fail_after(30):
+                fits = text_of(await client.call_tool("echo", {"text": "x" * 1_500_000}))
+            with anyio.fail_after(30), pytest.raises(MCPError) as too_long:
+                await client.call_tool("echo", {"text": "x" * 4_000_000})
+            with anyio.fail_after(30):
+                after = text_of(await client.call_tool("echo", {"text": "fits"}))
+    reason = "an event longer than the limit of 4000000 bytes"
+    assert fits == "x" * 1_500_000
+    assert too_long.value.code == -32000
+    assert too_long.value.message == f"the gateway closed its connection to upstream 'e2e': it sent {reason}"
+    assert too_long.value.data == {"upstream": "e2e", "reason": reason}
+    assert after == "fits"
+
+
 async def test_r61_the_gateways_interceptors_list_and_invoke_apply_the_configured_overrides(
     write_config: ConfigWriter,
 ) -> None:

@@ -110,8 +110,9 @@ class UpstreamConfig(TransportConfig):
         64 * 1024 * 1024,
         description=(
             "The longest message the upstream may send. Stdio: a longer line closes the connection, its calls "
-            "in flight fail naming it, and it is restarted. HTTP: a longer JSON answer or SSE event fails its "
-            "call with -32603 naming it."
+            "in flight fail naming it, and it is restarted. Streamable HTTP: a longer JSON answer or SSE event fails "
+            "its call with -32603 naming it. Legacy SSE: a longer event ends the event stream: its calls in flight "
+            "fail with -32000 naming it, and it reconnects."
         ),
     )
 

@@ -13,6 +13,7 @@ from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
 from contextlib import AbstractAsyncContextManager, asynccontextmanager
 from dataclasses import dataclass, field
 from typing import Any, Literal, Protocol
+from urllib.parse import urljoin, urlparse
 
 import anyio
 import anyio.abc
@@ -21,6 +22,8 @@ from mcp import MCPError, StdioServerParameters
 from mcp.client.sse import sse_client
 from mcp.client.stdio import stdio_client
 from mcp.client.streamable_http import streamable_http_client
+from mcp.shared._context_streams import create_context_streams
+from mcp.shared._httpx_utils import request_within_origin, sse_within_origin
 from mcp.shared.dispatcher import CallOptions, DispatchContext
 from mcp.shared.inbound import (
     MCP_METHOD_HEADER,
@@ -30,6 +33,7 @@ from mcp.shared.inbound import (
     encode_header_value,
 )
 from mcp.shared.jsonrpc_dispatcher import JSONRPCDispatcher
+from mcp.shared.message import SessionMessage
 from mcp_types import (
     CLIENT_CAPABILITIES_META_KEY,
     CLIENT_INFO_META_KEY,
@@ -40,6 +44,7 @@ from mcp_types import (
     PROTOCOL_VERSION_META_KEY,
     REQUEST_TIMEOUT,
     SERVER_INFO_META_KEY,
+    jsonrpc_message_adapter,
 )
 from mcp_types.version import HANDSHAKE_PROTOCOL_VERSIONS, LATEST_HANDSHAKE_VERSION, LATEST_MODERN_VERSION
 
@@ -153,6 +158,11 @@ async def open_wire(config: TransportConfig, on_http_error: OnHttpError | None =
         ) as peer:
             yield peer
         return
+    if config.url is not None and config.transport == "sse":
+        cut = _SseCut()
+        async with _sse_transport(config.url, http_client_for(config, on_http_error), cut) as (read, write):
+            yield _SseDispatcher(read, write, cut)
+        return
     async with open_transport(config, on_http_error) as (read, write):
         yield JSONRPCDispatcher(read, write)
 
@@ -171,7 +181,74 @@ def open_transport(
     assert config.url is not None
     if config.transport == "sse":
         return sse_client(config.url, headers=_http_headers(config) or None)
-    return streamable_http_client(config.url, http_client=http_client or http_client_for(config, on_http_error))
+    client = http_client or http_client_for(config, on_http_error)
+    # `_MessageLimitTransport` caps one SSE event at `max_message_bytes`; mcp's own 1 MiB cap would refuse less.
+    return streamable_http_client(config.url, http_client=client, max_sse_event_size=None)
+
+
+@dataclass
+class _SseCut:
+    """Why `_sse_transport` ended its event stream itself (an event over the limit), if it did."""
+
+    reason: str | None = None
+
+
+class _SseDispatcher(JSONRPCDispatcher[Any]):
+    """mcp's dispatcher over `_sse_transport`, with the `close_reason` of `JsonRpcPeer`."""
+
+    def __init__(self, read: Any, write: Any, cut: _SseCut) -> None:
+        super().__init__(read, write)
+        self._cut = cut
+
+    @property
+    def close_reason(self) -> str | None:
+        return self._cut.reason
+
+
+@asynccontextmanager
+async def _sse_transport(url: str, http_client: httpx2.AsyncClient, cut: _SseCut) -> AsyncIterator[tuple[Any, Any]]:
+    """mcp's `sse_client` on our HTTP client: one event is capped by the upstream's `max_message_bytes`
+    (`_MessageLimitTransport`), not by mcp's fixed 1 MiB. An event over it ends the stream (the
+    connection: a legacy SSE server has no other), recording why in `cut`."""
+    async with http_client as client, sse_within_origin(client, url, max_event_size=None) as source:
+        source.response.raise_for_status()
+        read_writer, read_stream = create_context_streams[SessionMessage | Exception](0)
+        write_stream, write_reader = create_context_streams[SessionMessage](0)
+
+        async def read_events(*, task_status: anyio.abc.TaskStatus[str]) -> None:
+            async with read_writer:
+                try:
+                    async for sse in source:
+                        if sse.event == "endpoint":
+                            endpoint = urljoin(url, sse.data)
+                            if urlparse(endpoint)[:2] != urlparse(url)[:2]:
+                                raise ValueError(f"endpoint origin does not match the connection's: {endpoint}")
+                            task_status.started(endpoint)
+                        elif sse.event == "message" and sse.data:
+                            try:
+                                message = jsonrpc_message_adapter.validate_json(sse.data, by_name=False)
+                            except ValueError as exc:
+                                await read_writer.send(exc)
+                                continue
+                            await read_writer.send(SessionMessage(message))
+                except EventTooLongError as exc:
+                    cut.reason = str(exc)
+
+        async def post_messages(endpoint: str) -> None:
+            async with write_reader:
+                async for item in write_reader:
+                    body = item.message.model_dump(by_alias=True, mode="json", exclude_unset=True)
+                    try:
+                        response = await request_within_origin(client, "POST", endpoint, json=body)
+                        response.raise_for_status()
+                    except httpx2.HTTPError as exc:
+                        logger.warning("POST to %s failed: %s", endpoint, exc)
+
+        async with read_stream, write_stream, anyio.create_task_group() as tg:
+            endpoint = await tg.start(read_events)
+            tg.start_soon(post_messages, endpoint)
+            yield read_stream, write_stream
+            tg.cancel_scope.cancel()
 
 
 def _http_headers(config: TransportConfig) -> dict[str, str]:

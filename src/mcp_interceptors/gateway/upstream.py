@@ -22,8 +22,6 @@ from mcp import MCPError, StdioServerParameters
 from mcp.client.sse import sse_client
 from mcp.client.stdio import stdio_client
 from mcp.client.streamable_http import streamable_http_client
-from mcp.shared._context_streams import create_context_streams
-from mcp.shared._httpx_utils import request_within_origin, sse_within_origin
 from mcp.shared.dispatcher import CallOptions, DispatchContext
 from mcp.shared.inbound import (
     MCP_METHOD_HEADER,
@@ -207,48 +205,56 @@ class _SseDispatcher(JSONRPCDispatcher[Any]):
 
 @asynccontextmanager
 async def _sse_transport(url: str, http_client: httpx2.AsyncClient, cut: _SseCut) -> AsyncIterator[tuple[Any, Any]]:
-    """mcp's `sse_client` on our HTTP client: one event is capped by the upstream's `max_message_bytes`
-    (`_MessageLimitTransport`), not by mcp's fixed 1 MiB. An event over it ends the stream (the
-    connection: a legacy SSE server has no other), recording why in `cut`."""
-    async with http_client as client, sse_within_origin(client, url, max_event_size=None) as source:
-        source.response.raise_for_status()
-        read_writer, read_stream = create_context_streams[SessionMessage | Exception](0)
-        write_stream, write_reader = create_context_streams[SessionMessage](0)
+    """A legacy SSE connection on our HTTP client, so one event is capped by the upstream's `max_message_bytes`
+    (`_MessageLimitTransport`); mcp's `sse_client` caps it at 1 MiB whatever the config says. The server
+    first names the endpoint to POST messages to; an event over the limit ends the stream (a legacy SSE
+    server has no other), recording why in `cut`."""
+    events_to_us, from_upstream = anyio.create_memory_object_stream[SessionMessage | Exception](0)
+    to_upstream, messages_to_post = anyio.create_memory_object_stream[SessionMessage](0)
+    async with (
+        http_client as client,
+        client.stream("GET", url, headers={"Accept": "text/event-stream", "Cache-Control": "no-store"}) as response,
+    ):
+        response.raise_for_status()  # the client follows no redirect: another origin's stream is never read
 
         async def read_events(*, task_status: anyio.abc.TaskStatus[str]) -> None:
-            async with read_writer:
+            async with events_to_us:
                 try:
-                    async for sse in source:
-                        if sse.event == "endpoint":
-                            endpoint = urljoin(url, sse.data)
-                            if urlparse(endpoint)[:2] != urlparse(url)[:2]:
-                                raise ValueError(f"endpoint origin does not match the connection's: {endpoint}")
-                            task_status.started(endpoint)
-                        elif sse.event == "message" and sse.data:
+                    async for event in httpx2.EventSource(response, max_event_size=None):
+                        if event.event == "endpoint":
+                            task_status.started(_same_origin_endpoint(url, event.data))
+                        elif event.event == "message" and event.data:
                             try:
-                                message = jsonrpc_message_adapter.validate_json(sse.data, by_name=False)
+                                message = jsonrpc_message_adapter.validate_json(event.data, by_name=False)
                             except ValueError as exc:
-                                await read_writer.send(exc)
+                                await events_to_us.send(exc)
                                 continue
-                            await read_writer.send(SessionMessage(message))
+                            await events_to_us.send(SessionMessage(message))
                 except EventTooLongError as exc:
                     cut.reason = str(exc)
 
         async def post_messages(endpoint: str) -> None:
-            async with write_reader:
-                async for item in write_reader:
+            async with messages_to_post:
+                async for item in messages_to_post:
                     body = item.message.model_dump(by_alias=True, mode="json", exclude_unset=True)
                     try:
-                        response = await request_within_origin(client, "POST", endpoint, json=body)
-                        response.raise_for_status()
+                        (await client.post(endpoint, json=body)).raise_for_status()
                     except httpx2.HTTPError as exc:
                         logger.warning("POST to %s failed: %s", endpoint, exc)
 
-        async with read_stream, write_stream, anyio.create_task_group() as tg:
+        async with from_upstream, to_upstream, anyio.create_task_group() as tg:
             endpoint = await tg.start(read_events)
             tg.start_soon(post_messages, endpoint)
-            yield read_stream, write_stream
+            yield from_upstream, to_upstream
             tg.cancel_scope.cancel()
+
+
+def _same_origin_endpoint(url: str, announced: str) -> str:
+    """The message endpoint a legacy SSE server announced, which must be on the stream's own origin."""
+    endpoint = urljoin(url, announced)
+    if urlparse(endpoint)[:2] != urlparse(url)[:2]:
+        raise ValueError(f"the SSE server announced a message endpoint on another origin: {endpoint}")
+    return endpoint
 
 
 def _http_headers(config: TransportConfig) -> dict[str, str]:

@@ -239,14 +239,17 @@ def metrics_route(metrics: GatewayMetrics, security: TransportSecuritySettings, 
 
     checks = TransportSecurityMiddleware(security)
 
-    async def scrape(scope: Any, receive: Any, send: Any) -> None:
-        request = Request(scope, receive)
-        response = await checks.validate_request(request) or Response(metrics.exposition(), media_type=CONTENT_TYPE)
-        await response(scope, receive, send)
+    class Scrape:
+        """An ASGI endpoint (a plain function would be taken for a request handler, and auth wraps ASGI apps)."""
 
-    endpoint: Any = scrape
+        async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
+            refused = await checks.validate_request(Request(scope, receive))
+            response = refused or Response(metrics.exposition(), media_type=CONTENT_TYPE)
+            await response(scope, receive, send)
+
+    endpoint: Any = Scrape()
     if auth is not None:
-        endpoint = RequireAuthMiddleware(scrape, auth.required_scopes or [], None)
+        endpoint = RequireAuthMiddleware(endpoint, auth.required_scopes or [], None)
     return Route("/metrics", endpoint=endpoint, methods=["GET"])
 
 

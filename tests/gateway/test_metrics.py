@@ -162,3 +162,26 @@ def test_metrics_are_kept_only_when_something_serves_them() -> None:
     assert parse_config({"upstreams": {"a": UPSTREAM}, "http": {"metrics": True}}).collects_metrics
     listen = parse_config({"upstreams": {"a": UPSTREAM}, "metrics": {"listen": "[::1]:9464"}})
     assert listen.metrics.address == ("::1", 9464)
+
+
+def test_check_says_where_metrics_are_served() -> None:
+    from mcp_interceptors import Chain
+    from mcp_interceptors.gateway.check import check_report, render_check
+
+    both = parse_config(
+        {"upstreams": {"a": UPSTREAM}, "http": {"metrics": True}, "metrics": {"listen": "127.0.0.1:9464"}}
+    )
+    assert check_report(both, Chain(role="server"), "g.yaml")["metrics"] == [
+        "GET /metrics on the HTTP front",
+        "http://127.0.0.1:9464/metrics",
+    ]
+    assert "metrics: off" in render_check(parse_config({"upstreams": {"a": UPSTREAM}}), Chain(role="server"), "g.yaml")
+
+
+def test_config_schema_describes_the_metrics_settings() -> None:
+    from mcp_interceptors.gateway.config import config_json_schema
+
+    schema = config_json_schema()
+    assert "metrics" in schema["properties"]
+    assert "metrics" in schema["$defs"]["HttpConfig"]["properties"]
+    assert "listen" in schema["$defs"]["MetricsConfig"]["properties"]

@@ -70,6 +70,7 @@ class WriterStats:
     batches: int = 0
     largest_batch: int = 0
     failed_batches: int = 0
+    failed_records: int = 0
 
     @property
     def mean_batch(self) -> float:
@@ -280,6 +281,7 @@ class AuditWriter:
 
     def _refused(self, batch: list[PendingRecord], exc: Exception) -> None:
         self.stats.failed_batches += 1
+        self.stats.failed_records += len(batch)
         for pending in batch:
             pending.error = exc
             pending.done.set()

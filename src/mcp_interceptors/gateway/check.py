@@ -51,7 +51,16 @@ def check_report(config: GatewayConfig, chain: Chain, file: str) -> dict[str, An
         "deadlineMs": config.chain.deadline_ms,
         "points": list(config.chain.points),
         "plan": resolved_plan(chain, config.chain.directions),
+        "metrics": metrics_endpoints(config),
     }
+
+
+def metrics_endpoints(config: GatewayConfig) -> list[str]:
+    """Where the metrics are served: the HTTP front's `/metrics` and the `metrics.listen` listener."""
+    endpoints = ["GET /metrics on the HTTP front"] if config.http.metrics else []
+    if config.metrics.listen is not None:
+        endpoints.append(f"http://{config.metrics.listen}/metrics")
+    return endpoints
 
 
 def render_check(config: GatewayConfig, chain: Chain, file: str) -> str:
@@ -60,6 +69,8 @@ def render_check(config: GatewayConfig, chain: Chain, file: str) -> str:
         prefix = upstream["prefix"]
         named = f"{prefix + '__' if prefix else ''}<name>"
         lines.append(f"  {name}: {upstream['kind']} {upstream['target']}  (tools/prompts as {named})")
+    metrics = metrics_endpoints(config)
+    lines.append(f"metrics: {', '.join(metrics) if metrics else 'off'}")
     lines.append("")
     lines.append(
         f"chain deadline: {config.chain.deadline_ms} ms" if config.chain.deadline_ms else "chain deadline: none"

@@ -290,6 +290,11 @@ class HttpConfig(_Model):
     )
     allowed_hosts: list[str] = Field(default_factory=list, description="Extra Host values (DNS rebinding).")
     allowed_origins: list[str] = Field(default_factory=list)
+    metrics: bool = Field(
+        False,
+        description="Serve Prometheus metrics at GET /metrics on the HTTP front (same auth and Host checks as "
+        "the MCP endpoint).",
+    )
 
 
 class StdioConfig(_Model):
@@ -316,6 +321,39 @@ class AuditConfig(_Model):
     receipts: bool = Field(False, description="Return record id and signature in result _meta.")
 
 
+class MetricsConfig(_Model):
+    listen: str | None = Field(
+        None,
+        description="HOST:PORT of a listener serving Prometheus metrics at GET /metrics, with any front (a "
+        "stdio gateway's only way to expose them). Loopback only: it has no auth.",
+        examples=["127.0.0.1:9464"],
+    )
+
+    @field_validator("listen")
+    @classmethod
+    def _loopback_address(cls, value: str | None) -> str | None:
+        if value is not None:
+            host, _ = split_listen(value)
+            if not is_loopback(host):
+                raise ValueError(
+                    f"{host!r} is not a loopback address: the metrics listener has no auth; use 127.0.0.1, "
+                    "or `http.metrics: true` on an HTTP front with `auth`"
+                )
+        return value
+
+    @property
+    def address(self) -> tuple[str, int] | None:
+        return split_listen(self.listen) if self.listen is not None else None
+
+
+def split_listen(value: str) -> tuple[str, int]:
+    """`HOST:PORT` (an IPv6 host in brackets) as (host, port); raises `ValueError` naming the shape."""
+    host, sep, port = value.rpartition(":")
+    if not sep or not host or not port.isdigit() or not 0 < int(port) < 65536:
+        raise ValueError(f"{value!r} is not HOST:PORT, e.g. 127.0.0.1:9464")
+    return host.strip("[]"), int(port)
+
+
 def _require_upstreams(schema: dict[str, Any]) -> None:
     schema["required"] = ["upstreams"]  # a default keeps pydantic's error ours; the schema tells editors
 
@@ -339,6 +377,7 @@ class GatewayConfig(_Model):
     http: HttpConfig = Field(default_factory=HttpConfig)
     stdio: StdioConfig = Field(default_factory=StdioConfig)
     audit: AuditConfig = Field(default_factory=AuditConfig)
+    metrics: MetricsConfig = Field(default_factory=MetricsConfig)
     #: The folder relative paths resolve against (the config file's); set by `load_config`, not by users.
     base_dir: SkipJsonSchema[str | None] = None
 
@@ -348,6 +387,11 @@ class GatewayConfig(_Model):
         if not value:
             raise ValueError("at least one upstream server is needed")
         return value
+
+    @property
+    def collects_metrics(self) -> bool:
+        """Whether anything exposes metrics, so the gateway keeps them (otherwise it costs nothing)."""
+        return self.http.metrics or self.metrics.listen is not None
 
     def prefix_for(self, upstream: str) -> str:
         prefix = self.upstreams[upstream].prefix
@@ -412,6 +456,10 @@ def _check_http_path(http: HttpConfig, file: str) -> None:
     """`http.path` must not be one of the legacy SSE endpoint's paths: Streamable HTTP would answer there,
     and `/sse` (or `/messages/`) would be gone without a word."""
     path = http.path.rstrip("/") or "/"
+    if http.metrics and path == "/metrics":
+        raise ConfigError(
+            file, "http.path", "/metrics is where `http.metrics` serves the metrics", "choose another path, e.g. /mcp"
+        )
     if http.sse and (path == "/sse" or path == "/messages" or path.startswith("/messages/")):
         raise ConfigError(
             file,

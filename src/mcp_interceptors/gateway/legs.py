@@ -11,15 +11,29 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+from mcp import MCPError
 
 from mcp_interceptors.gateway.recording import CallRecord, Leg
 from mcp_interceptors.invoker import Chain, chain_error, invalid_payload_error, payload_problem
 from mcp_interceptors.protocol.events import CLIENT_INITIATED_EVENTS, SERVER_INITIATED_EVENTS, Direction, Phase
 from mcp_interceptors.protocol.invoke import InvocationContext
 
+if TYPE_CHECKING:
+    from mcp_interceptors.gateway.metrics import GatewayMetrics
+
 #: The lifecycle events the gateway governs (spec §1.2 table, minus `llm/completion`).
 GOVERNED_EVENTS = CLIENT_INITIATED_EVENTS | SERVER_INITIATED_EVENTS
+
+
+class BlockedError(MCPError):
+    """The client's error for a leg the chain blocked (R70): its own type, so a block is told apart from an
+    upstream's error (the metrics' `blocked` outcome)."""
+
+    @classmethod
+    def of(cls, error: MCPError) -> BlockedError:
+        return cls(error.error.code, error.error.message, error.error.data)
 
 
 @dataclass
@@ -31,6 +45,7 @@ class Governor:
     include_details: bool = False
     config: Mapping[str, Mapping[str, Any]] | None = None
     directions: tuple[Direction, ...] = ("sending",)
+    metrics: GatewayMetrics | None = None
 
     def is_governed(self, event: str, phase: Phase) -> bool:
         """Whether any interceptor would run: lets the hot path skip building payloads."""
@@ -85,16 +100,18 @@ class Governor:
                 timeout_ms=self.deadline_ms,
                 config=self.config,
             )
+            if self.metrics is not None:
+                self.metrics.chain_ran(result)
             leg = Leg(event, phase, result, payload)
             if not result.allowed:
                 if record is not None:
                     await record.denied(leg)
-                raise chain_error(result, include_details=self.include_details)
+                raise BlockedError.of(chain_error(result, include_details=self.include_details))
             problem = payload_problem(event, phase, result.final_payload)
             if problem is not None:  # a mutator's replacement must be a payload of the same event and phase
                 if record is not None:
                     await record.denied(leg)
-                raise invalid_payload_error(result, problem)
+                raise BlockedError.of(invalid_payload_error(result, problem))
             payload = result.final_payload
         if record is not None:
             if phase == "request":

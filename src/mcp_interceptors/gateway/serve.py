@@ -25,6 +25,7 @@ from sse_starlette.sse import AppStatus
 
 from mcp_interceptors.gateway.auth import build_auth
 from mcp_interceptors.gateway.config import GatewayConfig, authority, is_loopback
+from mcp_interceptors.gateway.metrics import CONTENT_TYPE, GatewayMetrics
 from mcp_interceptors.gateway.server import SSE_SESSION_PREFIX, Gateway
 from mcp_interceptors.gateway.stdio import serve_stdio_fast
 
@@ -116,6 +117,8 @@ def http_app(gateway: Gateway, host: str, port: int, *, insecure_no_auth: bool =
     )
     auth_settings, verifier = build_auth(config, host, port)
     routes = sse_routes(gateway, security, config.http.max_body_bytes, auth_settings) if config.http.sse else []
+    if config.http.metrics and gateway.metrics is not None:
+        routes.append(metrics_route(gateway.metrics, security, auth_settings))
     # `json_response` stays off. For 2026-07-28 requests mcp already answers with a JSON body unless the
     # call emits a notification first. For the handshake era the flag covers every session of the manager,
     # and it drops the progress, log and sampling/elicitation traffic relayed during a call
@@ -223,6 +226,31 @@ def sse_routes(
         stream = RequireAuthMiddleware(stream, scopes, metadata)
         messages = RequireAuthMiddleware(messages, scopes, metadata)
     return [Route("/sse", endpoint=stream, methods=["GET"]), Mount("/messages/", app=messages)]
+
+
+def metrics_route(metrics: GatewayMetrics, security: TransportSecuritySettings, auth: AuthSettings | None) -> Any:
+    """`GET /metrics`: the Prometheus text format, behind the same Host/Origin checks and bearer auth as the
+    MCP endpoint (metrics name the upstreams and interceptors, and show the traffic)."""
+    from mcp.server.auth.middleware.bearer_auth import RequireAuthMiddleware
+    from mcp.server.transport_security import TransportSecurityMiddleware
+    from starlette.requests import Request
+    from starlette.responses import Response
+    from starlette.routing import Route
+
+    checks = TransportSecurityMiddleware(security)
+
+    class Scrape:
+        """An ASGI endpoint (a plain function would be taken for a request handler, and auth wraps ASGI apps)."""
+
+        async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
+            refused = await checks.validate_request(Request(scope, receive))
+            response = refused or Response(metrics.exposition(), media_type=CONTENT_TYPE)
+            await response(scope, receive, send)
+
+    endpoint: Any = Scrape()
+    if auth is not None:
+        endpoint = RequireAuthMiddleware(endpoint, auth.required_scopes or [], None)
+    return Route("/metrics", endpoint=endpoint, methods=["GET"])
 
 
 def _without_session_header(app: Any) -> Any:

@@ -43,6 +43,7 @@ from mcp_interceptors.gateway.config import GatewayConfig
 from mcp_interceptors.gateway.host_input import chain_body, result_body, vouched_context
 from mcp_interceptors.gateway.jsonrpc import INTERNAL_ERROR, INVALID_REQUEST
 from mcp_interceptors.gateway.legs import Governor
+from mcp_interceptors.gateway.metrics import GatewayMetrics, serve_metrics
 from mcp_interceptors.gateway.recording import RECEIPT_META_KEY, CallRecord, Leg, receipt_meta
 from mcp_interceptors.gateway.routing import CALLS, LISTS, Catalog
 from mcp_interceptors.gateway.session import DownstreamSession, Era
@@ -144,6 +145,16 @@ class Gateway:
             directions=config.chain.directions,
             config=config.interceptors.config or None,
         )
+        #: Kept only when something exposes them (`http.metrics`, `metrics.listen`): otherwise no cost at all.
+        self.metrics: GatewayMetrics | None = None
+        if config.collects_metrics:
+            self.metrics = GatewayMetrics(
+                config.upstreams,
+                open_sessions=lambda: len(self.sessions),
+                is_up=lambda name: name in self.shared and self.shared[name].up,
+                audit_stats=lambda: self.audit_writer.stats if self.audit_writer is not None else None,
+            )
+            self.governor.metrics = self.metrics
         self.prefixes = {name: config.prefix_for(name) for name in config.upstreams}
         self.shared: dict[str, UpstreamConnection] = {}
         self._open_inputs: OrderedDict[tuple[str, str], tuple[str, str]] = OrderedDict()
@@ -208,6 +219,8 @@ class Gateway:
         self._tg = tg
         if self.audit_writer is None and self.config.audit.enabled:
             self.audit_writer = await start_audit_writer(self.config, tg)
+        if self.metrics is not None and (address := self.config.metrics.address) is not None:
+            await tg.start(serve_metrics, self.metrics, *address)
         if connect:
             await self.connect_upstreams()
         tg.start_soon(self.sweep_idle_sessions, self.config.http.session_idle_s)
@@ -240,6 +253,8 @@ class Gateway:
             )
             for name, upstream_config in self.config.upstreams.items()
         }
+        for name, conn in conns.items():
+            self._time_requests(name, conn)
         failures: dict[str, Exception] = {}
         one_ready = anyio.Event()
         pending = set(conns)
@@ -312,6 +327,7 @@ class Gateway:
                 on_request=partial(session.from_upstream, name),
                 on_notify=partial(session.upstream_notification, name),
             )
+            self._time_requests(name, conn)
             shared = self.shared.get(name)
             if shared is not None and not shared.up and len(self.config.upstreams) > 1:
                 # Down for the gateway too: not worth a session's wait; it joins the session once it connects.
@@ -346,6 +362,10 @@ class Gateway:
                 conn.close()  # all the session's own: a shared connection is never counted down here
             raise down[0]
         return conns
+
+    def _time_requests(self, name: str, conn: UpstreamConnection) -> None:
+        if self.metrics is not None:
+            conn.on_duration = self.metrics.upstream_timer(name)
 
     def close_upstreams(self) -> None:
         """Close every upstream connection, shared and per-session (shutting down): calls still waiting
@@ -726,10 +746,10 @@ class Gateway:
         view of the request, exactly as its legs set them for this client, so guard state (rate limits,
         flows) is keyed the same; only the client's correlation fields pass through (spec §7)."""
         session = self.session_for(ctx)
-        own = session.context(self._server_of(session, event, phase, payload), ctx.request_id)
+        own = session.context(self.server_of(session, event, phase, payload), ctx.request_id)
         return vouched_context(own, supplied)
 
-    def _server_of(self, session: DownstreamSession, event: str, phase: str, payload: Any) -> str | None:
+    def server_of(self, session: DownstreamSession, event: str, phase: str, payload: Any) -> str | None:
         """The upstream the gateway's legs would attribute `payload` to, as far as it can tell without
         asking: a call's owner by the catalog, else the only upstream (a listing request has none)."""
         if phase == "request" and event in CALLS:

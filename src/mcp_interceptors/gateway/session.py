@@ -21,7 +21,8 @@ from mcp_types.methods import CACHEABLE_METHODS
 
 from mcp_interceptors.gateway.auth import current_principal
 from mcp_interceptors.gateway.bridge import BridgedCall
-from mcp_interceptors.gateway.legs import GOVERNED_EVENTS
+from mcp_interceptors.gateway.legs import GOVERNED_EVENTS, BlockedError
+from mcp_interceptors.gateway.metrics import Outcome
 from mcp_interceptors.gateway.recording import RECEIPT_META_KEY, CallRecord, Leg, receipt_meta
 from mcp_interceptors.gateway.routing import (
     CALLS,
@@ -134,6 +135,23 @@ class DownstreamSession:
         self, method: str, params: dict[str, Any] | None, downstream: Downstream, request_id: Any
     ) -> dict[str, Any]:
         """Serve one forwarded request; raises `MCPError` for the client."""
+        metrics = self.gateway.metrics
+        if metrics is None:
+            return await self._handle(method, params, downstream, request_id)
+        outcome: Outcome = "error"
+        try:
+            result = await self._handle(method, params, downstream, request_id)
+            outcome = "ok"
+            return result
+        except BlockedError:
+            outcome = "blocked"
+            raise
+        finally:
+            metrics.request_done(self.gateway.server_of(self, method, "request", params), method, outcome)
+
+    async def _handle(
+        self, method: str, params: dict[str, Any] | None, downstream: Downstream, request_id: Any
+    ) -> dict[str, Any]:
         self.inflight.append(downstream)
         if self.standalone is None:
             self.standalone = downstream

@@ -9,6 +9,7 @@ fields survive. The connection performs the era's handshake itself (`initialize`
 from __future__ import annotations
 
 import logging
+import time
 from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
 from contextlib import AbstractAsyncContextManager, asynccontextmanager
 from dataclasses import dataclass, field
@@ -381,6 +382,8 @@ class UpstreamConnection:
         self._exchanges: httpx2.AsyncClient | None = None
         #: A listing was served without this upstream (it was down): its return announces `list_changed`.
         self.left_out = False
+        #: Called with each request's duration in seconds (the gateway's metrics), when set.
+        self.on_duration: Callable[[float], None] | None = None
 
     @property
     def is_http(self) -> bool:
@@ -695,6 +698,24 @@ class UpstreamConnection:
         an error naming the upstream. `on_notify` receives the upstream's request-scoped
         notifications (logging, say) while this is the only request with a receiver in flight.
         """
+        if self.on_duration is None:
+            return await self._send(method, params, request_id, on_progress, headers, timeout_s, on_notify)
+        started = time.perf_counter()
+        try:
+            return await self._send(method, params, request_id, on_progress, headers, timeout_s, on_notify)
+        finally:
+            self.on_duration(time.perf_counter() - started)
+
+    async def _send(
+        self,
+        method: str,
+        params: Mapping[str, Any] | None,
+        request_id: Any,
+        on_progress: Any,
+        headers: Mapping[str, str] | None,
+        timeout_s: float | None,
+        on_notify: OnUpstreamNotify | None,
+    ) -> dict[str, Any]:
         if on_notify is None:
             return await self._request(method, params, request_id, on_progress, headers, timeout_s)
         if self._receivers and self._private_exchanges:

@@ -1,0 +1,212 @@
+"""Prometheus metrics of one gateway: its own `CollectorRegistry`, the hooks the forwarding code calls,
+and a small loopback listener serving the text exposition format (for a stdio gateway).
+
+The gateway (`server.py`, `session.py`, `legs.py`, `upstream.py`) calls in; this module imports
+nothing of theirs. Labelled children are cached, so a hot-path update is a dict lookup and an add.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable, Iterable, Iterator
+from typing import TYPE_CHECKING, Any, Literal
+
+import anyio
+import anyio.abc
+import h11
+from mcp_types import methods as wire_methods
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
+from prometheus_client.core import CounterMetricFamily, Metric
+from prometheus_client.exposition import CONTENT_TYPE_LATEST
+from prometheus_client.registry import Collector
+
+from mcp_interceptors.protocol.events import CLIENT_INITIATED_EVENTS, SERVER_INITIATED_EVENTS
+
+if TYPE_CHECKING:
+    from mcp_interceptors.audit.writer import WriterStats
+    from mcp_interceptors.executor import ChainResult
+
+logger = logging.getLogger(__name__)
+
+Outcome = Literal["ok", "error", "blocked"]
+#: Methods counted under their own name; any other (a client may send anything) is counted as `other`,
+#: so a client cannot grow the label set.
+KNOWN_METHODS = frozenset(CLIENT_INITIATED_EVENTS | SERVER_INITIATED_EVENTS | wire_methods.SPEC_CLIENT_METHODS)
+#: Buckets in seconds: a chain of local guards takes well under a millisecond, an upstream call up to minutes.
+_BUCKETS = (0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0)
+#: How long the metrics listener waits for a scraper's request head.
+_READ_S = 10.0
+_LOOPBACK_HOSTS = frozenset({b"127.0.0.1", b"localhost", b"[::1]"})
+
+
+def method_label(method: str) -> str:
+    return method if method in KNOWN_METHODS else "other"
+
+
+class GatewayMetrics:
+    """The metrics of one gateway; `open_sessions`, `is_up` and `audit_stats` are read at scrape time."""
+
+    def __init__(
+        self,
+        upstreams: Iterable[str],
+        *,
+        open_sessions: Callable[[], int] = lambda: 0,
+        is_up: Callable[[str], bool] = lambda name: False,
+        audit_stats: Callable[[], WriterStats | None] = lambda: None,
+    ) -> None:
+        self.registry = CollectorRegistry(auto_describe=True)
+        r = self.registry
+        self._requests = Counter(
+            "mcp_gateway_requests",
+            "Client requests forwarded, by upstream ('' when not one), method and outcome.",
+            ["upstream", "method", "outcome"],
+            registry=r,
+        )
+        self._decisions = Counter(
+            "mcp_gateway_chain_decisions",
+            "Chain runs on gateway legs, by status.",
+            ["event", "phase", "status"],
+            registry=r,
+        )
+        self._chain_seconds = Histogram(
+            "mcp_gateway_chain_duration_seconds", "Chain run time.", ["event", "phase"], buckets=_BUCKETS, registry=r
+        )
+        self._failures = Counter(
+            "mcp_gateway_interceptor_failures",
+            "Interceptor invocations that crashed or timed out.",
+            ["interceptor", "kind"],
+            registry=r,
+        )
+        self._upstream_seconds = Histogram(
+            "mcp_gateway_upstream_request_duration_seconds",
+            "Time an upstream took to answer a request.",
+            ["upstream"],
+            buckets=_BUCKETS,
+            registry=r,
+        )
+        Gauge("mcp_gateway_sessions_open", "Open downstream sessions.", registry=r).set_function(
+            lambda: float(open_sessions())
+        )
+        up = Gauge(
+            "mcp_gateway_upstream_up", "Whether the upstream is connected (1) or not (0).", ["upstream"], registry=r
+        )
+        for name in upstreams:
+            up.labels(upstream=name).set_function(lambda name=name: float(is_up(name)))  # type: ignore[misc]
+        r.register(_AuditCollector(audit_stats))
+        # The labelled children, by label values: building a child costs a lock and a label dict.
+        self._request_children: dict[tuple[str, str, str], Any] = {}
+        self._decision_children: dict[tuple[str, str, str], Any] = {}
+        self._chain_children: dict[tuple[str, str], Any] = {}
+        self._failure_children: dict[tuple[str, str], Any] = {}
+
+    def request_done(self, upstream: str | None, method: str, outcome: Outcome) -> None:
+        key = (upstream or "", method, outcome)
+        child = self._request_children.get(key)
+        if child is None:
+            child = self._request_children[key] = self._requests.labels(upstream or "", method_label(method), outcome)
+        child.inc()
+
+    def chain_ran(self, result: ChainResult) -> None:
+        """One chain run on a gateway leg: its decision, its duration, and its interceptors' failures."""
+        key = (result.event, result.phase, result.status)
+        decision = self._decision_children.get(key)
+        if decision is None:
+            decision = self._decision_children[key] = self._decisions.labels(*key)
+        decision.inc()
+        timer = self._chain_children.get(key[:2])
+        if timer is None:
+            timer = self._chain_children[key[:2]] = self._chain_seconds.labels(result.event, result.phase)
+        timer.observe(result.total_duration_ms / 1000)
+        for failure in result.failures:
+            failed = (failure.interceptor, "timeout" if failure.timeout else "crash")
+            counter = self._failure_children.get(failed)
+            if counter is None:
+                counter = self._failure_children[failed] = self._failures.labels(*failed)
+            counter.inc()
+
+    def upstream_timer(self, upstream: str) -> Callable[[float], None]:
+        """What an upstream connection calls with each request's duration in seconds."""
+        observe: Callable[[float], None] = self._upstream_seconds.labels(upstream).observe
+        return observe
+
+    def exposition(self) -> bytes:
+        """The text exposition format (what `GET /metrics` answers)."""
+        return generate_latest(self.registry)
+
+
+class _AuditCollector(Collector):
+    """The audit writer's counters, read from its stats at scrape time (absent while auditing is off)."""
+
+    def __init__(self, stats: Callable[[], WriterStats | None]) -> None:
+        self.stats = stats
+
+    def collect(self) -> Iterator[Metric]:
+        stats = self.stats()
+        if stats is None:
+            return
+        yield CounterMetricFamily("mcp_gateway_audit_records", "Audit records written.", value=stats.records)
+        yield CounterMetricFamily(
+            "mcp_gateway_audit_write_failures", "Audit records the store refused.", value=stats.failed_records
+        )
+
+    def describe(self) -> Iterator[Metric]:
+        return iter(())  # names depend on whether auditing is on; describing them would pin them
+
+
+CONTENT_TYPE = CONTENT_TYPE_LATEST
+
+
+async def serve_metrics(
+    metrics: GatewayMetrics, host: str, port: int, *, task_status: anyio.abc.TaskStatus[int] = anyio.TASK_STATUS_IGNORED
+) -> None:
+    """Serve `GET /metrics` on HOST:PORT (loopback, checked by the config) until cancelled; reports the port."""
+    listener = await anyio.create_tcp_listener(local_host=host, local_port=port)
+    async with listener:
+        task_status.started(listener.extra(anyio.abc.SocketAttribute.local_port))
+        await listener.serve(lambda stream: _answer(metrics, stream))
+
+
+async def _answer(metrics: GatewayMetrics, stream: anyio.abc.SocketStream) -> None:
+    """One scrape per connection. A bad or broken one is dropped alone: it never ends the gateway."""
+    async with stream:
+        try:
+            connection = h11.Connection(h11.SERVER)
+            request = await _read_request(connection, stream)
+            if request is None:
+                return
+            status, body = _response_for(metrics, request)
+            content_type = CONTENT_TYPE if status == 200 else "text/plain; charset=utf-8"
+            headers = [("content-type", content_type), ("content-length", str(len(body))), ("connection", "close")]
+            out = connection.send(h11.Response(status_code=status, headers=headers)) or b""
+            if request.method != b"HEAD":
+                out += connection.send(h11.Data(data=body)) or b""
+            out += connection.send(h11.EndOfMessage()) or b""
+            await stream.send(out)
+        except (OSError, anyio.BrokenResourceError, anyio.EndOfStream, h11.ProtocolError) as exc:
+            logger.debug("metrics listener: dropped a connection: %s", exc)
+        except Exception:
+            logger.exception("metrics listener: a scrape failed")
+
+
+async def _read_request(connection: h11.Connection, stream: anyio.abc.SocketStream) -> h11.Request | None:
+    with anyio.move_on_after(_READ_S):
+        while True:
+            event = connection.next_event()
+            if event is h11.NEED_DATA:
+                connection.receive_data(await stream.receive())
+            elif isinstance(event, h11.Request):
+                return event
+            else:
+                return None
+    return None
+
+
+def _response_for(metrics: GatewayMetrics, request: h11.Request) -> tuple[int, bytes]:
+    host = dict(request.headers).get(b"host", b"")
+    if host.rsplit(b":", 1)[0] not in _LOOPBACK_HOSTS and host not in _LOOPBACK_HOSTS:
+        return 421, b"Misdirected request: the metrics listener answers loopback Host names only\n"
+    if request.target.split(b"?", 1)[0] != b"/metrics":
+        return 404, b"Not found: metrics are at /metrics\n"
+    if request.method not in (b"GET", b"HEAD"):
+        return 405, b"Method not allowed\n"
+    return 200, metrics.exposition()

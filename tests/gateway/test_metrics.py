@@ -1,0 +1,187 @@
+"""`gateway/metrics.py`: the gateway's counters, histograms and gauges, and its loopback listener."""
+
+from __future__ import annotations
+
+from types import SimpleNamespace
+from typing import Any
+
+import anyio
+import httpx
+import pytest
+
+from mcp_interceptors.audit.writer import WriterStats
+from mcp_interceptors.gateway.config import ConfigError, parse_config
+from mcp_interceptors.gateway.metrics import GatewayMetrics, serve_metrics
+
+pytestmark = pytest.mark.anyio
+
+UPSTREAM = {"command": "python"}
+
+
+def value(metrics: GatewayMetrics, name: str, **labels: str) -> float | None:
+    return metrics.registry.get_sample_value(name, labels)
+
+
+def chain_result(status: str, *failures: tuple[str, bool], duration_ms: float = 3.0) -> Any:
+    failed = [SimpleNamespace(interceptor=name, timeout=timeout) for name, timeout in failures]
+    return SimpleNamespace(
+        event="tools/call", phase="request", status=status, total_duration_ms=duration_ms, failures=failed
+    )
+
+
+def test_requests_are_counted_by_upstream_method_and_outcome() -> None:
+    metrics = GatewayMetrics(["a"])
+    metrics.request_done("a", "tools/call", "ok")
+    metrics.request_done("a", "tools/call", "ok")
+    metrics.request_done("a", "tools/call", "blocked")
+    metrics.request_done(None, "tools/list", "error")
+    assert value(metrics, "mcp_gateway_requests_total", upstream="a", method="tools/call", outcome="ok") == 2
+    assert value(metrics, "mcp_gateway_requests_total", upstream="a", method="tools/call", outcome="blocked") == 1
+    assert value(metrics, "mcp_gateway_requests_total", upstream="", method="tools/list", outcome="error") == 1
+
+
+def test_an_unknown_method_is_counted_as_other_so_clients_cannot_grow_the_labels() -> None:
+    metrics = GatewayMetrics(["a"])
+    for n in range(5):
+        metrics.request_done("a", f"vendor/thing{n}", "error")
+    assert value(metrics, "mcp_gateway_requests_total", upstream="a", method="other", outcome="error") == 5
+    samples = [s for m in metrics.registry.collect() if m.name == "mcp_gateway_requests" for s in m.samples]
+    assert {s.labels["method"] for s in samples} == {"other"}
+
+
+def test_chain_runs_count_decisions_durations_and_interceptor_failures() -> None:
+    metrics = GatewayMetrics(["a"])
+    metrics.chain_ran(chain_result("success", duration_ms=2.0))
+    metrics.chain_ran(chain_result("validation_failed", ("pii", False), ("slow", True), duration_ms=4.0))
+    decisions = "mcp_gateway_chain_decisions_total"
+    assert value(metrics, decisions, event="tools/call", phase="request", status="success") == 1
+    assert value(metrics, decisions, event="tools/call", phase="request", status="validation_failed") == 1
+    labels = {"event": "tools/call", "phase": "request"}
+    assert value(metrics, "mcp_gateway_chain_duration_seconds_count", **labels) == 2
+    assert value(metrics, "mcp_gateway_chain_duration_seconds_sum", **labels) == pytest.approx(0.006)
+    failures = "mcp_gateway_interceptor_failures_total"
+    assert value(metrics, failures, interceptor="pii", kind="crash") == 1
+    assert value(metrics, failures, interceptor="slow", kind="timeout") == 1
+
+
+def test_upstream_durations_go_to_the_upstreams_histogram() -> None:
+    metrics = GatewayMetrics(["a", "b"])
+    observe = metrics.upstream_timer("b")
+    observe(0.25)
+    observe(0.75)
+    assert value(metrics, "mcp_gateway_upstream_request_duration_seconds_count", upstream="b") == 2
+    assert value(metrics, "mcp_gateway_upstream_request_duration_seconds_sum", upstream="b") == 1.0
+    assert value(metrics, "mcp_gateway_upstream_request_duration_seconds_count", upstream="a") is None
+
+
+def test_gauges_and_audit_counters_are_read_at_scrape_time() -> None:
+    sessions: dict[str, object] = {}
+    up = {"a": True, "b": False}
+    stats: list[WriterStats] = []
+    metrics = GatewayMetrics(
+        ["a", "b"],
+        open_sessions=lambda: len(sessions),
+        is_up=lambda name: up[name],
+        audit_stats=lambda: stats[0] if stats else None,
+    )
+    assert value(metrics, "mcp_gateway_sessions_open") == 0
+    assert value(metrics, "mcp_gateway_upstream_up", upstream="a") == 1
+    assert value(metrics, "mcp_gateway_upstream_up", upstream="b") == 0
+    assert value(metrics, "mcp_gateway_audit_records_total") is None  # auditing off: no audit metrics
+    sessions["s"] = object()
+    up["b"] = True
+    stats.append(WriterStats(records=7, failed_records=2))
+    assert value(metrics, "mcp_gateway_sessions_open") == 1
+    assert value(metrics, "mcp_gateway_upstream_up", upstream="b") == 1
+    assert value(metrics, "mcp_gateway_audit_records_total") == 7
+    assert value(metrics, "mcp_gateway_audit_write_failures_total") == 2
+
+
+def test_each_gateway_has_a_registry_of_its_own() -> None:
+    first, second = GatewayMetrics(["a"]), GatewayMetrics(["a"])  # the global registry would refuse the second
+    first.request_done("a", "ping", "ok")
+    assert value(second, "mcp_gateway_requests_total", upstream="a", method="ping", outcome="ok") is None
+
+
+async def test_the_listener_serves_the_text_format_and_nothing_else() -> None:
+    metrics = GatewayMetrics(["a"])
+    metrics.request_done("a", "tools/call", "ok")
+    with anyio.fail_after(10):
+        async with anyio.create_task_group() as tg:
+            port = await tg.start(serve_metrics, metrics, "127.0.0.1", 0)
+            async with httpx.AsyncClient(base_url=f"http://127.0.0.1:{port}") as http:
+                scraped = await http.get("/metrics")
+                assert scraped.status_code == 200
+                assert scraped.headers["content-type"].startswith("text/plain; version=")
+                line = 'mcp_gateway_requests_total{method="tools/call",outcome="ok",upstream="a"} 1.0'
+                assert line in scraped.text.splitlines()
+                assert (await http.get("/other")).status_code == 404
+                assert (await http.post("/metrics")).status_code == 405
+                rebound = await http.get("/metrics", headers={"Host": "evil.example:80"})
+                assert rebound.status_code == 421  # DNS rebinding: a browser page cannot read it
+            tg.cancel_scope.cancel()
+
+
+async def test_a_broken_scrape_does_not_end_the_listener() -> None:
+    metrics = GatewayMetrics(["a"])
+    with anyio.fail_after(10):
+        async with anyio.create_task_group() as tg:
+            port = await tg.start(serve_metrics, metrics, "127.0.0.1", 0)
+            async with await anyio.connect_tcp("127.0.0.1", port) as stream:
+                await stream.send(b"NOT HTTP\r\n\r\n")
+                with pytest.raises(anyio.EndOfStream):  # h11 refuses it: that connection is closed, alone
+                    await stream.receive()
+            async with httpx.AsyncClient() as http:
+                assert (await http.get(f"http://127.0.0.1:{port}/metrics")).status_code == 200
+            tg.cancel_scope.cancel()
+
+
+@pytest.mark.parametrize(
+    ("metrics", "path", "problem"),
+    [
+        ({"listen": "0.0.0.0:9464"}, "metrics.listen", "not a loopback address"),
+        ({"listen": "9464"}, "metrics.listen", "is not HOST:PORT"),
+        ({"listen": "127.0.0.1:http"}, "metrics.listen", "is not HOST:PORT"),
+        ({"port": 9464}, "metrics.port", "Extra inputs are not permitted"),
+    ],
+)
+def test_metrics_config_errors_name_the_field(metrics: dict[str, Any], path: str, problem: str) -> None:
+    with pytest.raises(ConfigError) as caught:
+        parse_config({"upstreams": {"a": UPSTREAM}, "metrics": metrics}, file="g.yaml")
+    assert caught.value.path == path and problem in caught.value.problem
+
+
+def test_http_metrics_cannot_share_the_mcp_path() -> None:
+    with pytest.raises(ConfigError) as caught:
+        parse_config({"upstreams": {"a": UPSTREAM}, "http": {"metrics": True, "path": "/metrics"}}, file="g.yaml")
+    assert caught.value.path == "http.path"
+
+
+def test_metrics_are_kept_only_when_something_serves_them() -> None:
+    assert not parse_config({"upstreams": {"a": UPSTREAM}}).collects_metrics
+    assert parse_config({"upstreams": {"a": UPSTREAM}, "http": {"metrics": True}}).collects_metrics
+    listen = parse_config({"upstreams": {"a": UPSTREAM}, "metrics": {"listen": "[::1]:9464"}})
+    assert listen.metrics.address == ("::1", 9464)
+
+
+def test_check_says_where_metrics_are_served() -> None:
+    from mcp_interceptors import Chain
+    from mcp_interceptors.gateway.check import check_report, render_check
+
+    both = parse_config(
+        {"upstreams": {"a": UPSTREAM}, "http": {"metrics": True}, "metrics": {"listen": "127.0.0.1:9464"}}
+    )
+    assert check_report(both, Chain(role="server"), "g.yaml")["metrics"] == [
+        "GET /metrics on the HTTP front",
+        "http://127.0.0.1:9464/metrics",
+    ]
+    assert "metrics: off" in render_check(parse_config({"upstreams": {"a": UPSTREAM}}), Chain(role="server"), "g.yaml")
+
+
+def test_config_schema_describes_the_metrics_settings() -> None:
+    from mcp_interceptors.gateway.config import config_json_schema
+
+    schema = config_json_schema()
+    assert "metrics" in schema["properties"]
+    assert "metrics" in schema["$defs"]["HttpConfig"]["properties"]
+    assert "listen" in schema["$defs"]["MetricsConfig"]["properties"]

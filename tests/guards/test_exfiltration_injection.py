@@ -161,6 +161,29 @@ async def test_unknown_servers_fail_closed_unless_configured_and_tool_servers_ma
     ]
 
 
+@pytest.mark.parametrize("unknown_server", ["block", "allow"])
+async def test_tool_servers_map_attributes_a_result_to_its_request_by_trace_id(unknown_server: str) -> None:
+    """Outside the gateway a result names no tool: the map's server for the request with the same traceId is
+    the source, so writing back is allowed and sending elsewhere is blocked (with `unknown_server: allow` the
+    value was remembered as from nowhere, and every flow passed)."""
+    config = {"tool_servers": {"gh_*": "github", "slack_*": "slack"}, "unknown_server": unknown_server}
+    host = guards.load("exfiltration-guard", config)
+    read = await run_chain(host, "tools/call", "request", tool_call("gh_read"), sessionId="s1", traceId="t1")
+    assert read.status == "success"
+    await read_from(host, None, f"token {AWS}", traceId="t1")
+    post = tool_call("slack_post", text=AWS)
+    sent = await run_chain(host, "tools/call", "request", post, sessionId="s1", traceId="t2")
+    assert messages(sent) == [("$.params.arguments.text", "aws_access_key read from 'github' is sent to 'slack'")]
+    push = tool_call("gh_push", text=AWS)
+    back = await run_chain(host, "tools/call", "request", push, sessionId="s1", traceId="t3")
+    assert back.status == "success"
+    # Another session's call with the same traceId does not attribute this session's results.
+    await run_chain(host, "tools/call", "request", tool_call("slack_x"), sessionId="s2", traceId="t4")
+    await read_from(host, None, f"token {STRIPE}", traceId="t4")
+    to_slack = await run_chain(host, "tools/call", "request", tool_call("slack_post", text=STRIPE), sessionId="s1")
+    assert to_slack.status == ("validation_failed" if unknown_server == "block" else "success")
+
+
 async def test_configured_patterns_and_pii_kinds_are_remembered() -> None:
     host = guards.load("exfiltration-guard", {"patterns": {"ticket": r"TICKET-[0-9]{6}"}, "pii_kinds": ["email"]})
     await read_from(host, "A", "see TICKET-123456, owner jane.roe@example.org")

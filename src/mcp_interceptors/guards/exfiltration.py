@@ -34,6 +34,8 @@ SINK_RESPONSES = ["sampling/createMessage", "elicitation/create"]
 ENCODINGS = ("base64", "url", "hex")
 #: Kinds whose letter case carries no meaning: `BOB@CORP.COM` is the same address as `bob@corp.com`.
 CASELESS_KINDS = frozenset({"email"})
+#: Requests per session whose result may still arrive (outside the gateway, see `_Flows.pending`).
+_MAX_PENDING = 1024
 
 SCHEMA = GuardSchema(
     {
@@ -142,9 +144,12 @@ class _Flows:
 
     forms: TtlMap[str, _Origin]
     values: TtlMap[str, frozenset[str | None]] = field(init=False)
+    #: Outside the gateway a result names no tool: the server of each request, by `traceId`, until its result.
+    pending: TtlMap[str, str] = field(init=False)
 
     def __post_init__(self) -> None:
         self.values = TtlMap(max_items=self.forms.max_items, ttl_s=self.forms.ttl_s)
+        self.pending = TtlMap(max_items=_MAX_PENDING, ttl_s=self.forms.ttl_s)
 
     def remember(self, value: str, kind: str, server: str | None, settings: _Settings) -> None:
         servers = (self.values.get(value) or frozenset()) | {server}
@@ -213,19 +218,28 @@ class ExfiltrationGuard:
 
     def learn(self, settings: _Settings, inv: Invocation) -> None:
         server = server_for(inv, None, settings.servers)
+        trace = inv.context.trace_id if inv.context is not None else None
         flows: _Flows | None = None
+        if server is None and trace is not None:
+            # A result names no tool: its server is the one its request (same traceId) was attributed to.
+            flows = self.sessions.peek(inv.session_id)
+            server = flows.pending.pop(trace) if flows is not None else None
         for scanner in settings.scanners:
             for hit in find_in_payload(inv.payload, scanner, include_keys=True):
                 flows = flows or self.sessions.get(inv.session_id)
                 flows.remember(hit.value, hit.kind, server, settings)
 
     def check(self, settings: _Settings, inv: Invocation) -> ValidationResult | bool:
-        flows = self.sessions.peek(inv.session_id)
-        if flows is None or not len(flows.forms):
-            return True
         params = params_of(inv.payload)
         name = params.get("uri") if inv.event == "resources/read" else params.get("name")
         target = server_for(inv, name if isinstance(name, str) else None, settings.servers)
+        trace = inv.context.trace_id if inv.context is not None and not inv.context.server else None
+        if inv.phase == "request" and target is not None and trace is not None:
+            # Outside the gateway: remembered for the result, which names no tool (see `learn`).
+            self.sessions.get(inv.session_id).pending.set(trace, target)
+        flows = self.sessions.peek(inv.session_id)
+        if flows is None or not len(flows.forms):
+            return True
         minimum, decode = settings.min_length, "url" in settings.encodings
         texts = [
             reading

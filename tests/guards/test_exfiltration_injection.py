@@ -114,6 +114,24 @@ async def test_flows_not_values_sessions_apart() -> None:
     assert (await send_to(host, "B", AWS)).status == "success"
 
 
+@pytest.mark.parametrize(
+    ("arguments", "path"),
+    [
+        ({"to": "x", "head": AWS[:10], "tail": AWS[10:]}, "$.params.arguments.head"),
+        ({"a": AWS[:4], "b": AWS[4:8], "c": {"d": [AWS[8:]]}}, "$.params.arguments.a"),
+    ],
+)
+async def test_a_value_split_across_arguments_is_caught(arguments: dict[str, Any], path: str) -> None:
+    host = guards.load("exfiltration-guard")
+    await read_from(host, "A", f"key {AWS}")
+    payload = {"method": "tools/call", "params": {"name": "post", "arguments": arguments}}
+    blocked = await run_chain(host, "tools/call", "request", payload, sessionId="s1", server="B")
+    assert messages(blocked) == [(path, "aws_access_key read from 'A' is sent to 'B', split across strings")]
+    assert (await run_chain(host, "tools/call", "request", payload, sessionId="s1", server="A")).status == "success"
+    other = {"method": "tools/call", "params": {"name": "post", "arguments": {"a": "AKIA", "b": "unrelated"}}}
+    assert (await run_chain(host, "tools/call", "request", other, sessionId="s1", server="B")).status == "success"
+
+
 async def test_a_value_in_a_mapping_key_is_read_and_caught() -> None:
     host = guards.load("exfiltration-guard")
     await read_from(host, "A", AWS)

@@ -22,7 +22,7 @@ from mcp_interceptors.guards._detectors import PII_KINDS, SECRET_KINDS, PiiScann
 from mcp_interceptors.guards._names import ServerMap, params_of, server_for
 from mcp_interceptors.guards._scanning import SEPARATOR, TextScanner, find_in_payload
 from mcp_interceptors.guards._state import SessionState, TtlMap
-from mcp_interceptors.guards._walk import format_path, string_values, walk_strings
+from mcp_interceptors.guards._walk import Path, format_path, string_values, walk_strings
 from mcp_interceptors.host import InterceptorHost, Invocation
 from mcp_interceptors.protocol.results import ValidationMessage, ValidationResult
 
@@ -266,8 +266,39 @@ class ExfiltrationGuard:
                     ValidationMessage(message=_describe(origin, target), severity="error", path=format_path(path))
                 )
         if not messages:
+            messages = _split_across_strings(flows, settings, inv.payload, target, decode)
+        if not messages:
             return True
         return ValidationResult(valid=False, severity="error", messages=tuple(messages[:20]), info={"target": target})
+
+
+def _split_across_strings(
+    flows: _Flows, settings: _Settings, payload: Any, target: str | None, decode: bool
+) -> list[ValidationMessage]:
+    """A value cut into pieces sent in several strings (`{"a": "AKIAJ7Q2", "b": "XKZ4M5N6P3RT"}`), found in
+    the values joined in the order they are sent; the message names the string where the value starts."""
+    values = string_values(payload)
+    if len(values) < 2:
+        return []
+    joined = "".join(values)
+    for form, origin in flows.carried(_readings(joined, decode)):
+        if is_allowed_flow(origin, target, settings.block_unknown):
+            continue
+        path = _string_at(payload, joined.find(form))
+        message = f"{_describe(origin, target)}, split across strings"
+        return [ValidationMessage(message=message, severity="error", path=format_path(path))]
+    return []
+
+
+def _string_at(payload: Any, offset: int) -> Path:
+    """The path of the string holding `offset` of the payload's string values joined (the payload's, for -1:
+    a form found in the decoded or lower-cased reading)."""
+    if offset >= 0:
+        for path, text in walk_strings(payload):
+            if offset < len(text):
+                return path
+            offset -= len(text)
+    return ()
 
 
 def _origin_in(found: list[tuple[str, _Origin]], readings: list[str]) -> _Origin | None:

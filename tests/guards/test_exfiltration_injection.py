@@ -221,6 +221,19 @@ async def test_state_is_bounded_per_session() -> None:
     assert (await send_to(host, "B", "first.person@example.org")).status == "success"
 
 
+async def test_the_oldest_value_goes_with_all_its_forms_beyond_max_values_per_session() -> None:
+    """Only forms were bounded (16 per value allowed), so with `max_values_per_session: 1` two keys (six forms
+    each) were both remembered."""
+    host = guards.load("exfiltration-guard", {"max_values_per_session": 1})
+    await read_from(host, "A", f"first {AWS}")
+    await read_from(host, "A", f"second {STRIPE}")
+    assert (await send_to(host, "B", AWS)).status == "success"
+    assert (await send_to(host, "B", base64.b64encode(AWS.encode()).decode())).status == "success"
+    assert (await send_to(host, "B", STRIPE)).status == "validation_failed"
+    await read_from(host, "A", f"again {STRIPE}")  # the same value again evicts nothing
+    assert (await send_to(host, "B", STRIPE)).status == "validation_failed"
+
+
 async def test_many_values_and_many_strings() -> None:
     host = guards.load("exfiltration-guard", {"pii_kinds": ["email"]})
     await read_from(host, "A", " ".join(f"user{i}.name@example.org" for i in range(200)))

@@ -143,22 +143,34 @@ class _Flows:
     """One session's remembered values, by every form they may travel in."""
 
     forms: TtlMap[str, _Origin]
-    values: TtlMap[str, frozenset[str | None]] = field(init=False)
+    max_values: int
+    #: Each remembered value: the servers it came from and its forms (removed with it).
+    values: TtlMap[str, tuple[frozenset[str | None], tuple[str, ...]]] = field(init=False)
     #: Outside the gateway a result names no tool: the server of each request, by `traceId`, until its result.
     pending: TtlMap[str, str] = field(init=False)
 
     def __post_init__(self) -> None:
-        self.values = TtlMap(max_items=self.forms.max_items, ttl_s=self.forms.ttl_s)
+        self.values = TtlMap(max_items=self.max_values, ttl_s=self.forms.ttl_s)
         self.pending = TtlMap(max_items=_MAX_PENDING, ttl_s=self.forms.ttl_s)
 
     def remember(self, value: str, kind: str, server: str | None, settings: _Settings) -> None:
-        servers = (self.values.get(value) or frozenset()) | {server}
-        self.values.set(value, servers)
-        for form, encoding in encoded_forms(value, settings.encodings):
-            if len(form) >= settings.min_length:
-                self.forms.set(form, _Origin(kind, servers, encoding))
+        known = self.values.get(value)
+        if known is None and len(self.values) >= self.max_values:
+            oldest, (_, forms) = self.values.items()[0]  # the least recently read value goes, with its forms
+            self.values.pop(oldest)
+            for form in forms:
+                self.forms.pop(form)
+        servers = (known[0] if known is not None else frozenset()) | {server}
+        origins = [
+            (form, _Origin(kind, servers, encoding))
+            for form, encoding in encoded_forms(value, settings.encodings)
+            if len(form) >= settings.min_length
+        ]
         if kind in CASELESS_KINDS:
-            self.forms.set(value.lower(), _Origin(kind, servers, "raw", caseless=True))
+            origins.append((value.lower(), _Origin(kind, servers, "raw", caseless=True)))
+        for form, origin in origins:
+            self.forms.set(form, origin)
+        self.values.set(value, (servers, tuple(form for form, _ in origins)))
 
     def carried(self, texts: list[str]) -> list[tuple[str, _Origin]]:
         """The remembered forms that occur in any of `texts`: each form is searched once, in all of them joined."""
@@ -203,10 +215,13 @@ class ExfiltrationGuard:
     def __init__(self, settings: SettingsCache[_Settings]) -> None:
         raw = settings.raw
         self.settings = settings
-        per_session = raw["max_values_per_session"] * 16  # a value has up to ~16 forms
+        max_values = raw["max_values_per_session"]
+        per_session = max_values * 16  # a value has up to ~12 forms
         ttl = raw["value_ttl_seconds"]
         self.sessions: SessionState[_Flows] = SessionState(
-            lambda: _Flows(TtlMap(max_items=per_session, ttl_s=ttl)), max_sessions=raw["max_sessions"], ttl_s=ttl
+            lambda: _Flows(TtlMap(max_items=per_session, ttl_s=ttl), max_values),
+            max_sessions=raw["max_sessions"],
+            ttl_s=ttl,
         )
 
     async def handle(self, inv: Invocation) -> ValidationResult | bool:

@@ -60,6 +60,26 @@ async def test_limits_per_tool_principal_and_server_with_filters() -> None:
     assert await statuses(host, 4, tool_call("echo"), server="slow") == ["success"] * 3 + ["validation_failed"]
 
 
+async def test_a_tool_glob_also_matches_the_name_after_a_gateway_prefix() -> None:
+    """With several upstreams the gateway names tools `<prefix>__<name>`: `tool: echo` counts `notes__echo`
+    (as tool-policy's globs do; it counted nothing), each prefixed tool apart; a resource URI is matched as is."""
+    rules = [
+        {"limit": "2/minute", "per": ["session", "tool"], "tool": "echo"},
+        {"limit": "1/minute", "tool": "b", "events": ["resources/read"]},
+    ]
+    host = guards.load("rate-limit", {"limits": rules})
+    assert await statuses(host, 3, tool_call("notes__echo"), sessionId="s", server="notes") == [
+        "success",
+        "success",
+        "validation_failed",
+    ]
+    assert await statuses(host, 2, tool_call("archive__echo"), sessionId="s") == ["success"] * 2
+    assert await statuses(host, 3, tool_call("notes__echo_all"), sessionId="s") == ["success"] * 3
+    read = {"method": "resources/read", "params": {"uri": "x://a__b"}}
+    outcomes = [await run_chain(host, "resources/read", "request", read, sessionId="s") for _ in range(2)]
+    assert [outcome.status for outcome in outcomes] == ["success", "success"]
+
+
 async def test_several_windows_in_one_rule_and_other_events() -> None:
     host = guards.load("rate-limit", {"limits": [{"limit": "5/minute;2/second", "per": ["event"]}]})
     read = {"method": "resources/read", "params": {"uri": "notes://a"}}

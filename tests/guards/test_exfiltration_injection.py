@@ -114,6 +114,24 @@ async def test_flows_not_values_sessions_apart() -> None:
     assert (await send_to(host, "B", AWS)).status == "success"
 
 
+@pytest.mark.parametrize(
+    ("arguments", "path"),
+    [
+        ({"to": "x", "head": AWS[:10], "tail": AWS[10:]}, "$.params.arguments.head"),
+        ({"a": AWS[:4], "b": AWS[4:8], "c": {"d": [AWS[8:]]}}, "$.params.arguments.a"),
+    ],
+)
+async def test_a_value_split_across_arguments_is_caught(arguments: dict[str, Any], path: str) -> None:
+    host = guards.load("exfiltration-guard")
+    await read_from(host, "A", f"key {AWS}")
+    payload = {"method": "tools/call", "params": {"name": "post", "arguments": arguments}}
+    blocked = await run_chain(host, "tools/call", "request", payload, sessionId="s1", server="B")
+    assert messages(blocked) == [(path, "aws_access_key read from 'A' is sent to 'B', split across strings")]
+    assert (await run_chain(host, "tools/call", "request", payload, sessionId="s1", server="A")).status == "success"
+    other = {"method": "tools/call", "params": {"name": "post", "arguments": {"a": "AKIA", "b": "unrelated"}}}
+    assert (await run_chain(host, "tools/call", "request", other, sessionId="s1", server="B")).status == "success"
+
+
 async def test_a_value_in_a_mapping_key_is_read_and_caught() -> None:
     host = guards.load("exfiltration-guard")
     await read_from(host, "A", AWS)
@@ -161,6 +179,29 @@ async def test_unknown_servers_fail_closed_unless_configured_and_tool_servers_ma
     ]
 
 
+@pytest.mark.parametrize("unknown_server", ["block", "allow"])
+async def test_tool_servers_map_attributes_a_result_to_its_request_by_trace_id(unknown_server: str) -> None:
+    """Outside the gateway a result names no tool: the map's server for the request with the same traceId is
+    the source, so writing back is allowed and sending elsewhere is blocked (with `unknown_server: allow` the
+    value was remembered as from nowhere, and every flow passed)."""
+    config = {"tool_servers": {"gh_*": "github", "slack_*": "slack"}, "unknown_server": unknown_server}
+    host = guards.load("exfiltration-guard", config)
+    read = await run_chain(host, "tools/call", "request", tool_call("gh_read"), sessionId="s1", traceId="t1")
+    assert read.status == "success"
+    await read_from(host, None, f"token {AWS}", traceId="t1")
+    post = tool_call("slack_post", text=AWS)
+    sent = await run_chain(host, "tools/call", "request", post, sessionId="s1", traceId="t2")
+    assert messages(sent) == [("$.params.arguments.text", "aws_access_key read from 'github' is sent to 'slack'")]
+    push = tool_call("gh_push", text=AWS)
+    back = await run_chain(host, "tools/call", "request", push, sessionId="s1", traceId="t3")
+    assert back.status == "success"
+    # Another session's call with the same traceId does not attribute this session's results.
+    await run_chain(host, "tools/call", "request", tool_call("slack_x"), sessionId="s2", traceId="t4")
+    await read_from(host, None, f"token {STRIPE}", traceId="t4")
+    to_slack = await run_chain(host, "tools/call", "request", tool_call("slack_post", text=STRIPE), sessionId="s1")
+    assert to_slack.status == ("validation_failed" if unknown_server == "block" else "success")
+
+
 async def test_configured_patterns_and_pii_kinds_are_remembered() -> None:
     host = guards.load("exfiltration-guard", {"patterns": {"ticket": r"TICKET-[0-9]{6}"}, "pii_kinds": ["email"]})
     await read_from(host, "A", "see TICKET-123456, owner jane.roe@example.org")
@@ -178,6 +219,19 @@ async def test_state_is_bounded_per_session() -> None:
     for i in range(20):  # each value has several forms; the oldest go first
         await read_from(host, "A", f"person{i}.x@example.org")
     assert (await send_to(host, "B", "first.person@example.org")).status == "success"
+
+
+async def test_the_oldest_value_goes_with_all_its_forms_beyond_max_values_per_session() -> None:
+    """Only forms were bounded (16 per value allowed), so with `max_values_per_session: 1` two keys (six forms
+    each) were both remembered."""
+    host = guards.load("exfiltration-guard", {"max_values_per_session": 1})
+    await read_from(host, "A", f"first {AWS}")
+    await read_from(host, "A", f"second {STRIPE}")
+    assert (await send_to(host, "B", AWS)).status == "success"
+    assert (await send_to(host, "B", base64.b64encode(AWS.encode()).decode())).status == "success"
+    assert (await send_to(host, "B", STRIPE)).status == "validation_failed"
+    await read_from(host, "A", f"again {STRIPE}")  # the same value again evicts nothing
+    assert (await send_to(host, "B", STRIPE)).status == "validation_failed"
 
 
 async def test_many_values_and_many_strings() -> None:

@@ -7,10 +7,13 @@ import os
 import shutil
 import uuid
 from collections.abc import AsyncIterator
+from pathlib import Path
 
+import anyio
 import pytest
-from guard_support import messages, run_chain, tool_call
+from guard_support import E2E_TIMEOUT_S, gateway_client, gateway_config, messages, run_chain, tool_call
 from helpers import free_tcp_port, running
+from mcp import MCPError
 
 from mcp_interceptors import ValidationResult, guards
 from mcp_interceptors.guards.rate_limit import RateLimitHost
@@ -55,6 +58,26 @@ async def test_limits_per_tool_principal_and_server_with_filters() -> None:
     assert await statuses(host, 1, tool_call("delete_other"), **alice) == ["success"]
     assert await statuses(host, 5, tool_call("echo"), **alice) == ["success"] * 5  # no rule covers echo
     assert await statuses(host, 4, tool_call("echo"), server="slow") == ["success"] * 3 + ["validation_failed"]
+
+
+async def test_a_tool_glob_also_matches_the_name_after_a_gateway_prefix() -> None:
+    """With several upstreams the gateway names tools `<prefix>__<name>`: `tool: echo` counts `notes__echo`
+    (as tool-policy's globs do; it counted nothing), each prefixed tool apart; a resource URI is matched as is."""
+    rules = [
+        {"limit": "2/minute", "per": ["session", "tool"], "tool": "echo"},
+        {"limit": "1/minute", "tool": "b", "events": ["resources/read"]},
+    ]
+    host = guards.load("rate-limit", {"limits": rules})
+    assert await statuses(host, 3, tool_call("notes__echo"), sessionId="s", server="notes") == [
+        "success",
+        "success",
+        "validation_failed",
+    ]
+    assert await statuses(host, 2, tool_call("archive__echo"), sessionId="s") == ["success"] * 2
+    assert await statuses(host, 3, tool_call("notes__echo_all"), sessionId="s") == ["success"] * 3
+    read = {"method": "resources/read", "params": {"uri": "x://a__b"}}
+    outcomes = [await run_chain(host, "resources/read", "request", read, sessionId="s") for _ in range(2)]
+    assert [outcome.status for outcome in outcomes] == ["success", "success"]
 
 
 async def test_several_windows_in_one_rule_and_other_events() -> None:
@@ -117,6 +140,27 @@ async def test_redis_storage_shares_windows_between_gateways(redis_url: str) -> 
     finally:
         await one.aclose()
         await two.aclose()
+
+
+@pytest.mark.redis
+async def test_stdio_gateways_sharing_a_redis_count_their_clients_apart(tmp_path: Path, redis_url: str) -> None:
+    """Each stdio gateway serves one client: a per-session limit in a shared Redis counts each apart (the
+    stdio session was `default` in every gateway, so one client's calls used up every other's limit)."""
+    limits = [{"limit": "2/minute", "per": ["session"]}]
+    config = gateway_config([{"name": "rate-limit", "config": {"limits": limits, "redis_url": redis_url}}])
+    for folder in ("one", "two"):
+        (tmp_path / folder).mkdir()
+    with anyio.fail_after(E2E_TIMEOUT_S):
+        async with (
+            gateway_client(tmp_path / "one", config, mode="legacy") as one,
+            gateway_client(tmp_path / "two", config, mode="legacy") as two,
+        ):
+            for _ in range(2):
+                await one.call_tool("echo", {"text": "hi"})
+            with pytest.raises(MCPError) as refused:
+                await one.call_tool("echo", {"text": "hi"})
+            assert refused.value.error.data["interceptor"] == "rate-limit"
+            assert (await two.call_tool("echo", {"text": "hi"})).content[0].text == "hi"  # type: ignore[union-attr]
 
 
 async def test_an_unreachable_redis_fails_closed() -> None:

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import logging
 import time
+import uuid
 from collections import OrderedDict
 from collections.abc import Mapping
 from functools import partial
@@ -46,7 +47,7 @@ from mcp_interceptors.gateway.legs import Governor
 from mcp_interceptors.gateway.metrics import GatewayMetrics, serve_metrics
 from mcp_interceptors.gateway.recording import RECEIPT_META_KEY, CallRecord, Leg, receipt_meta
 from mcp_interceptors.gateway.routing import CALLS, LISTS, Catalog
-from mcp_interceptors.gateway.session import DownstreamSession, Era
+from mcp_interceptors.gateway.session import STDIO_SESSION_KEY, DownstreamSession, Era
 from mcp_interceptors.gateway.upstream import GATEWAY_CLIENT_INFO, UpstreamConnection, UpstreamUnavailableError
 from mcp_interceptors.host import parse_invoke_params
 
@@ -159,6 +160,8 @@ class Gateway:
         self.shared: dict[str, UpstreamConnection] = {}
         self._open_inputs: OrderedDict[tuple[str, str], tuple[str, str]] = OrderedDict()
         self.sessions: dict[str, DownstreamSession] = {}
+        #: The `sessionId` guards see for the stdio client (see `STDIO_SESSION_KEY`).
+        self.stdio_session_id = f"stdio:{uuid.uuid4().hex}"
         self.bus = InMemorySubscriptionBus()
         self.bridges = Bridges()
         #: (upstream, uri) -> listen streams of 2026-07-28 clients subscribed to it there
@@ -493,7 +496,7 @@ class Gateway:
         """The session a request belongs to: a handshake-era client's by its transport session (one
         `default` session on stdio), 2026-07-28 requests by principal."""
         if era == "legacy":
-            key = transport_session or "default"
+            key = transport_session or STDIO_SESSION_KEY
         else:
             key = "modern:" + (f"{principal.type}:{principal.id}" if principal is not None else "anonymous")
         session = self.sessions.get(key)
@@ -531,7 +534,7 @@ class Gateway:
         A 2026-07-28 connection serves a handshake-era client through the bridge (its `input_required`
         rounds become server requests), as it does for an upstream that speaks only 2026-07-28.
         """
-        return session.key == "default"
+        return session.key == STDIO_SESSION_KEY
 
     # ------------------------------------------------------------------ shared connections
 
@@ -563,7 +566,7 @@ class Gateway:
             if waiting is not None and not waiting.is_set():
                 with anyio.move_on_after(_STDIO_CLIENT_WAIT_S):
                     await waiting.wait()
-            session = self.sessions.get("default")
+            session = self.sessions.get(STDIO_SESSION_KEY)
             if session is None or session.era != "legacy":
                 raise MCPError(-32600, f"no downstream session can answer {method} from {upstream!r}")
             return await session.from_upstream(upstream, method, params)

@@ -52,6 +52,10 @@ LOG_LEVELS: tuple[str, ...] = get_args(LoggingLevel)
 MAX_INPUT_ROUNDS = 10
 #: Bound on the pages of one listing the gateway reads itself, against an upstream that pages forever.
 MAX_LISTING_PAGES = 1000
+#: The one handshake-era session of a stdio gateway (a transport with no session ids). Guards see it as the
+#: gateway's `stdio_session_id`, drawn per process: gateways sharing guard state (a rate limit's Redis) each
+#: serve a client of their own, whose counts must not add up.
+STDIO_SESSION_KEY = "default"
 #: Capabilities an upstream needs for a list method to be worth asking.
 _LIST_CAPABILITY = {
     "tools/list": "tools",
@@ -113,7 +117,7 @@ class DownstreamSession:
         return InvocationContext(
             # The request's own token: a session outlives tokens, and a later one may carry other claims.
             principal=current_principal() or self.principal,
-            session_id=self.key,
+            session_id=self.gateway.stdio_session_id if self.key == STDIO_SESSION_KEY else self.key,
             server=upstream,
             trace_id=None if request_id is None else str(request_id),
             timestamp=now_iso(),  # stamped once here rather than copied per chain

@@ -69,6 +69,13 @@ class Glob:
     def matches(self, value: str | None) -> bool:
         return value is not None and self._regex is not None and self._regex.match(value) is not None
 
+    def matches_name(self, name: str | None) -> bool:
+        """Matches a tool or prompt name, or the part after a gateway's `<prefix>__` (`delete_*` covers
+        `notes__delete_everything`)."""
+        if self.matches(name):
+            return True
+        return name is not None and GATEWAY_SEPARATOR in name and self.matches(name.split(GATEWAY_SEPARATOR, 1)[1])
+
     def __bool__(self) -> bool:
         return bool(self.patterns)
 

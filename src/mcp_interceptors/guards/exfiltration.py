@@ -22,7 +22,7 @@ from mcp_interceptors.guards._detectors import PII_KINDS, SECRET_KINDS, PiiScann
 from mcp_interceptors.guards._names import ServerMap, params_of, server_for
 from mcp_interceptors.guards._scanning import SEPARATOR, TextScanner, find_in_payload
 from mcp_interceptors.guards._state import SessionState, TtlMap
-from mcp_interceptors.guards._walk import format_path, string_values, walk_strings
+from mcp_interceptors.guards._walk import Path, format_path, string_values, walk_strings
 from mcp_interceptors.host import InterceptorHost, Invocation
 from mcp_interceptors.protocol.results import ValidationMessage, ValidationResult
 
@@ -34,6 +34,8 @@ SINK_RESPONSES = ["sampling/createMessage", "elicitation/create"]
 ENCODINGS = ("base64", "url", "hex")
 #: Kinds whose letter case carries no meaning: `BOB@CORP.COM` is the same address as `bob@corp.com`.
 CASELESS_KINDS = frozenset({"email"})
+#: Requests per session whose result may still arrive (outside the gateway, see `_Flows.pending`).
+_MAX_PENDING = 1024
 
 SCHEMA = GuardSchema(
     {
@@ -141,19 +143,34 @@ class _Flows:
     """One session's remembered values, by every form they may travel in."""
 
     forms: TtlMap[str, _Origin]
-    values: TtlMap[str, frozenset[str | None]] = field(init=False)
+    max_values: int
+    #: Each remembered value: the servers it came from and its forms (removed with it).
+    values: TtlMap[str, tuple[frozenset[str | None], tuple[str, ...]]] = field(init=False)
+    #: Outside the gateway a result names no tool: the server of each request, by `traceId`, until its result.
+    pending: TtlMap[str, str] = field(init=False)
 
     def __post_init__(self) -> None:
-        self.values = TtlMap(max_items=self.forms.max_items, ttl_s=self.forms.ttl_s)
+        self.values = TtlMap(max_items=self.max_values, ttl_s=self.forms.ttl_s)
+        self.pending = TtlMap(max_items=_MAX_PENDING, ttl_s=self.forms.ttl_s)
 
     def remember(self, value: str, kind: str, server: str | None, settings: _Settings) -> None:
-        servers = (self.values.get(value) or frozenset()) | {server}
-        self.values.set(value, servers)
-        for form, encoding in encoded_forms(value, settings.encodings):
-            if len(form) >= settings.min_length:
-                self.forms.set(form, _Origin(kind, servers, encoding))
+        known = self.values.get(value)
+        if known is None and len(self.values) >= self.max_values:
+            oldest, (_, forms) = self.values.items()[0]  # the least recently read value goes, with its forms
+            self.values.pop(oldest)
+            for form in forms:
+                self.forms.pop(form)
+        servers = (known[0] if known is not None else frozenset()) | {server}
+        origins = [
+            (form, _Origin(kind, servers, encoding))
+            for form, encoding in encoded_forms(value, settings.encodings)
+            if len(form) >= settings.min_length
+        ]
         if kind in CASELESS_KINDS:
-            self.forms.set(value.lower(), _Origin(kind, servers, "raw", caseless=True))
+            origins.append((value.lower(), _Origin(kind, servers, "raw", caseless=True)))
+        for form, origin in origins:
+            self.forms.set(form, origin)
+        self.values.set(value, (servers, tuple(form for form, _ in origins)))
 
     def carried(self, texts: list[str]) -> list[tuple[str, _Origin]]:
         """The remembered forms that occur in any of `texts`: each form is searched once, in all of them joined."""
@@ -198,10 +215,13 @@ class ExfiltrationGuard:
     def __init__(self, settings: SettingsCache[_Settings]) -> None:
         raw = settings.raw
         self.settings = settings
-        per_session = raw["max_values_per_session"] * 16  # a value has up to ~16 forms
+        max_values = raw["max_values_per_session"]
+        per_session = max_values * 16  # a value has up to ~12 forms
         ttl = raw["value_ttl_seconds"]
         self.sessions: SessionState[_Flows] = SessionState(
-            lambda: _Flows(TtlMap(max_items=per_session, ttl_s=ttl)), max_sessions=raw["max_sessions"], ttl_s=ttl
+            lambda: _Flows(TtlMap(max_items=per_session, ttl_s=ttl), max_values),
+            max_sessions=raw["max_sessions"],
+            ttl_s=ttl,
         )
 
     async def handle(self, inv: Invocation) -> ValidationResult | bool:
@@ -213,19 +233,28 @@ class ExfiltrationGuard:
 
     def learn(self, settings: _Settings, inv: Invocation) -> None:
         server = server_for(inv, None, settings.servers)
+        trace = inv.context.trace_id if inv.context is not None else None
         flows: _Flows | None = None
+        if server is None and trace is not None:
+            # A result names no tool: its server is the one its request (same traceId) was attributed to.
+            flows = self.sessions.peek(inv.session_id)
+            server = flows.pending.pop(trace) if flows is not None else None
         for scanner in settings.scanners:
             for hit in find_in_payload(inv.payload, scanner, include_keys=True):
                 flows = flows or self.sessions.get(inv.session_id)
                 flows.remember(hit.value, hit.kind, server, settings)
 
     def check(self, settings: _Settings, inv: Invocation) -> ValidationResult | bool:
-        flows = self.sessions.peek(inv.session_id)
-        if flows is None or not len(flows.forms):
-            return True
         params = params_of(inv.payload)
         name = params.get("uri") if inv.event == "resources/read" else params.get("name")
         target = server_for(inv, name if isinstance(name, str) else None, settings.servers)
+        trace = inv.context.trace_id if inv.context is not None and not inv.context.server else None
+        if inv.phase == "request" and target is not None and trace is not None:
+            # Outside the gateway: remembered for the result, which names no tool (see `learn`).
+            self.sessions.get(inv.session_id).pending.set(trace, target)
+        flows = self.sessions.peek(inv.session_id)
+        if flows is None or not len(flows.forms):
+            return True
         minimum, decode = settings.min_length, "url" in settings.encodings
         texts = [
             reading
@@ -252,8 +281,39 @@ class ExfiltrationGuard:
                     ValidationMessage(message=_describe(origin, target), severity="error", path=format_path(path))
                 )
         if not messages:
+            messages = _split_across_strings(flows, settings, inv.payload, target, decode)
+        if not messages:
             return True
         return ValidationResult(valid=False, severity="error", messages=tuple(messages[:20]), info={"target": target})
+
+
+def _split_across_strings(
+    flows: _Flows, settings: _Settings, payload: Any, target: str | None, decode: bool
+) -> list[ValidationMessage]:
+    """A value cut into pieces sent in several strings (`{"a": "AKIAJ7Q2", "b": "XKZ4M5N6P3RT"}`), found in
+    the values joined in the order they are sent; the message names the string where the value starts."""
+    values = string_values(payload)
+    if len(values) < 2:
+        return []
+    joined = "".join(values)
+    for form, origin in flows.carried(_readings(joined, decode)):
+        if is_allowed_flow(origin, target, settings.block_unknown):
+            continue
+        path = _string_at(payload, joined.find(form))
+        message = f"{_describe(origin, target)}, split across strings"
+        return [ValidationMessage(message=message, severity="error", path=format_path(path))]
+    return []
+
+
+def _string_at(payload: Any, offset: int) -> Path:
+    """The path of the string holding `offset` of the payload's string values joined (the payload's, for -1:
+    a form found in the decoded or lower-cased reading)."""
+    if offset >= 0:
+        for path, text in walk_strings(payload):
+            if offset < len(text):
+                return path
+            offset -= len(text)
+    return ()
 
 
 def _origin_in(found: list[tuple[str, _Origin]], readings: list[str]) -> _Origin | None:

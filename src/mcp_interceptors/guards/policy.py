@@ -17,7 +17,6 @@ from jsonschema.exceptions import best_match
 
 from mcp_interceptors.guards._config import GuardSchema, SettingsCache
 from mcp_interceptors.guards._names import (
-    GATEWAY_SEPARATOR,
     Glob,
     ServerMap,
     arguments_of,
@@ -87,7 +86,7 @@ class _Pattern:
     def matches(self, server: str | None, tool: str) -> bool:
         if self.server is not None and not self.server.matches(server):
             return False
-        return self.tool.matches(tool) or (GATEWAY_SEPARATOR in tool and self.tool.matches(_bare(tool)))
+        return self.tool.matches_name(tool)
 
 
 @dataclass(frozen=True, slots=True)
@@ -112,10 +111,6 @@ class _Settings:
         if any(p.matches(server, tool) for p in self.deny):
             return False
         return not self.allow or any(p.matches(server, tool) for p in self.allow)
-
-
-def _bare(tool: str) -> str:
-    return tool.split(GATEWAY_SEPARATOR, 1)[1]
 
 
 def _pattern(raw: str | Mapping[str, str]) -> _Pattern:

@@ -182,6 +182,12 @@ def _item_name(inv: Invocation) -> str | None:
     return value if isinstance(value, str) else None
 
 
+def _names_item(glob: Glob, event: str, item: str | None) -> bool:
+    """A rule's `tool` glob matches a tool or prompt name as tool-policy's do (also after a gateway prefix),
+    and a resource URI as it is."""
+    return glob.matches(item) if event.startswith("resources/") else glob.matches_name(item)
+
+
 def _identity(inv: Invocation, item: str | None, server: str | None, dimension: str) -> str:
     match dimension:
         case "session":
@@ -209,7 +215,7 @@ class RateLimitGuard:
         for rule in settings.rules:
             if rule.events is not None and inv.event not in rule.events:
                 continue
-            if (rule.tool is not None and not rule.tool.matches(item_name)) or (
+            if (rule.tool is not None and not _names_item(rule.tool, inv.event, item_name)) or (
                 rule.server is not None and not rule.server.matches(server)
             ):
                 continue

@@ -106,3 +106,23 @@ def test_an_unquoted_2026_era_is_the_era_not_a_date(tmp_path: Path) -> None:
     path = tmp_path / "gateway.yaml"
     path.write_text("upstreams:\n  a: {command: server, era: 2026-07-28}\n", encoding="utf-8")
     assert load_config(path).upstreams["a"].era == "2026-07-28"
+
+
+@pytest.mark.parametrize("events", [["tools/cal"], ["tools/call", "tool/call"], []])
+def test_r66_a_required_pin_on_no_governed_event_is_refused_at_load(events: list[str]) -> None:
+    # A typo'd event would pin nothing: while the host is down, the event it was meant for would go through.
+    pin = {"name": "deny", "type": "validation", "events": events, "phase": "request"}
+    server = {"name": "validators", "command": "validator", "required": [pin]}
+    raw = {"upstreams": {"a": {"command": "server"}}, "interceptors": {"servers": [server]}}
+    with pytest.raises(ConfigError) as error:
+        parse_config(raw, file="gateway.yaml")
+    assert error.value.path == "interceptors.servers.0.required.0.events"
+    assert all(repr(event) in error.value.problem for event in events if event in ("tools/cal", "tool/call"))
+
+
+@pytest.mark.parametrize("events", [["tools/call"], ["*"], ["tools/*", "sampling/createMessage"]])
+def test_r66_a_required_pin_on_governed_events_loads(events: list[str]) -> None:
+    pin = {"name": "deny", "type": "validation", "events": events}
+    server = {"name": "validators", "command": "validator", "required": [pin]}
+    config = parse_config({"upstreams": {"a": {"command": "server"}}, "interceptors": {"servers": [server]}})
+    assert config.interceptors.servers[0].required[0].events == events

@@ -20,7 +20,7 @@ from pydantic.json_schema import SkipJsonSchema
 
 from mcp_interceptors.planning import Overrides
 from mcp_interceptors.protocol.errors import InterceptorsError
-from mcp_interceptors.protocol.events import Phase
+from mcp_interceptors.protocol.events import CLIENT_FEATURE_EVENTS, SERVER_FEATURE_EVENTS, Phase, events_match
 
 Point = Literal["receive", "send"]
 _ENV = re.compile(r"\$(\$?)\{([A-Za-z_][A-Za-z0-9_]*)(?::-([^}]*))?\}")
@@ -121,10 +121,24 @@ class RequiredConfig(_Model):
 
     name: str
     type: Literal["validation", "mutation"]
-    events: list[str]
+    events: Annotated[list[str], Field(min_length=1)]
     phase: Literal["request", "response", "both"] = "request"
     mode: Literal["active", "audit"] = "active"
     fail_open: bool = False
+
+    @field_validator("events")
+    @classmethod
+    def _governed_events(cls, value: list[str]) -> list[str]:
+        """A pin on an event the gateway never governs (a typo such as `tools/cal`) would guard nothing:
+        the events it was meant for would go through while its host is down."""
+        governed = (*SERVER_FEATURE_EVENTS, *CLIENT_FEATURE_EVENTS)
+        unknown = [event for event in value if not any(events_match([event], known) for known in governed)]
+        if unknown:
+            raise ValueError(
+                f"{', '.join(map(repr, unknown))} is no event the gateway governs; use one of: {', '.join(governed)}"
+                " (or `*`)"
+            )
+        return value
 
 
 class InterceptorServerConfig(TransportConfig):

@@ -300,3 +300,20 @@ async def test_stdio_gateway_exits_0_on_sigterm_or_sigint_and_stops_its_upstream
     assert len(upstream_pids) == 1
     assert code == 0
     assert [pid for pid in upstream_pids if pid_alive(pid)] == []
+
+
+async def test_guard_shortcut_passes_the_command_on_as_given() -> None:
+    # The shell has expanded what it meant to: a `${...}` left in an argument belongs to the upstream
+    # (an `sh -c` script's own variable), and `$${` is not ours to rewrite either.
+    script = (
+        "import runpy, sys\n"
+        "if sys.argv[1:] != ['${UNSET_IN_GATEWAY}', '$${x}']: sys.exit(f'upstream got {sys.argv[1:]}')\n"
+        f"sys.argv = [{UPSTREAM!r}]\n"
+        f"runpy.run_path({UPSTREAM!r}, run_name='__main__')\n"
+    )
+    command = [sys.executable, "-c", script, "${UNSET_IN_GATEWAY}", "$${x}"]
+    argv = cli_argv("gateway", "--guard", "secrets", "--", *command)
+    with anyio.fail_after(30), stderr_log("shortcut gateway") as log:
+        async with Client(stdio_transport(argv, log, env=gateway_env()), mode="legacy") as client:
+            result = await client.call_tool("echo", {"text": "as given"})
+    assert text_of(result) == "as given"

@@ -66,13 +66,17 @@ COMMAND_LINE = "<command line>"
 
 
 def shortcut_config(guards: list[str], command: list[str]) -> GatewayConfig:
-    """The config `gateway --guard NAME -- cmd ...` stands for."""
+    """The config `gateway --guard NAME -- cmd ...` stands for.
+
+    The command is passed on as given: a `${VAR}` in it is the upstream's own (an `sh -c` script's), not ours.
+    """
     return parse_config(
         {
             "upstreams": {"upstream": {"command": command[0], "args": command[1:]}},
             "interceptors": {"guards": [{"name": guard} for guard in guards]},
         },
         file=COMMAND_LINE,
+        substitute=False,
     )
 
 

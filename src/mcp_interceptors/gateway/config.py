@@ -375,16 +375,22 @@ def substitute_env(value: Any, env: Mapping[str, str], file: str, path: str = ""
 
 
 def parse_config(
-    raw: Any, *, file: str = "<config>", env: Mapping[str, str] | None = None, base_dir: str | None = None
+    raw: Any,
+    *,
+    file: str = "<config>",
+    env: Mapping[str, str] | None = None,
+    base_dir: str | None = None,
+    substitute: bool = True,
 ) -> GatewayConfig:
     """Validate a loaded YAML document into a `GatewayConfig`, raising `ConfigError` on the first problem.
 
     Stdio servers without a `cwd` run in `base_dir` (the config file's folder), so relative paths
-    in a config mean the same thing wherever the gateway is started.
+    in a config mean the same thing wherever the gateway is started. `substitute=False` takes every
+    string as written (a command line's arguments, which the shell has already expanded).
     """
     if not isinstance(raw, dict):
         raise ConfigError(file, "", "the document must be a mapping", "start with keys like `upstreams:`")
-    data = substitute_env(raw, os.environ if env is None else env, file)
+    data = substitute_env(raw, os.environ if env is None else env, file) if substitute else raw
     if base_dir is not None:
         _default_cwd(data, base_dir)
         data.setdefault("base_dir", base_dir)

@@ -317,3 +317,33 @@ async def test_guard_shortcut_passes_the_command_on_as_given() -> None:
         async with Client(stdio_transport(argv, log, env=gateway_env()), mode="legacy") as client:
             result = await client.call_tool("echo", {"text": "as given"})
     assert text_of(result) == "as given"
+
+
+SECRET = "s3cr3t-token-0042"
+
+
+@pytest.mark.parametrize("output", ["text", "json"])
+async def test_check_shows_a_token_from_the_environment_as_the_variable_written(
+    write_config: ConfigWriter, output: str
+) -> None:
+    # A token in an argument or a URL's query is as secret as one in `headers`: `--check` must not print it.
+    config = write_config(
+        "upstreams:\n"
+        "  a: {command: python, args: [server.py, --token, '${E2E_TOKEN}'], env: {TOKEN: '${E2E_TOKEN}'}}\n"
+        "  b: {url: 'https://example.invalid/mcp?key=${E2E_TOKEN}', headers: {X-Key: '${E2E_TOKEN}'}}\n"
+    )
+    json_flag = ["--json"] if output == "json" else []
+    done = await run_cli("gateway", "--check", str(config), *json_flag, env=gateway_env({"E2E_TOKEN": SECRET}))
+    assert done.returncode == 0, done.stderr.decode()
+    assert SECRET not in (done.stdout + done.stderr).decode()
+    assert "--token ${E2E_TOKEN}" in done.stdout.decode() and "?key=${E2E_TOKEN}" in done.stdout.decode()
+
+
+async def test_a_config_error_shows_a_token_from_the_environment_as_the_variable_written(
+    write_config: ConfigWriter,
+) -> None:
+    config = write_config("upstreams:\n  b: {url: 'ftp://user:${E2E_TOKEN}@example.invalid/mcp'}\n")
+    done = await run_cli("gateway", "--check", str(config), env=gateway_env({"E2E_TOKEN": SECRET}))
+    assert done.returncode == 1
+    assert SECRET not in done.stderr.decode()
+    assert "ftp://user:${E2E_TOKEN}@example.invalid/mcp" in done.stderr.decode()

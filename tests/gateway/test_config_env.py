@@ -126,3 +126,9 @@ def test_r66_a_required_pin_on_governed_events_loads(events: list[str]) -> None:
     server = {"name": "validators", "command": "validator", "required": [pin]}
     config = parse_config({"upstreams": {"a": {"command": "server"}}, "interceptors": {"servers": [server]}})
     assert config.interceptors.servers[0].required[0].events == events
+
+
+def test_redact_writes_values_from_the_environment_back_as_their_variables() -> None:
+    raw = {"upstreams": {"a": {"command": "server", "args": ["--token", "${TOKEN}", "${SHORT}", "${UNSET:-plain}"]}}}
+    config = parse_config(raw, env={"TOKEN": "tok-123456", "SHORT": "ab"})
+    assert config.redact("server --token tok-123456 ab plain") == "server --token ${TOKEN} ab plain"

@@ -95,10 +95,38 @@ def run_gateway(args: argparse.Namespace) -> int:
     logging.basicConfig(level=args.log_level.upper(), stream=sys.stderr, format="%(levelname)s %(name)s: %(message)s")
     if args.json and not args.check:
         raise CommandError("--json goes with --check (it prints the plan as JSON)", 2)
+    if args.guard and (args.config or args.check):  # --check FILE would plan without them, and say "valid"
+        raise CommandError("--guard is for the no-config shortcut; list guards in the config file instead", 2)
     try:
-        if args.guard and (args.config or args.check):  # --check FILE would plan without them, and say "valid"
-            raise CommandError("--guard is for the no-config shortcut; list guards in the config file instead", 2)
         config, file = _config(args)
+    except ConfigError as exc:
+        raise _config_error(exc) from None
+    # Values from the environment (tokens) are shown as the `${VAR}` written, in errors and logs alike.
+    for handler in logging.getLogger().handlers:
+        handler.addFilter(_Redacting(config))
+    try:
+        return _run_command(args, config, file)
+    except CommandError as exc:
+        raise CommandError(config.redact(str(exc)), exc.exit_code) from None
+
+
+class _Redacting(logging.Filter):
+    """Writes values taken from the environment back as their `${VAR}` in each log line."""
+
+    def __init__(self, config: GatewayConfig) -> None:
+        super().__init__()
+        self.config = config
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        message = record.getMessage()
+        redacted = self.config.redact(message)
+        if redacted != message:
+            record.msg, record.args = redacted, None
+        return True
+
+
+def _run_command(args: argparse.Namespace, config: GatewayConfig, file: str) -> int:
+    try:
         check_auth(config, file)
         if args.check:
             return anyio.run(_check, config, file, args.json)

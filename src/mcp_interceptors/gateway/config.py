@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Annotated, Any, Literal
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, ValidationError, field_validator, model_validator
 from pydantic.json_schema import SkipJsonSchema
 
 from mcp_interceptors.planning import Overrides
@@ -331,6 +331,13 @@ class GatewayConfig(_Model):
     audit: AuditConfig = Field(default_factory=AuditConfig)
     #: The folder relative paths resolve against (the config file's); set by `load_config`, not by users.
     base_dir: SkipJsonSchema[str | None] = None
+    #: Each value `${VAR}` substitution put in the file, with the VAR it came from (see `redact`).
+    _substituted: dict[str, str] = PrivateAttr(default_factory=dict)
+
+    def redact(self, text: str) -> str:
+        """`text` with every value taken from the environment written back as the `${VAR}` it came from,
+        so secrets (a token in an argument or a URL) stay out of `--check` output, errors and logs."""
+        return redact_values(text, self._substituted)
 
     @field_validator("upstreams")
     @classmethod
@@ -349,10 +356,25 @@ class GatewayConfig(_Model):
 # --------------------------------------------------------------------------- loading
 
 
-def substitute_env(value: Any, env: Mapping[str, str], file: str, path: str = "") -> Any:
+#: Shorter values are not written back by `redact_values`: they would garble the text around them.
+_MIN_REDACTED_LENGTH = 4
+
+
+def redact_values(text: str, substituted: Mapping[str, str]) -> str:
+    """Write each substituted value (of at least 4 characters) in `text` back as its `${VAR}`, longest first."""
+    for value in sorted(substituted, key=len, reverse=True):
+        if len(value) >= _MIN_REDACTED_LENGTH:
+            text = text.replace(value, f"${{{substituted[value]}}}")
+    return text
+
+
+def substitute_env(
+    value: Any, env: Mapping[str, str], file: str, path: str = "", *, used: dict[str, str] | None = None
+) -> Any:
     """Replace `${VAR}` and `${VAR:-default}` (the default if VAR is unset or empty, as in the shell) in
     every string; a missing VAR without a default is a `ConfigError`.
-    `$${VAR}` stands for a literal `${VAR}` (a CEL expression or pattern may need one)."""
+    `$${VAR}` stands for a literal `${VAR}` (a CEL expression or pattern may need one).
+    `used` collects each value taken from `env`, with its VAR (defaults are written in the file)."""
     if isinstance(value, str):
 
         def replace(match: re.Match[str]) -> str:
@@ -362,15 +384,17 @@ def substitute_env(value: Any, env: Mapping[str, str], file: str, path: str = ""
             if default is not None and not env.get(name):  # `:-` as in the shell: unset or empty
                 return default
             if name in env:
+                if used is not None:
+                    used[env[name]] = name
                 return env[name]
             fix = f"export {name}=... or write ${{{name}:-default}}"
             raise ConfigError(file, path, f"environment variable {name} is not set", fix)
 
         return _ENV.sub(replace, value)
     if isinstance(value, dict):
-        return {k: substitute_env(v, env, file, f"{path}.{k}" if path else str(k)) for k, v in value.items()}
+        return {k: substitute_env(v, env, file, f"{path}.{k}" if path else str(k), used=used) for k, v in value.items()}
     if isinstance(value, list):
-        return [substitute_env(v, env, file, f"{path}[{i}]") for i, v in enumerate(value)]
+        return [substitute_env(v, env, file, f"{path}[{i}]", used=used) for i, v in enumerate(value)]
     return value
 
 
@@ -390,7 +414,8 @@ def parse_config(
     """
     if not isinstance(raw, dict):
         raise ConfigError(file, "", "the document must be a mapping", "start with keys like `upstreams:`")
-    data = substitute_env(raw, os.environ if env is None else env, file) if substitute else raw
+    used: dict[str, str] = {}
+    data = substitute_env(raw, os.environ if env is None else env, file, used=used) if substitute else raw
     if base_dir is not None:
         _default_cwd(data, base_dir)
         data.setdefault("base_dir", base_dir)
@@ -399,7 +424,8 @@ def parse_config(
     except ValidationError as exc:
         error = exc.errors(include_url=False)[0]
         path = ".".join(str(part) for part in error["loc"])
-        raise ConfigError(file, path, error["msg"], _fix_for(error)) from None
+        raise ConfigError(file, path, redact_values(error["msg"], used), _fix_for(error)) from None
+    config._substituted.update(used)
     _check_http_path(config.http, file)
     return config
 

@@ -154,8 +154,16 @@ async def test_config_schema_prints_a_json_schema_of_the_config() -> None:
         ),
         (
             "upstreams:\n  e2e:\n    url: ftp://example.com/mcp\n",
-            "upstreams.e2e: Value error, `url` must be an http(s) URL, got 'ftp://example.com/mcp' "
-            "(fix: see `mcp-interceptors config-schema`)",
+            "upstreams.e2e.url: Value error, `url` must be an http(s) URL, got 'ftp://example.com/mcp' "
+            "(fix: give the server's http(s) URL, e.g. http://127.0.0.1:8003/mcp)",
+        ),
+        (
+            "upstreams:\n  e2e:\n    url: 'http://'\n",
+            "upstreams.e2e.url: Value error, `url` 'http://' names no host",
+        ),
+        (
+            "upstreams:\n  e2e:\n    url: http://127.0.0.1:99999/mcp\n",
+            "upstreams.e2e.url: Value error, `url` 'http://127.0.0.1:99999/mcp' is not a valid URL",
         ),
         (
             "upstreams:\n  e2e:\n    command: python\ninterceptors:\n  guards:\n    - name: secretz\n",
@@ -207,6 +215,8 @@ async def test_config_schema_prints_a_json_schema_of_the_config() -> None:
         "unknown-key",
         "missing-env",
         "bad-url",
+        "url-without-host",
+        "url-port-out-of-range",
         "unknown-guard",
         "config-unknown-interceptor",
         "config-wrong-type",

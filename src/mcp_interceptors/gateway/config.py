@@ -13,6 +13,7 @@ import re
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Annotated, Any, Literal
+from urllib.parse import urlsplit
 
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, ValidationError, field_validator, model_validator
@@ -81,12 +82,29 @@ class TransportConfig(_Model):
         """YAML reads an unquoted `era: 2026-07-28` as a date: take it as the era it names."""
         return value.isoformat() if isinstance(value, datetime.date) else value
 
+    @field_validator("url")
+    @classmethod
+    def _reachable_url(cls, url: str | None) -> str | None:
+        """A URL the gateway can connect to: http(s), a host, and a port (if any) between 1 and 65535."""
+        if url is None:
+            return url
+        if not url.startswith(("http://", "https://")):
+            raise ValueError(f"`url` must be an http(s) URL, got {url!r}")
+        try:
+            parts = urlsplit(url)
+            port = parts.port
+        except ValueError as exc:
+            raise ValueError(f"`url` {url!r} is not a valid URL ({exc})") from None
+        if not parts.hostname:
+            raise ValueError(f"`url` {url!r} names no host, e.g. http://127.0.0.1:8003/mcp")
+        if port == 0:
+            raise ValueError(f"`url` {url!r}: the port must be between 1 and 65535")
+        return url
+
     @model_validator(mode="after")
     def _one_transport(self) -> TransportConfig:
         if (self.command is None) == (self.url is None):
             raise ValueError("give exactly one of `command` (stdio) or `url` (HTTP)")
-        if self.url is not None and not self.url.startswith(("http://", "https://")):
-            raise ValueError(f"`url` must be an http(s) URL, got {self.url!r}")
         # Settings of the other transport would be ignored without a word: refuse them.
         other = ("args", "env", "cwd") if self.url is not None else ("headers", "bearer_token", "transport")
         misplaced = [key for key in other if key in self.model_fields_set]
@@ -504,6 +522,8 @@ def _fix_for(error: Mapping[str, Any]) -> str:
         return "add the key"
     if kind in ("literal_error", "enum"):
         return "use one of the allowed values"
+    if error.get("loc", ())[-1:] == ("url",):
+        return "give the server's http(s) URL, e.g. http://127.0.0.1:8003/mcp"
     if kind == "string_too_short":
         return "give a non-empty value (is an environment variable it names set to the empty string?)"
     if kind == "string_pattern_mismatch":

@@ -330,3 +330,20 @@ def test_an_unknown_guard_on_the_command_line_is_a_usage_error(command: str) -> 
     done = cli(command, "--guard", "nosuch", *upstream)
     line = one_line_error(done, 2)
     assert "unknown guard 'nosuch'" in line
+
+
+@pytest.mark.parametrize(
+    "args", [("gateway", "--check", "examples/gateway.yaml"), ("serve", "--guard", "secrets")], ids=["gateway", "serve"]
+)
+def test_an_unknown_log_level_is_a_usage_error_not_a_traceback(args: tuple[str, ...]) -> None:
+    done = cli(*args, "--log-level", "loud")
+    assert done.returncode == 2, done.stderr[-2000:]
+    assert "Traceback" not in done.stderr
+    assert done.stderr.strip().splitlines()[-1].endswith(
+        "argument --log-level: invalid choice: 'LOUD' (choose from 'DEBUG', 'INFO', 'WARNING', 'ERROR', 'CRITICAL')"
+    )
+
+
+def test_the_log_level_is_read_in_any_case() -> None:
+    done = cli("gateway", "--check", "examples/gateway.yaml", "--log-level", "error")
+    assert done.returncode == 0, done.stderr[-2000:]

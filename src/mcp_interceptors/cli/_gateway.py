@@ -10,7 +10,7 @@ from typing import Any
 
 import anyio
 
-from mcp_interceptors.cli._common import CommandError, print_json
+from mcp_interceptors.cli._common import CommandError, add_log_level_argument, print_json
 from mcp_interceptors.gateway.auth import check_auth
 from mcp_interceptors.gateway.check import check_report, missing_commands, render_check
 from mcp_interceptors.gateway.config import (
@@ -49,7 +49,7 @@ def register(subcommands: Any) -> None:
     gateway.add_argument(
         "--json", action="store_true", help="with --check: print the upstreams, deadline and plan as JSON"
     )
-    gateway.add_argument("--log-level", default="WARNING", help="logging level for stderr")
+    add_log_level_argument(gateway)
     gateway.set_defaults(handler=run_gateway)
 
     schema = subcommands.add_parser("config-schema", help="print the JSON Schema of gateway.yaml")

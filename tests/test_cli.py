@@ -339,7 +339,8 @@ def test_an_unknown_log_level_is_a_usage_error_not_a_traceback(args: tuple[str, 
     done = cli(*args, "--log-level", "loud")
     assert done.returncode == 2, done.stderr[-2000:]
     assert "Traceback" not in done.stderr
-    assert done.stderr.strip().splitlines()[-1].endswith(
+    last_line = done.stderr.strip().splitlines()[-1]
+    assert last_line.endswith(
         "argument --log-level: invalid choice: 'LOUD' (choose from 'DEBUG', 'INFO', 'WARNING', 'ERROR', 'CRITICAL')"
     )
 

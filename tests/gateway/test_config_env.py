@@ -132,3 +132,28 @@ def test_redact_writes_values_from_the_environment_back_as_their_variables() -> 
     raw = {"upstreams": {"a": {"command": "server", "args": ["--token", "${TOKEN}", "${SHORT}", "${UNSET:-plain}"]}}}
     config = parse_config(raw, env={"TOKEN": "tok-123456", "SHORT": "ab"})
     assert config.redact("server --token tok-123456 ab plain") == "server --token ${TOKEN} ab plain"
+
+
+@pytest.mark.parametrize(
+    ("text", "problem"),
+    [
+        (
+            "upstreams:\n  a: {command: x\n",
+            "invalid YAML at line 3 column 1: expected ',' or '}', but got '<stream end>'",
+        ),
+        ("upstreams:\n\ta: {command: x}\n", "invalid YAML at line 2 column 1: found character '\\t' that cannot start"),
+    ],
+)
+def test_a_yaml_syntax_error_says_what_the_parser_found(tmp_path: Path, text: str, problem: str) -> None:
+    (tmp_path / "gateway.yaml").write_text(text)
+    with pytest.raises(ConfigError) as error:
+        load_config(tmp_path / "gateway.yaml")
+    assert error.value.problem.startswith(problem)
+
+
+def test_a_host_module_without_its_attribute_gets_the_form_as_the_fix() -> None:
+    raw = {"upstreams": {"a": {"command": "server"}}, "interceptors": {"hosts": [{"module": "my_hosts"}]}}
+    with pytest.raises(ConfigError) as error:
+        parse_config(raw, file="gateway.yaml")
+    assert error.value.path == "interceptors.hosts.0.module"
+    assert error.value.fix == "name an InterceptorHost as module:attribute, e.g. my_hosts:host"

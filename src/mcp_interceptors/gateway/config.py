@@ -473,7 +473,9 @@ def load_config(path: str | Path, *, env: Mapping[str, str] | None = None) -> Ga
     except yaml.YAMLError as exc:
         mark = getattr(exc, "problem_mark", None)
         where = f"line {mark.line + 1} column {mark.column + 1}" if mark is not None else "unknown position"
-        raise ConfigError(file, "", f"invalid YAML at {where}", "fix the YAML syntax") from None
+        problem = getattr(exc, "problem", None)  # what the parser expected or found there
+        what = f": {' '.join(problem.split())}" if problem else ""
+        raise ConfigError(file, "", f"invalid YAML at {where}{what}", "fix the YAML syntax") from None
     if repeated is not None:
         path, line = repeated
         raise ConfigError(file, path, f"given twice (the second at line {line})", "keep only one of them")
@@ -529,6 +531,8 @@ def _fix_for(error: Mapping[str, Any]) -> str:
     if kind == "string_pattern_mismatch":
         if error.get("loc", ())[-1:] == ("path",):
             return "start the path with '/', e.g. /mcp"
+        if error.get("loc", ())[-1:] == ("module",):
+            return "name an InterceptorHost as module:attribute, e.g. my_hosts:host"
         return "use letters, digits, '.', '_' or '-'"
     return "see `mcp-interceptors config-schema`"
 

@@ -203,6 +203,14 @@ def test_config_rejected_by_schema_fails_with_one_line() -> None:
             ("gateway", "--config", "examples/gateway.yaml", "--guard", "pii"),
             "--guard is for the no-config shortcut; list guards in the config file instead",
         ),
+        (  # it checked the --check file only, and said "configuration is valid"
+            ("gateway", "--config", "examples/demo-gateway.yaml", "--check", "examples/gateway.yaml"),
+            "--check FILE checks that file and exits: give it without --config",
+        ),
+        (
+            ("gateway", "--check", "examples/gateway.yaml", "--http", "127.0.0.1:8080"),
+            "--check FILE checks that file and exits: give it without --http",
+        ),
     ],
 )
 def test_usage_errors_exit_2_with_one_line(args: tuple[str, ...], message: str) -> None:

@@ -95,6 +95,9 @@ def run_gateway(args: argparse.Namespace) -> int:
     logging.basicConfig(level=args.log_level.upper(), stream=sys.stderr, format="%(levelname)s %(name)s: %(message)s")
     if args.json and not args.check:
         raise CommandError("--json goes with --check (it prints the plan as JSON)", 2)
+    if args.check and (args.config or args.http):  # it would check one file and ignore the rest without a word
+        given = "--config" if args.config else "--http"
+        raise CommandError(f"--check FILE checks that file and exits: give it without {given}", 2)
     if args.guard and (args.config or args.check):  # --check FILE would plan without them, and say "valid"
         raise CommandError("--guard is for the no-config shortcut; list guards in the config file instead", 2)
     try:

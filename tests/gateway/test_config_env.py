@@ -5,8 +5,9 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
+from jsonschema import Draft202012Validator
 
-from mcp_interceptors.gateway.config import ConfigError, load_config, parse_config, substitute_env
+from mcp_interceptors.gateway.config import ConfigError, config_json_schema, load_config, parse_config, substitute_env
 from mcp_interceptors.gateway.server import audit_store_location
 
 
@@ -157,3 +158,11 @@ def test_a_host_module_without_its_attribute_gets_the_form_as_the_fix() -> None:
         parse_config(raw, file="gateway.yaml")
     assert error.value.path == "interceptors.hosts.0.module"
     assert error.value.fix == "name an InterceptorHost as module:attribute, e.g. my_hosts:host"
+
+
+def test_the_schema_refuses_an_upstream_name_the_loader_refuses() -> None:
+    validator = Draft202012Validator(config_json_schema())
+    assert validator.is_valid({"upstreams": {"notes.v2": {"command": "server"}}})
+    assert not validator.is_valid({"upstreams": {"my notes": {"command": "server"}}})
+    with pytest.raises(ConfigError):
+        parse_config({"upstreams": {"my notes": {"command": "server"}}})

@@ -337,7 +337,7 @@ class GatewayConfig(_Model):
     upstreams: dict[Annotated[str, Field(pattern=_NAME)], UpstreamConfig] = Field(
         default_factory=dict,
         validate_default=True,  # a file without `upstreams:` is refused too
-        json_schema_extra={"minProperties": 1},
+        json_schema_extra={"minProperties": 1, "additionalProperties": False},  # a name off the pattern, too
     )
     interceptors: InterceptorsConfig = Field(default_factory=InterceptorsConfig)
     chain: ChainConfig = Field(default_factory=ChainConfig)

@@ -200,6 +200,10 @@ async def test_config_schema_prints_a_json_schema_of_the_config() -> None:
             "  config:\n    prompt-injection: {extra_phrases: ['(']}\n",
             "interceptors.config.prompt-injection: guard 'prompt-injection': config.extra_phrases[0] does not compile",
         ),
+        (  # the store's folder would be the config file itself: found by --check, named at start
+            "upstreams:\n  e2e:\n    command: python\naudit: {enabled: true, store: gateway.yaml/audit.db}\n",
+            "audit.store: cannot create the folder of ",
+        ),
         (
             "upstreams: {}\n",
             "upstreams: Value error, at least one upstream server is needed "
@@ -223,6 +227,7 @@ async def test_config_schema_prints_a_json_schema_of_the_config() -> None:
         "config-build-only-key",
         "config-value-the-guard-refuses",
         "config-regex-that-does-not-compile",
+        "audit-store-folder-not-creatable",
         "no-upstream",
         "no-upstreams-key",
     ],

@@ -3,9 +3,12 @@
 from __future__ import annotations
 
 import argparse
+import errno
 import json
 import logging
+import os
 import sys
+from pathlib import Path
 from typing import Any
 
 import anyio
@@ -23,7 +26,7 @@ from mcp_interceptors.gateway.config import (
 )
 from mcp_interceptors.gateway.routing import RoutingError
 from mcp_interceptors.gateway.serve import BindRefusedError, ListenError, check_listen, serve_http, serve_stdio
-from mcp_interceptors.gateway.server import Gateway, audit_key_location
+from mcp_interceptors.gateway.server import Gateway, audit_key_location, audit_store_location
 from mcp_interceptors.gateway.sources import chain_for, populate_chain
 from mcp_interceptors.gateway.upstream import UpstreamUnavailableError
 from mcp_interceptors.invoker import Chain
@@ -184,6 +187,7 @@ def _parse_http(value: str) -> tuple[str, int]:
 
 async def _check(config: GatewayConfig, file: str, as_json: bool) -> int:
     _check_audit_key(config, file)
+    _check_audit_store(config, file, create=False)
     async with anyio.create_task_group() as tg:
         chain = chain_for(config)
         await populate_chain(chain, config, tg, file=file)
@@ -213,7 +217,30 @@ def _check_audit_key(config: GatewayConfig, file: str) -> None:
         raise ConfigError(file, "audit.key_file", str(exc), fix) from None
 
 
+def _check_audit_store(config: GatewayConfig, file: str, *, create: bool) -> None:
+    """The store's folder must exist or be creatable (`create`: create it, as the gateway does at start)."""
+    if not config.audit.enabled or "://" in config.audit.store:
+        return
+    path = Path(audit_store_location(config, create=False))
+    folder = path.parent
+    try:
+        if create:
+            folder.mkdir(mode=0o700, parents=True, exist_ok=True)
+            return
+        existing = next(p for p in (folder, *folder.parents) if p.exists())
+        if not existing.is_dir() or not os.access(existing, os.W_OK | os.X_OK):
+            raise PermissionError(errno.EACCES, "not a folder the gateway can write in", str(existing))
+    except OSError as exc:
+        raise ConfigError(
+            file,
+            "audit.store",
+            f"cannot create the folder of {str(path)!r} ({exc.strerror}: {exc.filename or folder})",
+            "point audit.store at a path the gateway can write, or create its folder",
+        ) from None
+
+
 async def _serve(config: GatewayConfig, file: str, http: tuple[str, int] | None, insecure_no_auth: bool) -> None:
+    _check_audit_store(config, file, create=True)
     chain = chain_for(config)
     try:
         await _run_gateway(chain, config, file, http, insecure_no_auth)

@@ -203,6 +203,14 @@ def test_config_rejected_by_schema_fails_with_one_line() -> None:
             ("gateway", "--config", "examples/gateway.yaml", "--guard", "pii"),
             "--guard is for the no-config shortcut; list guards in the config file instead",
         ),
+        (  # it checked the --check file only, and said "configuration is valid"
+            ("gateway", "--config", "examples/demo-gateway.yaml", "--check", "examples/gateway.yaml"),
+            "--check FILE checks that file and exits: give it without --config",
+        ),
+        (
+            ("gateway", "--check", "examples/gateway.yaml", "--http", "127.0.0.1:8080"),
+            "--check FILE checks that file and exits: give it without --http",
+        ),
     ],
 )
 def test_usage_errors_exit_2_with_one_line(args: tuple[str, ...], message: str) -> None:
@@ -330,3 +338,21 @@ def test_an_unknown_guard_on_the_command_line_is_a_usage_error(command: str) -> 
     done = cli(command, "--guard", "nosuch", *upstream)
     line = one_line_error(done, 2)
     assert "unknown guard 'nosuch'" in line
+
+
+@pytest.mark.parametrize(
+    "args", [("gateway", "--check", "examples/gateway.yaml"), ("serve", "--guard", "secrets")], ids=["gateway", "serve"]
+)
+def test_an_unknown_log_level_is_a_usage_error_not_a_traceback(args: tuple[str, ...]) -> None:
+    done = cli(*args, "--log-level", "loud")
+    assert done.returncode == 2, done.stderr[-2000:]
+    assert "Traceback" not in done.stderr
+    last_line = done.stderr.strip().splitlines()[-1]
+    assert last_line.endswith(
+        "argument --log-level: invalid choice: 'LOUD' (choose from 'DEBUG', 'INFO', 'WARNING', 'ERROR', 'CRITICAL')"
+    )
+
+
+def test_the_log_level_is_read_in_any_case() -> None:
+    done = cli("gateway", "--check", "examples/gateway.yaml", "--log-level", "error")
+    assert done.returncode == 0, done.stderr[-2000:]

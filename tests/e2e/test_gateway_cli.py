@@ -154,8 +154,16 @@ async def test_config_schema_prints_a_json_schema_of_the_config() -> None:
         ),
         (
             "upstreams:\n  e2e:\n    url: ftp://example.com/mcp\n",
-            "upstreams.e2e: Value error, `url` must be an http(s) URL, got 'ftp://example.com/mcp' "
-            "(fix: see `mcp-interceptors config-schema`)",
+            "upstreams.e2e.url: Value error, `url` must be an http(s) URL, got 'ftp://example.com/mcp' "
+            "(fix: give the server's http(s) URL, e.g. http://127.0.0.1:8003/mcp)",
+        ),
+        (
+            "upstreams:\n  e2e:\n    url: 'http://'\n",
+            "upstreams.e2e.url: Value error, `url` 'http://' names no host",
+        ),
+        (
+            "upstreams:\n  e2e:\n    url: http://127.0.0.1:99999/mcp\n",
+            "upstreams.e2e.url: Value error, `url` 'http://127.0.0.1:99999/mcp' is not a valid URL",
         ),
         (
             "upstreams:\n  e2e:\n    command: python\ninterceptors:\n  guards:\n    - name: secretz\n",
@@ -192,6 +200,10 @@ async def test_config_schema_prints_a_json_schema_of_the_config() -> None:
             "  config:\n    prompt-injection: {extra_phrases: ['(']}\n",
             "interceptors.config.prompt-injection: guard 'prompt-injection': config.extra_phrases[0] does not compile",
         ),
+        (  # the store's folder would be the config file itself: found by --check, named at start
+            "upstreams:\n  e2e:\n    command: python\naudit: {enabled: true, store: gateway.yaml/audit.db}\n",
+            "audit.store: cannot create the folder of ",
+        ),
         (
             "upstreams: {}\n",
             "upstreams: Value error, at least one upstream server is needed "
@@ -207,12 +219,15 @@ async def test_config_schema_prints_a_json_schema_of_the_config() -> None:
         "unknown-key",
         "missing-env",
         "bad-url",
+        "url-without-host",
+        "url-port-out-of-range",
         "unknown-guard",
         "config-unknown-interceptor",
         "config-wrong-type",
         "config-build-only-key",
         "config-value-the-guard-refuses",
         "config-regex-that-does-not-compile",
+        "audit-store-folder-not-creatable",
         "no-upstream",
         "no-upstreams-key",
     ],
@@ -300,3 +315,50 @@ async def test_stdio_gateway_exits_0_on_sigterm_or_sigint_and_stops_its_upstream
     assert len(upstream_pids) == 1
     assert code == 0
     assert [pid for pid in upstream_pids if pid_alive(pid)] == []
+
+
+async def test_guard_shortcut_passes_the_command_on_as_given() -> None:
+    # The shell has expanded what it meant to: a `${...}` left in an argument belongs to the upstream
+    # (an `sh -c` script's own variable), and `$${` is not ours to rewrite either.
+    script = (
+        "import runpy, sys\n"
+        "if sys.argv[1:] != ['${UNSET_IN_GATEWAY}', '$${x}']: sys.exit(f'upstream got {sys.argv[1:]}')\n"
+        f"sys.argv = [{UPSTREAM!r}]\n"
+        f"runpy.run_path({UPSTREAM!r}, run_name='__main__')\n"
+    )
+    command = [sys.executable, "-c", script, "${UNSET_IN_GATEWAY}", "$${x}"]
+    argv = cli_argv("gateway", "--guard", "secrets", "--", *command)
+    with anyio.fail_after(30), stderr_log("shortcut gateway") as log:
+        async with Client(stdio_transport(argv, log, env=gateway_env()), mode="legacy") as client:
+            result = await client.call_tool("echo", {"text": "as given"})
+    assert text_of(result) == "as given"
+
+
+SECRET = "s3cr3t-token-0042"
+
+
+@pytest.mark.parametrize("output", ["text", "json"])
+async def test_check_shows_a_token_from_the_environment_as_the_variable_written(
+    write_config: ConfigWriter, output: str
+) -> None:
+    # A token in an argument or a URL's query is as secret as one in `headers`: `--check` must not print it.
+    config = write_config(
+        "upstreams:\n"
+        "  a: {command: python, args: [server.py, --token, '${E2E_TOKEN}'], env: {TOKEN: '${E2E_TOKEN}'}}\n"
+        "  b: {url: 'https://example.invalid/mcp?key=${E2E_TOKEN}', headers: {X-Key: '${E2E_TOKEN}'}}\n"
+    )
+    json_flag = ["--json"] if output == "json" else []
+    done = await run_cli("gateway", "--check", str(config), *json_flag, env=gateway_env({"E2E_TOKEN": SECRET}))
+    assert done.returncode == 0, done.stderr.decode()
+    assert SECRET not in (done.stdout + done.stderr).decode()
+    assert "--token ${E2E_TOKEN}" in done.stdout.decode() and "?key=${E2E_TOKEN}" in done.stdout.decode()
+
+
+async def test_a_config_error_shows_a_token_from_the_environment_as_the_variable_written(
+    write_config: ConfigWriter,
+) -> None:
+    config = write_config("upstreams:\n  b: {url: 'ftp://user:${E2E_TOKEN}@example.invalid/mcp'}\n")
+    done = await run_cli("gateway", "--check", str(config), env=gateway_env({"E2E_TOKEN": SECRET}))
+    assert done.returncode == 1
+    assert SECRET not in done.stderr.decode()
+    assert "ftp://user:${E2E_TOKEN}@example.invalid/mcp" in done.stderr.decode()

@@ -5,8 +5,9 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
+from jsonschema import Draft202012Validator
 
-from mcp_interceptors.gateway.config import ConfigError, load_config, parse_config, substitute_env
+from mcp_interceptors.gateway.config import ConfigError, config_json_schema, load_config, parse_config, substitute_env
 from mcp_interceptors.gateway.server import audit_store_location
 
 
@@ -106,3 +107,62 @@ def test_an_unquoted_2026_era_is_the_era_not_a_date(tmp_path: Path) -> None:
     path = tmp_path / "gateway.yaml"
     path.write_text("upstreams:\n  a: {command: server, era: 2026-07-28}\n", encoding="utf-8")
     assert load_config(path).upstreams["a"].era == "2026-07-28"
+
+
+@pytest.mark.parametrize("events", [["tools/cal"], ["tools/call", "tool/call"], []])
+def test_r66_a_required_pin_on_no_governed_event_is_refused_at_load(events: list[str]) -> None:
+    # A typo'd event would pin nothing: while the host is down, the event it was meant for would go through.
+    pin = {"name": "deny", "type": "validation", "events": events, "phase": "request"}
+    server = {"name": "validators", "command": "validator", "required": [pin]}
+    raw = {"upstreams": {"a": {"command": "server"}}, "interceptors": {"servers": [server]}}
+    with pytest.raises(ConfigError) as error:
+        parse_config(raw, file="gateway.yaml")
+    assert error.value.path == "interceptors.servers.0.required.0.events"
+    assert all(repr(event) in error.value.problem for event in events if event in ("tools/cal", "tool/call"))
+
+
+@pytest.mark.parametrize("events", [["tools/call"], ["*"], ["tools/*", "sampling/createMessage"]])
+def test_r66_a_required_pin_on_governed_events_loads(events: list[str]) -> None:
+    pin = {"name": "deny", "type": "validation", "events": events}
+    server = {"name": "validators", "command": "validator", "required": [pin]}
+    config = parse_config({"upstreams": {"a": {"command": "server"}}, "interceptors": {"servers": [server]}})
+    assert config.interceptors.servers[0].required[0].events == events
+
+
+def test_redact_writes_values_from_the_environment_back_as_their_variables() -> None:
+    raw = {"upstreams": {"a": {"command": "server", "args": ["--token", "${TOKEN}", "${SHORT}", "${UNSET:-plain}"]}}}
+    config = parse_config(raw, env={"TOKEN": "tok-123456", "SHORT": "ab"})
+    assert config.redact("server --token tok-123456 ab plain") == "server --token ${TOKEN} ab plain"
+
+
+@pytest.mark.parametrize(
+    ("text", "problem"),
+    [
+        (
+            "upstreams:\n  a: {command: x\n",
+            "invalid YAML at line 3 column 1: expected ',' or '}', but got '<stream end>'",
+        ),
+        ("upstreams:\n\ta: {command: x}\n", "invalid YAML at line 2 column 1: found character '\\t' that cannot start"),
+    ],
+)
+def test_a_yaml_syntax_error_says_what_the_parser_found(tmp_path: Path, text: str, problem: str) -> None:
+    (tmp_path / "gateway.yaml").write_text(text)
+    with pytest.raises(ConfigError) as error:
+        load_config(tmp_path / "gateway.yaml")
+    assert error.value.problem.startswith(problem)
+
+
+def test_a_host_module_without_its_attribute_gets_the_form_as_the_fix() -> None:
+    raw = {"upstreams": {"a": {"command": "server"}}, "interceptors": {"hosts": [{"module": "my_hosts"}]}}
+    with pytest.raises(ConfigError) as error:
+        parse_config(raw, file="gateway.yaml")
+    assert error.value.path == "interceptors.hosts.0.module"
+    assert error.value.fix == "name an InterceptorHost as module:attribute, e.g. my_hosts:host"
+
+
+def test_the_schema_refuses_an_upstream_name_the_loader_refuses() -> None:
+    validator = Draft202012Validator(config_json_schema())
+    assert validator.is_valid({"upstreams": {"notes.v2": {"command": "server"}}})
+    assert not validator.is_valid({"upstreams": {"my notes": {"command": "server"}}})
+    with pytest.raises(ConfigError):
+        parse_config({"upstreams": {"my notes": {"command": "server"}}})

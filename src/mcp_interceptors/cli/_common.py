@@ -104,3 +104,13 @@ def add_target_arguments(parser: Any) -> None:
     parser.add_argument("--mode", choices=["auto", "legacy", "2026-07-28"], default="auto", help="protocol era")
     parser.add_argument("--header", action="append", default=[], metavar="'NAME: VALUE'", help="HTTP header")
     parser.add_argument("--bearer", metavar="TOKEN", help="HTTP bearer token")
+
+
+LOG_LEVELS = ("DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL")
+
+
+def add_log_level_argument(parser: Any) -> None:
+    """`--log-level`, any case: a name logging does not know is a usage error, not a traceback."""
+    parser.add_argument(
+        "--log-level", default="WARNING", type=str.upper, choices=LOG_LEVELS, help="logging level for stderr"
+    )

@@ -3,14 +3,17 @@
 from __future__ import annotations
 
 import argparse
+import errno
 import json
 import logging
+import os
 import sys
+from pathlib import Path
 from typing import Any
 
 import anyio
 
-from mcp_interceptors.cli._common import CommandError, print_json
+from mcp_interceptors.cli._common import CommandError, add_log_level_argument, print_json
 from mcp_interceptors.gateway.auth import check_auth
 from mcp_interceptors.gateway.check import check_report, missing_commands, render_check
 from mcp_interceptors.gateway.config import (
@@ -23,7 +26,7 @@ from mcp_interceptors.gateway.config import (
 )
 from mcp_interceptors.gateway.routing import RoutingError
 from mcp_interceptors.gateway.serve import BindRefusedError, ListenError, check_listen, serve_http, serve_stdio
-from mcp_interceptors.gateway.server import Gateway, audit_key_location
+from mcp_interceptors.gateway.server import Gateway, audit_key_location, audit_store_location
 from mcp_interceptors.gateway.sources import chain_for, populate_chain
 from mcp_interceptors.gateway.upstream import UpstreamUnavailableError
 from mcp_interceptors.invoker import Chain
@@ -49,7 +52,7 @@ def register(subcommands: Any) -> None:
     gateway.add_argument(
         "--json", action="store_true", help="with --check: print the upstreams, deadline and plan as JSON"
     )
-    gateway.add_argument("--log-level", default="WARNING", help="logging level for stderr")
+    add_log_level_argument(gateway)
     gateway.set_defaults(handler=run_gateway)
 
     schema = subcommands.add_parser("config-schema", help="print the JSON Schema of gateway.yaml")
@@ -66,13 +69,17 @@ COMMAND_LINE = "<command line>"
 
 
 def shortcut_config(guards: list[str], command: list[str]) -> GatewayConfig:
-    """The config `gateway --guard NAME -- cmd ...` stands for."""
+    """The config `gateway --guard NAME -- cmd ...` stands for.
+
+    The command is passed on as given: a `${VAR}` in it is the upstream's own (an `sh -c` script's), not ours.
+    """
     return parse_config(
         {
             "upstreams": {"upstream": {"command": command[0], "args": command[1:]}},
             "interceptors": {"guards": [{"name": guard} for guard in guards]},
         },
         file=COMMAND_LINE,
+        substitute=False,
     )
 
 
@@ -91,10 +98,41 @@ def run_gateway(args: argparse.Namespace) -> int:
     logging.basicConfig(level=args.log_level.upper(), stream=sys.stderr, format="%(levelname)s %(name)s: %(message)s")
     if args.json and not args.check:
         raise CommandError("--json goes with --check (it prints the plan as JSON)", 2)
+    if args.check and (args.config or args.http):  # it would check one file and ignore the rest without a word
+        given = "--config" if args.config else "--http"
+        raise CommandError(f"--check FILE checks that file and exits: give it without {given}", 2)
+    if args.guard and (args.config or args.check):  # --check FILE would plan without them, and say "valid"
+        raise CommandError("--guard is for the no-config shortcut; list guards in the config file instead", 2)
     try:
-        if args.guard and (args.config or args.check):  # --check FILE would plan without them, and say "valid"
-            raise CommandError("--guard is for the no-config shortcut; list guards in the config file instead", 2)
         config, file = _config(args)
+    except ConfigError as exc:
+        raise _config_error(exc) from None
+    # Values from the environment (tokens) are shown as the `${VAR}` written, in errors and logs alike.
+    for handler in logging.getLogger().handlers:
+        handler.addFilter(_Redacting(config))
+    try:
+        return _run_command(args, config, file)
+    except CommandError as exc:
+        raise CommandError(config.redact(str(exc)), exc.exit_code) from None
+
+
+class _Redacting(logging.Filter):
+    """Writes values taken from the environment back as their `${VAR}` in each log line."""
+
+    def __init__(self, config: GatewayConfig) -> None:
+        super().__init__()
+        self.config = config
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        message = record.getMessage()
+        redacted = self.config.redact(message)
+        if redacted != message:
+            record.msg, record.args = redacted, None
+        return True
+
+
+def _run_command(args: argparse.Namespace, config: GatewayConfig, file: str) -> int:
+    try:
         check_auth(config, file)
         if args.check:
             return anyio.run(_check, config, file, args.json)
@@ -149,6 +187,7 @@ def _parse_http(value: str) -> tuple[str, int]:
 
 async def _check(config: GatewayConfig, file: str, as_json: bool) -> int:
     _check_audit_key(config, file)
+    _check_audit_store(config, file, create=False)
     async with anyio.create_task_group() as tg:
         chain = chain_for(config)
         await populate_chain(chain, config, tg, file=file)
@@ -178,7 +217,30 @@ def _check_audit_key(config: GatewayConfig, file: str) -> None:
         raise ConfigError(file, "audit.key_file", str(exc), fix) from None
 
 
+def _check_audit_store(config: GatewayConfig, file: str, *, create: bool) -> None:
+    """The store's folder must exist or be creatable (`create`: create it, as the gateway does at start)."""
+    if not config.audit.enabled or "://" in config.audit.store:
+        return
+    path = Path(audit_store_location(config, create=False))
+    folder = path.parent
+    try:
+        if create:
+            folder.mkdir(mode=0o700, parents=True, exist_ok=True)
+            return
+        existing = next(p for p in (folder, *folder.parents) if p.exists())
+        if not existing.is_dir() or not os.access(existing, os.W_OK | os.X_OK):
+            raise PermissionError(errno.EACCES, "not a folder the gateway can write in", str(existing))
+    except OSError as exc:
+        raise ConfigError(
+            file,
+            "audit.store",
+            f"cannot create the folder of {str(path)!r} ({exc.strerror}: {exc.filename or folder})",
+            "point audit.store at a path the gateway can write, or create its folder",
+        ) from None
+
+
 async def _serve(config: GatewayConfig, file: str, http: tuple[str, int] | None, insecure_no_auth: bool) -> None:
+    _check_audit_store(config, file, create=True)
     chain = chain_for(config)
     try:
         await _run_gateway(chain, config, file, http, insecure_no_auth)

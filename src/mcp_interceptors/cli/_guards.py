@@ -21,7 +21,13 @@ from mcp.server.stdio import stdio_server
 from pydantic import TypeAdapter
 
 from mcp_interceptors import __version__, guards
-from mcp_interceptors.cli._common import CommandError, add_target_arguments, build_client, read_json_argument
+from mcp_interceptors.cli._common import (
+    CommandError,
+    add_log_level_argument,
+    add_target_arguments,
+    build_client,
+    read_json_argument,
+)
 from mcp_interceptors.cli._core import _run
 from mcp_interceptors.cli._gateway import _parse_http
 from mcp_interceptors.executor import Call
@@ -53,7 +59,7 @@ def register(subcommands: Any) -> None:
     )
     serve.add_argument("--http", metavar="HOST:PORT", help="serve Streamable HTTP at http://HOST:PORT/mcp")
     serve.add_argument("--insecure-no-auth", action="store_true", help="allow a non-loopback HTTP bind")
-    serve.add_argument("--log-level", default="WARNING", help="logging level for stderr")
+    add_log_level_argument(serve)
     serve.set_defaults(handler=run_serve)
 
     pin = subcommands.add_parser(

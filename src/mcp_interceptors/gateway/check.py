@@ -39,7 +39,8 @@ def resolved_upstreams(config: GatewayConfig) -> dict[str, dict[str, Any]]:
     resolved = {}
     for name, upstream in config.upstreams.items():
         where = " ".join([upstream.command or "", *upstream.args]) if upstream.command else upstream.url
-        resolved[name] = {"kind": upstream.kind, "target": where, "prefix": config.prefix_for(name) or None}
+        target = config.redact(where or "")  # a token in an argument or URL: shown as the `${VAR}` written
+        resolved[name] = {"kind": upstream.kind, "target": target, "prefix": config.prefix_for(name) or None}
     return resolved
 
 

@@ -13,14 +13,24 @@ import re
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Annotated, Any, Literal
+from urllib.parse import urlsplit
 
 import yaml
-from pydantic import AfterValidator, BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+from pydantic import (
+    AfterValidator,
+    BaseModel,
+    ConfigDict,
+    Field,
+    PrivateAttr,
+    ValidationError,
+    field_validator,
+    model_validator,
+)
 from pydantic.json_schema import SkipJsonSchema
 
 from mcp_interceptors.planning import Overrides
 from mcp_interceptors.protocol.errors import InterceptorsError
-from mcp_interceptors.protocol.events import Phase
+from mcp_interceptors.protocol.events import CLIENT_FEATURE_EVENTS, SERVER_FEATURE_EVENTS, Phase, events_match
 
 Point = Literal["receive", "send"]
 _ENV = re.compile(r"\$(\$?)\{([A-Za-z_][A-Za-z0-9_]*)(?::-([^}]*))?\}")
@@ -81,12 +91,29 @@ class TransportConfig(_Model):
         """YAML reads an unquoted `era: 2026-07-28` as a date: take it as the era it names."""
         return value.isoformat() if isinstance(value, datetime.date) else value
 
+    @field_validator("url")
+    @classmethod
+    def _reachable_url(cls, url: str | None) -> str | None:
+        """A URL the gateway can connect to: http(s), a host, and a port (if any) between 1 and 65535."""
+        if url is None:
+            return url
+        if not url.startswith(("http://", "https://")):
+            raise ValueError(f"`url` must be an http(s) URL, got {url!r}")
+        try:
+            parts = urlsplit(url)
+            port = parts.port
+        except ValueError as exc:
+            raise ValueError(f"`url` {url!r} is not a valid URL ({exc})") from None
+        if not parts.hostname:
+            raise ValueError(f"`url` {url!r} names no host, e.g. http://127.0.0.1:8003/mcp")
+        if port == 0:
+            raise ValueError(f"`url` {url!r}: the port must be between 1 and 65535")
+        return url
+
     @model_validator(mode="after")
     def _one_transport(self) -> TransportConfig:
         if (self.command is None) == (self.url is None):
             raise ValueError("give exactly one of `command` (stdio) or `url` (HTTP)")
-        if self.url is not None and not self.url.startswith(("http://", "https://")):
-            raise ValueError(f"`url` must be an http(s) URL, got {self.url!r}")
         # Settings of the other transport would be ignored without a word: refuse them.
         other = ("args", "env", "cwd") if self.url is not None else ("headers", "bearer_token", "transport")
         misplaced = [key for key in other if key in self.model_fields_set]
@@ -122,10 +149,24 @@ class RequiredConfig(_Model):
 
     name: str
     type: Literal["validation", "mutation"]
-    events: list[str]
+    events: Annotated[list[str], Field(min_length=1)]
     phase: Literal["request", "response", "both"] = "request"
     mode: Literal["active", "audit"] = "active"
     fail_open: bool = False
+
+    @field_validator("events")
+    @classmethod
+    def _governed_events(cls, value: list[str]) -> list[str]:
+        """A pin on an event the gateway never governs (a typo such as `tools/cal`) would guard nothing:
+        the events it was meant for would go through while its host is down."""
+        governed = (*SERVER_FEATURE_EVENTS, *CLIENT_FEATURE_EVENTS)
+        unknown = [event for event in value if not any(events_match([event], known) for known in governed)]
+        if unknown:
+            raise ValueError(
+                f"{', '.join(map(repr, unknown))} is no event the gateway governs; use one of: {', '.join(governed)}"
+                " (or `*`)"
+            )
+        return value
 
 
 class InterceptorServerConfig(TransportConfig):
@@ -367,7 +408,7 @@ class GatewayConfig(_Model):
     upstreams: dict[Annotated[str, Field(pattern=_NAME)], UpstreamConfig] = Field(
         default_factory=dict,
         validate_default=True,  # a file without `upstreams:` is refused too
-        json_schema_extra={"minProperties": 1},
+        json_schema_extra={"minProperties": 1, "additionalProperties": False},  # a name off the pattern, too
     )
     interceptors: InterceptorsConfig = Field(default_factory=InterceptorsConfig)
     chain: ChainConfig = Field(default_factory=ChainConfig)
@@ -380,6 +421,13 @@ class GatewayConfig(_Model):
     metrics: MetricsConfig = Field(default_factory=MetricsConfig)
     #: The folder relative paths resolve against (the config file's); set by `load_config`, not by users.
     base_dir: SkipJsonSchema[str | None] = None
+    #: Each value `${VAR}` substitution put in the file, with the VAR it came from (see `redact`).
+    _substituted: dict[str, str] = PrivateAttr(default_factory=dict)
+
+    def redact(self, text: str) -> str:
+        """`text` with every value taken from the environment written back as the `${VAR}` it came from,
+        so secrets (a token in an argument or a URL) stay out of `--check` output, errors and logs."""
+        return redact_values(text, self._substituted)
 
     @field_validator("upstreams")
     @classmethod
@@ -403,10 +451,25 @@ class GatewayConfig(_Model):
 # --------------------------------------------------------------------------- loading
 
 
-def substitute_env(value: Any, env: Mapping[str, str], file: str, path: str = "") -> Any:
+#: Shorter values are not written back by `redact_values`: they would garble the text around them.
+_MIN_REDACTED_LENGTH = 4
+
+
+def redact_values(text: str, substituted: Mapping[str, str]) -> str:
+    """Write each substituted value (of at least 4 characters) in `text` back as its `${VAR}`, longest first."""
+    for value in sorted(substituted, key=len, reverse=True):
+        if len(value) >= _MIN_REDACTED_LENGTH:
+            text = text.replace(value, f"${{{substituted[value]}}}")
+    return text
+
+
+def substitute_env(
+    value: Any, env: Mapping[str, str], file: str, path: str = "", *, used: dict[str, str] | None = None
+) -> Any:
     """Replace `${VAR}` and `${VAR:-default}` (the default if VAR is unset or empty, as in the shell) in
     every string; a missing VAR without a default is a `ConfigError`.
-    `$${VAR}` stands for a literal `${VAR}` (a CEL expression or pattern may need one)."""
+    `$${VAR}` stands for a literal `${VAR}` (a CEL expression or pattern may need one).
+    `used` collects each value taken from `env`, with its VAR (defaults are written in the file)."""
     if isinstance(value, str):
 
         def replace(match: re.Match[str]) -> str:
@@ -416,29 +479,38 @@ def substitute_env(value: Any, env: Mapping[str, str], file: str, path: str = ""
             if default is not None and not env.get(name):  # `:-` as in the shell: unset or empty
                 return default
             if name in env:
+                if used is not None:
+                    used[env[name]] = name
                 return env[name]
             fix = f"export {name}=... or write ${{{name}:-default}}"
             raise ConfigError(file, path, f"environment variable {name} is not set", fix)
 
         return _ENV.sub(replace, value)
     if isinstance(value, dict):
-        return {k: substitute_env(v, env, file, f"{path}.{k}" if path else str(k)) for k, v in value.items()}
+        return {k: substitute_env(v, env, file, f"{path}.{k}" if path else str(k), used=used) for k, v in value.items()}
     if isinstance(value, list):
-        return [substitute_env(v, env, file, f"{path}[{i}]") for i, v in enumerate(value)]
+        return [substitute_env(v, env, file, f"{path}[{i}]", used=used) for i, v in enumerate(value)]
     return value
 
 
 def parse_config(
-    raw: Any, *, file: str = "<config>", env: Mapping[str, str] | None = None, base_dir: str | None = None
+    raw: Any,
+    *,
+    file: str = "<config>",
+    env: Mapping[str, str] | None = None,
+    base_dir: str | None = None,
+    substitute: bool = True,
 ) -> GatewayConfig:
     """Validate a loaded YAML document into a `GatewayConfig`, raising `ConfigError` on the first problem.
 
     Stdio servers without a `cwd` run in `base_dir` (the config file's folder), so relative paths
-    in a config mean the same thing wherever the gateway is started.
+    in a config mean the same thing wherever the gateway is started. `substitute=False` takes every
+    string as written (a command line's arguments, which the shell has already expanded).
     """
     if not isinstance(raw, dict):
         raise ConfigError(file, "", "the document must be a mapping", "start with keys like `upstreams:`")
-    data = substitute_env(raw, os.environ if env is None else env, file)
+    used: dict[str, str] = {}
+    data = substitute_env(raw, os.environ if env is None else env, file, used=used) if substitute else raw
     if base_dir is not None:
         _default_cwd(data, base_dir)
         data.setdefault("base_dir", base_dir)
@@ -447,7 +519,8 @@ def parse_config(
     except ValidationError as exc:
         error = exc.errors(include_url=False)[0]
         path = ".".join(str(part) for part in error["loc"])
-        raise ConfigError(file, path, error["msg"], _fix_for(error)) from None
+        raise ConfigError(file, path, redact_values(error["msg"], used), _fix_for(error)) from None
+    config._substituted.update(used)
     _check_http_path(config.http, file)
     return config
 
@@ -481,7 +554,9 @@ def load_config(path: str | Path, *, env: Mapping[str, str] | None = None) -> Ga
     except yaml.YAMLError as exc:
         mark = getattr(exc, "problem_mark", None)
         where = f"line {mark.line + 1} column {mark.column + 1}" if mark is not None else "unknown position"
-        raise ConfigError(file, "", f"invalid YAML at {where}", "fix the YAML syntax") from None
+        problem = getattr(exc, "problem", None)  # what the parser expected or found there
+        what = f": {' '.join(problem.split())}" if problem else ""
+        raise ConfigError(file, "", f"invalid YAML at {where}{what}", "fix the YAML syntax") from None
     if repeated is not None:
         path, line = repeated
         raise ConfigError(file, path, f"given twice (the second at line {line})", "keep only one of them")
@@ -530,11 +605,15 @@ def _fix_for(error: Mapping[str, Any]) -> str:
         return "add the key"
     if kind in ("literal_error", "enum"):
         return "use one of the allowed values"
+    if error.get("loc", ())[-1:] == ("url",):
+        return "give the server's http(s) URL, e.g. http://127.0.0.1:8003/mcp"
     if kind == "string_too_short":
         return "give a non-empty value (is an environment variable it names set to the empty string?)"
     if kind == "string_pattern_mismatch":
         if error.get("loc", ())[-1:] == ("path",):
             return "start the path with '/', e.g. /mcp"
+        if error.get("loc", ())[-1:] == ("module",):
+            return "name an InterceptorHost as module:attribute, e.g. my_hosts:host"
         return "use letters, digits, '.', '_' or '-'"
     return "see `mcp-interceptors config-schema`"
 

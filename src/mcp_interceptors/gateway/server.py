@@ -767,15 +767,17 @@ class Gateway:
         return next(iter(self.config.upstreams))
 
 
-def audit_store_location(config: GatewayConfig) -> str:
-    """The store URL or path; a relative path is relative to the config file, and its folder is created."""
+def audit_store_location(config: GatewayConfig, *, create: bool = True) -> str:
+    """The store URL or path; a relative path is relative to the config file, and its folder is created
+    (unless `create=False`)."""
     target = config.audit.store
     if "://" in target:
         return target
     path = Path(target)
     if config.base_dir is not None and not path.is_absolute():
         path = Path(config.base_dir) / path
-    path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)  # owner-only, as the store makes it
+    if create:
+        path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)  # owner-only, as the store makes it
     return str(path)
 
 

@@ -76,6 +76,23 @@ async def test_policy_allowlist_filters_listings_by_server() -> None:
     assert (await run_chain(host, "tools/list", "response", unchanged)).final_payload is unchanged
 
 
+async def test_policy_allowlist_takes_off_only_the_servers_own_prefix() -> None:
+    """`allow: [echo]` covers `notes__echo` from upstream `notes` (the gateway's default prefix), never a tool an
+    upstream named `evil__echo` itself (one upstream: no prefix), which a denylist's wider reading would match."""
+    host = guards.load("tool-policy", {"allow": ["echo"]})
+    prefixed = await run_chain(host, "tools/call", "request", tool_call("notes__echo"), server="notes")
+    named_so = await run_chain(host, "tools/call", "request", tool_call("evil__echo"), server="notes")
+    listing = {"tools": [{"name": "echo"}, {"name": "evil__echo"}]}
+    listed = await run_chain(host, "tools/list", "response", listing, server="notes")
+    assert prefixed.status == "success", messages(prefixed)
+    assert named_so.status == "validation_failed"
+    assert listed.final_payload == {"tools": [{"name": "echo"}]}
+    denied = await run_chain(
+        guards.load("tool-policy", {"deny": ["echo"]}), "tools/call", "request", tool_call("evil__echo"), server="notes"
+    )
+    assert denied.status == "validation_failed"  # a denylist still reads past any prefix
+
+
 async def test_policy_tool_servers_map_for_use_outside_the_gateway() -> None:
     host = guards.load("tool-policy", {"deny": [{"server": "github", "tool": "*"}], "tool_servers": {"gh_*": "github"}})
     assert (await run_chain(host, "tools/call", "request", tool_call("gh_push"))).status == "validation_failed"

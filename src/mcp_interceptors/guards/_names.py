@@ -69,12 +69,16 @@ class Glob:
     def matches(self, value: str | None) -> bool:
         return value is not None and self._regex is not None and self._regex.match(value) is not None
 
-    def matches_name(self, name: str | None) -> bool:
+    def matches_name(self, name: str | None, *, prefix: str | None = None) -> bool:
         """Matches a tool or prompt name, or the part after a gateway's `<prefix>__` (`delete_*` covers
-        `notes__delete_everything`)."""
+        `notes__delete_everything`). With `prefix`, only that one is taken off: what widens a denylist would
+        let an allowlist's `echo` pass a tool an upstream named `evil__echo` itself."""
         if self.matches(name):
             return True
-        return name is not None and GATEWAY_SEPARATOR in name and self.matches(name.split(GATEWAY_SEPARATOR, 1)[1])
+        if name is None or GATEWAY_SEPARATOR not in name:
+            return False
+        head, rest = name.split(GATEWAY_SEPARATOR, 1)
+        return (prefix is None or head == prefix) and self.matches(rest)
 
     def __bool__(self) -> bool:
         return bool(self.patterns)

@@ -83,10 +83,12 @@ class _Pattern:
     server: Glob | None
     tool: Glob
 
-    def matches(self, server: str | None, tool: str) -> bool:
+    def matches(self, server: str | None, tool: str, *, strict_prefix: bool = False) -> bool:
+        """With `strict_prefix` (an allowlist), a name matches after its prefix only when that prefix is the
+        server's own name, the gateway's default; with a custom `prefix`, allow the exposed name."""
         if self.server is not None and not self.server.matches(server):
             return False
-        return self.tool.matches_name(tool)
+        return self.tool.matches_name(tool, prefix=(server or "") if strict_prefix else None)
 
 
 @dataclass(frozen=True, slots=True)
@@ -110,7 +112,7 @@ class _Settings:
     def is_allowed(self, server: str | None, tool: str) -> bool:
         if any(p.matches(server, tool) for p in self.deny):
             return False
-        return not self.allow or any(p.matches(server, tool) for p in self.allow)
+        return not self.allow or any(p.matches(server, tool, strict_prefix=True) for p in self.allow)
 
 
 def _pattern(raw: str | Mapping[str, str]) -> _Pattern:

@@ -4,6 +4,7 @@ hang or never start. Each test runs its own gateway, since it breaks one of its 
 
 from __future__ import annotations
 
+import contextlib
 import sys
 from pathlib import Path
 from typing import Any
@@ -392,6 +393,42 @@ async def test_sse_upstream_message_limit_is_its_max_message_bytes(write_config:
     assert too_long.value.message == f"the gateway closed its connection to upstream 'e2e': it sent {reason}"
     assert too_long.value.data == {"upstream": "e2e", "reason": reason}
     assert after == "fits"
+
+
+@pytest.mark.parametrize("transport", ["stdio", "http"])
+async def test_interceptor_server_message_over_its_max_message_bytes_fails_the_invocation_closed(
+    write_config: ConfigWriter, transport: str
+) -> None:
+    """A remote interceptor server's answer is capped by its `max_message_bytes` as an upstream's is: there
+    was no setting (a hostile host could send 64 MiB lines, and JSON answers or SSE events of any size over
+    HTTP). One over it fails the invocation closed, naming the interceptor, and the host keeps serving."""
+    port = free_tcp_port()
+    args = [INTERCEPTOR_SERVER, "--http", str(port)] if transport == "http" else [INTERCEPTOR_SERVER]
+    where = {"url": f"http://127.0.0.1:{port}/mcp"} if transport == "http" else {"command": sys.executable}
+    server = {"name": "remote", **where, "max_message_bytes": 65536}
+    if transport == "stdio":
+        server["args"] = args
+    config = write_config(
+        standard_config(interceptors={"servers": [server], "overrides": {"watchdog": {"timeout_ms": 10_000}}})
+    )
+    async with contextlib.AsyncExitStack() as stack:
+        if transport == "http":
+            await stack.enter_async_context(running([sys.executable, *args], port=port, label="interceptor server"))
+        async with connect("stdio", config, "legacy") as client:
+            with anyio.fail_after(30):
+                fits = text_of(await client.call_tool("echo", {"text": "flood 1000"}))
+            with anyio.fail_after(30), pytest.raises(MCPError) as blocked:
+                await client.call_tool("echo", {"text": "flood 100000"})
+            with anyio.fail_after(30):
+                while True:  # a stdio host is restarted: poll until a call gets through again
+                    try:
+                        after = text_of(await client.call_tool("echo", {"text": "fine"}))
+                        break
+                    except MCPError:
+                        await anyio.sleep(0.2)
+    assert (fits, after) == ("flood 1000", "fine")
+    assert (blocked.value.code, blocked.value.message) == (-32602, "Blocked by interceptor validation")
+    assert blocked.value.data == WATCHDOG_BLOCK
 
 
 async def test_r61_the_gateways_interceptors_list_and_invoke_apply_the_configured_overrides(

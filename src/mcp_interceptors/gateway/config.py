@@ -174,6 +174,15 @@ class InterceptorServerConfig(TransportConfig):
 
     name: Annotated[str, Field(pattern=_NAME)]
     required: list[RequiredConfig] = Field(default_factory=list)
+    max_message_bytes: Annotated[int, Field(gt=0)] = Field(
+        64 * 1024 * 1024,
+        description=(
+            "The longest message the interceptor server may send. Stdio: a longer line closes the connection "
+            "and it is restarted. Streamable HTTP: a longer JSON answer or SSE event fails that request. "
+            "Legacy SSE: a longer event ends the event stream, and it reconnects. Either way the invocations "
+            "it was answering fail (closed, unless the interceptor is `fail_open`)."
+        ),
+    )
     public_key: str | None = Field(
         None,
         description=(

@@ -100,10 +100,12 @@ class GatewayMetrics:
         self._failure_children: dict[tuple[str, str], Any] = {}
 
     def request_done(self, upstream: str | None, method: str, outcome: Outcome) -> None:
-        key = (upstream or "", method, outcome)
+        # Keyed by the label, not the method the client sent: a cache keyed by what a client chooses would
+        # keep every method name it ever sent.
+        key = (upstream or "", method_label(method), outcome)
         child = self._request_children.get(key)
         if child is None:
-            child = self._request_children[key] = self._requests.labels(upstream or "", method_label(method), outcome)
+            child = self._request_children[key] = self._requests.labels(*key)
         child.inc()
 
     def chain_ran(self, result: ChainResult) -> None:

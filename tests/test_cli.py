@@ -259,6 +259,33 @@ def test_http_port_in_use_fails_with_one_line(options: tuple[str, ...], upstream
     assert line == f"mcp-interceptors {options[0]}: error: cannot listen on 127.0.0.1:{port}: Address already in use"
 
 
+def test_metrics_listen_port_in_use_fails_with_one_line_naming_the_setting(tmp_path: Path) -> None:
+    """A taken `metrics.listen` address fails before any upstream starts, saying which listener it is."""
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        config = tmp_path / "gateway.yaml"
+        config.write_text(f"upstreams: {{a: {{command: python}}}}\nmetrics: {{listen: '127.0.0.1:{port}'}}\n")
+        done = cli("gateway", "--config", str(config))
+    line = one_line_error(done, 1)
+    assert line == (
+        f"mcp-interceptors gateway: error: metrics.listen in {config}: cannot listen on 127.0.0.1:{port}: "
+        "Address already in use"
+    )
+
+
+def test_metrics_listen_on_the_http_fronts_address_is_refused(tmp_path: Path) -> None:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    config = tmp_path / "gateway.yaml"
+    config.write_text(f"upstreams: {{a: {{command: python}}}}\nmetrics: {{listen: '127.0.0.1:{port}'}}\n")
+    done = cli("gateway", "--config", str(config), "--http", f"127.0.0.1:{port}")
+    line = one_line_error(done, 1)
+    assert line.startswith(f"mcp-interceptors gateway: error: metrics.listen in {config}: 127.0.0.1:{port} is where")
+
+
 @pytest.mark.parametrize("count", ["-3", "0", "many"])
 def test_audit_tail_refuses_a_count_below_one(tmp_path: Path, count: str) -> None:
     done = cli("audit", "tail", "-n", count, "--store", str(tmp_path / "audit.db"))

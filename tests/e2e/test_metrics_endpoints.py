@@ -3,13 +3,14 @@ listener of a stdio gateway, scraped after real calls (one blocked by a guard)."
 
 from __future__ import annotations
 
+from functools import partial
 from pathlib import Path
 from typing import Any
 
 import anyio
 import httpx
 import pytest
-from e2e_support import gateway_env, standard_config, stdio_transport, text_of, write_yaml
+from e2e_support import gateway_env, standard_config, stdio_transport, text_of, unique, write_yaml
 from helpers import cli_argv, free_tcp_port, running, stderr_log
 from mcp import Client, MCPError
 from prometheus_client.parser import text_string_to_metric_families
@@ -113,3 +114,35 @@ async def test_http_metrics_need_the_fronts_bearer_token(tmp_path: Path) -> None
             allowed = await http.get(url, headers={"Authorization": "Bearer scrape-secret"})
     assert (anonymous.status_code, wrong.status_code, allowed.status_code) == (401, 401, 200)
     assert "mcp_gateway_upstream_up" in allowed.text
+
+
+@pytest.mark.parametrize("era", ["legacy", "2026-07-28"])
+async def test_a_cancelled_call_is_counted_as_cancelled_and_a_listing_names_its_only_upstream(
+    tmp_path: Path, era: str
+) -> None:
+    """A call the client cancels was answered with no error, so it is no `error`; a listing of the one
+    upstream there is names it (only a merged listing has no single upstream)."""
+    config = write_yaml(tmp_path / "gateway.yaml", standard_config(http={"metrics": True}))
+    port = free_tcp_port()
+    argv = cli_argv("gateway", "--config", str(config), "--http", f"127.0.0.1:{port}")
+    token = unique("sleep")
+    with anyio.fail_after(60):
+        async with running(argv, port=port, env=gateway_env(), label="HTTP gateway"):
+            async with Client(f"http://127.0.0.1:{port}/mcp", mode=era) as client:
+                await client.list_tools()
+                async with anyio.create_task_group() as tg:
+                    tg.start_soon(partial(client.call_tool, "sleep", {"seconds": 30, "token": token}))
+                    await client.call_tool("wait_started", {"token": token, "wait": 10})
+                    tg.cancel_scope.cancel()  # mcp's client sends notifications/cancelled
+                assert text_of(await client.call_tool("was_cancelled", {"token": token, "wait": 10})) == "cancelled"
+            async with httpx.AsyncClient() as http:
+                scraped = samples((await http.get(f"http://127.0.0.1:{port}/metrics")).text)
+    requests = "mcp_gateway_requests_total"
+    assert sample(scraped, requests, upstream="e2e", method="tools/call", outcome="cancelled") == 1
+    assert sample(scraped, requests, upstream="e2e", method="tools/call", outcome="error") is None
+    assert (
+        sample(scraped, requests, upstream="e2e", method="tools/call", outcome="ok") == 2
+    )  # wait_started, was_cancelled
+    listed = sample(scraped, requests, upstream="e2e", method="tools/list", outcome="ok")
+    assert listed is not None and listed >= 1
+    assert sample(scraped, requests, upstream="", method="tools/list", outcome="ok") is None

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import tracemalloc
 from types import SimpleNamespace
 from typing import Any
 
@@ -48,6 +49,23 @@ def test_an_unknown_method_is_counted_as_other_so_clients_cannot_grow_the_labels
     samples = [s for m in metrics.registry.collect() if m.name == "mcp_gateway_requests" for s in m.samples]
     assert {s.labels["method"] for s in samples} == {"other"}
     assert len(metrics._request_children) == 1  # nor the cache of labelled children behind them
+
+
+def test_unknown_methods_a_client_sends_are_not_kept_in_memory() -> None:
+    """Each method name is counted as `other` and then forgotten: a client sending ever new (or huge) names
+    must not grow the gateway's memory."""
+    metrics = GatewayMetrics(["a"])
+    metrics.request_done("a", "vendor/warm-up", "error")
+    tracemalloc.start()
+    try:
+        before = tracemalloc.get_traced_memory()[0]
+        for n in range(200):
+            metrics.request_done("a", f"vendor/{n}/" + "x" * 50_000, "error")
+        kept = tracemalloc.get_traced_memory()[0] - before
+    finally:
+        tracemalloc.stop()
+    assert kept < 1_000_000, f"{kept} bytes kept for 200 unknown method names"
+    assert value(metrics, "mcp_gateway_requests_total", upstream="a", method="other", outcome="error") == 201
 
 
 def test_chain_runs_count_decisions_durations_and_interceptor_failures() -> None:

@@ -139,6 +139,7 @@ def _run_command(args: argparse.Namespace, config: GatewayConfig, file: str) -> 
         http = _parse_http(args.http) if args.http else None
         if http is not None:
             check_listen(*http)  # before any upstream starts
+        _check_metrics_listen(config, file, http)
         anyio.run(_serve, config, file, http, args.insecure_no_auth)
         return 0
     except ConfigError as exc:
@@ -154,6 +155,23 @@ def _run_command(args: argparse.Namespace, config: GatewayConfig, file: str) -> 
         if isinstance(leaf, ConfigError):
             raise _config_error(leaf) from None
         raise CommandError(_first_message(group)) from None
+
+
+def _check_metrics_listen(config: GatewayConfig, file: str, http: tuple[str, int] | None) -> None:
+    """The metrics listener's address must be free, and not the HTTP front's: said before any upstream starts,
+    naming the setting (a bare `Address already in use` would not say which listener)."""
+    if (address := config.metrics.address) is None:
+        return
+    where = f"metrics.listen in {file}"
+    if http is not None and http[1] == address[1] and http[0] in (address[0], "", "0.0.0.0", "::"):
+        raise CommandError(
+            f"{where}: {authority(*address)} is where --http {authority(*http)} serves MCP; "
+            "give the metrics listener another port, or use `http.metrics: true` to serve GET /metrics on the front"
+        )
+    try:
+        check_listen(*address)
+    except ListenError as exc:
+        raise CommandError(f"{where}: {exc}") from None
 
 
 def _config_error(exc: ConfigError) -> CommandError:

@@ -28,7 +28,7 @@ if TYPE_CHECKING:
 
 logger = logging.getLogger(__name__)
 
-Outcome = Literal["ok", "error", "blocked"]
+Outcome = Literal["ok", "error", "blocked", "cancelled"]
 #: Methods counted under their own name; any other (a client may send anything) is counted as `other`,
 #: so a client cannot grow the label set.
 KNOWN_METHODS = frozenset(CLIENT_INITIATED_EVENTS | SERVER_INITIATED_EVENTS | wire_methods.SPEC_CLIENT_METHODS)

@@ -150,8 +150,14 @@ class DownstreamSession:
         except BlockedError:
             outcome = "blocked"
             raise
+        except anyio.get_cancelled_exc_class():
+            outcome = "cancelled"  # the client cancelled it (or the gateway is stopping): no error was answered
+            raise
         finally:
-            metrics.request_done(self.gateway.server_of(self, method, "request", params), method, outcome)
+            upstream = self.gateway.server_of(self, method, "request", params)
+            if upstream is None and method in LISTS and len(self.gateway.config.upstreams) == 1:
+                upstream = next(iter(self.gateway.config.upstreams))  # a listing of the only upstream
+            metrics.request_done(upstream, method, outcome)
 
     async def _handle(
         self, method: str, params: dict[str, Any] | None, downstream: Downstream, request_id: Any

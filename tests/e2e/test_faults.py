@@ -6,10 +6,12 @@ from __future__ import annotations
 
 import contextlib
 import sys
+from functools import partial
 from pathlib import Path
 from typing import Any
 
 import anyio
+import httpx
 import pytest
 from e2e_support import (
     E2E_DIR,
@@ -26,7 +28,7 @@ from e2e_support import (
 )
 from e2e_support import fresh_gateway as connect
 from helpers import cli_argv, free_tcp_port, run_cli, running, stop
-from mcp import MCPError
+from mcp import Client, MCPError
 
 pytestmark = [pytest.mark.anyio, pytest.mark.e2e]
 
@@ -462,3 +464,42 @@ async def test_r61_the_gateways_interceptors_list_and_invoke_apply_the_configure
     assert refused.value.code == -32602
     assert refused.value.data is not None
     assert (refused.value.data["interceptor"], refused.value.data["advertisedHooks"]) == ("secrets", narrowed)
+
+
+async def test_a_session_ended_mid_call_cancels_the_call_on_its_http_upstream(write_config: ConfigWriter) -> None:
+    """A handshake-era session ended while a call runs (its client DELETEs it, or its SSE stream drops) closes
+    its own upstream sessions gracefully: the call is cancelled there, as a direct server would cancel it.
+    The connection was cut at once, so the upstream kept the work (and its session: no DELETE went out)."""
+    upstream_port, gateway_port = free_tcp_port(), free_tcp_port()
+    config = write_config({"upstreams": {"e2e": {"url": f"http://127.0.0.1:{upstream_port}/mcp"}}})
+    argv = cli_argv("gateway", "--config", str(config), "--http", f"127.0.0.1:{gateway_port}")
+    url = f"http://127.0.0.1:{gateway_port}/mcp"
+    headers = {"Accept": "application/json, text/event-stream", "MCP-Protocol-Version": "2025-06-18"}
+    hello = {"protocolVersion": "2025-06-18", "capabilities": {}, "clientInfo": {"name": "raw", "version": "1"}}
+
+    def message(request_id: int | None, method: str, params: dict[str, Any] | None = None) -> dict[str, Any]:
+        body: dict[str, Any] = {"jsonrpc": "2.0", "method": method}
+        if request_id is not None:
+            body["id"] = request_id
+        return body if params is None else {**body, "params": params}
+
+    async with (
+        running([sys.executable, UPSTREAM, "--http", str(upstream_port)], port=upstream_port, label="HTTP upstream"),
+        running(argv, port=gateway_port, env=gateway_env(), label="HTTP gateway"),
+        httpx.AsyncClient(timeout=30) as http,
+    ):
+        with anyio.fail_after(60):
+            opened = await http.post(url, headers=headers, json=message(1, "initialize", hello))
+            session = {**headers, "Mcp-Session-Id": opened.headers["mcp-session-id"]}
+            await http.post(url, headers=session, json=message(None, "notifications/initialized"))
+            sleep = message(2, "tools/call", {"name": "sleep", "arguments": {"seconds": 60, "token": "cut"}})
+            async with anyio.create_task_group() as tg:
+                tg.start_soon(partial(http.post, url, headers=session, json=sleep))
+                wait = message(3, "tools/call", {"name": "wait_started", "arguments": {"token": "cut"}})
+                await http.post(url, headers=session, json=wait)
+                ended = await http.delete(url, headers=session)  # no notifications/cancelled first
+                tg.cancel_scope.cancel()
+            async with Client(url, mode="legacy") as client:
+                verdict = text_of(await client.call_tool("was_cancelled", {"token": "cut", "wait": 5}))
+    assert ended.status_code == 200
+    assert verdict == "cancelled"

@@ -78,6 +78,11 @@ _BACKOFF_MAX_S = 10.0
 #: A connection up this long resets the backoff; one that dies sooner (a crash loop) keeps backing off.
 _STABLE_S = 30.0
 _CONNECT_WAIT_S = 10.0
+#: How long a closed connection may take to end itself: calls cancelled a moment before tell the upstream, and
+#: an HTTP session is ended with DELETE (cut short, a per-session upstream kept both its work and its session).
+_CLOSE_GRACE_S = 3.0
+#: Within that, how long calls still in flight on it get to settle (cancelled ones send `notifications/cancelled`).
+_CLOSE_SETTLE_S = 0.5
 
 
 @dataclass
@@ -374,6 +379,10 @@ class UpstreamConnection:
         self._dispatcher: Wire | None = None
         self._connected = anyio.Event()
         self._closed = False
+        self._closing = anyio.Event()
+        #: Requests in flight on the shared dispatcher, which a graceful close lets settle first.
+        self._inflight = 0
+        self._settled = anyio.Event()  # set when the last of them settles after `close()`
         self._last_error: str | None = None
         self._scope: anyio.CancelScope | None = None
         #: The last HTTP error status the upstream answered with ("401 Unauthorized"), to explain mcp's -32603.
@@ -482,12 +491,21 @@ class UpstreamConnection:
                 if self.left_out:
                     self.left_out = False
                     tg.start_soon(self._announce_return)
+                tg.start_soon(self._end_when_closed, ended)
                 on_ready()
                 await ended.wait()
                 self._mark_down()  # before the transport's teardown: new requests wait for the reconnect
                 tg.cancel_scope.cancel()
         reason = getattr(dispatcher, "close_reason", None)
         return reason if isinstance(reason, str) else None
+
+    async def _end_when_closed(self, ended: anyio.Event) -> None:
+        """On `close()`, let the calls in flight settle a moment, then end the connection the ordinary way."""
+        await self._closing.wait()
+        if self._inflight:
+            with anyio.move_on_after(_CLOSE_SETTLE_S):
+                await self._settled.wait()
+        ended.set()
 
     async def _restore_session_state(self, dispatcher: Wire) -> None:
         """After a restart, resubscribe a handshake-era upstream to what it was subscribed to and set its log
@@ -581,8 +599,15 @@ class UpstreamConnection:
             self._connected = anyio.Event()
 
     def close(self) -> None:
+        """Stop for good. An open connection ends itself (see `_CLOSE_GRACE_S`); one still connecting or backing
+        off has nothing to end and stops at once."""
         self._closed = True
-        if self._scope is not None:
+        self._closing.set()
+        if self._scope is None:
+            return
+        if self.up:
+            self._scope.deadline = min(self._scope.deadline, anyio.current_time() + _CLOSE_GRACE_S)
+        else:
             self._scope.cancel()
 
     # ------------------------------------------------------------------ handshake
@@ -779,6 +804,7 @@ class UpstreamConnection:
     ) -> dict[str, Any]:
         dispatcher = await self._ready()
         body, opts = self._prepare(method, params, request_id, on_progress, headers, timeout_s)
+        self._inflight += 1
         try:
             result = await self._sent(dispatcher, method, body, opts, shared=dispatcher)
             if method in _SESSION_STATE_METHODS:
@@ -788,6 +814,10 @@ class UpstreamConnection:
             if request_id is None:
                 raise
             return await self._request(method, params, None, on_progress, headers, timeout_s)
+        finally:
+            self._inflight -= 1
+            if self._closed and not self._inflight:
+                self._settled.set()
 
     def _prepare(
         self,

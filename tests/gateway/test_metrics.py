@@ -23,10 +23,33 @@ def value(metrics: GatewayMetrics, name: str, **labels: str) -> float | None:
     return metrics.registry.get_sample_value(name, labels)
 
 
-def chain_result(status: str, *failures: tuple[str, bool], duration_ms: float = 3.0) -> Any:
+def chain_result(
+    status: str, *failures: tuple[str, bool], duration_ms: float = 3.0, results: tuple[Any, ...] = ()
+) -> Any:
     failed = [SimpleNamespace(interceptor=name, timeout=timeout) for name, timeout in failures]
     return SimpleNamespace(
-        event="tools/call", phase="request", status=status, total_duration_ms=duration_ms, failures=failed
+        event="tools/call",
+        phase="request",
+        status=status,
+        total_duration_ms=duration_ms,
+        failures=failed,
+        results=list(results),
+    )
+
+
+def test_audit_mode_denials_are_counted_though_the_chain_succeeds() -> None:
+    metrics = GatewayMetrics(["a"])
+    would_block = SimpleNamespace(interceptor="pii", mode="audit", valid=False)
+    passed = SimpleNamespace(interceptor="secrets", mode="audit", valid=True)
+    enforced = SimpleNamespace(interceptor="size-limit", mode="active", valid=True)
+    mutator = SimpleNamespace(interceptor="redact", mode="audit", modified=True)
+    for _ in range(2):
+        metrics.chain_ran(chain_result("success", results=(would_block, passed, enforced, mutator)))
+    denials = "mcp_gateway_audit_mode_denials_total"
+    assert value(metrics, denials, interceptor="pii", event="tools/call", phase="request") == 2
+    assert value(metrics, denials, interceptor="secrets", event="tools/call", phase="request") is None
+    assert (
+        value(metrics, "mcp_gateway_chain_decisions_total", event="tools/call", phase="request", status="success") == 2
     )
 
 

@@ -77,6 +77,12 @@ class GatewayMetrics:
             ["interceptor", "kind"],
             registry=r,
         )
+        self._audit_denials = Counter(
+            "mcp_gateway_audit_mode_denials",
+            "Denials by interceptors in audit mode: what they would have blocked (a staged rollout's evidence).",
+            ["interceptor", "event", "phase"],
+            registry=r,
+        )
         self._upstream_seconds = Histogram(
             "mcp_gateway_upstream_request_duration_seconds",
             "Time an upstream took to answer a request.",
@@ -98,6 +104,7 @@ class GatewayMetrics:
         self._decision_children: dict[tuple[str, str, str], Any] = {}
         self._chain_children: dict[tuple[str, str], Any] = {}
         self._failure_children: dict[tuple[str, str], Any] = {}
+        self._audit_denial_children: dict[tuple[str, str, str], Any] = {}
 
     def request_done(self, upstream: str | None, method: str, outcome: Outcome) -> None:
         # Keyed by the label, not the method: a client sending made-up methods must not grow the cache.
@@ -124,6 +131,13 @@ class GatewayMetrics:
             if counter is None:
                 counter = self._failure_children[failed] = self._failures.labels(*failed)
             counter.inc()
+        for item in result.results:
+            if item.mode == "audit" and getattr(item, "valid", True) is False:
+                denied = (item.interceptor or "", result.event, result.phase)
+                counter = self._audit_denial_children.get(denied)
+                if counter is None:
+                    counter = self._audit_denial_children[denied] = self._audit_denials.labels(*denied)
+                counter.inc()
 
     def upstream_timer(self, upstream: str) -> Callable[[float], None]:
         """What an upstream connection calls with each request's duration in seconds."""

@@ -9,6 +9,7 @@ mutators left no payload of its event into one.
 from __future__ import annotations
 
 import logging
+import math
 from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Literal, Protocol
@@ -622,6 +623,9 @@ def chain_error(result: ChainResult, *, include_details: bool = False) -> MCPErr
         "phase": result.phase,
         "status": result.status,
     }
+    retry_after = _retry_after(result, interceptor)
+    if retry_after is not None:  # a rate limit's hint is no detail to hide: the client needs it to back off
+        data["retryAfterSeconds"] = retry_after
     if include_details:
         data["abortedAt"] = aborted.to_wire() if aborted is not None else None
         data["validationErrors"] = [
@@ -631,6 +635,16 @@ def chain_error(result: ChainResult, *, include_details: bool = False) -> MCPErr
             for m in (getattr(r, "messages", None) or ())
         ]
     return MCPError(code, message, data)
+
+
+def _retry_after(result: ChainResult, interceptor: str) -> float | None:
+    """The `info.retryAfterSeconds` of the blocking validator's verdict (rate-limit gives one), if any."""
+    for item in result.results:
+        if item.interceptor == interceptor and item.type == "validation" and not getattr(item, "valid", True):
+            value = (item.info or {}).get("retryAfterSeconds")
+            if isinstance(value, int | float) and not isinstance(value, bool) and math.isfinite(value) and value >= 0:
+                return float(value)
+    return None
 
 
 def payload_problem(event: str, phase: Phase, payload: Any) -> str | None:

@@ -17,6 +17,7 @@ from mcp import MCPError
 
 from mcp_interceptors import ValidationResult, guards
 from mcp_interceptors.guards.rate_limit import RateLimitHost
+from mcp_interceptors.invoker import chain_error
 
 pytestmark = pytest.mark.anyio
 
@@ -39,6 +40,10 @@ async def test_limit_per_session_denies_over_the_window_and_names_the_scope() ->
     result = denied.results[0]
     assert isinstance(result, ValidationResult) and result.info is not None
     assert result.info["limit"] == "2 per 1 minute" and 0 < result.info["retryAfterSeconds"] <= 60
+    # The client's error carries the hint, without the details a gateway hides by default.
+    error = chain_error(denied)
+    assert error.error.data is not None and error.error.data["retryAfterSeconds"] == result.info["retryAfterSeconds"]
+    assert "validationErrors" not in error.error.data
 
 
 async def test_limits_per_tool_principal_and_server_with_filters() -> None:

@@ -13,7 +13,9 @@ from typing import Any
 from mcp_interceptors import InterceptorHost, Invocation
 
 host = InterceptorHost("example-mutators")
-EMAIL = re.compile(r"[\w.+-]+@[\w-]+\.[\w.-]+")
+# An address starts where a run of its characters starts (the lookbehind), so a long run with no `@` is
+# scanned once, not once from each of its characters (quadratic: 200 KB stalled the gateway for minutes).
+EMAIL = re.compile(r"(?<![\w.+-])[\w.+-]+@[\w-]+\.[\w.-]+")
 
 
 def scrub(value: Any) -> Any:

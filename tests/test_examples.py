@@ -57,3 +57,23 @@ def test_validator_example_max_size_warns_as_it_says(tmp_path: Path) -> None:
     result = json.loads(done.stdout)
     assert result["valid"] is True
     assert [m["severity"] for m in result["messages"]] == ["warn"]
+
+
+def test_mutator_example_redacts_a_long_string_in_linear_time(tmp_path: Path) -> None:
+    """Its e-mail pattern was tried from every character of a run with no `@`: a 200 KB argument kept the
+    in-process host (and so the whole gateway of examples/gateway.yaml) busy for minutes."""
+    payload = tmp_path / "long.json"
+    text = "x" * 200_000 + " mail a.b+c@example.co.uk"
+    payload.write_text(json.dumps({"method": "tools/call", "params": {"name": "t", "arguments": {"text": text}}}))
+    invoke = ["invoke", "redact-emails", "--event", "tools/call", "--phase", "request", "--payload", f"@{payload}"]
+    done = subprocess.run(
+        [sys.executable, "-m", "mcp_interceptors", *invoke, "--", sys.executable, "examples/mutator_server.py"],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    result = json.loads(done.stdout)
+    assert result["payload"]["params"]["arguments"]["text"] == "x" * 200_000 + " mail [EMAIL]"

@@ -167,7 +167,12 @@ async def open_wire(config: TransportConfig, on_http_error: OnHttpError | None =
         async with _sse_transport(config.url, http_client_for(config, on_http_error), cut) as (read, write):
             yield _SseDispatcher(read, write, cut)
         return
-    async with open_transport(config, on_http_error) as (read, write):
+    # The client is ours to close (mcp leaves a client it is given open): left open, each connection's
+    # pooled sockets stayed behind in CLOSE-WAIT, one set per ended session or reconnect.
+    async with (
+        http_client_for(config, on_http_error) as client,
+        open_transport(config, on_http_error, client) as (read, write),
+    ):
         yield JSONRPCDispatcher(read, write)
 
 

@@ -20,6 +20,7 @@ from mcp_interceptors import (
     InterceptorHost,
     Invocation,
     MutationResult,
+    PhasePriority,
     ValidationMessage,
     ValidationResult,
     guards,
@@ -399,6 +400,62 @@ def test_r12_options_of_the_wrong_shape_are_refused_naming_the_interceptor(
 ) -> None:
     with pytest.raises(ValueError, match=message):
         InterceptorHost().validator("bad", **options)
+
+
+def test_r15_per_phase_priority_with_an_unknown_key_is_refused_at_registration() -> None:
+    # regression: `{"req": -100}` was accepted and advertised as `priorityHint: {}`, i.e. priority 0
+    host = InterceptorHost()
+    with pytest.raises(ValueError, match=r"interceptor 'm': priority keys must be 'request' and/or 'response'"):
+        host.mutator("m", events=["*"], priority={"req": -100, "response": 5})
+    host.mutator("ok", events=["*"], priority={"response": 5})(_unchanged)
+    assert host.list()[0].priority_hint == PhasePriority(response=5)
+
+
+async def _unchanged(inv: Invocation) -> None:
+    return None
+
+
+async def _agen(inv: Invocation) -> Any:
+    yield True
+
+
+def _gen(inv: Invocation) -> Any:
+    yield True
+
+
+async def _no_args() -> bool:
+    return True
+
+
+def _two_args(inv: Invocation, extra: int) -> bool:
+    return True
+
+
+@pytest.mark.parametrize(
+    ("handler", "message"),
+    [
+        (42, r"interceptor 'bad': the handler must be callable, got int"),
+        (_agen, r"interceptor 'bad': the handler is a generator function"),
+        (_gen, r"interceptor 'bad': the handler is a generator function"),
+        (_no_args, r"interceptor 'bad': the handler must accept one positional argument \(the Invocation\)"),
+        (_two_args, r"interceptor 'bad': the handler must accept one positional argument .* is \(inv: .*, extra: "),
+    ],
+)
+def test_r12_a_handler_that_cannot_produce_a_result_is_refused_at_registration(handler: Any, message: str) -> None:
+    # regression: these registered fine, were advertised, and then failed (closed) on every invocation
+    host = InterceptorHost()
+    with pytest.raises(TypeError, match=message):
+        host.validator("bad", events=["tools/call"])(handler)
+    assert host.list() == []
+
+
+def test_r12_an_invalid_nested_config_schema_is_refused_naming_the_interceptor_and_path() -> None:
+    # regression: jsonschema's own SchemaError (a multi-page message naming no interceptor) escaped
+    host = InterceptorHost()
+    schema = {"type": "object", "properties": {"limit": {"type": "count"}}}
+    with pytest.raises(ValueError, match=r"interceptor 'bad': invalid configSchema at properties/limit/type: 'count'"):
+        host.validator("bad", events=["tools/call"], config_schema=schema)(_unchanged)
+    assert host.list() == []
 
 
 @pytest.mark.parametrize(

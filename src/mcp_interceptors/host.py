@@ -22,7 +22,7 @@ import anyio.lowlevel
 import anyio.to_thread
 import orjson
 from jsonschema import Draft202012Validator
-from jsonschema.exceptions import best_match
+from jsonschema.exceptions import SchemaError, best_match
 from mcp import MCPError
 from mcp.server import MCPServer, ServerRequestContext
 from mcp.server.context import CallNext, HandlerResult
@@ -39,6 +39,7 @@ from mcp_interceptors.protocol.descriptors import (
     Mode,
     PriorityHint,
     supported_events,
+    unknown_priority_keys,
 )
 from mcp_interceptors.protocol.errors import (
     HookMismatchError,
@@ -184,9 +185,14 @@ class InterceptorHost(Extension):
                 " runs on (initialize, ping, server/discover and notifications are not lifecycle events);"
                 " drop them from its hooks"
             )
+        _check_handler(descriptor.name, handler)
         schema = descriptor.config_schema
         if schema is not None:
-            Draft202012Validator.check_schema(schema)
+            try:
+                Draft202012Validator.check_schema(schema)
+            except SchemaError as exc:  # a nested schema: the envelope was checked by the descriptor model
+                at = " at " + "/".join(str(part) for part in exc.path) if exc.path else ""
+                raise ValueError(f"interceptor {descriptor.name!r}: invalid configSchema{at}: {exc.message}") from None
         registered = _Registered(
             descriptor=descriptor,
             handler=handler,
@@ -605,6 +611,9 @@ def build_descriptor(
         raise ValueError(f"interceptor {name!r}: events must be a list of event names, not a string")
     if phase not in ("request", "response", "both"):
         raise ValueError(f"interceptor {name!r}: phase must be 'request', 'response' or 'both', got {phase!r}")
+    unknown = unknown_priority_keys(priority)
+    if unknown:
+        raise ValueError(f"interceptor {name!r}: priority keys must be 'request' and/or 'response', got {unknown}")
     try:
         raw_hooks: list[Any] = (
             [entry.to_wire() for entry in hooks_for(events, phase)]
@@ -653,6 +662,27 @@ def _may_suspend(handler: Handler) -> bool:
     if code is None:
         return True
     return any(instruction.opname in _SUSPENDING_OPS for instruction in dis.get_instructions(code))
+
+
+def _check_handler(name: str, handler: Any) -> None:
+    """Refuse at registration a handler that could never produce a result (it would fail every call)."""
+    if not callable(handler):
+        raise TypeError(f"interceptor {name!r}: the handler must be callable, got {type(handler).__name__}")
+    if inspect.isasyncgenfunction(handler) or inspect.isgeneratorfunction(handler):
+        raise TypeError(
+            f"interceptor {name!r}: the handler is a generator function; use a plain or async function that returns"
+        )
+    try:
+        signature = inspect.signature(handler)
+    except (TypeError, ValueError):  # some builtins have no signature: let them through
+        return
+    try:
+        signature.bind(None)
+    except TypeError:
+        raise TypeError(
+            f"interceptor {name!r}: the handler must accept one positional argument (the Invocation),"
+            f" its signature is {signature}"
+        ) from None
 
 
 def _is_async(handler: Handler) -> bool:

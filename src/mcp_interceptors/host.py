@@ -204,21 +204,106 @@ class InterceptorHost(Extension):
         self._may_suspend = self._may_suspend or (registered.is_async and _may_suspend(handler))
         self._wire_list = None
 
-    def validator(self, name: str, **options: Any) -> Callable[[F], F]:
-        """Register a validator. Returns may be a `ValidationResult`, a bool, or `(bool, messages)`."""
-        return self._decorator(name, "validation", options)
+    def validator(
+        self,
+        name: str,
+        *,
+        events: Iterable[str] | None = None,
+        phase: PhaseSpec = "request",
+        hooks: Iterable[HookEntry | Mapping[str, Any]] | None = None,
+        mode: Mode = "active",
+        fail_open: bool = False,
+        priority: PriorityHint | Mapping[str, int] | None = None,
+        description: str | None = None,
+        version: str | None = None,
+        config_schema: Mapping[str, Any] | None = None,
+        compat: Compat | Mapping[str, Any] | None = None,
+    ) -> Callable[[F], F]:
+        """Register a validator. Returns may be a `ValidationResult`, a bool, or `(bool, messages)`.
 
-    def mutator(self, name: str, **options: Any) -> Callable[[F], F]:
+        Options are `build_descriptor`'s; a bad one raises `ValueError` naming the interceptor, here.
+        """
+        descriptor = build_descriptor(
+            name,
+            "validation",
+            events=events,
+            phase=phase,
+            hooks=hooks,
+            mode=mode,
+            fail_open=fail_open,
+            priority=priority,
+            description=description,
+            version=version,
+            config_schema=config_schema,
+            compat=compat,
+        )
+        return self._decorator(descriptor)
+
+    def mutator(
+        self,
+        name: str,
+        *,
+        events: Iterable[str] | None = None,
+        phase: PhaseSpec = "request",
+        hooks: Iterable[HookEntry | Mapping[str, Any]] | None = None,
+        mode: Mode = "active",
+        fail_open: bool = False,
+        priority: PriorityHint | Mapping[str, int] | None = None,
+        description: str | None = None,
+        version: str | None = None,
+        config_schema: Mapping[str, Any] | None = None,
+        compat: Compat | Mapping[str, Any] | None = None,
+    ) -> Callable[[F], F]:
         """Register a mutator. Returns may be a `MutationResult`, the new payload, or None (unchanged)."""
-        return self._decorator(name, "mutation", options)
+        descriptor = build_descriptor(
+            name,
+            "mutation",
+            events=events,
+            phase=phase,
+            hooks=hooks,
+            mode=mode,
+            fail_open=fail_open,
+            priority=priority,
+            description=description,
+            version=version,
+            config_schema=config_schema,
+            compat=compat,
+        )
+        return self._decorator(descriptor)
 
-    def sink(self, name: str, **options: Any) -> Callable[[F], F]:
+    def sink(
+        self,
+        name: str,
+        *,
+        events: Iterable[str] | None = None,
+        phase: PhaseSpec = "request",
+        hooks: Iterable[HookEntry | Mapping[str, Any]] | None = None,
+        mode: Mode = "active",
+        fail_open: bool = False,
+        priority: PriorityHint | Mapping[str, int] | None = None,
+        description: str | None = None,
+        version: str | None = None,
+        config_schema: Mapping[str, Any] | None = None,
+        compat: Compat | Mapping[str, Any] | None = None,
+    ) -> Callable[[F], F]:
         """Register an opt-in sink (PR #28): never blocks, never changes the payload."""
-        return self._decorator(name, "sink", options)
+        descriptor = build_descriptor(
+            name,
+            "sink",
+            events=events,
+            phase=phase,
+            hooks=hooks,
+            mode=mode,
+            fail_open=fail_open,
+            priority=priority,
+            description=description,
+            version=version,
+            config_schema=config_schema,
+            compat=compat,
+        )
+        return self._decorator(descriptor)
 
-    def _decorator(self, name: str, type_: InterceptorType, options: Mapping[str, Any]) -> Callable[[F], F]:
-        descriptor = build_descriptor(name, type_, **options)
-
+    def _decorator(self, descriptor: InterceptorDescriptor) -> Callable[[F], F]:
         def register(fn: F) -> F:
             self.add(descriptor, fn)
             return fn

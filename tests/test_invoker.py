@@ -509,8 +509,10 @@ async def test_r66_discovery_failure_without_pins_raises(era: str) -> None:
     with anyio.fail_after(5):
         async with connect(MCPServer("no-extension"), era) as client:
             chain = Chain(role="client")
-            with pytest.raises(DiscoveryError, match="interceptors/list failed on 'up'"):
+            with pytest.raises(DiscoveryError, match="interceptors/list failed on 'up'") as failed:
                 await chain.add_server(client, name="up")
+    # regression: `data` was `{}`, naming neither the host nor what it answered
+    assert failed.value.data == {"host": "up", "reason": "Method not found", "code": -32601}
 
 
 @pytest.mark.parametrize(

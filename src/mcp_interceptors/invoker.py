@@ -324,6 +324,15 @@ def _unmet_pin(pin: RequiredInterceptor, descriptor: InterceptorDescriptor) -> s
     return None
 
 
+def _discovery_failure(host_name: str, exc: Exception) -> dict[str, Any]:
+    """`DiscoveryError.data` for a failed `interceptors/list`: the host, and the error it gave (its code)."""
+    if isinstance(exc, InterceptorsError):
+        return {"reason": str(exc), **exc.data, "host": host_name}
+    if isinstance(exc, MCPError):
+        return {"host": host_name, "reason": exc.error.message, "code": exc.error.code}
+    return {"host": host_name, "reason": f"{type(exc).__name__}: {exc}"}
+
+
 class Chain:
     """Plans and runs interceptor chains for one invoker.
 
@@ -452,7 +461,9 @@ class Chain:
             found = await discover()
         except (MCPError, OSError, InterceptorsError) as exc:
             if not pinned:
-                raise DiscoveryError(f"interceptors/list failed on {host_name!r}: {exc}") from exc
+                raise DiscoveryError(
+                    f"interceptors/list failed on {host_name!r}: {exc}", data=_discovery_failure(host_name, exc)
+                ) from exc
             logger.error("discovery failed on %r, pinned interceptors will fail closed: %s", host_name, exc)
             found = []
             source = UnavailableSource(str(exc))

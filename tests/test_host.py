@@ -17,6 +17,7 @@ from mcp.server import MCPServer
 
 from mcp_interceptors import (
     EXTENSION_ID,
+    Chain,
     InterceptorHost,
     Invocation,
     MutationResult,
@@ -910,6 +911,28 @@ async def test_r24_r25_result_that_is_not_json_is_internal_error_with_data(
     assert error.code == -32603
     assert error.message == "Interceptor execution failed"
     assert error.data == {"interceptor": name, "reason": f"result is not JSON-serialisable: {reason}"}
+
+
+@pytest.mark.parametrize(
+    ("name", "reason"),
+    [
+        ("set", "payload.tags holds a set, not a JSON value"),
+        ("nan", "payload.score holds nan, which JSON cannot carry"),
+        ("bytes", "payload holds a bytes, not a JSON value"),
+        ("info-nan", "info.ratio holds nan, which JSON cannot carry"),
+    ],
+)
+async def test_r25_in_process_a_result_that_is_not_json_fails_as_over_a_transport(name: str, reason: str) -> None:
+    """`Chain.add_local` promises a transport's semantics: a set, NaN or bytes in a new payload was applied
+    in-process (`success`, a non-JSON `final_payload`) while a host over a transport failed it (R25)."""
+    chain = Chain(role="client")
+    chain.add_local(non_json_host())
+    with anyio.fail_after(5):
+        result = await chain.execute("tools/call", "request", TOOL_CALL, interceptors=[name])
+    assert result.status in ("mutation_failed", "validation_failed") and result.final_payload is None
+    assert [(f.interceptor, f.code, f.reason) for f in result.failures] == [
+        (name, -32603, f"result is not JSON-serialisable: {reason}")
+    ]
 
 
 async def test_r26_r27_timeout_cancels_the_handler_and_reports_it(era: str) -> None:

@@ -389,11 +389,16 @@ class InterceptorHost(Extension):
             # preempted by the cancel scope: its result arrived past the deadline and is discarded (R26).
             raise InterceptorTimeoutError(call.name, call.timeout_ms, call.phase, style=self.timeout_code)
         try:
-            return _normalise(registered.descriptor, outcome, call.payload, call.phase, duration_ms)
+            result = _normalise(registered.descriptor, outcome, call.payload, call.phase, duration_ms)
         except InterceptorsError:
             raise
         except (TypeError, ValueError) as exc:  # pydantic's ValidationError too: the handler's return, not the params
             raise _malformed_return(registered.descriptor, exc) from None
+        # In-process as over a transport: a datetime, set or NaN in a new payload fails the invocation (R25).
+        problem = result_json_problem(result, call.payload)
+        if problem is not None:
+            raise InterceptorExecutionError(call.name, f"result is not JSON-serialisable: {problem}")
+        return result
 
     async def invoke_params(self, params: InvokeParams) -> InterceptorResult:
         """Run one interceptor for parsed `interceptor/invoke` params."""
@@ -483,14 +488,13 @@ class InterceptorHost(Extension):
             result = await self.invoke_params(parsed)
         except InterceptorsError as exc:
             raise MCPError(exc.code, exc.message, exc.data) from None
-        # pydantic would turn a set into a list and NaN into null, and fails on deep nesting with a bare
-        # ValueError that mcp answers with code 0 or a data-less -32603: check first, name the problem (R25).
-        problem = result_json_problem(result, parsed.payload)
-        if problem is None:
-            try:
-                body = result.to_wire()
-            except ValueError as exc:  # PydanticSerializationError too; e.g. an unchanged payload nested too deep
-                problem = result_json_problem(result) or str(exc)
+        # `invoke` checked what the handler filled (pydantic would turn a set into a list and NaN into null);
+        # deep nesting fails with a bare ValueError that mcp answers with code 0 or a data-less -32603 (R25).
+        problem = None
+        try:
+            body = result.to_wire()
+        except ValueError as exc:  # PydanticSerializationError too; e.g. an unchanged payload nested too deep
+            problem = result_json_problem(result) or str(exc)
         if problem is not None:
             error = InterceptorExecutionError(parsed.name, f"result is not JSON-serialisable: {problem}")
             raise MCPError(error.code, error.message, error.data) from None

@@ -17,9 +17,11 @@ from mcp.server import MCPServer
 
 from mcp_interceptors import (
     EXTENSION_ID,
+    Chain,
     InterceptorHost,
     Invocation,
     MutationResult,
+    PhasePriority,
     ValidationMessage,
     ValidationResult,
     guards,
@@ -399,6 +401,62 @@ def test_r12_options_of_the_wrong_shape_are_refused_naming_the_interceptor(
 ) -> None:
     with pytest.raises(ValueError, match=message):
         InterceptorHost().validator("bad", **options)
+
+
+def test_r15_per_phase_priority_with_an_unknown_key_is_refused_at_registration() -> None:
+    # regression: `{"req": -100}` was accepted and advertised as `priorityHint: {}`, i.e. priority 0
+    host = InterceptorHost()
+    with pytest.raises(ValueError, match=r"interceptor 'm': priority keys must be 'request' and/or 'response'"):
+        host.mutator("m", events=["*"], priority={"req": -100, "response": 5})
+    host.mutator("ok", events=["*"], priority={"response": 5})(_unchanged)
+    assert host.list()[0].priority_hint == PhasePriority(response=5)
+
+
+async def _unchanged(inv: Invocation) -> None:
+    return None
+
+
+async def _agen(inv: Invocation) -> Any:
+    yield True
+
+
+def _gen(inv: Invocation) -> Any:
+    yield True
+
+
+async def _no_args() -> bool:
+    return True
+
+
+def _two_args(inv: Invocation, extra: int) -> bool:
+    return True
+
+
+@pytest.mark.parametrize(
+    ("handler", "message"),
+    [
+        (42, r"interceptor 'bad': the handler must be callable, got int"),
+        (_agen, r"interceptor 'bad': the handler is a generator function"),
+        (_gen, r"interceptor 'bad': the handler is a generator function"),
+        (_no_args, r"interceptor 'bad': the handler must accept one positional argument \(the Invocation\)"),
+        (_two_args, r"interceptor 'bad': the handler must accept one positional argument .* is \(inv: .*, extra: "),
+    ],
+)
+def test_r12_a_handler_that_cannot_produce_a_result_is_refused_at_registration(handler: Any, message: str) -> None:
+    # regression: these registered fine, were advertised, and then failed (closed) on every invocation
+    host = InterceptorHost()
+    with pytest.raises(TypeError, match=message):
+        host.validator("bad", events=["tools/call"])(handler)
+    assert host.list() == []
+
+
+def test_r12_an_invalid_nested_config_schema_is_refused_naming_the_interceptor_and_path() -> None:
+    # regression: jsonschema's own SchemaError (a multi-page message naming no interceptor) escaped
+    host = InterceptorHost()
+    schema = {"type": "object", "properties": {"limit": {"type": "count"}}}
+    with pytest.raises(ValueError, match=r"interceptor 'bad': invalid configSchema at properties/limit/type: 'count'"):
+        host.validator("bad", events=["tools/call"], config_schema=schema)(_unchanged)
+    assert host.list() == []
 
 
 @pytest.mark.parametrize(
@@ -853,6 +911,28 @@ async def test_r24_r25_result_that_is_not_json_is_internal_error_with_data(
     assert error.code == -32603
     assert error.message == "Interceptor execution failed"
     assert error.data == {"interceptor": name, "reason": f"result is not JSON-serialisable: {reason}"}
+
+
+@pytest.mark.parametrize(
+    ("name", "reason"),
+    [
+        ("set", "payload.tags holds a set, not a JSON value"),
+        ("nan", "payload.score holds nan, which JSON cannot carry"),
+        ("bytes", "payload holds a bytes, not a JSON value"),
+        ("info-nan", "info.ratio holds nan, which JSON cannot carry"),
+    ],
+)
+async def test_r25_in_process_a_result_that_is_not_json_fails_as_over_a_transport(name: str, reason: str) -> None:
+    """`Chain.add_local` promises a transport's semantics: a set, NaN or bytes in a new payload was applied
+    in-process (`success`, a non-JSON `final_payload`) while a host over a transport failed it (R25)."""
+    chain = Chain(role="client")
+    chain.add_local(non_json_host())
+    with anyio.fail_after(5):
+        result = await chain.execute("tools/call", "request", TOOL_CALL, interceptors=[name])
+    assert result.status in ("mutation_failed", "validation_failed") and result.final_payload is None
+    assert [(f.interceptor, f.code, f.reason) for f in result.failures] == [
+        (name, -32603, f"result is not JSON-serialisable: {reason}")
+    ]
 
 
 async def test_r26_r27_timeout_cancels_the_handler_and_reports_it(era: str) -> None:

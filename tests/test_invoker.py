@@ -266,6 +266,43 @@ async def test_r21_a_chain_config_naming_an_interceptor_the_chain_does_not_have_
     assert not_hooked_here.allowed  # a known interceptor the event does not select: its config is simply unused
 
 
+@pytest.mark.parametrize(
+    ("config", "data"),
+    [
+        (
+            {"deny-words": "rm"},
+            {
+                "field": "config",
+                "interceptor": "deny-words",
+                "reason": "config for 'deny-words' must be an object, got str",
+            },
+        ),
+        (
+            ["deny-words"],
+            {"field": "config", "reason": "config must map interceptor names to config objects, got list"},
+        ),
+    ],
+)
+async def test_r23_a_chain_config_value_that_is_not_an_object_is_invalid_params_naming_the_interceptor(
+    config: Any, data: dict[str, Any]
+) -> None:
+    """It reached the host as `dict(value)`: a -32603 "dictionary update sequence element #0 ..." crash."""
+    seen: list[Any] = []
+    host = InterceptorHost("h")
+
+    @host.validator("deny-words", events=["tools/call"], phase="request")
+    async def deny_words(inv: Invocation) -> bool:
+        seen.append(inv.config)
+        return True
+
+    chain = Chain(role="client")
+    chain.add_local(host)
+    with anyio.fail_after(5), pytest.raises(ChainParamsError) as refused:
+        await chain.execute("tools/call", "request", SHELL, config=config)
+    assert (refused.value.code, refused.value.data) == (-32602, data)
+    assert seen == []
+
+
 async def test_r40_a_phase_direction_or_role_the_spec_does_not_define_fails_closed() -> None:
     """`phase="both"` or `"Request"` selected no hook and returned `success` with nothing run; a direction
     or role typo (`outbound`, `Client`) silently ran the receiving order."""
@@ -472,8 +509,10 @@ async def test_r66_discovery_failure_without_pins_raises(era: str) -> None:
     with anyio.fail_after(5):
         async with connect(MCPServer("no-extension"), era) as client:
             chain = Chain(role="client")
-            with pytest.raises(DiscoveryError, match="interceptors/list failed on 'up'"):
+            with pytest.raises(DiscoveryError, match="interceptors/list failed on 'up'") as failed:
                 await chain.add_server(client, name="up")
+    # regression: `data` was `{}`, naming neither the host nor what it answered
+    assert failed.value.data == {"host": "up", "reason": "Method not found", "code": -32601}
 
 
 @pytest.mark.parametrize(

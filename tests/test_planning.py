@@ -631,6 +631,8 @@ def test_r45_warn_or_info_verdict_never_blocks(severity: str, rule: Any) -> None
             "override priority must be a 32-bit integer or {request?, response?}, got 2147483648",
         ),
         ({"fail_opn": True}, "unknown override key(s) ['fail_opn']"),
+        ({"priorityHint": {"req": 5}}, "override priority keys must be 'request' and/or 'response', got ['req']"),
+        ({"priority": {"request": 1, "Response": 2}}, "override priority keys must be 'request' and/or 'response'"),
     ],
 )
 def test_r61_override_typos_fail_closed(raw: dict[str, Any], message: str) -> None:

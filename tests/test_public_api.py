@@ -2,7 +2,12 @@
 
 from __future__ import annotations
 
+import inspect
+
+import pytest
+
 import mcp_interceptors
+from mcp_interceptors.host import build_descriptor
 
 PUBLIC_API = [
     "EXTENSION_ID",
@@ -105,3 +110,15 @@ def test_signatures_api_is_pinned() -> None:
     assert list(signatures.__all__) == SIGNATURES_API
     assert issubclass(signatures.SignatureError, mcp_interceptors.InterceptorsError)
     assert signatures.SignatureError.code == -32603
+
+
+@pytest.mark.parametrize("decorator", ["validator", "mutator", "sink"])
+def test_decorator_options_are_typed_keywords_so_a_type_checker_catches_a_typo(decorator: str) -> None:
+    # regression: they were `**options: Any`, so `mypy --strict` accepted `phse="request"` or `priority="high"`
+    # (the package ships py.typed) and a typo surfaced only at runtime as `build_descriptor()`'s TypeError
+    parameters = inspect.signature(getattr(mcp_interceptors.InterceptorHost, decorator)).parameters
+    assert all(p.kind is not inspect.Parameter.VAR_KEYWORD for p in parameters.values())
+    options = {name for name, p in parameters.items() if p.kind is inspect.Parameter.KEYWORD_ONLY}
+    assert options == set(inspect.signature(build_descriptor).parameters) - {"name", "type_"}
+    with pytest.raises(TypeError, match=rf"InterceptorHost\.{decorator}\(\) got an unexpected keyword argument 'phse'"):
+        getattr(mcp_interceptors.InterceptorHost(), decorator)("x", events=["*"], phse="request")

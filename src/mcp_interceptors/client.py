@@ -11,7 +11,7 @@ from __future__ import annotations
 import uuid
 from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequence
 from contextlib import asynccontextmanager
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from mcp import Client, MCPError
 from mcp.client import ClientRequestContext
@@ -46,6 +46,11 @@ from mcp_interceptors.invoker import Chain, chain_error, invalid_payload_error, 
 from mcp_interceptors.planning import direction_for
 from mcp_interceptors.protocol.events import Phase
 from mcp_interceptors.protocol.invoke import InvocationContext
+
+if TYPE_CHECKING:
+    from mcp import StdioServerParameters
+    from mcp.client import Transport
+    from mcp.server import MCPServer, Server
 
 M = TypeVar("M", bound=BaseModel)
 #: `mcp.Client` keyword arguments that go on the wire as request params: (keyword, params key).
@@ -84,7 +89,7 @@ class InterceptingClient:
 
     def __init__(
         self,
-        server: Any,
+        server: Server[Any] | MCPServer | Transport | StdioServerParameters | str,
         chain: Chain,
         *,
         sampling_callback: SamplingFnT | None = None,

@@ -22,7 +22,7 @@ import anyio.lowlevel
 import anyio.to_thread
 import orjson
 from jsonschema import Draft202012Validator
-from jsonschema.exceptions import best_match
+from jsonschema.exceptions import SchemaError, best_match
 from mcp import MCPError
 from mcp.server import MCPServer, ServerRequestContext
 from mcp.server.context import CallNext, HandlerResult
@@ -39,6 +39,7 @@ from mcp_interceptors.protocol.descriptors import (
     Mode,
     PriorityHint,
     supported_events,
+    unknown_priority_keys,
 )
 from mcp_interceptors.protocol.errors import (
     HookMismatchError,
@@ -184,9 +185,14 @@ class InterceptorHost(Extension):
                 " runs on (initialize, ping, server/discover and notifications are not lifecycle events);"
                 " drop them from its hooks"
             )
+        _check_handler(descriptor.name, handler)
         schema = descriptor.config_schema
         if schema is not None:
-            Draft202012Validator.check_schema(schema)
+            try:
+                Draft202012Validator.check_schema(schema)
+            except SchemaError as exc:  # a nested schema: the envelope was checked by the descriptor model
+                at = " at " + "/".join(str(part) for part in exc.path) if exc.path else ""
+                raise ValueError(f"interceptor {descriptor.name!r}: invalid configSchema{at}: {exc.message}") from None
         registered = _Registered(
             descriptor=descriptor,
             handler=handler,
@@ -198,21 +204,106 @@ class InterceptorHost(Extension):
         self._may_suspend = self._may_suspend or (registered.is_async and _may_suspend(handler))
         self._wire_list = None
 
-    def validator(self, name: str, **options: Any) -> Callable[[F], F]:
-        """Register a validator. Returns may be a `ValidationResult`, a bool, or `(bool, messages)`."""
-        return self._decorator(name, "validation", options)
+    def validator(
+        self,
+        name: str,
+        *,
+        events: Iterable[str] | None = None,
+        phase: PhaseSpec = "request",
+        hooks: Iterable[HookEntry | Mapping[str, Any]] | None = None,
+        mode: Mode = "active",
+        fail_open: bool = False,
+        priority: PriorityHint | Mapping[str, int] | None = None,
+        description: str | None = None,
+        version: str | None = None,
+        config_schema: Mapping[str, Any] | None = None,
+        compat: Compat | Mapping[str, Any] | None = None,
+    ) -> Callable[[F], F]:
+        """Register a validator. Returns may be a `ValidationResult`, a bool, or `(bool, messages)`.
 
-    def mutator(self, name: str, **options: Any) -> Callable[[F], F]:
+        Options are `build_descriptor`'s; a bad one raises `ValueError` naming the interceptor, here.
+        """
+        descriptor = build_descriptor(
+            name,
+            "validation",
+            events=events,
+            phase=phase,
+            hooks=hooks,
+            mode=mode,
+            fail_open=fail_open,
+            priority=priority,
+            description=description,
+            version=version,
+            config_schema=config_schema,
+            compat=compat,
+        )
+        return self._decorator(descriptor)
+
+    def mutator(
+        self,
+        name: str,
+        *,
+        events: Iterable[str] | None = None,
+        phase: PhaseSpec = "request",
+        hooks: Iterable[HookEntry | Mapping[str, Any]] | None = None,
+        mode: Mode = "active",
+        fail_open: bool = False,
+        priority: PriorityHint | Mapping[str, int] | None = None,
+        description: str | None = None,
+        version: str | None = None,
+        config_schema: Mapping[str, Any] | None = None,
+        compat: Compat | Mapping[str, Any] | None = None,
+    ) -> Callable[[F], F]:
         """Register a mutator. Returns may be a `MutationResult`, the new payload, or None (unchanged)."""
-        return self._decorator(name, "mutation", options)
+        descriptor = build_descriptor(
+            name,
+            "mutation",
+            events=events,
+            phase=phase,
+            hooks=hooks,
+            mode=mode,
+            fail_open=fail_open,
+            priority=priority,
+            description=description,
+            version=version,
+            config_schema=config_schema,
+            compat=compat,
+        )
+        return self._decorator(descriptor)
 
-    def sink(self, name: str, **options: Any) -> Callable[[F], F]:
+    def sink(
+        self,
+        name: str,
+        *,
+        events: Iterable[str] | None = None,
+        phase: PhaseSpec = "request",
+        hooks: Iterable[HookEntry | Mapping[str, Any]] | None = None,
+        mode: Mode = "active",
+        fail_open: bool = False,
+        priority: PriorityHint | Mapping[str, int] | None = None,
+        description: str | None = None,
+        version: str | None = None,
+        config_schema: Mapping[str, Any] | None = None,
+        compat: Compat | Mapping[str, Any] | None = None,
+    ) -> Callable[[F], F]:
         """Register an opt-in sink (PR #28): never blocks, never changes the payload."""
-        return self._decorator(name, "sink", options)
+        descriptor = build_descriptor(
+            name,
+            "sink",
+            events=events,
+            phase=phase,
+            hooks=hooks,
+            mode=mode,
+            fail_open=fail_open,
+            priority=priority,
+            description=description,
+            version=version,
+            config_schema=config_schema,
+            compat=compat,
+        )
+        return self._decorator(descriptor)
 
-    def _decorator(self, name: str, type_: InterceptorType, options: Mapping[str, Any]) -> Callable[[F], F]:
-        descriptor = build_descriptor(name, type_, **options)
-
+    def _decorator(self, descriptor: InterceptorDescriptor) -> Callable[[F], F]:
         def register(fn: F) -> F:
             self.add(descriptor, fn)
             return fn
@@ -298,11 +389,16 @@ class InterceptorHost(Extension):
             # preempted by the cancel scope: its result arrived past the deadline and is discarded (R26).
             raise InterceptorTimeoutError(call.name, call.timeout_ms, call.phase, style=self.timeout_code)
         try:
-            return _normalise(registered.descriptor, outcome, call.payload, call.phase, duration_ms)
+            result = _normalise(registered.descriptor, outcome, call.payload, call.phase, duration_ms)
         except InterceptorsError:
             raise
         except (TypeError, ValueError) as exc:  # pydantic's ValidationError too: the handler's return, not the params
             raise _malformed_return(registered.descriptor, exc) from None
+        # In-process as over a transport: a datetime, set or NaN in a new payload fails the invocation (R25).
+        problem = result_json_problem(result, call.payload)
+        if problem is not None:
+            raise InterceptorExecutionError(call.name, f"result is not JSON-serialisable: {problem}")
+        return result
 
     async def invoke_params(self, params: InvokeParams) -> InterceptorResult:
         """Run one interceptor for parsed `interceptor/invoke` params."""
@@ -392,14 +488,13 @@ class InterceptorHost(Extension):
             result = await self.invoke_params(parsed)
         except InterceptorsError as exc:
             raise MCPError(exc.code, exc.message, exc.data) from None
-        # pydantic would turn a set into a list and NaN into null, and fails on deep nesting with a bare
-        # ValueError that mcp answers with code 0 or a data-less -32603: check first, name the problem (R25).
-        problem = result_json_problem(result, parsed.payload)
-        if problem is None:
-            try:
-                body = result.to_wire()
-            except ValueError as exc:  # PydanticSerializationError too; e.g. an unchanged payload nested too deep
-                problem = result_json_problem(result) or str(exc)
+        # `invoke` checked what the handler filled (pydantic would turn a set into a list and NaN into null);
+        # deep nesting fails with a bare ValueError that mcp answers with code 0 or a data-less -32603 (R25).
+        problem = None
+        try:
+            body = result.to_wire()
+        except ValueError as exc:  # PydanticSerializationError too; e.g. an unchanged payload nested too deep
+            problem = result_json_problem(result) or str(exc)
         if problem is not None:
             error = InterceptorExecutionError(parsed.name, f"result is not JSON-serialisable: {problem}")
             raise MCPError(error.code, error.message, error.data) from None
@@ -605,6 +700,9 @@ def build_descriptor(
         raise ValueError(f"interceptor {name!r}: events must be a list of event names, not a string")
     if phase not in ("request", "response", "both"):
         raise ValueError(f"interceptor {name!r}: phase must be 'request', 'response' or 'both', got {phase!r}")
+    unknown = unknown_priority_keys(priority)
+    if unknown:
+        raise ValueError(f"interceptor {name!r}: priority keys must be 'request' and/or 'response', got {unknown}")
     try:
         raw_hooks: list[Any] = (
             [entry.to_wire() for entry in hooks_for(events, phase)]
@@ -653,6 +751,27 @@ def _may_suspend(handler: Handler) -> bool:
     if code is None:
         return True
     return any(instruction.opname in _SUSPENDING_OPS for instruction in dis.get_instructions(code))
+
+
+def _check_handler(name: str, handler: Any) -> None:
+    """Refuse at registration a handler that could never produce a result (it would fail every call)."""
+    if not callable(handler):
+        raise TypeError(f"interceptor {name!r}: the handler must be callable, got {type(handler).__name__}")
+    if inspect.isasyncgenfunction(handler) or inspect.isgeneratorfunction(handler):
+        raise TypeError(
+            f"interceptor {name!r}: the handler is a generator function; use a plain or async function that returns"
+        )
+    try:
+        signature = inspect.signature(handler)
+    except (TypeError, ValueError):  # some builtins have no signature: let them through
+        return
+    try:
+        signature.bind(None)
+    except TypeError:
+        raise TypeError(
+            f"interceptor {name!r}: the handler must accept one positional argument (the Invocation),"
+            f" its signature is {signature}"
+        ) from None
 
 
 def _is_async(handler: Handler) -> bool:

@@ -325,6 +325,15 @@ def _unmet_pin(pin: RequiredInterceptor, descriptor: InterceptorDescriptor) -> s
     return None
 
 
+def _discovery_failure(host_name: str, exc: Exception) -> dict[str, Any]:
+    """`DiscoveryError.data` for a failed `interceptors/list`: the host, and the error it gave (its code)."""
+    if isinstance(exc, InterceptorsError):
+        return {"reason": str(exc), **exc.data, "host": host_name}
+    if isinstance(exc, MCPError):
+        return {"host": host_name, "reason": exc.error.message, "code": exc.error.code}
+    return {"host": host_name, "reason": f"{type(exc).__name__}: {exc}"}
+
+
 class Chain:
     """Plans and runs interceptor chains for one invoker.
 
@@ -453,7 +462,9 @@ class Chain:
             found = await discover()
         except (MCPError, OSError, InterceptorsError) as exc:
             if not pinned:
-                raise DiscoveryError(f"interceptors/list failed on {host_name!r}: {exc}") from exc
+                raise DiscoveryError(
+                    f"interceptors/list failed on {host_name!r}: {exc}", data=_discovery_failure(host_name, exc)
+                ) from exc
             logger.error("discovery failed on %r, pinned interceptors will fail closed: %s", host_name, exc)
             found = []
             source = UnavailableSource(str(exc))
@@ -547,14 +558,22 @@ class Chain:
 
         `event` is one concrete event; `interceptors` restricts the plan to those names; `config` maps
         names to their config. A pattern event, a phase or direction the spec does not define, a deadline
-        that is not a finite number > 0, or a name this chain does not have in `interceptors` or `config`
-        raises `ChainParamsError` (-32602): it never runs less, nor without the config.
+        that is not a finite number > 0, a name this chain does not have in `interceptors` or `config`, or a
+        `config` value that is not an object raises `ChainParamsError` (-32602): it never runs less, nor
+        without the config.
         """
         plan = self.plan(
             event, phase, direction=direction, interceptors=interceptors, protocol_version=protocol_version
         )
+        if config is not None and not isinstance(config, Mapping):
+            reason = f"config must map interceptor names to config objects, got {type(config).__name__}"
+            raise ChainParamsError(reason, data={"field": "config", "reason": reason})
         if config and (unknown := [name for name in config if name not in self._names()]):
             raise unknown_interceptors_error(sorted(unknown), field="config")  # a typo must not drop the config
+        if config and (bad := sorted(name for name, value in config.items() if not isinstance(value, Mapping))):
+            # it reached the host as `dict(value)`'s crash: -32603 "dictionary update sequence element ..."
+            reason = f"config for {bad[0]!r} must be an object, got {type(config[bad[0]]).__name__}"
+            raise ChainParamsError(reason, data={"field": "config", "interceptor": bad[0], "reason": reason})
         deadline_ms = timeout_ms if timeout_ms is not None else self.timeout_ms
         if deadline_ms is not None and not is_timeout_ms(deadline_ms):
             reason = f"timeout_ms must be a finite number of milliseconds > 0, got {deadline_ms!r}"

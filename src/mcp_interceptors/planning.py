@@ -21,6 +21,7 @@ from mcp_interceptors.protocol.descriptors import (
     PhasePriority,
     PriorityHint,
     resolve_priority,
+    unknown_priority_keys,
 )
 from mcp_interceptors.protocol.errors import (
     ChainParamsError,
@@ -116,6 +117,9 @@ class Overrides:
             hooks = probe.hooks
         priority = raw.get("priority", raw.get("priorityHint", raw.get("priority_hint")))
         if isinstance(priority, Mapping):
+            unknown_keys = unknown_priority_keys(priority)
+            if unknown_keys:
+                raise ValueError(f"override priority keys must be 'request' and/or 'response', got {unknown_keys}")
             probe = InterceptorDescriptor.model_validate(
                 {"name": "-", "type": "mutation", "hooks": [], "priorityHint": dict(priority)}
             )

@@ -112,6 +112,14 @@ def test_unknown_config_key_is_rejected(name: str) -> None:
         guards.load(name, {"tyop": 1})
 
 
+@pytest.mark.parametrize("config", [[], "", "max_bytes=5", [("max_bytes", 5)], 0])
+def test_a_config_that_is_not_a_mapping_is_rejected_naming_the_guard(config: Any) -> None:
+    # regression: `[]` and `""` loaded as no config at all, `"max_bytes=5"` raised dict()'s
+    # "dictionary update sequence element #0 has length 1; 2 is required", naming nothing
+    with pytest.raises(ValueError, match=r"guard 'size-limit': config must be a mapping \(an object\), got "):
+        guards.load("size-limit", config)
+
+
 def test_unknown_guard() -> None:
     with pytest.raises(ValueError, match="unknown guard 'nope'; available: secrets, pii"):
         guards.load("nope")

@@ -46,6 +46,8 @@ def load(name: str, config: Mapping[str, Any] | None = None) -> InterceptorHost:
     module_name = GUARD_MODULES.get(name)
     if module_name is None or importlib.util.find_spec(module_name) is None:
         raise ValueError(f"unknown guard {name!r}; available: {', '.join(available()) or '(none)'}")
+    if config is not None and not isinstance(config, Mapping):  # `dict(config or {})` took `[]` or `""` as no config
+        raise ValueError(f"guard {name!r}: config must be a mapping (an object), got {type(config).__name__}")
     module = importlib.import_module(module_name)
     host: InterceptorHost = module.build(name, dict(config or {}))
     return host

@@ -42,6 +42,17 @@ class PhasePriority(WireModel):
 PriorityHint = Int32 | PhasePriority
 
 
+def unknown_priority_keys(priority: object) -> list[str]:
+    """Keys of a per-phase priority mapping other than `request`/`response`.
+
+    Local configuration (a decorator's `priority=`, an override) refuses them: the wire model ignores
+    unknown members, so a typo (`{"req": -100}`) would silently leave the priority at 0.
+    """
+    if not isinstance(priority, Mapping):
+        return []
+    return sorted(str(key) for key in priority if key not in PHASES)
+
+
 def resolve_priority(
     hint: PriorityHint | Mapping[str, Any] | None,
     phase: Phase,

@@ -186,6 +186,32 @@ def test_offsets_are_chars_after_non_ascii_text(scanner: PiiScanner) -> None:
     ]
 
 
+def fullwidth(text: str) -> str:
+    return "".join(chr(ord(c) + 0xFEE0) if c.isdigit() else c for c in text)
+
+
+def arabic_indic(text: str) -> str:
+    return "".join(chr(0x0660 + int(c)) if c.isdigit() else c for c in text)
+
+
+@pytest.mark.parametrize(
+    ("before", "value", "after", "kind"),
+    [
+        ("card ", fullwidth("4111 1111 1111 1111"), " on file", "credit_card"),
+        ("call ", fullwidth("+1 415 555 2671"), " today", "phone"),
+        ("ssn ", arabic_indic("536-22-1234"), " here", "us_ssn"),
+        ("ip ", fullwidth("8.8.4.4"), " is", "ip_address"),
+    ],
+)
+def test_digits_of_other_scripts_are_read_as_digits_and_reported_where_they_stand(
+    scanner: PiiScanner, before: str, value: str, after: str, kind: str
+) -> None:
+    """A reader (and a model) takes fullwidth or Arabic-Indic digits for digits: they passed every check."""
+    text = before + value + after
+    [finding] = scanner.scan(text)
+    assert (finding.kind, text[finding.start : finding.end]) == (kind, value)
+
+
 def test_findings_are_sorted_and_disjoint(scanner: PiiScanner) -> None:
     text = "\n".join(t for t, _, _ in POSITIVES)
     findings = scanner.scan(text)

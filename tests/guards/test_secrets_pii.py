@@ -297,3 +297,9 @@ async def test_r26_a_scan_that_outlasts_timeout_ms_is_a_timeout_not_a_result(nam
             assert (await raw_call(client, "interceptor/invoke", params))["modified"] is True  # no deadline: done
     assert caught.value.code == -32000
     assert caught.value.data == {"interceptor": name, "reason": "timeout", "timeoutMs": 0.5, "phase": "request"}
+
+
+async def test_pii_redacts_a_card_written_in_fullwidth_digits_in_place() -> None:
+    card = "".join(chr(ord(c) + 0xFEE0) if c.isdigit() else c for c in "4111 1111 1111 1111")
+    outcome = await run_chain(guards.load("pii"), "tools/call", "response", result_payload(f"card: {card}, thanks"))
+    assert outcome.final_payload == result_payload("card: [REDACTED:credit_card], thanks")

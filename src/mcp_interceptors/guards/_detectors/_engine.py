@@ -36,6 +36,7 @@ __all__ = [
     "compile_set",
     "compile_user_pattern",
     "engine_for",
+    "re2",
     "re2_escape",
     "resolve_engine",
 ]

@@ -71,7 +71,7 @@ def test_an_unknown_method_is_counted_as_other_so_clients_cannot_grow_the_labels
     assert value(metrics, "mcp_gateway_requests_total", upstream="a", method="other", outcome="error") == 5
     samples = [s for m in metrics.registry.collect() if m.name == "mcp_gateway_requests" for s in m.samples]
     assert {s.labels["method"] for s in samples} == {"other"}
-    assert len(metrics._request_children) == 1  # nor the cache of labelled children behind them
+    assert len(metrics._requests.children) == 1  # nor the cache of labelled children behind them
 
 
 def test_unknown_methods_a_client_sends_are_not_kept_in_memory() -> None:

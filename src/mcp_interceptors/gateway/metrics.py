@@ -56,32 +56,46 @@ class GatewayMetrics:
     ) -> None:
         self.registry = CollectorRegistry(auto_describe=True)
         r = self.registry
-        self._requests = Counter(
-            "mcp_gateway_requests",
-            "Client requests forwarded, by upstream ('' when not one), method and outcome.",
-            ["upstream", "method", "outcome"],
-            registry=r,
+        self._requests = _Labelled(
+            Counter(
+                "mcp_gateway_requests",
+                "Client requests forwarded, by upstream ('' when not one), method and outcome.",
+                ["upstream", "method", "outcome"],
+                registry=r,
+            )
         )
-        self._decisions = Counter(
-            "mcp_gateway_chain_decisions",
-            "Chain runs on gateway legs, by status.",
-            ["event", "phase", "status"],
-            registry=r,
+        self._decisions = _Labelled(
+            Counter(
+                "mcp_gateway_chain_decisions",
+                "Chain runs on gateway legs, by status.",
+                ["event", "phase", "status"],
+                registry=r,
+            )
         )
-        self._chain_seconds = Histogram(
-            "mcp_gateway_chain_duration_seconds", "Chain run time.", ["event", "phase"], buckets=_BUCKETS, registry=r
+        self._chain_seconds = _Labelled(
+            Histogram(
+                "mcp_gateway_chain_duration_seconds",
+                "Chain run time.",
+                ["event", "phase"],
+                buckets=_BUCKETS,
+                registry=r,
+            )
         )
-        self._failures = Counter(
-            "mcp_gateway_interceptor_failures",
-            "Interceptor invocations that crashed or timed out.",
-            ["interceptor", "kind"],
-            registry=r,
+        self._failures = _Labelled(
+            Counter(
+                "mcp_gateway_interceptor_failures",
+                "Interceptor invocations that crashed or timed out.",
+                ["interceptor", "kind"],
+                registry=r,
+            )
         )
-        self._audit_denials = Counter(
-            "mcp_gateway_audit_mode_denials",
-            "Denials by interceptors in audit mode: what they would have blocked (a staged rollout's evidence).",
-            ["interceptor", "event", "phase"],
-            registry=r,
+        self._audit_denials = _Labelled(
+            Counter(
+                "mcp_gateway_audit_mode_denials",
+                "Denials by interceptors in audit mode: what they would have blocked (a staged rollout's evidence).",
+                ["interceptor", "event", "phase"],
+                registry=r,
+            )
         )
         self._upstream_seconds = Histogram(
             "mcp_gateway_upstream_request_duration_seconds",
@@ -99,45 +113,20 @@ class GatewayMetrics:
         for name in upstreams:
             up.labels(upstream=name).set_function(lambda name=name: float(is_up(name)))  # type: ignore[misc]
         r.register(_AuditCollector(audit_stats))
-        # The labelled children, by label values: building a child costs a lock and a label dict.
-        self._request_children: dict[tuple[str, str, str], Any] = {}
-        self._decision_children: dict[tuple[str, str, str], Any] = {}
-        self._chain_children: dict[tuple[str, str], Any] = {}
-        self._failure_children: dict[tuple[str, str], Any] = {}
-        self._audit_denial_children: dict[tuple[str, str, str], Any] = {}
 
     def request_done(self, upstream: str | None, method: str, outcome: Outcome) -> None:
-        # Keyed by the label, not the method: a client sending made-up methods must not grow the cache.
-        key = (upstream or "", method_label(method), outcome)
-        child = self._request_children.get(key)
-        if child is None:
-            child = self._request_children[key] = self._requests.labels(*key)
-        child.inc()
+        # By the label, not the method: a client sending made-up methods must not grow the cache.
+        self._requests(upstream or "", method_label(method), outcome).inc()
 
     def chain_ran(self, result: ChainResult) -> None:
         """One chain run on a gateway leg: its decision, its duration, and its interceptors' failures."""
-        key = (result.event, result.phase, result.status)
-        decision = self._decision_children.get(key)
-        if decision is None:
-            decision = self._decision_children[key] = self._decisions.labels(*key)
-        decision.inc()
-        timer = self._chain_children.get(key[:2])
-        if timer is None:
-            timer = self._chain_children[key[:2]] = self._chain_seconds.labels(result.event, result.phase)
-        timer.observe(result.total_duration_ms / 1000)
+        self._decisions(result.event, result.phase, result.status).inc()
+        self._chain_seconds(result.event, result.phase).observe(result.total_duration_ms / 1000)
         for failure in result.failures:
-            failed = (failure.interceptor, "timeout" if failure.timeout else "crash")
-            counter = self._failure_children.get(failed)
-            if counter is None:
-                counter = self._failure_children[failed] = self._failures.labels(*failed)
-            counter.inc()
+            self._failures(failure.interceptor, "timeout" if failure.timeout else "crash").inc()
         for item in result.results:
             if item.mode == "audit" and getattr(item, "valid", True) is False:
-                denied = (item.interceptor or "", result.event, result.phase)
-                counter = self._audit_denial_children.get(denied)
-                if counter is None:
-                    counter = self._audit_denial_children[denied] = self._audit_denials.labels(*denied)
-                counter.inc()
+                self._audit_denials(item.interceptor or "", result.event, result.phase).inc()
 
     def upstream_timer(self, upstream: str) -> Callable[[float], None]:
         """What an upstream connection calls with each request's duration in seconds."""
@@ -147,6 +136,21 @@ class GatewayMetrics:
     def exposition(self) -> bytes:
         """The text exposition format (what `GET /metrics` answers)."""
         return generate_latest(self.registry)
+
+
+class _Labelled:
+    """A labelled metric whose children are cached by label values: building one costs a lock and a dict,
+    so a hot-path update is one lookup."""
+
+    def __init__(self, metric: Any) -> None:
+        self.metric = metric
+        self.children: dict[tuple[str, ...], Any] = {}
+
+    def __call__(self, *labels: str) -> Any:
+        child = self.children.get(labels)
+        if child is None:
+            child = self.children[labels] = self.metric.labels(*labels)
+        return child
 
 
 class _AuditCollector(Collector):

@@ -728,36 +728,23 @@ class UpstreamConnection:
         an error naming the upstream. `on_notify` receives the upstream's request-scoped
         notifications (logging, say) while this is the only request with a receiver in flight.
         """
-        if self.on_duration is None:
-            return await self._send(method, params, request_id, on_progress, headers, timeout_s, on_notify)
         started = time.perf_counter()
         try:
-            return await self._send(method, params, request_id, on_progress, headers, timeout_s, on_notify)
+            if on_notify is None:
+                return await self._request(method, params, request_id, on_progress, headers, timeout_s)
+            if self._receivers and self._private_exchanges:
+                # Another call waits for its notifications here, and one stream cannot say whose a log line is:
+                # a 2026-07-28 HTTP request is self-contained, so this one takes an exchange of its own.
+                return await self._private_request(method, params, on_progress, headers, timeout_s, on_notify)
+            token = object()
+            self._receivers[token] = on_notify
+            try:
+                return await self._request(method, params, request_id, on_progress, headers, timeout_s)
+            finally:
+                del self._receivers[token]
         finally:
-            self.on_duration(time.perf_counter() - started)
-
-    async def _send(
-        self,
-        method: str,
-        params: Mapping[str, Any] | None,
-        request_id: Any,
-        on_progress: Any,
-        headers: Mapping[str, str] | None,
-        timeout_s: float | None,
-        on_notify: OnUpstreamNotify | None,
-    ) -> dict[str, Any]:
-        if on_notify is None:
-            return await self._request(method, params, request_id, on_progress, headers, timeout_s)
-        if self._receivers and self._private_exchanges:
-            # Another call waits for its notifications here, and one stream cannot say whose a log line is:
-            # a 2026-07-28 HTTP request is self-contained, so this one takes an exchange of its own.
-            return await self._private_request(method, params, on_progress, headers, timeout_s, on_notify)
-        token = object()
-        self._receivers[token] = on_notify
-        try:
-            return await self._request(method, params, request_id, on_progress, headers, timeout_s)
-        finally:
-            del self._receivers[token]
+            if self.on_duration is not None:  # the gateway's metrics
+                self.on_duration(time.perf_counter() - started)
 
     @property
     def _private_exchanges(self) -> bool:

@@ -6,6 +6,7 @@ import json
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -40,13 +41,13 @@ def test_gateway_example_config_checks(tmp_path: Path) -> None:
     assert "deny-dangerous-tools [validation] from validators" in done.stdout
 
 
-def test_validator_example_max_size_warns_as_it_says(tmp_path: Path) -> None:
-    """Its description says it warns (severity warn); it used to send `info` messages."""
-    payload = tmp_path / "big.json"
-    payload.write_text(json.dumps({"method": "tools/call", "params": {"name": "t", "arguments": {"x": "a" * 70000}}}))
-    invoke = ["invoke", "max-size", "--event", "tools/call", "--phase", "request", "--payload", f"@{payload}"]
+def invoke_example(tmp_path: Path, server: str, interceptor: str, arguments: dict[str, object]) -> Any:
+    """`mcp-interceptors invoke` of one interceptor of an example server on a `tools/call` request."""
+    payload = tmp_path / "payload.json"
+    payload.write_text(json.dumps({"method": "tools/call", "params": {"name": "t", "arguments": arguments}}))
+    invoke = ["invoke", interceptor, "--event", "tools/call", "--phase", "request", "--payload", f"@{payload}"]
     done = subprocess.run(
-        [sys.executable, "-m", "mcp_interceptors", *invoke, "--", sys.executable, "examples/validator_server.py"],
+        [sys.executable, "-m", "mcp_interceptors", *invoke, "--", sys.executable, f"examples/{server}"],
         cwd=ROOT,
         capture_output=True,
         text=True,
@@ -54,7 +55,12 @@ def test_validator_example_max_size_warns_as_it_says(tmp_path: Path) -> None:
         check=False,
     )
     assert done.returncode == 0, done.stderr[-3000:]
-    result = json.loads(done.stdout)
+    return json.loads(done.stdout)
+
+
+def test_validator_example_max_size_warns_as_it_says(tmp_path: Path) -> None:
+    """Its description says it warns (severity warn); it used to send `info` messages."""
+    result = invoke_example(tmp_path, "validator_server.py", "max-size", {"x": "a" * 70000})
     assert result["valid"] is True
     assert [m["severity"] for m in result["messages"]] == ["warn"]
 
@@ -62,18 +68,6 @@ def test_validator_example_max_size_warns_as_it_says(tmp_path: Path) -> None:
 def test_mutator_example_redacts_a_long_string_in_linear_time(tmp_path: Path) -> None:
     """Its e-mail pattern was tried from every character of a run with no `@`: a 200 KB argument kept the
     in-process host (and so the whole gateway of examples/gateway.yaml) busy for minutes."""
-    payload = tmp_path / "long.json"
     text = "x" * 200_000 + " mail a.b+c@example.co.uk"
-    payload.write_text(json.dumps({"method": "tools/call", "params": {"name": "t", "arguments": {"text": text}}}))
-    invoke = ["invoke", "redact-emails", "--event", "tools/call", "--phase", "request", "--payload", f"@{payload}"]
-    done = subprocess.run(
-        [sys.executable, "-m", "mcp_interceptors", *invoke, "--", sys.executable, "examples/mutator_server.py"],
-        cwd=ROOT,
-        capture_output=True,
-        text=True,
-        timeout=120,
-        check=False,
-    )
-    assert done.returncode == 0, done.stderr[-3000:]
-    result = json.loads(done.stdout)
+    result = invoke_example(tmp_path, "mutator_server.py", "redact-emails", {"text": text})
     assert result["payload"]["params"]["arguments"]["text"] == "x" * 200_000 + " mail [EMAIL]"

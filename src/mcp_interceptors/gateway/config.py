@@ -76,6 +76,16 @@ class TransportConfig(_Model):
     headers: dict[str, str] = Field(default_factory=dict)
     bearer_token: str | None = Field(None, description="Sent as `Authorization: Bearer ...`.")
     timeout_ms: Annotated[float, Field(gt=0)] = Field(60000, description="Per-request timeout towards it.")
+    max_message_bytes: Annotated[int, Field(gt=0)] = Field(
+        64 * 1024 * 1024,
+        description=(
+            "The longest message the server may send. Stdio: a longer line closes the connection, what it was "
+            "answering fails naming it, and it is restarted. Streamable HTTP: a longer JSON answer or SSE event "
+            "fails that request (an upstream's call: -32603 naming it). Legacy SSE: a longer event ends the "
+            "event stream: what it was answering fails (an upstream's calls: -32000 naming it), and it "
+            "reconnects. An interceptor server's failed invocations are routed by mode and `fail_open`."
+        ),
+    )
     era: Literal["auto", "legacy", "2026-07-28"] = Field(
         "auto",
         description=(
@@ -133,15 +143,6 @@ class UpstreamConfig(TransportConfig):
     prefix: str | None = Field(
         None, description="Namespace for tools and prompts; defaults to the upstream's name; '' for none."
     )
-    max_message_bytes: Annotated[int, Field(gt=0)] = Field(
-        64 * 1024 * 1024,
-        description=(
-            "The longest message the upstream may send. Stdio: a longer line closes the connection, its calls "
-            "in flight fail naming it, and it is restarted. Streamable HTTP: a longer JSON answer or SSE event fails "
-            "its call with -32603 naming it. Legacy SSE: a longer event ends the event stream: its calls in flight "
-            "fail with -32000 naming it, and it reconnects."
-        ),
-    )
 
 
 class RequiredConfig(_Model):
@@ -174,15 +175,6 @@ class InterceptorServerConfig(TransportConfig):
 
     name: Annotated[str, Field(pattern=_NAME)]
     required: list[RequiredConfig] = Field(default_factory=list)
-    max_message_bytes: Annotated[int, Field(gt=0)] = Field(
-        64 * 1024 * 1024,
-        description=(
-            "The longest message the interceptor server may send. Stdio: a longer line closes the connection "
-            "and it is restarted. Streamable HTTP: a longer JSON answer or SSE event fails that request. "
-            "Legacy SSE: a longer event ends the event stream, and it reconnects. Either way the invocations "
-            "it was answering fail (closed, unless the interceptor is `fail_open`)."
-        ),
-    )
     public_key: str | None = Field(
         None,
         description=(

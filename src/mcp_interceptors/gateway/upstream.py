@@ -48,7 +48,7 @@ from mcp_types import (
 from mcp_types.version import HANDSHAKE_PROTOCOL_VERSIONS, LATEST_HANDSHAKE_VERSION, LATEST_MODERN_VERSION
 
 from mcp_interceptors.gateway.config import TransportConfig
-from mcp_interceptors.gateway.jsonrpc import DEFAULT_MAX_LINE_BYTES, stdio_peer
+from mcp_interceptors.gateway.jsonrpc import stdio_peer
 
 logger = logging.getLogger(__name__)
 
@@ -151,7 +151,7 @@ async def open_wire(config: TransportConfig, on_http_error: OnHttpError | None =
     """A stdio server gets the lean `JsonRpcPeer` (dicts end to end); HTTP and SSE use mcp's
     transports under its `JSONRPCDispatcher`."""
     if config.command is not None:
-        limit = getattr(config, "max_message_bytes", DEFAULT_MAX_LINE_BYTES)
+        limit = config.max_message_bytes
         async with stdio_peer(
             config.command,
             list(config.args),
@@ -287,7 +287,7 @@ def http_client_for(config: TransportConfig, on_http_error: OnHttpError | None =
                 report(response.status_code, response.reason_phrase)
 
         hooks["response"] = [heard]
-    limit = getattr(config, "max_message_bytes", DEFAULT_MAX_LINE_BYTES)
+    limit = config.max_message_bytes
     transport = _MessageLimitTransport(httpx2.AsyncHTTPTransport(), limit)
     return httpx2.AsyncClient(headers=_http_headers(config), timeout=timeout, event_hooks=hooks, transport=transport)
 

@@ -19,9 +19,7 @@ from urllib.parse import urljoin, urlparse
 import anyio
 import anyio.abc
 import httpx2
-from mcp import MCPError, StdioServerParameters
-from mcp.client.sse import sse_client
-from mcp.client.stdio import stdio_client
+from mcp import MCPError
 from mcp.client.streamable_http import streamable_http_client
 from mcp.shared.dispatcher import CallOptions, DispatchContext
 from mcp.shared.inbound import (
@@ -171,28 +169,16 @@ async def open_wire(config: TransportConfig, on_http_error: OnHttpError | None =
     # pooled sockets stayed behind in CLOSE-WAIT, one set per ended session or reconnect.
     async with (
         http_client_for(config, on_http_error) as client,
-        open_transport(config, on_http_error, client) as (read, write),
+        open_transport(config, client) as (read, write),
     ):
         yield JSONRPCDispatcher(read, write)
 
 
-def open_transport(
-    config: TransportConfig,
-    on_http_error: OnHttpError | None = None,
-    http_client: httpx2.AsyncClient | None = None,
-) -> AbstractAsyncContextManager[Any]:
-    """The mcp client transport for a configured server (Streamable HTTP on `http_client` if given).
-    `on_http_error` hears each HTTP error status (mcp's client reports them all as -32603 "Server
-    returned an error response")."""
-    if config.command is not None:
-        params = StdioServerParameters(command=config.command, args=config.args, env=config.env or None, cwd=config.cwd)
-        return stdio_client(params)
+def open_transport(config: TransportConfig, http_client: httpx2.AsyncClient) -> AbstractAsyncContextManager[Any]:
+    """mcp's Streamable HTTP client transport to `config.url` on `http_client` (which it leaves open). One SSE
+    event is capped by `_MessageLimitTransport` at `max_message_bytes`; mcp's own 1 MiB cap would refuse less."""
     assert config.url is not None
-    if config.transport == "sse":
-        return sse_client(config.url, headers=_http_headers(config) or None)
-    client = http_client or http_client_for(config, on_http_error)
-    # `_MessageLimitTransport` caps one SSE event at `max_message_bytes`; mcp's own 1 MiB cap would refuse less.
-    return streamable_http_client(config.url, http_client=client, max_sse_event_size=None)
+    return streamable_http_client(config.url, http_client=http_client, max_sse_event_size=None)
 
 
 @dataclass
@@ -774,7 +760,7 @@ class UpstreamConnection:
         if self._exchanges is None:
             self._exchanges = http_client_for(self.config, self._heard_http_error)
         async with (
-            open_transport(self.config, http_client=self._exchanges) as (read, write),
+            open_transport(self.config, self._exchanges) as (read, write),
             anyio.create_task_group() as tg,
         ):
             dispatcher = JSONRPCDispatcher(read, write)

@@ -321,11 +321,7 @@ async def test_cursor_and_meta_are_part_of_the_governed_request(era: str) -> Non
     app.server.middleware.append(record)
     chain = Chain(role="client")
     chain.add_local(host)
-    client = (
-        InterceptingClient(InMemoryTransport(app.server), chain)
-        if era == "2026-07-28-jsonrpc"
-        else InterceptingClient(app.server, chain, mode=era)
-    )
+    client = client_in(app, chain, era)
     with anyio.fail_after(10):
         async with client:
             with pytest.raises(MCPError) as caught:
@@ -350,11 +346,7 @@ async def test_empty_arguments_are_part_of_the_governed_request(era: str) -> Non
     chain = Chain(role="client")
     chain.add_local(host)
     app = App()
-    client = (
-        InterceptingClient(InMemoryTransport(app.server), chain)
-        if era == "2026-07-28-jsonrpc"
-        else InterceptingClient(app.server, chain, mode=era)
-    )
+    client = client_in(app, chain, era)
     with anyio.fail_after(10):
         async with client:
             with pytest.raises(MCPError):

@@ -10,13 +10,27 @@ import anyio
 import httpx
 import pytest
 
+from mcp_interceptors import Chain
 from mcp_interceptors.audit.writer import WriterStats
+from mcp_interceptors.gateway import metrics as metrics_module
 from mcp_interceptors.gateway.config import ConfigError, parse_config
 from mcp_interceptors.gateway.metrics import GatewayMetrics, serve_metrics
+from mcp_interceptors.gateway.server import Gateway
+from mcp_interceptors.gateway.session import DownstreamSession
 
 pytestmark = pytest.mark.anyio
 
 UPSTREAM = {"command": "python"}
+
+
+class FakeConnection:
+    """What the metrics read of an upstream connection."""
+
+    def __init__(self, name: str, *, up: bool, closed: bool = False) -> None:
+        self.name, self.up, self.closed = name, up, closed
+
+    def close(self) -> None:
+        self.closed = True
 
 
 def value(metrics: GatewayMetrics, name: str, **labels: str) -> float | None:
@@ -123,7 +137,7 @@ def test_gauges_and_audit_counters_are_read_at_scrape_time() -> None:
     metrics = GatewayMetrics(
         ["a", "b"],
         open_sessions=lambda: len(sessions),
-        is_up=lambda name: up[name],
+        connections=lambda: up.items(),
         audit_stats=lambda: stats[0] if stats else None,
     )
     assert value(metrics, "mcp_gateway_sessions_open") == 0
@@ -137,6 +151,40 @@ def test_gauges_and_audit_counters_are_read_at_scrape_time() -> None:
     assert value(metrics, "mcp_gateway_upstream_up", upstream="b") == 1
     assert value(metrics, "mcp_gateway_audit_records_total") == 7
     assert value(metrics, "mcp_gateway_audit_write_failures_total") == 2
+
+
+def test_upstream_up_is_any_connection_up_and_connections_are_counted_by_state() -> None:
+    """Each handshake-era session has connections of its own: `upstream_up` read only the shared one, so a
+    session's dead upstream showed as up (and a live one as down)."""
+    config = parse_config({"upstreams": {"a": UPSTREAM, "b": UPSTREAM}, "http": {"metrics": True}})
+    gateway = Gateway(config, Chain(role="server"))
+    assert gateway.metrics is not None
+    gateway.shared = {"a": FakeConnection("a", up=False), "b": FakeConnection("b", up=True)}  # type: ignore[dict-item]
+    own = DownstreamSession(gateway, key="s1", era="legacy")
+    own.upstreams = {"a": FakeConnection("a", up=True), "b": FakeConnection("b", up=False)}  # type: ignore[dict-item]
+    sharing = DownstreamSession(gateway, key="s2", era="legacy", upstreams=dict(gateway.shared))
+    gone = DownstreamSession(gateway, key="s3", era="legacy")
+    gone.upstreams = {"a": FakeConnection("a", up=False, closed=True)}  # type: ignore[dict-item]
+    gateway.sessions.update({"s1": own, "s2": sharing, "s3": gone})
+    metrics = gateway.metrics
+    assert value(metrics, "mcp_gateway_upstream_up", upstream="a") == 1  # s1's own connection is up
+    assert value(metrics, "mcp_gateway_upstream_connections", upstream="a", state="up") == 1
+    assert value(metrics, "mcp_gateway_upstream_connections", upstream="a", state="down") == 1  # shared, once
+    assert value(metrics, "mcp_gateway_upstream_connections", upstream="b", state="down") == 1  # s1's own
+    assert value(metrics, "mcp_gateway_upstream_connections", upstream="b", state="up") == 1
+    gateway.shared["a"].up = True  # type: ignore[attr-defined]
+    own.upstreams["a"].up = False  # type: ignore[attr-defined]
+    gateway.close_session("s1")
+    assert value(metrics, "mcp_gateway_upstream_connections", upstream="b", state="down") == 0
+    assert value(metrics, "mcp_gateway_upstream_up", upstream="a") == 1
+
+
+def test_upstream_up_is_zero_when_no_connection_is_up() -> None:
+    metrics = GatewayMetrics(["a", "b"], connections=lambda: [("a", False), ("a", False), ("elsewhere", True)])
+    assert value(metrics, "mcp_gateway_upstream_up", upstream="a") == 0
+    assert value(metrics, "mcp_gateway_upstream_up", upstream="b") == 0  # not connected at all (stdio: no client yet)
+    assert value(metrics, "mcp_gateway_upstream_connections", upstream="a", state="down") == 2
+    assert value(metrics, "mcp_gateway_upstream_connections", upstream="elsewhere", state="up") is None
 
 
 def test_each_gateway_has_a_registry_of_its_own() -> None:
@@ -161,6 +209,34 @@ async def test_the_listener_serves_the_text_format_and_nothing_else() -> None:
                 assert (await http.post("/metrics")).status_code == 405
                 rebound = await http.get("/metrics", headers={"Host": "evil.example:80"})
                 assert rebound.status_code == 421  # DNS rebinding: a browser page cannot read it
+            tg.cancel_scope.cancel()
+
+
+async def test_the_listener_bounds_its_connections_and_drops_a_slow_one(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A scraper loop or a slowloris held a connection (an fd) each without bound: past the cap a connection
+    gets 503 at once, and a connection that does not finish its request within `_READ_S` is closed."""
+    monkeypatch.setattr(metrics_module, "_MAX_CONNECTIONS", 2)
+    monkeypatch.setattr(metrics_module, "_READ_S", 0.5)
+    metrics = GatewayMetrics(["a"])
+    with anyio.fail_after(10):
+        async with anyio.create_task_group() as tg:
+            port = await tg.start(serve_metrics, metrics, "127.0.0.1", 0)
+            slow = [await anyio.connect_tcp("127.0.0.1", port) for _ in range(2)]
+            for stream in slow:
+                await stream.send(b"GET /metrics HTTP/1.1\r\n")  # never finishes its head
+            await anyio.wait_all_tasks_blocked()
+            async with await anyio.connect_tcp("127.0.0.1", port) as third:
+                refused = b""
+                with pytest.raises(anyio.EndOfStream):
+                    while True:
+                        refused += await third.receive()
+            assert refused.startswith(b"HTTP/1.1 503 ")
+            for stream in slow:  # dropped after _READ_S
+                with pytest.raises((anyio.EndOfStream, anyio.BrokenResourceError)):
+                    await stream.receive()
+                await stream.aclose()
+            async with httpx.AsyncClient() as http:  # room again
+                assert (await http.get(f"http://127.0.0.1:{port}/metrics")).status_code == 200
             tg.cancel_scope.cancel()
 
 

@@ -7,6 +7,7 @@ nothing of theirs. Labelled children are cached, so a hot-path update is a dict 
 
 from __future__ import annotations
 
+import contextlib
 import logging
 from collections.abc import Callable, Iterable, Iterator
 from typing import TYPE_CHECKING, Any, Literal
@@ -16,7 +17,7 @@ import anyio.abc
 import h11
 from mcp_types import methods as wire_methods
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
-from prometheus_client.core import CounterMetricFamily, Metric
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 from prometheus_client.exposition import CONTENT_TYPE_LATEST
 from prometheus_client.registry import Collector
 
@@ -34,8 +35,15 @@ Outcome = Literal["ok", "error", "blocked", "cancelled"]
 KNOWN_METHODS = frozenset(CLIENT_INITIATED_EVENTS | SERVER_INITIATED_EVENTS | wire_methods.SPEC_CLIENT_METHODS)
 #: Buckets in seconds: a chain of local guards takes well under a millisecond, an upstream call up to minutes.
 _BUCKETS = (0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0)
-#: How long the metrics listener waits for a scraper's request head.
+#: How long the metrics listener gives one connection to send its request head and take the answer.
 _READ_S = 10.0
+#: Connections the metrics listener serves at once; more are answered 503 and closed at once, so a scraper
+#: loop or a slowloris cannot hold the gateway's file descriptors.
+_MAX_CONNECTIONS = 16
+_BUSY = (
+    b"HTTP/1.1 503 Service Unavailable\r\ncontent-type: text/plain; charset=utf-8\r\ncontent-length: 34\r\n"
+    b"connection: close\r\n\r\nToo many scrapes at once: retry.\r\n"
+)
 _LOOPBACK_HOSTS = frozenset({b"127.0.0.1", b"localhost", b"[::1]"})
 
 
@@ -43,15 +51,19 @@ def method_label(method: str) -> str:
     return method if method in KNOWN_METHODS else "other"
 
 
+#: `(upstream name, whether that connection is up now)` for every open connection to an upstream.
+Connections = Callable[[], Iterable[tuple[str, bool]]]
+
+
 class GatewayMetrics:
-    """The metrics of one gateway; `open_sessions`, `is_up` and `audit_stats` are read at scrape time."""
+    """The metrics of one gateway; `open_sessions`, `connections` and `audit_stats` are read at scrape time."""
 
     def __init__(
         self,
         upstreams: Iterable[str],
         *,
         open_sessions: Callable[[], int] = lambda: 0,
-        is_up: Callable[[str], bool] = lambda name: False,
+        connections: Connections = lambda: (),
         audit_stats: Callable[[], WriterStats | None] = lambda: None,
     ) -> None:
         self.registry = CollectorRegistry(auto_describe=True)
@@ -107,11 +119,7 @@ class GatewayMetrics:
         Gauge("mcp_gateway_sessions_open", "Open downstream sessions.", registry=r).set_function(
             lambda: float(open_sessions())
         )
-        up = Gauge(
-            "mcp_gateway_upstream_up", "Whether the upstream is connected (1) or not (0).", ["upstream"], registry=r
-        )
-        for name in upstreams:
-            up.labels(upstream=name).set_function(lambda name=name: float(is_up(name)))  # type: ignore[misc]
+        r.register(_UpstreamCollector(tuple(upstreams), connections))
         r.register(_AuditCollector(audit_stats))
 
     def request_done(self, upstream: str | None, method: str, outcome: Outcome) -> None:
@@ -153,6 +161,41 @@ class _Labelled:
         return child
 
 
+class _UpstreamCollector(Collector):
+    """`upstream_up` and `upstream_connections`, from every open connection at scrape time: the shared ones
+    and each handshake-era session's own (each such session has a process or HTTP session of its own)."""
+
+    def __init__(self, upstreams: tuple[str, ...], connections: Connections) -> None:
+        self.upstreams = upstreams
+        self.connections = connections
+
+    def collect(self) -> Iterator[Metric]:
+        counts = {(name, state): 0 for name in self.upstreams for state in ("up", "down")}
+        for name, is_up in self.connections():
+            key = (name, "up" if is_up else "down")
+            if key in counts:  # only configured upstreams: the label set stays the config's
+                counts[key] += 1
+        up = GaugeMetricFamily(
+            "mcp_gateway_upstream_up",
+            "Whether at least one connection to the upstream is up (1) or none is (0).",
+            labels=["upstream"],
+        )
+        connections = GaugeMetricFamily(
+            "mcp_gateway_upstream_connections",
+            "Open connections to the upstream (shared and per handshake-era session), by state.",
+            labels=["upstream", "state"],
+        )
+        for name in self.upstreams:
+            up.add_metric([name], float(counts[name, "up"] > 0))
+            for state in ("up", "down"):
+                connections.add_metric([name, state], float(counts[name, state]))
+        yield up
+        yield connections
+
+    def describe(self) -> Iterator[Metric]:
+        return iter(())
+
+
 class _AuditCollector(Collector):
     """The audit writer's counters, read from its stats at scrape time (absent while auditing is off)."""
 
@@ -180,44 +223,68 @@ async def serve_metrics(
 ) -> None:
     """Serve `GET /metrics` on HOST:PORT (loopback, checked by the config) until cancelled; reports the port."""
     listener = await anyio.create_tcp_listener(local_host=host, local_port=port)
+    open_connections = 0
+
+    async def handle(stream: anyio.abc.SocketStream) -> None:
+        nonlocal open_connections
+        if open_connections >= _MAX_CONNECTIONS:
+            await _refuse(stream)
+            return
+        open_connections += 1
+        try:
+            await _answer(metrics, stream)
+        finally:
+            open_connections -= 1
+
     async with listener:
         task_status.started(listener.extra(anyio.abc.SocketAttribute.local_port))
-        await listener.serve(lambda stream: _answer(metrics, stream))
+        await listener.serve(handle)
+
+
+async def _refuse(stream: anyio.abc.SocketStream) -> None:
+    """Too many connections: say 503 (without waiting for the request) and close."""
+    async with stream:
+        with anyio.move_on_after(1), contextlib.suppress(OSError, anyio.BrokenResourceError):
+            await stream.send(_BUSY)
 
 
 async def _answer(metrics: GatewayMetrics, stream: anyio.abc.SocketStream) -> None:
-    """One scrape per connection. A bad or broken one is dropped alone: it never ends the gateway."""
+    """One scrape per connection, within `_READ_S`. A bad or broken one is dropped alone: it never ends the
+    gateway."""
     async with stream:
-        try:
-            connection = h11.Connection(h11.SERVER)
-            request = await _read_request(connection, stream)
-            if request is None:
-                return
-            status, body = _response_for(metrics, request)
-            content_type = CONTENT_TYPE if status == 200 else "text/plain; charset=utf-8"
-            headers = [("content-type", content_type), ("content-length", str(len(body))), ("connection", "close")]
-            out = connection.send(h11.Response(status_code=status, headers=headers)) or b""
-            if request.method != b"HEAD":
-                out += connection.send(h11.Data(data=body)) or b""
-            out += connection.send(h11.EndOfMessage()) or b""
-            await stream.send(out)
-        except (OSError, anyio.BrokenResourceError, anyio.EndOfStream, h11.ProtocolError) as exc:
-            logger.debug("metrics listener: dropped a connection: %s", exc)
-        except Exception:
-            logger.exception("metrics listener: a scrape failed")
+        with anyio.move_on_after(_READ_S):
+            await _exchange(metrics, stream)
+
+
+async def _exchange(metrics: GatewayMetrics, stream: anyio.abc.SocketStream) -> None:
+    try:
+        connection = h11.Connection(h11.SERVER)
+        request = await _read_request(connection, stream)
+        if request is None:
+            return
+        status, body = _response_for(metrics, request)
+        content_type = CONTENT_TYPE if status == 200 else "text/plain; charset=utf-8"
+        headers = [("content-type", content_type), ("content-length", str(len(body))), ("connection", "close")]
+        out = connection.send(h11.Response(status_code=status, headers=headers)) or b""
+        if request.method != b"HEAD":
+            out += connection.send(h11.Data(data=body)) or b""
+        out += connection.send(h11.EndOfMessage()) or b""
+        await stream.send(out)
+    except (OSError, anyio.BrokenResourceError, anyio.EndOfStream, h11.ProtocolError) as exc:
+        logger.debug("metrics listener: dropped a connection: %s", exc)
+    except Exception:
+        logger.exception("metrics listener: a scrape failed")
 
 
 async def _read_request(connection: h11.Connection, stream: anyio.abc.SocketStream) -> h11.Request | None:
-    with anyio.move_on_after(_READ_S):
-        while True:
-            event = connection.next_event()
-            if event is h11.NEED_DATA:
-                connection.receive_data(await stream.receive())
-            elif isinstance(event, h11.Request):
-                return event
-            else:
-                return None
-    return None
+    while True:
+        event = connection.next_event()
+        if event is h11.NEED_DATA:
+            connection.receive_data(await stream.receive())
+        elif isinstance(event, h11.Request):
+            return event
+        else:
+            return None
 
 
 def _response_for(metrics: GatewayMetrics, request: h11.Request) -> tuple[int, bytes]:

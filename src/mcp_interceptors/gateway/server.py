@@ -152,7 +152,7 @@ class Gateway:
             self.metrics = GatewayMetrics(
                 config.upstreams,
                 open_sessions=lambda: len(self.sessions),
-                is_up=lambda name: name in self.shared and self.shared[name].up,
+                connections=self.upstream_connections,
                 audit_stats=lambda: self.audit_writer.stats if self.audit_writer is not None else None,
             )
             self.governor.metrics = self.metrics
@@ -365,6 +365,14 @@ class Gateway:
                 conn.close()  # all the session's own: a shared connection is never counted down here
             raise down[0]
         return conns
+
+    def upstream_connections(self) -> list[tuple[str, bool]]:
+        """`(upstream, up)` for every open upstream connection, each once: the shared ones and the
+        handshake-era sessions' own (the metrics' `upstream_up` and `upstream_connections`)."""
+        conns = {id(conn): conn for conn in self.shared.values()}
+        for session in self.sessions.values():
+            conns.update((id(conn), conn) for conn in session.upstreams.values())
+        return [(conn.name, conn.up) for conn in conns.values() if not conn.closed]
 
     def _time_requests(self, name: str, conn: UpstreamConnection) -> None:
         if self.metrics is not None:

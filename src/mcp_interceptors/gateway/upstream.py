@@ -398,6 +398,11 @@ class UpstreamConnection:
         """Whether the connection is open and past its handshake now (not starting, backing off, or closed)."""
         return self._dispatcher is not None and self._connected.is_set()
 
+    @property
+    def closed(self) -> bool:
+        """Whether `close()` stopped it for good."""
+        return self._closed
+
     async def wait_up(self) -> bool:
         """Wait for a reconnection as a request would (a restart takes a moment); whether it is up now."""
         if not self.up:

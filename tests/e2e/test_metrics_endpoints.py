@@ -146,3 +146,29 @@ async def test_a_cancelled_call_is_counted_as_cancelled_and_a_listing_names_its_
     listed = sample(scraped, requests, upstream="e2e", method="tools/list", outcome="ok")
     assert listed is not None and listed >= 1
     assert sample(scraped, requests, upstream="", method="tools/list", outcome="ok") is None
+
+
+async def test_a_handshake_era_sessions_own_upstream_restart_is_counted(tmp_path: Path) -> None:
+    """A handshake-era HTTP session has its own upstream process: its crash and restart showed nowhere
+    (`upstream_up` read the shared connection only, and restarts were not counted)."""
+    config = write_yaml(tmp_path / "gateway.yaml", standard_config(http={"metrics": True}))
+    port = free_tcp_port()
+    argv = cli_argv("gateway", "--config", str(config), "--http", f"127.0.0.1:{port}")
+    with anyio.fail_after(60):
+        async with running(argv, port=port, env=gateway_env(), label="HTTP gateway"), httpx.AsyncClient() as http:
+            before = samples((await http.get(f"http://127.0.0.1:{port}/metrics")).text)
+            async with Client(f"http://127.0.0.1:{port}/mcp", mode="legacy") as client:
+                first = text_of(await client.call_tool("pid", {}))
+                with pytest.raises(MCPError):
+                    await client.call_tool("crash", {})
+                second = text_of(await client.call_tool("pid", {}))  # waits for the restart
+                during = samples((await http.get(f"http://127.0.0.1:{port}/metrics")).text)
+            after = samples((await http.get(f"http://127.0.0.1:{port}/metrics")).text)
+    assert first != second
+    restarts = "mcp_gateway_upstream_restarts_total"
+    assert (sample(before, restarts, upstream="e2e"), sample(during, restarts, upstream="e2e")) == (0, 1)
+    connections = "mcp_gateway_upstream_connections"
+    assert sample(before, connections, upstream="e2e", state="up") == 1  # the shared one
+    assert sample(during, connections, upstream="e2e", state="up") == 2  # and the session's own
+    assert sample(after, connections, upstream="e2e", state="up") == 1  # closed with its session
+    assert sample(during, "mcp_gateway_upstream_up", upstream="e2e") == 1

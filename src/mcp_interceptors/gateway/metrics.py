@@ -116,6 +116,14 @@ class GatewayMetrics:
             buckets=_BUCKETS,
             registry=r,
         )
+        self._upstream_restarts = Counter(
+            "mcp_gateway_upstream_restarts",
+            "Reconnections of an upstream connection (shared or a session's own) after it ended or failed to start.",
+            ["upstream"],
+            registry=r,
+        )
+        for name in upstreams:
+            self._upstream_restarts.labels(name)  # 0 from the start: a rate over a missing series is no rate
         Gauge("mcp_gateway_sessions_open", "Open downstream sessions.", registry=r).set_function(
             lambda: float(open_sessions())
         )
@@ -140,6 +148,11 @@ class GatewayMetrics:
         """What an upstream connection calls with each request's duration in seconds."""
         observe: Callable[[float], None] = self._upstream_seconds.labels(upstream).observe
         return observe
+
+    def upstream_restarter(self, upstream: str) -> Callable[[], None]:
+        """What an upstream connection calls each time it reconnects."""
+        inc: Callable[[], None] = self._upstream_restarts.labels(upstream).inc
+        return inc
 
     def exposition(self) -> bytes:
         """The text exposition format (what `GET /metrics` answers)."""

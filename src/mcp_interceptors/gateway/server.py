@@ -377,6 +377,7 @@ class Gateway:
     def _time_requests(self, name: str, conn: UpstreamConnection) -> None:
         if self.metrics is not None:
             conn.on_duration = self.metrics.upstream_timer(name)
+            conn.on_restart = self.metrics.upstream_restarter(name)
 
     def close_upstreams(self) -> None:
         """Close every upstream connection, shared and per-session (shutting down): calls still waiting

@@ -384,6 +384,8 @@ class UpstreamConnection:
         self.left_out = False
         #: Called with each request's duration in seconds (the gateway's metrics), when set.
         self.on_duration: Callable[[float], None] | None = None
+        #: Called each time it reconnects after its connection ended or failed (the gateway's metrics), when set.
+        self.on_restart: Callable[[], None] | None = None
 
     @property
     def is_http(self) -> bool:
@@ -462,6 +464,8 @@ class UpstreamConnection:
                         delay = _BACKOFF_FIRST_S  # it was up a while: a fresh failure, not a crash loop
                     logger.warning("%s %r: %s; reconnecting in %.1fs", self.role, self.name, self._last_error, delay)
                     self.restarts += 1
+                    if self.on_restart is not None:  # the gateway's metrics
+                        self.on_restart()
                     await anyio.sleep(delay)
                     delay = min(delay * 2, _BACKOFF_MAX_S)
         finally:

@@ -715,7 +715,13 @@ async def _open_session(http: httpx2.AsyncClient, url: str, era: str) -> dict[st
 
 
 async def _post_tool_call(
-    http: httpx2.AsyncClient, url: str, era: str, headers: dict[str, str], request_id: int, name: str, arguments: Any
+    http: httpx2.AsyncClient,
+    url: str,
+    era: str,
+    headers: dict[str, str],
+    request_id: int | str,
+    name: str,
+    arguments: Any,
 ) -> Any:
     """One tools/call over raw HTTP in `era`: its JSON-RPC answer."""
     params: dict[str, Any] = {"name": name, "arguments": arguments}
@@ -737,3 +743,42 @@ def text_of_raw(answer: Any) -> str:
     if "result" not in answer:
         return json.dumps(answer)
     return "".join(part.get("text", "") for part in answer["result"]["content"])
+
+
+async def test_a_handshake_era_request_reusing_an_id_in_flight_is_refused_and_the_first_still_answered(
+    write_config: ConfigWriter, tmp_path: Path
+) -> None:
+    """mcp keys a session's answer streams by id: a second POST with the id of one in flight took over its
+    stream, and the first POST never got its answer (it waited forever). As on stdio, the second is refused."""
+    upstream = {"command": sys.executable, "args": ["-c", HOLDING_UPSTREAM], "env": {"HOLD_DIR": str(tmp_path)}}
+    config = write_config({"upstreams": {"slow": upstream}})
+    answers: dict[str, Any] = {}
+    async with serve(config) as base, httpx2.AsyncClient(timeout=60) as http:
+        url = f"{base}/mcp"
+        headers = await _open_session(http, url, "legacy")
+
+        async def call(label: str, request_id: int | str, n: int) -> None:
+            answers[label] = await _post_tool_call(http, url, "legacy", headers, request_id, "hold", {"n": n})
+
+        with anyio.fail_after(60):
+            async with anyio.create_task_group() as tg:
+                tg.start_soon(call, "first", 7, 1)
+                while True:
+                    if (tmp_path / "started-1").exists():
+                        break
+                    await anyio.sleep(0.05)  # nothing to wait on but the upstream's marker file
+                await call("same id", 7, 2)
+                (tmp_path / "release").touch()
+            await call("id free again", 7, 3)
+    assert answers["same id"] == {
+        "jsonrpc": "2.0",
+        "id": 7,
+        "error": {
+            "code": -32600,
+            "message": "Invalid Request: id already in use by a request in flight",
+            "data": {"field": "id"},
+        },
+    }
+    assert text_of_raw(answers["first"]) == "held 1"
+    assert text_of_raw(answers["id free again"]) == "held 3"
+    assert not (tmp_path / "started-2").exists()

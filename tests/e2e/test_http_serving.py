@@ -571,22 +571,8 @@ server.run("stdio")
 
 async def _post_call(http: httpx2.AsyncClient, url: str, era: str, name: str) -> Any:
     """One tools/call over raw HTTP in `era` (a handshake-era one opens its session first): its JSON-RPC answer."""
-    params: dict[str, Any] = {"name": name, "arguments": {}}
-    if era == "legacy":
-        opened = await http.post(url, json=INITIALIZE, headers=ACCEPT)
-        headers = {**ACCEPT, "mcp-session-id": opened.headers["mcp-session-id"], "mcp-protocol-version": "2025-11-25"}
-        await http.post(url, json={"jsonrpc": "2.0", "method": "notifications/initialized"}, headers=headers)
-    else:
-        headers = {**ACCEPT, "mcp-protocol-version": "2026-07-28", "mcp-method": "tools/call", "mcp-name": name}
-        params["_meta"] = {
-            "io.modelcontextprotocol/protocolVersion": "2026-07-28",
-            "io.modelcontextprotocol/clientInfo": {"name": "t", "version": "1"},
-            "io.modelcontextprotocol/clientCapabilities": {},
-        }
-    call = {"jsonrpc": "2.0", "id": 2, "method": "tools/call", "params": params}
-    response = await http.post(url, json=call, headers=headers)
-    lines = [line[5:] for line in response.text.splitlines() if line.startswith("data:")] or [response.text]
-    return json.loads(lines[-1])
+    headers = await _open_session(http, url, era)
+    return await _post_tool_call(http, url, era, headers, 2, name, {})
 
 
 @pytest.mark.parametrize("era", ERAS)
@@ -663,3 +649,136 @@ async def test_mcp_param_header_mismatch_is_refused_like_a_direct_server(write_c
                 answers.append((response.status_code, response.json().get("error", {}).get("code")))
     assert answers[0] == (400, -32020)  # the direct server
     assert answers[1] == answers[0]
+
+
+HOLDING_UPSTREAM = """
+import os, pathlib, anyio
+from mcp.server.mcpserver import MCPServer
+server = MCPServer("holding")
+folder = pathlib.Path(os.environ["HOLD_DIR"])
+
+@server.tool(description="Mark call `n` as started, then answer once the `release` file exists.")
+async def hold(n: int) -> str:
+    (folder / f"started-{n}").touch()
+    while not (folder / "release").exists():
+        await anyio.sleep(0.02)
+    return f"held {n}"
+
+server.run("stdio")
+"""
+
+
+@pytest.mark.parametrize("era", ERAS)
+async def test_requests_of_one_session_past_http_max_requests_in_flight_are_refused_until_one_ends(
+    write_config: ConfigWriter, tmp_path: Path, era: str
+) -> None:
+    """One client could hold any number of POSTs in flight in one session (each a task, its body and an
+    upstream call): past `http.max_requests_in_flight` one more is refused, as on stdio, while the first
+    ones complete; once they end, the session is served again."""
+    upstream = {"command": sys.executable, "args": ["-c", HOLDING_UPSTREAM], "env": {"HOLD_DIR": str(tmp_path)}}
+    config = write_config({"upstreams": {"slow": upstream}, "http": {"max_requests_in_flight": 2}})
+    answers: dict[int, Any] = {}
+    async with serve(config) as base, httpx2.AsyncClient(timeout=60) as http:
+        url = f"{base}/mcp"
+        headers = await _open_session(http, url, era)
+
+        async def call(n: int) -> None:
+            answers[n] = await _post_tool_call(http, url, era, headers, n, "hold", {"n": n})
+
+        with anyio.fail_after(60):
+            async with anyio.create_task_group() as tg:
+                tg.start_soon(call, 1)
+                tg.start_soon(call, 2)
+                while True:
+                    if all((tmp_path / f"started-{n}").exists() for n in (1, 2)):
+                        break
+                    await anyio.sleep(0.05)  # nothing to wait on but the upstream's marker files
+                await call(3)
+                (tmp_path / "release").touch()
+            await call(4)
+    assert answers[3]["error"] == {
+        "code": -32603,
+        "message": "too many requests in flight (the limit is 2); retry when one has ended",
+        "data": {"reason": "too_many_requests_in_flight", "limit": 2, "setting": "http.max_requests_in_flight"},
+    }
+    assert [text_of_raw(answers[n]) for n in (1, 2, 4)] == ["held 1", "held 2", "held 4"]
+
+
+async def _open_session(http: httpx2.AsyncClient, url: str, era: str) -> dict[str, str]:
+    """The headers of the session's requests (a handshake-era one opens its session first)."""
+    if era != "legacy":
+        return {**ACCEPT, "mcp-protocol-version": "2026-07-28", "mcp-method": "tools/call"}
+    opened = await http.post(url, json=INITIALIZE, headers=ACCEPT)
+    headers = {**ACCEPT, "mcp-session-id": opened.headers["mcp-session-id"], "mcp-protocol-version": "2025-11-25"}
+    await http.post(url, json={"jsonrpc": "2.0", "method": "notifications/initialized"}, headers=headers)
+    return headers
+
+
+async def _post_tool_call(
+    http: httpx2.AsyncClient,
+    url: str,
+    era: str,
+    headers: dict[str, str],
+    request_id: int | str,
+    name: str,
+    arguments: Any,
+) -> Any:
+    """One tools/call over raw HTTP in `era`: its JSON-RPC answer."""
+    params: dict[str, Any] = {"name": name, "arguments": arguments}
+    if era != "legacy":
+        headers = {**headers, "mcp-name": name}
+        params["_meta"] = {
+            "io.modelcontextprotocol/protocolVersion": "2026-07-28",
+            "io.modelcontextprotocol/clientInfo": {"name": "t", "version": "1"},
+            "io.modelcontextprotocol/clientCapabilities": {},
+        }
+    call = {"jsonrpc": "2.0", "id": request_id, "method": "tools/call", "params": params}
+    response = await http.post(url, json=call, headers=headers)
+    lines = [line[5:] for line in response.text.splitlines() if line.startswith("data:")] or [response.text]
+    return json.loads(lines[-1])
+
+
+def text_of_raw(answer: Any) -> str:
+    """The text of a raw tools/call answer (the whole answer when it is not a result)."""
+    if "result" not in answer:
+        return json.dumps(answer)
+    return "".join(part.get("text", "") for part in answer["result"]["content"])
+
+
+async def test_a_handshake_era_request_reusing_an_id_in_flight_is_refused_and_the_first_still_answered(
+    write_config: ConfigWriter, tmp_path: Path
+) -> None:
+    """mcp keys a session's answer streams by id: a second POST with the id of one in flight took over its
+    stream, and the first POST never got its answer (it waited forever). As on stdio, the second is refused."""
+    upstream = {"command": sys.executable, "args": ["-c", HOLDING_UPSTREAM], "env": {"HOLD_DIR": str(tmp_path)}}
+    config = write_config({"upstreams": {"slow": upstream}})
+    answers: dict[str, Any] = {}
+    async with serve(config) as base, httpx2.AsyncClient(timeout=60) as http:
+        url = f"{base}/mcp"
+        headers = await _open_session(http, url, "legacy")
+
+        async def call(label: str, request_id: int | str, n: int) -> None:
+            answers[label] = await _post_tool_call(http, url, "legacy", headers, request_id, "hold", {"n": n})
+
+        with anyio.fail_after(60):
+            async with anyio.create_task_group() as tg:
+                tg.start_soon(call, "first", 7, 1)
+                while True:
+                    if (tmp_path / "started-1").exists():
+                        break
+                    await anyio.sleep(0.05)  # nothing to wait on but the upstream's marker file
+                await call("same id", 7, 2)
+                (tmp_path / "release").touch()
+            await call("id free again", 7, 3)
+    assert answers["same id"] == {
+        "jsonrpc": "2.0",
+        "id": 7,
+        "error": {
+            "code": -32600,
+            "message": "Invalid Request: id already in use by a request in flight",
+            "data": {"field": "id"},
+        },
+    }
+    assert text_of_raw(answers["first"]) == "held 1"
+    assert text_of_raw(answers["id free again"]) == "held 3"
+    assert not (tmp_path / "started-2").exists()

@@ -166,3 +166,12 @@ def test_the_schema_refuses_an_upstream_name_the_loader_refuses() -> None:
     assert not validator.is_valid({"upstreams": {"my notes": {"command": "server"}}})
     with pytest.raises(ConfigError):
         parse_config({"upstreams": {"my notes": {"command": "server"}}})
+
+
+@pytest.mark.parametrize("value", [0, -1, "many", 1.5])
+def test_http_max_requests_in_flight_must_be_a_positive_integer(value: object) -> None:
+    raw = {"upstreams": {"a": {"command": "server"}}, "http": {"max_requests_in_flight": value}}
+    with pytest.raises(ConfigError) as error:
+        parse_config(raw, file="gateway.yaml")
+    assert error.value.path == "http.max_requests_in_flight"
+    assert parse_config({**raw, "http": {}}, file="gateway.yaml").http.max_requests_in_flight == 1000

@@ -1,5 +1,5 @@
 """Handshake-era sessions: idle ones are closed on time, however short `http.session_idle_s` is, and at
-most `http.max_sessions` are open at once."""
+most `http.max_sessions` are open at once; a session's HTTP requests in flight are counted per session."""
 
 from __future__ import annotations
 
@@ -11,8 +11,9 @@ from mcp import MCPError
 
 from mcp_interceptors import Chain
 from mcp_interceptors.gateway.config import parse_config
-from mcp_interceptors.gateway.server import Gateway
+from mcp_interceptors.gateway.server import Gateway, session_key
 from mcp_interceptors.gateway.session import DownstreamSession
+from mcp_interceptors.protocol.invoke import Principal
 
 pytestmark = pytest.mark.anyio
 
@@ -67,3 +68,28 @@ def test_a_session_past_max_sessions_is_refused_until_one_closes() -> None:
     gateway.session("2026-07-28", None, None, None)  # 2026-07-28 clients have no session of their own to open
     gateway.close_session("s1")
     assert gateway.session("legacy", "s3", None, None).key == "s3"
+
+
+def test_http_requests_in_flight_count_per_session_and_2026_requests_per_principal() -> None:
+    config = parse_config(
+        {"upstreams": {"a": {"command": "python", "args": ["server.py"]}}, "http": {"max_requests_in_flight": 1}}
+    )
+    gateway = Gateway(config, Chain(role="server"))
+    alice, bob = Principal(type="user", id="alice"), Principal(type="user", id="bob")
+    keys = [
+        session_key("legacy", "s1", None),
+        session_key("legacy", "s2", None),
+        session_key("2026-07-28", None, alice),
+        session_key("2026-07-28", None, bob),
+        session_key("2026-07-28", None, None),
+    ]
+    assert len(set(keys)) == len(keys)
+    assert session_key("2026-07-28", None, Principal(type="user", id="alice")) == keys[2]  # a new request, same caller
+    for key in keys:
+        gateway._claim_a_request_slot(key)  # one each: the sessions do not share a budget
+    with pytest.raises(MCPError) as caught:
+        gateway._claim_a_request_slot(keys[2])
+    assert (caught.value.code, caught.value.data) == (
+        -32603,
+        {"reason": "too_many_requests_in_flight", "limit": 1, "setting": "http.max_requests_in_flight"},
+    )

@@ -73,6 +73,15 @@ def error_response(request_id: Any, code: int, message: str, data: Any = None) -
     return {"jsonrpc": "2.0", "id": request_id, "error": error}
 
 
+def too_many_in_flight(limit: int, setting: str | None) -> tuple[str, dict[str, Any]]:
+    """The message and `data` of the -32603 refusing a request past a peer's `limit` of requests in flight
+    (`setting` names the config key that sets it): the stdio front's and the HTTP front's, alike."""
+    data: dict[str, Any] = {"reason": "too_many_requests_in_flight", "limit": limit}
+    if setting is not None:
+        data["setting"] = setting
+    return f"too many requests in flight (the limit is {limit}); retry when one has ended", data
+
+
 def refusal(message: Any) -> Message | None:
     """The -32600 answer to a parsed message no handler may see, else None: MCP has no batches, a
     request's id is a string or an integer (an object id reads as a notification to mcp's models, and
@@ -282,10 +291,7 @@ class JsonRpcPeer:
             message = "Invalid Request: id already in use by a request in flight"
             return error_response(request_id, INVALID_REQUEST, message, {"field": "id"})
         if self._max_in_flight is not None and len(self._handlers) >= self._max_in_flight:
-            data: dict[str, Any] = {"reason": "too_many_requests_in_flight", "limit": self._max_in_flight}
-            if self._in_flight_setting is not None:
-                data["setting"] = self._in_flight_setting
-            message = f"too many requests in flight (the limit is {self._max_in_flight}); retry when one has ended"
+            message, data = too_many_in_flight(self._max_in_flight, self._in_flight_setting)
             return error_response(request_id, INTERNAL_ERROR, message, data)
         return None
 

@@ -17,6 +17,7 @@ from collections.abc import Callable, Iterator
 from typing import Any
 
 import anyio
+import orjson
 import uvicorn
 from mcp.server.auth.settings import AuthSettings
 from mcp.server.stdio import stdio_server
@@ -25,6 +26,7 @@ from sse_starlette.sse import AppStatus
 
 from mcp_interceptors.gateway.auth import build_auth
 from mcp_interceptors.gateway.config import GatewayConfig, authority, is_loopback
+from mcp_interceptors.gateway.jsonrpc import INVALID_REQUEST, error_response, is_request_id, loads
 from mcp_interceptors.gateway.metrics import CONTENT_TYPE, GatewayMetrics
 from mcp_interceptors.gateway.server import SSE_SESSION_PREFIX, Gateway
 from mcp_interceptors.gateway.stdio import serve_stdio_fast
@@ -133,7 +135,7 @@ def http_app(gateway: Gateway, host: str, port: int, *, insecure_no_auth: bool =
         custom_starlette_routes=routes,
         session_idle_timeout=config.http.session_idle_s,
     )
-    return SessionEndWatcher(app, gateway)
+    return SessionEndWatcher(RequestIdGuard(app, config.http.path, config.http.max_body_bytes), gateway)
 
 
 def _with_default_ports(entries: list[str]) -> list[str]:
@@ -174,6 +176,94 @@ class SessionEndWatcher:
         await self.app(scope, receive, watch)
         if session_id and 200 <= status < 300:
             self.gateway.close_session(session_id.decode("latin-1"))
+
+
+class RequestIdGuard:
+    """ASGI wrapper: in a handshake-era Streamable HTTP session, a request reusing the id of one still in
+    flight is refused with -32600 (`data: {field: "id"}`), as on stdio. mcp keys each POST's answer stream
+    by `str(id)`, so the second request replaced the first's stream and the first POST waited forever for
+    an answer that had nowhere to go (an id of 1 and one of "1" collide there too, so both count as one).
+
+    A session is its `Mcp-Session-Id` together with the request's `Authorization`: a caller naming
+    someone else's session learns nothing here, and gets mcp's own answer for that session.
+    """
+
+    def __init__(self, app: Any, path: str, max_body: int) -> None:
+        self.app = app
+        self.path = path.rstrip("/")
+        self.max_body = max_body
+        self.in_flight: set[tuple[bytes, bytes, str]] = set()
+
+    async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
+        headers = dict(scope.get("headers") or []) if scope.get("type") == "http" else {}
+        session = headers.get(b"mcp-session-id")
+        if session is None or scope.get("method") != "POST" or scope.get("path", "").rstrip("/") != self.path:
+            await self.app(scope, receive, send)
+            return
+        body, replay = await _read_body(receive, self.max_body)
+        request_id = _request_id(body) if replay is None else None
+        if request_id is None:
+            await self.app(scope, replay or _replaying(body, receive), send)
+            return
+        key = (session, headers.get(b"authorization", b""), str(request_id))
+        if key in self.in_flight:
+            message = "Invalid Request: id already in use by a request in flight"
+            refused = error_response(request_id, INVALID_REQUEST, message, {"field": "id"})
+            await _json_response(400, refused)(scope, receive, send)
+            return
+        self.in_flight.add(key)
+        try:
+            await self.app(scope, _replaying(body, receive), send)
+        finally:
+            self.in_flight.discard(key)
+
+
+async def _read_body(receive: Any, limit: int) -> tuple[bytes, Any]:
+    """The request body, with None; or, past `limit` bytes or on a disconnect, what was read so far and a
+    `receive` that replays it then goes on reading (mcp answers those as it would have)."""
+    chunks: list[bytes] = []
+    size = 0
+    while True:
+        message = await receive()
+        if message.get("type") != "http.request":
+            return b"".join(chunks), _replaying(b"".join(chunks), receive, more=True, first=message)
+        chunk = bytes(message.get("body", b""))
+        chunks.append(chunk)
+        size += len(chunk)
+        if not message.get("more_body", False):
+            return b"".join(chunks), None
+        if size > limit:
+            return b"".join(chunks), _replaying(b"".join(chunks), receive, more=True)
+
+
+def _replaying(body: bytes, receive: Any, *, more: bool = False, first: Any = None) -> Any:
+    """A `receive` that yields `body` first (as one chunk, then `first` if given), then reads on."""
+    queued: list[Any] = [{"type": "http.request", "body": body, "more_body": more}]
+    if first is not None:
+        queued.append(first)
+
+    async def replay() -> Any:
+        return queued.pop(0) if queued else await receive()
+
+    return replay
+
+
+def _request_id(body: bytes) -> Any:
+    """The id of the request `body` holds, else None (a notification, an answer, a bad message: mcp's)."""
+    try:
+        message = loads(body)
+    except ValueError:
+        return None
+    if not isinstance(message, dict) or not isinstance(message.get("method"), str):
+        return None
+    request_id = message.get("id")
+    return request_id if is_request_id(request_id) else None
+
+
+def _json_response(status: int, message: Any) -> Any:
+    from starlette.responses import Response
+
+    return Response(orjson.dumps(message), status_code=status, media_type="application/json")
 
 
 #: The first event of an SSE stream names the session: `data: /messages/?session_id=<hex>`.

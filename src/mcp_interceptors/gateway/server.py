@@ -42,7 +42,7 @@ from mcp_interceptors.gateway.auth import current_principal
 from mcp_interceptors.gateway.bridge import Bridges
 from mcp_interceptors.gateway.config import GatewayConfig
 from mcp_interceptors.gateway.host_input import chain_body, result_body, vouched_context
-from mcp_interceptors.gateway.jsonrpc import INTERNAL_ERROR, INVALID_REQUEST
+from mcp_interceptors.gateway.jsonrpc import INTERNAL_ERROR, INVALID_REQUEST, too_many_in_flight
 from mcp_interceptors.gateway.legs import Governor
 from mcp_interceptors.gateway.metrics import GatewayMetrics, serve_metrics
 from mcp_interceptors.gateway.recording import RECEIPT_META_KEY, CallRecord, Leg, receipt_meta
@@ -160,6 +160,8 @@ class Gateway:
         self.shared: dict[str, UpstreamConnection] = {}
         self._open_inputs: OrderedDict[tuple[str, str], tuple[str, str]] = OrderedDict()
         self.sessions: dict[str, DownstreamSession] = {}
+        #: session key -> its HTTP requests in flight (`http.max_requests_in_flight`); gone at 0
+        self._in_flight: dict[str, int] = {}
         #: The `sessionId` guards see for the stdio client (see `STDIO_SESSION_KEY`).
         self.stdio_session_id = f"stdio:{uuid.uuid4().hex}"
         self.bus = InMemorySubscriptionBus()
@@ -405,6 +407,44 @@ class Gateway:
                 params = dict(ctx.params) if ctx.params is not None else None
                 await self.session_for(ctx).client_notification(method, params)
             return await call_next(ctx)
+        key = self._http_session_key(ctx)
+        if key is None:
+            return await self._request(ctx, call_next)
+        self._claim_a_request_slot(key)
+        try:
+            return await self._request(ctx, call_next)
+        finally:
+            left = self._in_flight[key] - 1
+            if left:
+                self._in_flight[key] = left
+            else:
+                del self._in_flight[key]
+
+    def _http_session_key(self, ctx: ServerRequestContext[Any, Any]) -> str | None:
+        """The session an HTTP request counts against for `http.max_requests_in_flight`: the key of its
+        `DownstreamSession`. None off HTTP (the stdio front counts its own) and for a handshake-era request
+        without a session yet (an `initialize`: `http.max_sessions` bounds those)."""
+        if ctx.request is None:
+            return None
+        era, transport_session = self._era_and_transport_session(ctx)
+        if era == "legacy" and transport_session is None:
+            return None
+        return session_key(era, transport_session, current_principal())
+
+    def _claim_a_request_slot(self, key: str) -> None:
+        """Count one more request in flight for session `key`, or refuse it past the limit (as the stdio
+        front does): each held a task, its body and an upstream call, with no bound."""
+        limit = self.config.http.max_requests_in_flight
+        held = self._in_flight.get(key, 0)
+        if held >= limit:
+            logger.warning(
+                "refused a request of session %s: %d requests in flight (http.max_requests_in_flight)", key[:64], limit
+            )
+            raise MCPError(INTERNAL_ERROR, *too_many_in_flight(limit, "http.max_requests_in_flight"))
+        self._in_flight[key] = held + 1
+
+    async def _request(self, ctx: ServerRequestContext[Any, Any], call_next: CallNext) -> HandlerResult:
+        method = ctx.method
         if method == "subscriptions/listen" and ctx.protocol_version in MODERN_PROTOCOL_VERSIONS:
             return await self._listen(ctx, call_next)
         if method in LOCAL_METHODS:
@@ -484,6 +524,14 @@ class Gateway:
             return
 
     def session_for(self, ctx: ServerRequestContext[Any, Any]) -> DownstreamSession:
+        era, header = self._era_and_transport_session(ctx)
+        client_params = ctx.session.client_params
+        params = client_params.model_dump(by_alias=True, mode="json", exclude_none=True) if client_params else None
+        return self.session(era, header, current_principal(), params)
+
+    @staticmethod
+    def _era_and_transport_session(ctx: ServerRequestContext[Any, Any]) -> tuple[Era, str | None]:
+        """The request's era and, for a handshake-era HTTP request, the transport session it names."""
         era: Era = "2026-07-28" if ctx.protocol_version in MODERN_PROTOCOL_VERSIONS else "legacy"
         request = ctx.request
         header = None
@@ -491,9 +539,7 @@ class Gateway:
             header = request.headers.get("mcp-session-id")
             if header is None and (sse := request.query_params.get("session_id")):  # the legacy SSE endpoint
                 header = SSE_SESSION_PREFIX + sse
-        client_params = ctx.session.client_params
-        params = client_params.model_dump(by_alias=True, mode="json", exclude_none=True) if client_params else None
-        return self.session(era, header, current_principal(), params)
+        return era, header
 
     def session(
         self,
@@ -504,10 +550,7 @@ class Gateway:
     ) -> DownstreamSession:
         """The session a request belongs to: a handshake-era client's by its transport session (one
         `default` session on stdio), 2026-07-28 requests by principal."""
-        if era == "legacy":
-            key = transport_session or STDIO_SESSION_KEY
-        else:
-            key = "modern:" + (f"{principal.type}:{principal.id}" if principal is not None else "anonymous")
+        key = session_key(era, transport_session, principal)
         session = self.sessions.get(key)
         if session is not None and _owner(session.principal) != _owner(principal):
             # Transports bind a session to the credential that opened it; this holds whatever names the key.
@@ -810,6 +853,14 @@ async def start_audit_writer(config: GatewayConfig, tg: anyio.abc.TaskGroup) -> 
     writer = AuditWriter(store, key)
     await tg.start(writer.run)
     return writer
+
+
+def session_key(era: Era, transport_session: str | None, principal: Principal | None) -> str:
+    """The key of a request's `DownstreamSession`: a handshake-era client's transport session (one
+    `default` session on stdio); 2026-07-28 requests, which carry none, share one per principal."""
+    if era == "legacy":
+        return transport_session or STDIO_SESSION_KEY
+    return "modern:" + (f"{principal.type}:{principal.id}" if principal is not None else "anonymous")
 
 
 def _owner(principal: Principal | None) -> tuple[str, str | None] | None:

@@ -5,6 +5,7 @@ protection, the body limit, the legacy SSE endpoint, bind rules, bad messages an
 from __future__ import annotations
 
 import json
+import os
 import signal
 import sys
 import time
@@ -712,8 +713,47 @@ async def test_sigterm_answers_a_call_whose_session_upstream_is_still_starting(
         }
     ]
     assert code == 0
-    assert took < 6, f"exited {took:.1f} s after SIGTERM"
+    assert took < 8, f"exited {took:.1f} s after SIGTERM"  # about 6 s (README), plus slack for a loaded machine
     assert [pid for pid in starting if pid_alive(pid)] == []
+
+
+HANGING_START_UPSTREAM = """
+import os, pathlib, time
+pathlib.Path(os.environ["STARTED_FILE"]).write_text(str(os.getpid()))
+time.sleep(3600)  # never answers its handshake, and ignores end of input
+"""
+
+
+@pytest.mark.parametrize("signum", [signal.SIGTERM, signal.SIGINT])
+async def test_a_signal_while_the_gateway_starts_stops_its_upstreams_and_exits_0(
+    write_config: ConfigWriter, tmp_path: Path, signum: signal.Signals
+) -> None:
+    """Before the front served, nothing handled SIGTERM: the gateway died of it (-15) while connecting its
+    upstreams, and left the server it was starting running (SIGINT: exit 130 with a KeyboardInterrupt)."""
+    started = tmp_path / "started"
+    env = {"STARTED_FILE": str(started)}
+    upstream = {"command": sys.executable, "args": ["-c", HANGING_START_UPSTREAM], "env": env}
+    config = write_config({"upstreams": {"slow": upstream}})
+    port = free_tcp_port()
+    child = spawn(cli_argv("gateway", "--config", str(config), "--http", f"127.0.0.1:{port}"), env=gateway_env())
+    try:
+        with anyio.fail_after(60):
+            while True:
+                if started.exists() and started.read_text():
+                    break
+                await anyio.sleep(0.05)  # nothing to wait on but the upstream's marker file
+            child.popen.send_signal(signum)
+            code = await anyio.to_thread.run_sync(child.popen.wait, abandon_on_cancel=True)
+    except BaseException as exc:
+        exc.add_note(child.describe())
+        raise
+    finally:
+        stop(child)
+    upstream_pid = int(started.read_text())
+    if pid_alive(upstream_pid):
+        os.kill(upstream_pid, signal.SIGKILL)
+        pytest.fail(f"the upstream being started (pid {upstream_pid}) outlived the gateway")
+    assert code == 0, child.stderr_tail()
 
 
 EVERYTHING = str(Path(__file__).resolve().parent.parent / "interop" / "everything_server.py")

@@ -5,6 +5,7 @@ protection, the body limit, the legacy SSE endpoint, bind rules, bad messages an
 from __future__ import annotations
 
 import json
+import os
 import signal
 import sys
 import time
@@ -612,6 +613,133 @@ async def test_sigterm_answers_a_call_still_in_flight_with_an_error(
         "message": "the gateway closed its connection to upstream 'slow' (shutting down)",
         "data": {"upstream": "slow"},
     }
+
+
+SLOW_SESSION_UPSTREAM = """
+import os, pathlib, runpy, sys, time
+opening = pathlib.Path(os.environ["OPENING_DIR"])
+if (opening / "shared").exists():  # a session's own: it never finishes starting, and ignores end of input
+    (opening / str(os.getpid())).touch()
+    time.sleep(3600)
+(opening / "shared").touch()
+sys.argv = [os.environ["UPSTREAM"]]
+runpy.run_path(os.environ["UPSTREAM"], run_name="__main__")
+"""
+
+
+async def _sse_call(http: httpx2.AsyncClient, base: str, name: str) -> Any:
+    """One handshake-era tools/call over `/sse` + `/messages/`: its JSON-RPC answer (None if the stream ended)."""
+    async with http.stream("GET", f"{base}/sse", headers={"accept": "text/event-stream"}) as stream:
+        events = (line[5:].strip() async for line in stream.aiter_lines() if line.startswith("data:"))
+        post = base + await anext(events)
+        await http.post(post, json=INITIALIZE)
+        await anext(events)  # its answer
+        await http.post(post, json={"jsonrpc": "2.0", "method": "notifications/initialized"})
+        call = {"jsonrpc": "2.0", "id": 2, "method": "tools/call", "params": {"name": name, "arguments": {}}}
+        await http.post(post, json=call)
+        async for event in events:
+            if (answer := json.loads(event)).get("id") == 2:
+                return answer
+    return None
+
+
+@pytest.mark.parametrize("front", ["streamable-http", "sse"])
+async def test_sigterm_answers_a_call_whose_session_upstream_is_still_starting(
+    write_config: ConfigWriter, tmp_path: Path, front: str
+) -> None:
+    """SIGTERM while a handshake-era session's first call waits for its upstream session to start: that one
+    was not the session's yet, so the shutdown did not close it. The call's stream was cut with no JSON-RPC
+    error when the drain ended, and the gateway exited seconds late, after stopping the server it kept opening."""
+    opening = tmp_path / "opening"
+    opening.mkdir()
+    env = {"OPENING_DIR": str(opening), "UPSTREAM": UPSTREAM}
+    upstream = {"command": sys.executable, "args": ["-c", SLOW_SESSION_UPSTREAM], "env": env}
+    config = write_config({"upstreams": {"slow": upstream}, "http": {"sse": True}})
+    port = free_tcp_port()
+    base = f"http://127.0.0.1:{port}"
+    child = spawn(cli_argv("gateway", "--config", str(config), "--http", f"127.0.0.1:{port}"), env=gateway_env())
+    answers: list[Any] = []
+
+    async def call(http: httpx2.AsyncClient) -> None:
+        try:
+            if front == "sse":
+                answers.append(await _sse_call(http, base, "echo"))
+            else:
+                answers.append(await _post_call(http, f"{base}/mcp", "legacy", "echo"))
+        except httpx2.HTTPError as exc:
+            answers.append(f"torn stream: {exc!r}")
+
+    try:
+        with anyio.fail_after(60):
+            await wait_http_ready(child, port)
+            async with httpx2.AsyncClient(timeout=30) as http, anyio.create_task_group() as tg:
+                tg.start_soon(call, http)
+                while True:
+                    if starting := [int(path.name) for path in opening.iterdir() if path.name != "shared"]:
+                        break
+                    await anyio.sleep(0.05)  # nothing to wait on but the upstream's marker file
+                signalled = time.monotonic()
+                child.popen.send_signal(signal.SIGTERM)
+            code = await anyio.to_thread.run_sync(child.popen.wait, abandon_on_cancel=True)
+            took = time.monotonic() - signalled
+    except BaseException as exc:
+        exc.add_note(child.describe())
+        raise
+    finally:
+        stop(child)
+    assert answers == [
+        {
+            "jsonrpc": "2.0",
+            "id": 2,
+            "error": {
+                "code": -32000,
+                "message": "the gateway closed its connection to upstream 'slow' (shutting down)",
+                "data": {"upstream": "slow"},
+            },
+        }
+    ]
+    assert code == 0
+    assert took < 8, f"exited {took:.1f} s after SIGTERM"  # about 6 s (README), plus slack for a loaded machine
+    assert [pid for pid in starting if pid_alive(pid)] == []
+
+
+HANGING_START_UPSTREAM = """
+import os, pathlib, time
+pathlib.Path(os.environ["STARTED_FILE"]).write_text(str(os.getpid()))
+time.sleep(3600)  # never answers its handshake, and ignores end of input
+"""
+
+
+@pytest.mark.parametrize("signum", [signal.SIGTERM, signal.SIGINT])
+async def test_a_signal_while_the_gateway_starts_stops_its_upstreams_and_exits_0(
+    write_config: ConfigWriter, tmp_path: Path, signum: signal.Signals
+) -> None:
+    """Before the front served, nothing handled SIGTERM: the gateway died of it (-15) while connecting its
+    upstreams, and left the server it was starting running (SIGINT: exit 130 with a KeyboardInterrupt)."""
+    started = tmp_path / "started"
+    env = {"STARTED_FILE": str(started)}
+    upstream = {"command": sys.executable, "args": ["-c", HANGING_START_UPSTREAM], "env": env}
+    config = write_config({"upstreams": {"slow": upstream}})
+    port = free_tcp_port()
+    child = spawn(cli_argv("gateway", "--config", str(config), "--http", f"127.0.0.1:{port}"), env=gateway_env())
+    try:
+        with anyio.fail_after(60):
+            while True:
+                if started.exists() and started.read_text():
+                    break
+                await anyio.sleep(0.05)  # nothing to wait on but the upstream's marker file
+            child.popen.send_signal(signum)
+            code = await anyio.to_thread.run_sync(child.popen.wait, abandon_on_cancel=True)
+    except BaseException as exc:
+        exc.add_note(child.describe())
+        raise
+    finally:
+        stop(child)
+    upstream_pid = int(started.read_text())
+    if pid_alive(upstream_pid):
+        os.kill(upstream_pid, signal.SIGKILL)
+        pytest.fail(f"the upstream being started (pid {upstream_pid}) outlived the gateway")
+    assert code == 0, child.stderr_tail()
 
 
 EVERYTHING = str(Path(__file__).resolve().parent.parent / "interop" / "everything_server.py")

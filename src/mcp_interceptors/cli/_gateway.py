@@ -25,7 +25,14 @@ from mcp_interceptors.gateway.config import (
     parse_config,
 )
 from mcp_interceptors.gateway.routing import RoutingError
-from mcp_interceptors.gateway.serve import BindRefusedError, ListenError, check_listen, serve_http, serve_stdio
+from mcp_interceptors.gateway.serve import (
+    BindRefusedError,
+    ListenError,
+    cancelled_by_signal,
+    check_listen,
+    serve_http,
+    serve_stdio,
+)
 from mcp_interceptors.gateway.server import Gateway, audit_key_location, audit_store_location
 from mcp_interceptors.gateway.sources import chain_for, populate_chain
 from mcp_interceptors.gateway.upstream import UpstreamUnavailableError
@@ -279,12 +286,16 @@ async def _run_gateway(
     chain: Chain, config: GatewayConfig, file: str, http: tuple[str, int] | None, insecure_no_auth: bool
 ) -> None:
     async with anyio.create_task_group() as tg:
-        await populate_chain(chain, config, tg, file=file)
-        gateway = Gateway(config, chain)
-        if http is None:
-            gateway.await_stdio_client()
-        # A stdio gateway has one client: it connects the upstreams when that client says who it is.
-        await gateway.start(tg, connect=http is not None)
+        async with cancelled_by_signal(tg) as starting:  # SIGTERM while starting: stop what started, exit 0
+            await populate_chain(chain, config, tg, file=file)
+            gateway = Gateway(config, chain)
+            if http is None:
+                gateway.await_stdio_client()
+            # A stdio gateway has one client: it connects the upstreams when that client says who it is.
+            await gateway.start(tg, connect=http is not None)
+        if starting.cancel_called:
+            tg.cancel_scope.cancel()
+            return
         if http is None:
             await serve_stdio(gateway)
         else:

@@ -12,7 +12,7 @@ import logging
 import time
 import uuid
 from collections import OrderedDict
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from functools import partial
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -162,6 +162,8 @@ class Gateway:
         self.sessions: dict[str, DownstreamSession] = {}
         #: session key -> its HTTP requests in flight (`http.max_requests_in_flight`); gone at 0
         self._in_flight: dict[str, int] = {}
+        #: Shutting down (`close_upstreams`): no upstream session opens any more.
+        self.closing = False
         #: The `sessionId` guards see for the stdio client (see `STDIO_SESSION_KEY`).
         self.stdio_session_id = f"stdio:{uuid.uuid4().hex}"
         self.bus = InMemorySubscriptionBus()
@@ -319,11 +321,23 @@ class Gateway:
                     self.close_session(key)
 
     async def open_session_upstreams(self, session: DownstreamSession) -> dict[str, UpstreamConnection]:
-        """Per-session upstream sessions for a handshake-era client, presenting its own initialize params."""
+        """Per-session upstream sessions for a handshake-era client, presenting its own initialize params.
+        Ending the session (or shutting down) meanwhile closes those opened so far and raises -32000 at once."""
+        try:
+            return await self._open_session_upstreams(session)
+        finally:
+            session.opening.clear()
+
+    async def _open_session_upstreams(self, session: DownstreamSession) -> dict[str, UpstreamConnection]:
         assert self._tg is not None, "gateway not started"
         conns: dict[str, UpstreamConnection] = {}
         down: list[UpstreamUnavailableError] = []
         for name, upstream_config in self.config.upstreams.items():
+            if session.ended or self.closing:  # shutting down, or the session ended: it opens nothing more
+                self._close_own(session.opening)
+                why = "the gateway is shutting down" if self.closing else "the session ended"
+                message = f"{why}: no session is opened with upstream {name!r}"
+                raise UpstreamUnavailableError(CONNECTION_CLOSED, message, {"upstream": name})
             conn = UpstreamConnection(
                 name,
                 upstream_config,
@@ -333,6 +347,7 @@ class Gateway:
                 on_notify=partial(session.upstream_notification, name),
             )
             self._time_requests(name, conn)
+            session.opening.append(conn)  # closing the session meanwhile closes it (see `close_session`)
             shared = self.shared.get(name)
             if shared is not None and not shared.up and len(self.config.upstreams) > 1:
                 # Down for the gateway too: not worth a session's wait; it joins the session once it connects.
@@ -345,10 +360,13 @@ class Gateway:
                 conns[name] = conn
                 continue
             try:
-                await self._tg.start(conn.run)
+                await conn.open(self._tg)
                 if conn.info is not None and (conn.info.capabilities.get("resources") or {}).get("subscribe"):
                     self.handshake_subscribe.add(name)
             except UpstreamUnavailableError as exc:
+                if session.ended or self.closing:  # closed while it opened: none of the others may outlive it
+                    self._close_own(session.opening)
+                    raise
                 if shared is not None and shared.era == "2026-07-28":
                     # A 2026-07-28-only upstream: share its connection; input requests are bridged per call.
                     logger.info("upstream %r refuses a handshake-era session; bridging through the shared one", name)
@@ -376,6 +394,13 @@ class Gateway:
             conns.update((id(conn), conn) for conn in session.upstreams.values())
         return [(conn.name, conn.up) for conn in conns.values() if not conn.closed]
 
+    def _close_own(self, conns: Iterable[UpstreamConnection]) -> None:
+        """Close those of `conns` that are a session's own (never a shared connection)."""
+        shared = {id(conn) for conn in self.shared.values()}
+        for conn in conns:
+            if id(conn) not in shared:
+                conn.close()
+
     def _time_requests(self, name: str, conn: UpstreamConnection) -> None:
         if self.metrics is not None:
             conn.on_duration = self.metrics.upstream_timer(name)
@@ -384,19 +409,20 @@ class Gateway:
     def close_upstreams(self) -> None:
         """Close every upstream connection, shared and per-session (shutting down): calls still waiting
         on one fail with an error naming it."""
+        self.closing = True  # a session opened from now on (a request already on its way) opens no upstream
         for key in list(self.sessions):
             self.close_session(key)
         for conn in self.shared.values():
             conn.close()
 
     def close_session(self, key: str) -> None:
+        """End a handshake-era session's upstream sessions, those still opening too: a call waiting for one
+        gets -32000 naming it at once."""
         session = self.sessions.pop(key, None)
         if session is None or session.era != "legacy":
             return
-        shared = {id(conn) for conn in self.shared.values()}
-        for conn in session.upstreams.values():
-            if id(conn) not in shared:
-                conn.close()
+        session.ended = True
+        self._close_own([*session.opening, *session.upstreams.values()])
 
     # ------------------------------------------------------------------ the middleware
 

@@ -89,6 +89,10 @@ class DownstreamSession:
     principal: Principal | None = None
     client_params: dict[str, Any] | None = None
     upstreams: dict[str, UpstreamConnection] = field(default_factory=dict)
+    #: The upstream sessions being opened for it (not yet in `upstreams`): ending the session closes them too.
+    opening: list[UpstreamConnection] = field(default_factory=list)
+    #: Closed by the gateway (`Gateway.close_session`): it opens no upstream session any more.
+    ended: bool = False
     catalog: Catalog | None = None
     advertised: dict[str, set[str]] = field(default_factory=dict)
     #: What each page of a paginated listing showed, by the cursor it was asked with (None: the first page):

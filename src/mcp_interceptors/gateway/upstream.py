@@ -94,6 +94,16 @@ class UpstreamInfo:
     instructions: str | None = None
 
 
+class _Opened:
+    """The task status `UpstreamConnection.open` hands `run`: set once its first handshake is done."""
+
+    def __init__(self) -> None:
+        self.event = anyio.Event()
+
+    def started(self, value: None = None) -> None:
+        self.event.set()
+
+
 class _EraRefused(Exception):
     """The upstream refused the era tried first and fixed the connection to it: reconnect in the other."""
 
@@ -474,6 +484,46 @@ class UpstreamConnection:
                     await self._exchanges.aclose()
                 self._exchanges = None
 
+    async def open(self, tg: anyio.abc.TaskGroup) -> None:
+        """`run` in `tg`, returning once its first handshake is done, as `tg.start(self.run)` does, except that
+        a `close()` meanwhile raises at once (-32000 naming this upstream) while the connection's teardown (a
+        stdio server's polite stop takes seconds) goes on in `tg`: the caller's client is answered before
+        a shutting-down front ends its stream. Cancelling the caller closes the connection."""
+        opened = _Opened()
+        failed: list[UpstreamUnavailableError] = []
+
+        async def run() -> None:
+            try:
+                await self.run(task_status=opened)
+            except UpstreamUnavailableError as exc:  # raised only before it is ready: `run` retries later ones
+                failed.append(exc)
+            finally:
+                opened.event.set()
+
+        tg.start_soon(run)
+        try:
+            async with anyio.create_task_group() as race:
+
+                async def until_closed() -> None:
+                    await self._closing.wait()
+                    race.cancel_scope.cancel()
+
+                race.start_soon(until_closed)
+                await opened.event.wait()
+                race.cancel_scope.cancel()
+        except BaseException:
+            self.close()  # its caller is gone: nobody would use it
+            raise
+        if failed:
+            raise failed[0]
+        if self._closed:
+            raise self.closed_error()
+
+    def closed_error(self) -> UpstreamUnavailableError:
+        """What a call to this connection gets once the gateway closed it (shutting down, the session ended)."""
+        message = f"the gateway closed its connection to {self.role} {self.name!r} (shutting down)"
+        return UpstreamUnavailableError(CONNECTION_CLOSED, message, {"upstream": self.name})
+
     async def _connect_once(self, on_ready: Callable[[], None]) -> str | None:
         """One connection's life: open, handshake, serve until EOF (the upstream exited or hung up).
         Returns why the gateway closed it itself (a message over the line limit), else None."""
@@ -853,11 +903,11 @@ class UpstreamConnection:
             if _is_local_close(exc):  # not an upstream's own -32000 error, which passes through
                 if shared is not None and self._dispatcher is shared:
                     self._mark_down()
+                if self._closed:
+                    raise self.closed_error() from None
                 reason = getattr(dispatcher, "close_reason", None)
                 data: dict[str, Any] = {"upstream": self.name}
-                if self._closed:
-                    message = f"the gateway closed its connection to {self.role} {self.name!r} (shutting down)"
-                elif reason is not None:
+                if reason is not None:
                     message = f"the gateway closed its connection to {self.role} {self.name!r}: it sent {reason}"
                     data["reason"] = reason
                 else:

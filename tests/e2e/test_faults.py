@@ -183,6 +183,44 @@ async def test_an_interceptor_server_that_died_fails_its_interceptors_at_once_un
     assert outcomes == (["down 0", "down 1", "down 2"] if fail_open else [WATCHDOG_BLOCK] * 3)
 
 
+async def test_an_http_interceptor_server_restarted_between_calls_gets_a_new_session(
+    write_config: ConfigWriter,
+) -> None:
+    """A handshake-era Streamable HTTP server that restarts between two calls answers the next one 404: it no
+    longer knows the gateway's session, and the client must start a new one. The gateway kept it, so every
+    later invocation failed closed (`-32600 Session not found`) until the gateway itself was restarted."""
+    port = free_tcp_port()
+    argv = [sys.executable, INTERCEPTOR_SERVER, "--http", str(port)]
+    server = {"name": "remote", "url": f"http://127.0.0.1:{port}/mcp", "era": "legacy"}
+    config = write_config(standard_config(interceptors={"servers": [server]}))
+    first = spawn(argv, env=gateway_env(), label="interceptor server")
+    try:
+        await wait_http_ready(first, port)
+        async with connect("stdio", config, "legacy") as client:
+            with anyio.fail_after(30):
+                before = text_of(await client.call_tool("echo", {"text": "before"}))
+            stop(first)
+            second = spawn(argv, env=gateway_env(), label="interceptor server again")
+            try:
+                await wait_http_ready(second, port)
+                with anyio.fail_after(5), pytest.raises(MCPError) as lost:  # the call that finds the session gone
+                    await client.call_tool("echo", {"text": "lost"})
+                with anyio.fail_after(30):
+                    while True:  # the gateway reconnects with its backoff: poll until a call gets through
+                        try:
+                            after = text_of(await client.call_tool("echo", {"text": "after"}))
+                            break
+                        except MCPError as exc:
+                            assert exc.data == WATCHDOG_BLOCK
+                        await anyio.sleep(0.2)  # nothing to wait on but the gateway's reconnect timer
+            finally:
+                stop(second)
+    finally:
+        stop(first)
+    assert (before, after) == ("before", "after")
+    assert lost.value.data == WATCHDOG_BLOCK
+
+
 @pytest.mark.parametrize("era", ERAS)
 async def test_required_interceptor_whose_server_cannot_start_fails_its_events_closed(
     write_config: ConfigWriter, era: str

@@ -5,7 +5,10 @@ hang or never start. Each test runs its own gateway, since it breaks one of its 
 from __future__ import annotations
 
 import contextlib
+import os
+import signal
 import sys
+from collections.abc import AsyncIterator, Callable
 from functools import partial
 from pathlib import Path
 from typing import Any
@@ -27,7 +30,7 @@ from e2e_support import (
     upstream_entry,
 )
 from e2e_support import fresh_gateway as connect
-from helpers import cli_argv, free_tcp_port, run_cli, running, stop
+from helpers import cli_argv, free_tcp_port, run_cli, running, spawn, stop, wait_http_ready
 from mcp import Client, MCPError
 
 pytestmark = [pytest.mark.anyio, pytest.mark.e2e]
@@ -99,6 +102,123 @@ async def test_interceptor_server_fault_is_skipped_with_fail_open(
             faulty = text_of(await client.call_tool("echo", {"text": fault}))
             later = text_of(await client.call_tool("echo", {"text": "later"}))
     assert (faulty, later) == (fault, "later")
+
+
+@contextlib.asynccontextmanager
+async def interceptor_server(
+    transport: str, tmp_path: Path
+) -> AsyncIterator[tuple[dict[str, Any], Callable[[], None]]]:
+    """The watchdog server's config entry, and a toggle: kill it (SIGKILL) and keep it down (the stdio one
+    exits at once while a file is missing; the HTTP one is not started again), then bring it back."""
+    port = free_tcp_port()
+    if transport == "http":
+        argv = [sys.executable, INTERCEPTOR_SERVER, "--http", str(port)]
+        children = [spawn(argv, env=gateway_env(), label="interceptor server")]
+        try:
+            await wait_http_ready(children[0], port)
+
+            def toggle_http() -> None:
+                if children[-1].popen.poll() is None:
+                    children[-1].popen.kill()
+                    children[-1].popen.wait()
+                else:
+                    children.append(spawn(argv, env=gateway_env(), label="interceptor server"))
+
+            yield {"name": "remote", "url": f"http://127.0.0.1:{port}/mcp"}, toggle_http
+        finally:
+            for child in children:
+                stop(child)
+        return
+    may_run, pid_file = tmp_path / "may-run", tmp_path / "pid"
+    may_run.touch()
+    script = (
+        f"import os, runpy, sys\nif not os.path.exists({str(may_run)!r}): sys.exit(3)\n"
+        f"open({str(pid_file)!r}, 'w').write(str(os.getpid()))\n"
+        f"runpy.run_path({INTERCEPTOR_SERVER!r}, run_name='__main__')"
+    )
+
+    def toggle_stdio() -> None:
+        if may_run.exists():
+            may_run.unlink()
+            os.kill(int(pid_file.read_text()), signal.SIGKILL)
+        else:
+            may_run.touch()
+
+    yield {"name": "remote", "command": sys.executable, "args": ["-c", script]}, toggle_stdio
+
+
+@pytest.mark.parametrize("fail_open", [False, True])
+@pytest.mark.parametrize("transport", ["stdio", "http"])
+async def test_an_interceptor_server_that_died_fails_its_interceptors_at_once_until_it_is_back(
+    write_config: ConfigWriter, tmp_path: Path, transport: str, fail_open: bool
+) -> None:
+    """While a remote interceptor server is down (its process killed; the gateway reconnecting with backoff),
+    its interceptors fail at once as invocation failures routed by failOpen. They waited for the reconnect
+    instead, and failed as the chain's timeout after its whole deadline (10 s); once it is back they run there."""
+    async with interceptor_server(transport, tmp_path) as (server, kill):
+        overrides = {"watchdog": {"fail_open": fail_open}}
+        config = write_config(standard_config(interceptors={"servers": [server], "overrides": overrides}))
+        async with connect("stdio", config, "legacy") as client:
+            with anyio.fail_after(30):
+                before = text_of(await client.call_tool("echo", {"text": "before"}))
+            kill()
+            outcomes: list[str | dict[str, Any]] = []
+            for attempt in range(3):
+                with anyio.fail_after(5):  # the chain's deadline is 10 s
+                    try:
+                        outcomes.append(text_of(await client.call_tool("echo", {"text": f"down {attempt}"})))
+                    except MCPError as exc:
+                        assert (exc.code, exc.message) == (-32602, "Blocked by interceptor validation")
+                        outcomes.append(exc.data)
+            kill()  # it may run (stdio) or runs (HTTP) again
+            with anyio.fail_after(30):
+                while True:  # the gateway reconnects with its backoff: poll until a call gets through
+                    try:
+                        after = text_of(await client.call_tool("echo", {"text": "after"}))
+                        break
+                    except MCPError as exc:
+                        assert exc.data == WATCHDOG_BLOCK
+                    await anyio.sleep(0.2)  # nothing to wait on but the gateway's reconnect timer
+    assert (before, after) == ("before", "after")
+    assert outcomes == (["down 0", "down 1", "down 2"] if fail_open else [WATCHDOG_BLOCK] * 3)
+
+
+async def test_an_http_interceptor_server_restarted_between_calls_gets_a_new_session(
+    write_config: ConfigWriter,
+) -> None:
+    """A handshake-era Streamable HTTP server that restarts between two calls answers the next one 404: it no
+    longer knows the gateway's session, and the client must start a new one. The gateway kept it, so every
+    later invocation failed closed (`-32600 Session not found`) until the gateway itself was restarted."""
+    port = free_tcp_port()
+    argv = [sys.executable, INTERCEPTOR_SERVER, "--http", str(port)]
+    server = {"name": "remote", "url": f"http://127.0.0.1:{port}/mcp", "era": "legacy"}
+    config = write_config(standard_config(interceptors={"servers": [server]}))
+    first = spawn(argv, env=gateway_env(), label="interceptor server")
+    try:
+        await wait_http_ready(first, port)
+        async with connect("stdio", config, "legacy") as client:
+            with anyio.fail_after(30):
+                before = text_of(await client.call_tool("echo", {"text": "before"}))
+            stop(first)
+            second = spawn(argv, env=gateway_env(), label="interceptor server again")
+            try:
+                await wait_http_ready(second, port)
+                with anyio.fail_after(5), pytest.raises(MCPError) as lost:  # the call that finds the session gone
+                    await client.call_tool("echo", {"text": "lost"})
+                with anyio.fail_after(30):
+                    while True:  # the gateway reconnects with its backoff: poll until a call gets through
+                        try:
+                            after = text_of(await client.call_tool("echo", {"text": "after"}))
+                            break
+                        except MCPError as exc:
+                            assert exc.data == WATCHDOG_BLOCK
+                        await anyio.sleep(0.2)  # nothing to wait on but the gateway's reconnect timer
+            finally:
+                stop(second)
+    finally:
+        stop(first)
+    assert (before, after) == ("before", "after")
+    assert lost.value.data == WATCHDOG_BLOCK
 
 
 @pytest.mark.parametrize("era", ERAS)

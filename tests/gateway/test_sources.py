@@ -30,6 +30,7 @@ class GoneConnection:
     """Stands in for an `UpstreamConnection` whose interceptor host has just crashed."""
 
     name = "remote"
+    up = True  # it has not noticed yet: the request finds it gone
 
     async def request(self, method: str, params: Any, **_: Any) -> dict[str, Any]:
         raise UpstreamUnavailableError(

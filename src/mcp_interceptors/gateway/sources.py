@@ -262,8 +262,14 @@ class ConnectionSource:
         return found
 
     async def invoke(self, call: Call) -> InterceptorResult:
-        if self.unavailable is not None and self.conn.info is None:
-            raise HostConnectionError(call.name, f"interceptor host unavailable: {self.unavailable}")
+        if not self.conn.up:
+            # Down at start, or restarting (backing off, or mid-handshake): fail at once as an invocation failure,
+            # routed by mode/failOpen. Waiting for the reconnect held each call for the chain's whole deadline and
+            # reported it as a chain timeout.
+            reason = self.unavailable if self.unavailable is not None and self.conn.info is None else None
+            raise HostConnectionError(
+                call.name, f"interceptor host unavailable: {reason or self.conn.unavailable().message}"
+            )
         body = invoke_body(
             call.name,
             call.event,

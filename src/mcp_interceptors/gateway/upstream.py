@@ -36,6 +36,7 @@ from mcp_types import (
     CLIENT_INFO_META_KEY,
     CONNECTION_CLOSED,
     INTERNAL_ERROR,
+    INVALID_REQUEST,
     LOG_LEVEL_META_KEY,
     PARSE_ERROR,
     PROTOCOL_VERSION_META_KEY,
@@ -378,6 +379,8 @@ class UpstreamConnection:
         self._listens = 0
         self._receivers: dict[object, OnUpstreamNotify] = {}
         self._dispatcher: Wire | None = None
+        #: Set to end the open connection (`run` then reconnects): its HTTP session is gone.
+        self._ended: anyio.Event | None = None
         self._connected = anyio.Event()
         self._closed = False
         self._closing = anyio.Event()
@@ -528,7 +531,7 @@ class UpstreamConnection:
         """One connection's life: open, handshake, serve until EOF (the upstream exited or hung up).
         Returns why the gateway closed it itself (a message over the line limit), else None."""
         async with open_wire(self.config, self._heard_http_error) as dispatcher:
-            ended = anyio.Event()
+            ended = self._ended = anyio.Event()
             async with anyio.create_task_group() as tg:
                 await tg.start(self._pump, dispatcher, ended)
                 self._dispatcher = dispatcher
@@ -913,6 +916,17 @@ class UpstreamConnection:
                 else:
                     message = f"{self.role} {self.name!r} closed the connection"
                 raise UpstreamUnavailableError(CONNECTION_CLOSED, message, data) from None
+            if shared is not None and self._session_lost(exc):
+                # Streamable HTTP: a 404 to a request naming a session means the server no longer knows it (it
+                # restarted): the client must start a new session. Kept, every later request got the same 404.
+                if self._dispatcher is shared:
+                    self._mark_down()
+                    if self._ended is not None:
+                        self._ended.set()
+                message = f"{self.role} {self.name!r} no longer knows the gateway's session (HTTP 404): reconnecting"
+                logger.warning("%s", message)
+                data = {"upstream": self.name, "reason": "session not found"}
+                raise UpstreamUnavailableError(CONNECTION_CLOSED, message, data) from None
             if _is_http_error(exc) and self._http_error is not None:
                 message = self._explain(f"{self.role} {self.name!r} answered with an error", exc)
                 raise MCPError(exc.code, message, {"upstream": self.name, "httpStatus": self._http_error}) from None
@@ -924,6 +938,14 @@ class UpstreamConnection:
                 message = f"{self.role} {self.name!r} closed the connection ({exc.message})"
                 raise UpstreamUnavailableError(CONNECTION_CLOSED, message, {"upstream": self.name}) from None
             raise
+
+    def _session_lost(self, exc: MCPError) -> bool:
+        """A handshake-era HTTP session's 404: mcp's "Session terminated", or the server's own error in its body."""
+        lost = self.is_http and self.era == "legacy" and exc.code == INVALID_REQUEST
+        if not lost or self._http_error is None or not self._http_error.startswith("404"):
+            return False
+        self._http_error = None  # heard once: a later -32600 needs a 404 of its own
+        return True
 
     async def notify(self, method: str, params: Mapping[str, Any] | None) -> None:
         dispatcher = self._dispatcher

@@ -210,6 +210,11 @@ async def test_config_schema_prints_a_json_schema_of_the_config() -> None:
             "(fix: see `mcp-interceptors config-schema`)",
         ),
         (
+            "upstreams:\n  a: {command: python, prefix: gh}\n  b: {command: python, prefix: gh}\n",
+            "upstreams.b.prefix: 'gh' is also the prefix of upstream 'a', so calls could not be routed "
+            "(fix: give upstream 'a' or 'b' another `prefix`",
+        ),
+        (
             "name: no-upstreams-key\n",
             "upstreams: Value error, at least one upstream server is needed "
             "(fix: see `mcp-interceptors config-schema`)",
@@ -229,6 +234,7 @@ async def test_config_schema_prints_a_json_schema_of_the_config() -> None:
         "config-regex-that-does-not-compile",
         "audit-store-folder-not-creatable",
         "no-upstream",
+        "same-prefix",
         "no-upstreams-key",
     ],
 )

@@ -166,3 +166,41 @@ def test_the_schema_refuses_an_upstream_name_the_loader_refuses() -> None:
     assert not validator.is_valid({"upstreams": {"my notes": {"command": "server"}}})
     with pytest.raises(ConfigError):
         parse_config({"upstreams": {"my notes": {"command": "server"}}})
+
+
+@pytest.mark.parametrize(
+    ("upstreams", "path", "named"),
+    [
+        ({"a": {"command": "s", "prefix": "gh"}, "b": {"command": "s", "prefix": "gh"}}, "upstreams.b.prefix", "'a'"),
+        ({"gh": {"command": "s"}, "b": {"command": "s", "prefix": "gh"}}, "upstreams.b.prefix", "'gh'"),
+        # `a`'s tool `b__x` and `a__b`'s tool `x` are both `a__b__x`
+        ({"a": {"command": "s"}, "a__b": {"command": "s"}}, "upstreams.a__b.prefix", "'a__b__x'"),
+        (
+            {"a": {"command": "s", "prefix": "gh_"}, "b": {"command": "s", "prefix": "gh"}},
+            "upstreams.b.prefix",
+            "'gh___x'",
+        ),
+    ],
+    ids=["same-prefix", "a-prefix-equal-to-another-upstreams-name", "nested-prefix", "underscore-prefix"],
+)
+def test_upstreams_whose_prefixed_names_can_collide_are_refused_at_load(
+    upstreams: dict[str, object], path: str, named: str
+) -> None:
+    with pytest.raises(ConfigError) as error:
+        parse_config({"upstreams": upstreams}, file="gateway.yaml")
+    assert error.value.path == path
+    assert sorted(error.value.data["upstreams"]) == sorted(upstreams)
+    assert named in error.value.problem and "another `prefix`" in error.value.fix
+
+
+@pytest.mark.parametrize(
+    "upstreams",
+    [
+        {"a": {"command": "s", "prefix": "gh"}, "b": {"command": "s", "prefix": "ghx"}},
+        {"a": {"command": "s", "prefix": "a_b"}, "b": {"command": "s", "prefix": "a"}},
+        {"a": {"command": "s", "prefix": ""}, "b": {"command": "s", "prefix": ""}},  # clashes depend on the names
+        {"a": {"command": "s", "prefix": ""}, "b": {"command": "s"}},
+    ],
+)
+def test_upstreams_whose_prefixed_names_cannot_collide_load(upstreams: dict[str, object]) -> None:
+    parse_config({"upstreams": upstreams}, file="gateway.yaml")

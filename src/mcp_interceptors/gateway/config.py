@@ -28,6 +28,7 @@ from pydantic import (
 )
 from pydantic.json_schema import SkipJsonSchema
 
+from mcp_interceptors.gateway.routing import SEPARATOR
 from mcp_interceptors.planning import Overrides
 from mcp_interceptors.protocol.errors import InterceptorsError
 from mcp_interceptors.protocol.events import CLIENT_FEATURE_EVENTS, SERVER_FEATURE_EVENTS, Phase, events_match
@@ -141,7 +142,9 @@ class UpstreamConfig(TransportConfig):
     """An MCP server the gateway fronts. Tools and prompts appear as `<prefix>__<name>`."""
 
     prefix: str | None = Field(
-        None, description="Namespace for tools and prompts; defaults to the upstream's name; '' for none."
+        None,
+        description="Namespace for tools and prompts; defaults to the upstream's name; '' for none. Two upstreams"
+        " whose prefixes could expose the same name (one prefix twice, or `a` and `a__b`) are refused.",
     )
 
 
@@ -523,7 +526,44 @@ def parse_config(
         raise ConfigError(file, path, redact_values(error["msg"], used), _fix_for(error)) from None
     config._substituted.update(used)
     _check_http_path(config.http, file)
+    _check_prefixes(config, file)
     return config
+
+
+def _check_prefixes(config: GatewayConfig, file: str) -> None:
+    """Two upstreams whose `<prefix>__<name>` names can be the same (one prefix, or one `a` and the other
+    `a__b`): refused at load, naming both, not only once both have connected and listed a clashing name.
+    An empty prefix exposes names as they are: a clash there depends on the names, so it is found at start."""
+    seen: dict[str, str] = {}  # prefix -> the upstream it is of
+    for name in config.upstreams:
+        prefix = config.prefix_for(name)
+        if not prefix:
+            continue
+        for other_prefix, other in seen.items():
+            pairs = sorted(((prefix, name), (other_prefix, other)), key=lambda pair: len(pair[0]))
+            (short, short_owner), (long, long_owner) = pairs
+            if not (long + SEPARATOR).startswith(short + SEPARATOR):
+                continue
+            own = "" if config.upstreams[name].prefix is not None else " (its name, the default)"
+            if prefix == other_prefix:
+                problem = f"{prefix!r}{own} is also the prefix of upstream {other!r}"
+            else:
+                rest = (long + SEPARATOR)[len(short + SEPARATOR) :]
+                problem = (
+                    f"{prefix!r}{own} overlaps the prefix {other_prefix!r} of upstream {other!r}: a tool "
+                    f"{rest + 'x'!r} of {short_owner!r} and a tool 'x' of {long_owner!r} would both be "
+                    f"{long + SEPARATOR + 'x'!r}"
+                )
+            error = ConfigError(
+                file,
+                f"upstreams.{name}.prefix",
+                f"{problem}, so calls could not be routed",
+                f"give upstream {other!r} or {name!r} another `prefix` (neither may start with the other's "
+                f"followed by {SEPARATOR!r})",
+            )
+            error.data["upstreams"] = [other, name]
+            raise error
+        seen[prefix] = name
 
 
 def _check_http_path(http: HttpConfig, file: str) -> None:

@@ -33,7 +33,7 @@ def test_an_empty_static_token_is_refused_naming_the_field() -> None:
     raw = {"upstreams": {"a": {"command": "server"}}, "auth": {"tokens": ["ok", "${GATEWAY_TOKEN}"]}}
     with pytest.raises(ConfigError) as error:
         parse_config(raw, file="gateway.yaml", env={"GATEWAY_TOKEN": ""})
-    assert (error.value.file, error.value.path) == ("gateway.yaml", "auth.tokens.1")
+    assert (error.value.file, error.value.path) == ("gateway.yaml", "auth.tokens[1]")
     assert "non-empty" in error.value.fix
 
 
@@ -117,7 +117,7 @@ def test_r66_a_required_pin_on_no_governed_event_is_refused_at_load(events: list
     raw = {"upstreams": {"a": {"command": "server"}}, "interceptors": {"servers": [server]}}
     with pytest.raises(ConfigError) as error:
         parse_config(raw, file="gateway.yaml")
-    assert error.value.path == "interceptors.servers.0.required.0.events"
+    assert error.value.path == "interceptors.servers[0].required[0].events"
     assert all(repr(event) in error.value.problem for event in events if event in ("tools/cal", "tool/call"))
 
 
@@ -156,7 +156,7 @@ def test_a_host_module_without_its_attribute_gets_the_form_as_the_fix() -> None:
     raw = {"upstreams": {"a": {"command": "server"}}, "interceptors": {"hosts": [{"module": "my_hosts"}]}}
     with pytest.raises(ConfigError) as error:
         parse_config(raw, file="gateway.yaml")
-    assert error.value.path == "interceptors.hosts.0.module"
+    assert error.value.path == "interceptors.hosts[0].module"
     assert error.value.fix == "name an InterceptorHost as module:attribute, e.g. my_hosts:host"
 
 
@@ -204,3 +204,45 @@ def test_upstreams_whose_prefixed_names_can_collide_are_refused_at_load(
 )
 def test_upstreams_whose_prefixed_names_cannot_collide_load(upstreams: dict[str, object]) -> None:
     parse_config({"upstreams": upstreams}, file="gateway.yaml")
+
+
+@pytest.mark.parametrize("priority", [{"request": "high"}, "abc", {"reqest": 5}, True, 2**31, {"request": 2**40}, 1.5])
+def test_r15_a_bad_priority_override_names_its_field_and_what_is_allowed(priority: object) -> None:
+    raw = {"upstreams": {"a": {"command": "s"}}, "interceptors": {"overrides": {"redact": {"priority": priority}}}}
+    with pytest.raises(ConfigError) as error:
+        parse_config(raw, file="gateway.yaml")
+    assert error.value.path == "interceptors.overrides.redact.priority"  # not pydantic's `priority.int`
+    assert error.value.problem.startswith(f"{priority!r} is no priority: give an integer from -2147483648 to ")
+    assert "a mapping of `request` and/or `response` to one" in error.value.problem
+
+
+@pytest.mark.parametrize("priority", [-(2**31), 2**31 - 1, {}, {"request": -100}, {"request": 1, "response": 2}])
+def test_r15_an_int32_or_per_phase_priority_override_loads(priority: object) -> None:
+    raw = {"upstreams": {"a": {"command": "s"}}, "interceptors": {"overrides": {"redact": {"priority": priority}}}}
+    parse_config(raw, file="gateway.yaml").interceptors.overrides["redact"].to_overrides()
+
+
+def test_r61_an_infinite_override_timeout_is_refused_at_load_naming_its_field() -> None:
+    raw = {"upstreams": {"a": {"command": "s"}}, "interceptors": {"overrides": {"redact": {"timeout_ms": "inf"}}}}
+    with pytest.raises(ConfigError) as error:
+        parse_config(raw, file="gateway.yaml")
+    assert error.value.path == "interceptors.overrides.redact.timeout_ms"
+
+
+@pytest.mark.parametrize(
+    ("raw", "path", "problem"),
+    [
+        # the misspelt key, not the `upstreams` it left empty
+        ({"upstream": {"a": {"command": "s"}}}, "upstream", "Extra inputs are not permitted"),
+        ({"upstreams": {"a": "s"}}, "upstreams.a", "Input should be a valid dictionary"),  # no class name
+        ({"upstreams": {"a": {"command": "s"}}, "chain": {"points": ["recv"]}}, "chain.points[0]", "Input should be"),
+        ({"upstreams": {"a b": {"command": "s"}}}, "upstreams.'a b'", "String should match pattern"),
+        ({"upstreams": {}}, "upstreams", "at least one upstream server is needed"),  # no "Value error, "
+    ],
+)
+def test_a_validation_error_names_the_field_as_written(raw: dict[str, object], path: str, problem: str) -> None:
+    with pytest.raises(ConfigError) as error:
+        parse_config(raw, file="gateway.yaml")
+    assert error.value.path == path
+    assert error.value.problem.startswith(problem)
+    assert "instance of" not in error.value.problem

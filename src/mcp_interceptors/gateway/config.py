@@ -30,8 +30,15 @@ from pydantic.json_schema import SkipJsonSchema
 
 from mcp_interceptors.gateway.routing import SEPARATOR
 from mcp_interceptors.planning import Overrides
+from mcp_interceptors.protocol._base import INT32_MAX, INT32_MIN
 from mcp_interceptors.protocol.errors import InterceptorsError
-from mcp_interceptors.protocol.events import CLIENT_FEATURE_EVENTS, SERVER_FEATURE_EVENTS, Phase, events_match
+from mcp_interceptors.protocol.events import (
+    CLIENT_FEATURE_EVENTS,
+    PHASES,
+    SERVER_FEATURE_EVENTS,
+    Phase,
+    events_match,
+)
 
 Point = Literal["receive", "send"]
 _ENV = re.compile(r"\$(\$?)\{([A-Za-z_][A-Za-z0-9_]*)(?::-([^}]*))?\}")
@@ -211,9 +218,29 @@ class OverrideConfig(_Model):
 
     mode: Literal["active", "audit"] | None = None
     fail_open: bool | None = None
-    priority: int | dict[Phase, int] | None = None
-    timeout_ms: Annotated[float, Field(gt=0)] | None = None
+    priority: int | dict[Phase, int] | None = Field(
+        None, description="A 32-bit integer, or `{request: int, response: int}` (either key optional)."
+    )
+    timeout_ms: Annotated[float, Field(gt=0, allow_inf_nan=False)] | None = None
     hooks: list[HookConfig] | None = None
+
+    @field_validator("priority", mode="before")
+    @classmethod
+    def _int32_or_per_phase(cls, value: Any) -> Any:
+        """Said here, at `...priority`: pydantic would name a branch of the union (`priority.int`), and a
+        value outside int32 (or `true`) would pass until the chain is built, without file or field."""
+
+        def int32(item: Any) -> bool:
+            return isinstance(item, int) and not isinstance(item, bool) and INT32_MIN <= item <= INT32_MAX
+
+        if value is None or int32(value):
+            return value
+        if isinstance(value, dict) and all(key in PHASES and int32(item) for key, item in value.items()):
+            return value
+        raise ValueError(
+            f"{value!r} is no priority: give an integer from {INT32_MIN} to {INT32_MAX}, or a mapping of "
+            "`request` and/or `response` to one, e.g. {request: -100, response: 100}"
+        )
 
     def to_overrides(self) -> Overrides:
         raw = {
@@ -521,9 +548,11 @@ def parse_config(
     try:
         config = GatewayConfig.model_validate(data)
     except ValidationError as exc:
-        error = exc.errors(include_url=False)[0]
-        path = ".".join(str(part) for part in error["loc"])
-        raise ConfigError(file, path, redact_values(error["msg"], used), _fix_for(error)) from None
+        errors = exc.errors(include_url=False)
+        # A misspelt key first: `upstream:` for `upstreams:` also leaves `upstreams` empty, which says less.
+        error = next((error for error in errors if error["type"] == "extra_forbidden"), errors[0])
+        message = _INSTANCE_OF.sub("", error["msg"].removeprefix("Value error, "))
+        raise ConfigError(file, _field_path(error["loc"]), redact_values(message, used), _fix_for(error)) from None
     config._substituted.update(used)
     _check_http_path(config.http, file)
     _check_prefixes(config, file)
@@ -564,6 +593,26 @@ def _check_prefixes(config: GatewayConfig, file: str) -> None:
             error.data["upstreams"] = [other, name]
             raise error
         seen[prefix] = name
+
+
+#: pydantic's "or instance of UpstreamConfig": a class name the file's author never wrote.
+_INSTANCE_OF = re.compile(r" or instance of \w+")
+
+
+def _field_path(loc: tuple[int | str, ...]) -> str:
+    """pydantic's `loc` written as the rest of our errors write it: `interceptors.guards[0].name`, and a
+    mapping's key that is refused as `upstreams.'my notes'` (pydantic appends `[key]`)."""
+    path = ""
+    for index, part in enumerate(loc):
+        if loc[index + 1 : index + 2] == ("[key]",):
+            path += f".{part!r}" if path else repr(part)
+        elif part == "[key]":
+            continue
+        elif isinstance(part, int):
+            path += f"[{part}]"
+        else:
+            path += f".{part}" if path else part
+    return path
 
 
 def _check_http_path(http: HttpConfig, file: str) -> None:

@@ -246,3 +246,11 @@ def test_a_validation_error_names_the_field_as_written(raw: dict[str, object], p
     assert error.value.path == path
     assert error.value.problem.startswith(problem)
     assert "instance of" not in error.value.problem
+
+
+def test_a_file_that_is_not_utf8_is_a_config_error_not_a_traceback(tmp_path: Path) -> None:
+    (tmp_path / "gateway.yaml").write_bytes(b"upstreams:\n  a:\n    command: caf\xe9\n")
+    with pytest.raises(ConfigError) as error:
+        load_config(tmp_path / "gateway.yaml")
+    assert error.value.problem == "not UTF-8 text (byte 0xe9 on line 3)"
+    assert error.value.fix == "save the file as UTF-8 (YAML or JSON)"

@@ -638,6 +638,10 @@ def load_config(path: str | Path, *, env: Mapping[str, str] | None = None) -> Ga
         text = Path(path).read_text(encoding="utf-8")
     except OSError as exc:
         raise ConfigError(file, "", f"cannot read the file ({exc.strerror})", "check the path") from None
+    except UnicodeDecodeError as exc:
+        where = exc.object[: exc.start].count(b"\n") + 1
+        bad = f"not UTF-8 text (byte {exc.object[exc.start]:#04x} on line {where})"
+        raise ConfigError(file, "", bad, "save the file as UTF-8 (YAML or JSON)") from None
     try:
         raw = yaml.safe_load(text)
         repeated = _repeated_key(yaml.compose(text, Loader=yaml.SafeLoader))

@@ -639,8 +639,8 @@ def load_config(path: str | Path, *, env: Mapping[str, str] | None = None) -> Ga
     except OSError as exc:
         raise ConfigError(file, "", f"cannot read the file ({exc.strerror})", "check the path") from None
     except UnicodeDecodeError as exc:
-        where = exc.object[: exc.start].count(b"\n") + 1
-        bad = f"not UTF-8 text (byte {exc.object[exc.start]:#04x} on line {where})"
+        at_line = exc.object[: exc.start].count(b"\n") + 1
+        bad = f"not UTF-8 text (byte {exc.object[exc.start]:#04x} on line {at_line})"
         raise ConfigError(file, "", bad, "save the file as UTF-8 (YAML or JSON)") from None
     try:
         raw = yaml.safe_load(text)

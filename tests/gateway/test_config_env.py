@@ -254,3 +254,14 @@ def test_a_file_that_is_not_utf8_is_a_config_error_not_a_traceback(tmp_path: Pat
         load_config(tmp_path / "gateway.yaml")
     assert error.value.problem == "not UTF-8 text (byte 0xe9 on line 3)"
     assert error.value.fix == "save the file as UTF-8 (YAML or JSON)"
+
+
+def test_a_relative_cwd_is_relative_to_the_config_file_as_every_path_in_it(tmp_path: Path) -> None:
+    (tmp_path / "gateway.yaml").write_text(
+        "upstreams:\n  a: {command: ./tool.sh, cwd: sub}\n  b: {command: tool, cwd: /srv}\n"
+        "interceptors:\n  servers:\n    - {name: guards, command: ./guards.sh, cwd: hosts}\n"
+    )
+    config = load_config(tmp_path / "gateway.yaml")
+    assert config.upstreams["a"].cwd == str(tmp_path / "sub")  # not the gateway's working folder's `sub`
+    assert config.upstreams["b"].cwd == "/srv"
+    assert config.interceptors.servers[0].cwd == str(tmp_path / "hosts")

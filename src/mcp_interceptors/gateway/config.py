@@ -78,7 +78,9 @@ class TransportConfig(_Model):
     command: str | None = Field(None, description="Executable for a stdio server.")
     args: list[str] = Field(default_factory=list)
     env: dict[str, str] = Field(default_factory=dict, description="Extra environment for the stdio server.")
-    cwd: str | None = None
+    cwd: str | None = Field(
+        None, description="Working folder of a stdio server, relative to this file; defaults to this file's folder."
+    )
     url: str | None = Field(None, description="Streamable HTTP (or legacy SSE) endpoint.")
     transport: Literal["streamable-http", "sse"] = "streamable-http"
     headers: dict[str, str] = Field(default_factory=dict)
@@ -689,6 +691,8 @@ def _default_cwd(data: dict[str, Any], base_dir: str) -> None:
     for server in servers:
         if isinstance(server, dict) and "command" in server and "cwd" not in server:
             server["cwd"] = base_dir
+        elif isinstance(server, dict) and isinstance(server.get("cwd"), str):  # relative to this file, as all paths
+            server["cwd"] = str(Path(base_dir) / Path(server["cwd"]).expanduser())  # an absolute one stays
 
 
 def _fix_for(error: Mapping[str, Any]) -> str:

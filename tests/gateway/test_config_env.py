@@ -265,3 +265,20 @@ def test_a_relative_cwd_is_relative_to_the_config_file_as_every_path_in_it(tmp_p
     assert config.upstreams["a"].cwd == str(tmp_path / "sub")  # not the gateway's working folder's `sub`
     assert config.upstreams["b"].cwd == "/srv"
     assert config.interceptors.servers[0].cwd == str(tmp_path / "hosts")
+
+
+@pytest.mark.parametrize(
+    ("upstream", "path", "fix"),
+    [
+        ({"command": ""}, "upstreams.a.command", "give a non-empty value"),
+        ({"command": "s", "prefix": "my tools"}, "upstreams.a.prefix", "use letters, digits, '.', '_' or '-'"),
+        ({"command": "s", "prefix": "gh/"}, "upstreams.a.prefix", "use letters, digits, '.', '_' or '-'"),
+    ],
+)
+def test_an_upstream_that_could_not_start_or_be_named_is_refused_at_load(
+    upstream: dict[str, object], path: str, fix: str
+) -> None:
+    with pytest.raises(ConfigError) as error:
+        parse_config({"upstreams": {"a": upstream}}, file="gateway.yaml")
+    assert error.value.path == path
+    assert error.value.fix.startswith(fix)

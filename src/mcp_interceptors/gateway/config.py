@@ -75,7 +75,7 @@ class _Model(BaseModel):
 class TransportConfig(_Model):
     """Where a server runs: a stdio `command` (with args, env, cwd), or an HTTP `url`."""
 
-    command: str | None = Field(None, description="Executable for a stdio server.")
+    command: Annotated[str, Field(min_length=1)] | None = Field(None, description="Executable for a stdio server.")
     args: list[str] = Field(default_factory=list)
     env: dict[str, str] = Field(default_factory=dict, description="Extra environment for the stdio server.")
     cwd: str | None = Field(
@@ -150,9 +150,10 @@ class TransportConfig(_Model):
 class UpstreamConfig(TransportConfig):
     """An MCP server the gateway fronts. Tools and prompts appear as `<prefix>__<name>`."""
 
-    prefix: str | None = Field(
+    prefix: Annotated[str, Field(pattern=r"^$|" + _NAME)] | None = Field(
         None,
-        description="Namespace for tools and prompts; defaults to the upstream's name; '' for none. Two upstreams"
+        description="Namespace for tools and prompts (letters, digits, '.', '_', '-'); defaults to the upstream's name;"
+        " '' for none. Two upstreams"
         " whose prefixes could expose the same name (one prefix twice, or `a` and `a__b`) are refused.",
     )
 

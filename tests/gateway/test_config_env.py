@@ -89,17 +89,19 @@ def test_an_http_path_of_the_legacy_sse_endpoint_is_refused_at_load(path: str) -
 @pytest.mark.parametrize(
     ("upstream", "misplaced"),
     [
-        ({"url": "http://127.0.0.1:9/mcp", "cwd": "/srv"}, "`cwd`"),
-        ({"url": "http://127.0.0.1:9/mcp", "args": ["-v"], "env": {"A": "1"}}, "`args`, `env`"),
-        ({"command": "server", "bearer_token": "t"}, "`bearer_token`"),
-        ({"command": "server", "headers": {"X-A": "1"}}, "`headers`"),
+        ({"url": "http://127.0.0.1:9/mcp", "cwd": "/srv"}, "cwd"),
+        ({"url": "http://127.0.0.1:9/mcp", "args": ["-v"], "env": {"A": "1"}}, "args"),
+        ({"url": "http://127.0.0.1:9/mcp", "env": {"A": "1"}}, "env"),
+        ({"command": "server", "bearer_token": "t"}, "bearer_token"),
+        ({"command": "server", "headers": {"X-A": "1"}}, "headers"),
+        ({"command": "server", "transport": "sse"}, "transport"),
     ],
 )
 def test_settings_of_the_other_transport_are_refused_not_ignored(upstream: dict[str, object], misplaced: str) -> None:
     with pytest.raises(ConfigError) as error:
         parse_config({"upstreams": {"a": upstream}}, file="gateway.yaml", env={})
-    assert error.value.path == "upstreams.a"
-    assert misplaced in str(error.value)
+    assert error.value.path == f"upstreams.a.{misplaced}"  # the field, not only the server
+    assert error.value.problem.startswith(f"`{misplaced}` only applies to a ")
 
 
 def test_an_unquoted_2026_era_is_the_era_not_a_date(tmp_path: Path) -> None:

@@ -23,6 +23,7 @@ from pydantic import (
     Field,
     PrivateAttr,
     ValidationError,
+    ValidationInfo,
     field_validator,
     model_validator,
 )
@@ -76,12 +77,13 @@ class TransportConfig(_Model):
     """Where a server runs: a stdio `command` (with args, env, cwd), or an HTTP `url`."""
 
     command: Annotated[str, Field(min_length=1)] | None = Field(None, description="Executable for a stdio server.")
+    # before the settings of either transport, which `_of_its_transport` checks against these two
+    url: str | None = Field(None, description="Streamable HTTP (or legacy SSE) endpoint.")
     args: list[str] = Field(default_factory=list)
     env: dict[str, str] = Field(default_factory=dict, description="Extra environment for the stdio server.")
     cwd: str | None = Field(
         None, description="Working folder of a stdio server, relative to this file; defaults to this file's folder."
     )
-    url: str | None = Field(None, description="Streamable HTTP (or legacy SSE) endpoint.")
     transport: Literal["streamable-http", "sse"] = "streamable-http"
     headers: dict[str, str] = Field(default_factory=dict)
     bearer_token: str | None = Field(None, description="Sent as `Authorization: Bearer ...`.")
@@ -130,16 +132,21 @@ class TransportConfig(_Model):
             raise ValueError(f"`url` {url!r}: the port must be between 1 and 65535")
         return url
 
+    @field_validator("args", "env", "cwd", "headers", "bearer_token", "transport")
+    @classmethod
+    def _of_its_transport(cls, value: Any, info: ValidationInfo) -> Any:
+        """Settings of the other transport would be ignored without a word: refuse them, at their field."""
+        stdio_only = info.field_name in ("args", "env", "cwd")
+        if info.data.get("url" if stdio_only else "command") is not None:
+            owner = "a stdio `command`" if stdio_only else "a `url` (HTTP) server"
+            used = "a `url`" if stdio_only else "a `command`"
+            raise ValueError(f"`{info.field_name}` only applies to {owner}, and this server has {used}; remove it")
+        return value
+
     @model_validator(mode="after")
     def _one_transport(self) -> TransportConfig:
         if (self.command is None) == (self.url is None):
             raise ValueError("give exactly one of `command` (stdio) or `url` (HTTP)")
-        # Settings of the other transport would be ignored without a word: refuse them.
-        other = ("args", "env", "cwd") if self.url is not None else ("headers", "bearer_token", "transport")
-        misplaced = [key for key in other if key in self.model_fields_set]
-        if misplaced:
-            owner = "a stdio `command`" if self.url is not None else "a `url` (HTTP) server"
-            raise ValueError(f"{', '.join(f'`{key}`' for key in misplaced)} only apply to {owner}; remove them")
         return self
 
     @property

@@ -93,14 +93,16 @@ async def test_two_upstreams_are_merged_under_their_prefixes_and_routed_to_their
 
 
 @pytest.mark.parametrize(
-    ("archive", "message"),
+    ("notes", "archive", "message"),
     [
         (
-            {"prefix": "notes"},
-            "tool 'notes__echo' is exposed by both upstream 'notes' and 'archive'; "
+            {"prefix": ""},
+            {"prefix": ""},
+            "tool 'echo' is exposed by both upstream 'notes' and 'archive'; "
             "give one of them a distinct `prefix` in the config",
         ),
         (
+            {},
             {"env": {"NOTES_SCHEME": "notes"}},
             "uriTemplate 'notes://{name}' is exposed by both upstream 'notes' and 'archive'; "
             "resource URIs are not prefixed: front only one of them",
@@ -109,13 +111,26 @@ async def test_two_upstreams_are_merged_under_their_prefixes_and_routed_to_their
     ids=["tool-name", "resource-template"],
 )
 async def test_collision_is_rejected_at_start_with_one_clear_line(
-    write_config: ConfigWriter, archive: dict[str, Any], message: str
+    write_config: ConfigWriter, notes: dict[str, Any], archive: dict[str, Any], message: str
 ) -> None:
-    config = write_config(two_upstreams(**archive))
+    raw = two_upstreams(**archive)
+    raw["upstreams"]["notes"].update(notes)  # unprefixed both: only their listings can tell
+    config = write_config(raw)
     done = await run_cli("gateway", "--config", str(config), env=gateway_env())
     lines = done.stderr.decode().strip().splitlines()
     assert done.returncode == 1
     assert lines[-1] == f"mcp-interceptors gateway: error: {message}"
+
+
+async def test_upstreams_with_one_prefix_are_refused_before_either_starts(write_config: ConfigWriter) -> None:
+    config = write_config(two_upstreams(prefix="notes"))  # `notes` is the other's name, so its default prefix
+    done = await run_cli("gateway", "--config", str(config), env=gateway_env())
+    assert done.returncode == 1
+    assert done.stderr.decode().strip() == (
+        f"mcp-interceptors gateway: error: {config}: upstreams.archive.prefix: 'notes' is also the prefix of "
+        "upstream 'notes', so calls could not be routed (fix: give upstream 'notes' or 'archive' another "
+        "`prefix` (neither may start with the other's followed by '__'))"
+    )
 
 
 def completing_upstreams() -> dict[str, Any]:

@@ -154,16 +154,16 @@ async def test_config_schema_prints_a_json_schema_of_the_config() -> None:
         ),
         (
             "upstreams:\n  e2e:\n    url: ftp://example.com/mcp\n",
-            "upstreams.e2e.url: Value error, `url` must be an http(s) URL, got 'ftp://example.com/mcp' "
+            "upstreams.e2e.url: `url` must be an http(s) URL, got 'ftp://example.com/mcp' "
             "(fix: give the server's http(s) URL, e.g. http://127.0.0.1:8003/mcp)",
         ),
         (
             "upstreams:\n  e2e:\n    url: 'http://'\n",
-            "upstreams.e2e.url: Value error, `url` 'http://' names no host",
+            "upstreams.e2e.url: `url` 'http://' names no host",
         ),
         (
             "upstreams:\n  e2e:\n    url: http://127.0.0.1:99999/mcp\n",
-            "upstreams.e2e.url: Value error, `url` 'http://127.0.0.1:99999/mcp' is not a valid URL",
+            "upstreams.e2e.url: `url` 'http://127.0.0.1:99999/mcp' is not a valid URL",
         ),
         (
             "upstreams:\n  e2e:\n    command: python\ninterceptors:\n  guards:\n    - name: secretz\n",
@@ -206,13 +206,25 @@ async def test_config_schema_prints_a_json_schema_of_the_config() -> None:
         ),
         (
             "upstreams: {}\n",
-            "upstreams: Value error, at least one upstream server is needed "
-            "(fix: see `mcp-interceptors config-schema`)",
+            "upstreams: at least one upstream server is needed (fix: see `mcp-interceptors config-schema`)",
+        ),
+        (
+            "upstreams:\n  a: {command: python, prefix: gh}\n  b: {command: python, prefix: gh}\n",
+            "upstreams.b.prefix: 'gh' is also the prefix of upstream 'a', so calls could not be routed "
+            "(fix: give upstream 'a' or 'b' another `prefix`",
+        ),
+        (
+            "upstreams:\n  e2e:\n    command: python\ninterceptors:\n  overrides:\n"
+            "    x: {priority: {request: high}}\n",
+            "interceptors.overrides.x.priority: {'request': 'high'} is no priority: give an integer from ",
+        ),
+        (
+            "upstreams:\n  e2e:\n    command: python\ninterceptors:\n  overrides:\n    x: {priority: 3000000000}\n",
+            "interceptors.overrides.x.priority: 3000000000 is no priority: give an integer from ",
         ),
         (
             "name: no-upstreams-key\n",
-            "upstreams: Value error, at least one upstream server is needed "
-            "(fix: see `mcp-interceptors config-schema`)",
+            "upstreams: at least one upstream server is needed (fix: see `mcp-interceptors config-schema`)",
         ),
     ],
     ids=[
@@ -229,6 +241,9 @@ async def test_config_schema_prints_a_json_schema_of_the_config() -> None:
         "config-regex-that-does-not-compile",
         "audit-store-folder-not-creatable",
         "no-upstream",
+        "same-prefix",
+        "priority-of-the-wrong-type",
+        "priority-outside-int32",
         "no-upstreams-key",
     ],
 )

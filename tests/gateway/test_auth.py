@@ -312,7 +312,7 @@ def test_a_static_token_no_client_can_send_is_refused_at_load(token: str) -> Non
     raw = {"upstreams": {"a": {"command": "python", "args": ["server.py"]}}, "auth": {"tokens": ["ok", "${TOKEN}"]}}
     with pytest.raises(ConfigError) as error:
         parse_config(raw, file="gateway.yaml", env={"TOKEN": token})
-    assert (error.value.file, error.value.path) == ("gateway.yaml", "auth.tokens.1")
+    assert (error.value.file, error.value.path) == ("gateway.yaml", "auth.tokens[1]")
     assert "no client can send this token" in error.value.problem
     assert token not in str(error.value)  # a secret stays out of the message
     assert parse_config(raw, env={"TOKEN": "s3cr3t with spaces!~"}).auth.tokens[1] == "s3cr3t with spaces!~"

@@ -33,7 +33,7 @@ def test_an_empty_static_token_is_refused_naming_the_field() -> None:
     raw = {"upstreams": {"a": {"command": "server"}}, "auth": {"tokens": ["ok", "${GATEWAY_TOKEN}"]}}
     with pytest.raises(ConfigError) as error:
         parse_config(raw, file="gateway.yaml", env={"GATEWAY_TOKEN": ""})
-    assert (error.value.file, error.value.path) == ("gateway.yaml", "auth.tokens.1")
+    assert (error.value.file, error.value.path) == ("gateway.yaml", "auth.tokens[1]")
     assert "non-empty" in error.value.fix
 
 
@@ -89,17 +89,19 @@ def test_an_http_path_of_the_legacy_sse_endpoint_is_refused_at_load(path: str) -
 @pytest.mark.parametrize(
     ("upstream", "misplaced"),
     [
-        ({"url": "http://127.0.0.1:9/mcp", "cwd": "/srv"}, "`cwd`"),
-        ({"url": "http://127.0.0.1:9/mcp", "args": ["-v"], "env": {"A": "1"}}, "`args`, `env`"),
-        ({"command": "server", "bearer_token": "t"}, "`bearer_token`"),
-        ({"command": "server", "headers": {"X-A": "1"}}, "`headers`"),
+        ({"url": "http://127.0.0.1:9/mcp", "cwd": "/srv"}, "cwd"),
+        ({"url": "http://127.0.0.1:9/mcp", "args": ["-v"], "env": {"A": "1"}}, "args"),
+        ({"url": "http://127.0.0.1:9/mcp", "env": {"A": "1"}}, "env"),
+        ({"command": "server", "bearer_token": "t"}, "bearer_token"),
+        ({"command": "server", "headers": {"X-A": "1"}}, "headers"),
+        ({"command": "server", "transport": "sse"}, "transport"),
     ],
 )
 def test_settings_of_the_other_transport_are_refused_not_ignored(upstream: dict[str, object], misplaced: str) -> None:
     with pytest.raises(ConfigError) as error:
         parse_config({"upstreams": {"a": upstream}}, file="gateway.yaml", env={})
-    assert error.value.path == "upstreams.a"
-    assert misplaced in str(error.value)
+    assert error.value.path == f"upstreams.a.{misplaced}"  # the field, not only the server
+    assert error.value.problem.startswith(f"`{misplaced}` only applies to a ")
 
 
 def test_an_unquoted_2026_era_is_the_era_not_a_date(tmp_path: Path) -> None:
@@ -117,7 +119,7 @@ def test_r66_a_required_pin_on_no_governed_event_is_refused_at_load(events: list
     raw = {"upstreams": {"a": {"command": "server"}}, "interceptors": {"servers": [server]}}
     with pytest.raises(ConfigError) as error:
         parse_config(raw, file="gateway.yaml")
-    assert error.value.path == "interceptors.servers.0.required.0.events"
+    assert error.value.path == "interceptors.servers[0].required[0].events"
     assert all(repr(event) in error.value.problem for event in events if event in ("tools/cal", "tool/call"))
 
 
@@ -156,7 +158,7 @@ def test_a_host_module_without_its_attribute_gets_the_form_as_the_fix() -> None:
     raw = {"upstreams": {"a": {"command": "server"}}, "interceptors": {"hosts": [{"module": "my_hosts"}]}}
     with pytest.raises(ConfigError) as error:
         parse_config(raw, file="gateway.yaml")
-    assert error.value.path == "interceptors.hosts.0.module"
+    assert error.value.path == "interceptors.hosts[0].module"
     assert error.value.fix == "name an InterceptorHost as module:attribute, e.g. my_hosts:host"
 
 
@@ -175,3 +177,119 @@ def test_http_max_requests_in_flight_must_be_a_positive_integer(value: object) -
         parse_config(raw, file="gateway.yaml")
     assert error.value.path == "http.max_requests_in_flight"
     assert parse_config({**raw, "http": {}}, file="gateway.yaml").http.max_requests_in_flight == 1000
+
+
+@pytest.mark.parametrize(
+    ("upstreams", "path", "named"),
+    [
+        ({"a": {"command": "s", "prefix": "gh"}, "b": {"command": "s", "prefix": "gh"}}, "upstreams.b.prefix", "'a'"),
+        ({"gh": {"command": "s"}, "b": {"command": "s", "prefix": "gh"}}, "upstreams.b.prefix", "'gh'"),
+        # `a`'s tool `b__x` and `a__b`'s tool `x` are both `a__b__x`
+        ({"a": {"command": "s"}, "a__b": {"command": "s"}}, "upstreams.a__b.prefix", "'a__b__x'"),
+        (
+            {"a": {"command": "s", "prefix": "gh_"}, "b": {"command": "s", "prefix": "gh"}},
+            "upstreams.b.prefix",
+            "'gh___x'",
+        ),
+    ],
+    ids=["same-prefix", "a-prefix-equal-to-another-upstreams-name", "nested-prefix", "underscore-prefix"],
+)
+def test_upstreams_whose_prefixed_names_can_collide_are_refused_at_load(
+    upstreams: dict[str, object], path: str, named: str
+) -> None:
+    with pytest.raises(ConfigError) as error:
+        parse_config({"upstreams": upstreams}, file="gateway.yaml")
+    assert error.value.path == path
+    assert sorted(error.value.data["upstreams"]) == sorted(upstreams)
+    assert named in error.value.problem and "another `prefix`" in error.value.fix
+
+
+@pytest.mark.parametrize(
+    "upstreams",
+    [
+        {"a": {"command": "s", "prefix": "gh"}, "b": {"command": "s", "prefix": "ghx"}},
+        {"a": {"command": "s", "prefix": "a_b"}, "b": {"command": "s", "prefix": "a"}},
+        {"a": {"command": "s", "prefix": ""}, "b": {"command": "s", "prefix": ""}},  # clashes depend on the names
+        {"a": {"command": "s", "prefix": ""}, "b": {"command": "s"}},
+    ],
+)
+def test_upstreams_whose_prefixed_names_cannot_collide_load(upstreams: dict[str, object]) -> None:
+    parse_config({"upstreams": upstreams}, file="gateway.yaml")
+
+
+@pytest.mark.parametrize("priority", [{"request": "high"}, "abc", {"reqest": 5}, True, 2**31, {"request": 2**40}, 1.5])
+def test_r15_a_bad_priority_override_names_its_field_and_what_is_allowed(priority: object) -> None:
+    raw = {"upstreams": {"a": {"command": "s"}}, "interceptors": {"overrides": {"redact": {"priority": priority}}}}
+    with pytest.raises(ConfigError) as error:
+        parse_config(raw, file="gateway.yaml")
+    assert error.value.path == "interceptors.overrides.redact.priority"  # not pydantic's `priority.int`
+    assert error.value.problem.startswith(f"{priority!r} is no priority: give an integer from -2147483648 to ")
+    assert "a mapping of `request` and/or `response` to one" in error.value.problem
+
+
+@pytest.mark.parametrize("priority", [-(2**31), 2**31 - 1, {}, {"request": -100}, {"request": 1, "response": 2}])
+def test_r15_an_int32_or_per_phase_priority_override_loads(priority: object) -> None:
+    raw = {"upstreams": {"a": {"command": "s"}}, "interceptors": {"overrides": {"redact": {"priority": priority}}}}
+    parse_config(raw, file="gateway.yaml").interceptors.overrides["redact"].to_overrides()
+
+
+def test_r61_an_infinite_override_timeout_is_refused_at_load_naming_its_field() -> None:
+    raw = {"upstreams": {"a": {"command": "s"}}, "interceptors": {"overrides": {"redact": {"timeout_ms": "inf"}}}}
+    with pytest.raises(ConfigError) as error:
+        parse_config(raw, file="gateway.yaml")
+    assert error.value.path == "interceptors.overrides.redact.timeout_ms"
+
+
+@pytest.mark.parametrize(
+    ("raw", "path", "problem"),
+    [
+        # the misspelt key, not the `upstreams` it left empty
+        ({"upstream": {"a": {"command": "s"}}}, "upstream", "Extra inputs are not permitted"),
+        ({"upstreams": {"a": "s"}}, "upstreams.a", "Input should be a valid dictionary"),  # no class name
+        ({"upstreams": {"a": {"command": "s"}}, "chain": {"points": ["recv"]}}, "chain.points[0]", "Input should be"),
+        ({"upstreams": {"a b": {"command": "s"}}}, "upstreams.'a b'", "String should match pattern"),
+        ({"upstreams": {}}, "upstreams", "at least one upstream server is needed"),  # no "Value error, "
+    ],
+)
+def test_a_validation_error_names_the_field_as_written(raw: dict[str, object], path: str, problem: str) -> None:
+    with pytest.raises(ConfigError) as error:
+        parse_config(raw, file="gateway.yaml")
+    assert error.value.path == path
+    assert error.value.problem.startswith(problem)
+    assert "instance of" not in error.value.problem
+
+
+def test_a_file_that_is_not_utf8_is_a_config_error_not_a_traceback(tmp_path: Path) -> None:
+    (tmp_path / "gateway.yaml").write_bytes(b"upstreams:\n  a:\n    command: caf\xe9\n")
+    with pytest.raises(ConfigError) as error:
+        load_config(tmp_path / "gateway.yaml")
+    assert error.value.problem == "not UTF-8 text (byte 0xe9 on line 3)"
+    assert error.value.fix == "save the file as UTF-8 (YAML or JSON)"
+
+
+def test_a_relative_cwd_is_relative_to_the_config_file_as_every_path_in_it(tmp_path: Path) -> None:
+    (tmp_path / "gateway.yaml").write_text(
+        "upstreams:\n  a: {command: ./tool.sh, cwd: sub}\n  b: {command: tool, cwd: /srv}\n"
+        "interceptors:\n  servers:\n    - {name: guards, command: ./guards.sh, cwd: hosts}\n"
+    )
+    config = load_config(tmp_path / "gateway.yaml")
+    assert config.upstreams["a"].cwd == str(tmp_path / "sub")  # not the gateway's working folder's `sub`
+    assert config.upstreams["b"].cwd == "/srv"
+    assert config.interceptors.servers[0].cwd == str(tmp_path / "hosts")
+
+
+@pytest.mark.parametrize(
+    ("upstream", "path", "fix"),
+    [
+        ({"command": ""}, "upstreams.a.command", "give a non-empty value"),
+        ({"command": "s", "prefix": "my tools"}, "upstreams.a.prefix", "use letters, digits, '.', '_' or '-'"),
+        ({"command": "s", "prefix": "gh/"}, "upstreams.a.prefix", "use letters, digits, '.', '_' or '-'"),
+    ],
+)
+def test_an_upstream_that_could_not_start_or_be_named_is_refused_at_load(
+    upstream: dict[str, object], path: str, fix: str
+) -> None:
+    with pytest.raises(ConfigError) as error:
+        parse_config({"upstreams": {"a": upstream}}, file="gateway.yaml")
+    assert error.value.path == path
+    assert error.value.fix.startswith(fix)

@@ -23,14 +23,23 @@ from pydantic import (
     Field,
     PrivateAttr,
     ValidationError,
+    ValidationInfo,
     field_validator,
     model_validator,
 )
 from pydantic.json_schema import SkipJsonSchema
 
+from mcp_interceptors.gateway.routing import SEPARATOR
 from mcp_interceptors.planning import Overrides
+from mcp_interceptors.protocol._base import INT32_MAX, INT32_MIN
 from mcp_interceptors.protocol.errors import InterceptorsError
-from mcp_interceptors.protocol.events import CLIENT_FEATURE_EVENTS, SERVER_FEATURE_EVENTS, Phase, events_match
+from mcp_interceptors.protocol.events import (
+    CLIENT_FEATURE_EVENTS,
+    PHASES,
+    SERVER_FEATURE_EVENTS,
+    Phase,
+    events_match,
+)
 
 Point = Literal["receive", "send"]
 _ENV = re.compile(r"\$(\$?)\{([A-Za-z_][A-Za-z0-9_]*)(?::-([^}]*))?\}")
@@ -67,11 +76,14 @@ class _Model(BaseModel):
 class TransportConfig(_Model):
     """Where a server runs: a stdio `command` (with args, env, cwd), or an HTTP `url`."""
 
-    command: str | None = Field(None, description="Executable for a stdio server.")
+    command: Annotated[str, Field(min_length=1)] | None = Field(None, description="Executable for a stdio server.")
+    # before the settings of either transport, which `_of_its_transport` checks against these two
+    url: str | None = Field(None, description="Streamable HTTP (or legacy SSE) endpoint.")
     args: list[str] = Field(default_factory=list)
     env: dict[str, str] = Field(default_factory=dict, description="Extra environment for the stdio server.")
-    cwd: str | None = None
-    url: str | None = Field(None, description="Streamable HTTP (or legacy SSE) endpoint.")
+    cwd: str | None = Field(
+        None, description="Working folder of a stdio server, relative to this file; defaults to this file's folder."
+    )
     transport: Literal["streamable-http", "sse"] = "streamable-http"
     headers: dict[str, str] = Field(default_factory=dict)
     bearer_token: str | None = Field(None, description="Sent as `Authorization: Bearer ...`.")
@@ -120,16 +132,21 @@ class TransportConfig(_Model):
             raise ValueError(f"`url` {url!r}: the port must be between 1 and 65535")
         return url
 
+    @field_validator("args", "env", "cwd", "headers", "bearer_token", "transport")
+    @classmethod
+    def _of_its_transport(cls, value: Any, info: ValidationInfo) -> Any:
+        """Settings of the other transport would be ignored without a word: refuse them, at their field."""
+        stdio_only = info.field_name in ("args", "env", "cwd")
+        if info.data.get("url" if stdio_only else "command") is not None:
+            owner = "a stdio `command`" if stdio_only else "a `url` (HTTP) server"
+            used = "a `url`" if stdio_only else "a `command`"
+            raise ValueError(f"`{info.field_name}` only applies to {owner}, and this server has {used}; remove it")
+        return value
+
     @model_validator(mode="after")
     def _one_transport(self) -> TransportConfig:
         if (self.command is None) == (self.url is None):
             raise ValueError("give exactly one of `command` (stdio) or `url` (HTTP)")
-        # Settings of the other transport would be ignored without a word: refuse them.
-        other = ("args", "env", "cwd") if self.url is not None else ("headers", "bearer_token", "transport")
-        misplaced = [key for key in other if key in self.model_fields_set]
-        if misplaced:
-            owner = "a stdio `command`" if self.url is not None else "a `url` (HTTP) server"
-            raise ValueError(f"{', '.join(f'`{key}`' for key in misplaced)} only apply to {owner}; remove them")
         return self
 
     @property
@@ -140,8 +157,11 @@ class TransportConfig(_Model):
 class UpstreamConfig(TransportConfig):
     """An MCP server the gateway fronts. Tools and prompts appear as `<prefix>__<name>`."""
 
-    prefix: str | None = Field(
-        None, description="Namespace for tools and prompts; defaults to the upstream's name; '' for none."
+    prefix: Annotated[str, Field(pattern=r"^$|" + _NAME)] | None = Field(
+        None,
+        description="Namespace for tools and prompts (letters, digits, '.', '_', '-'); defaults to the upstream's name;"
+        " '' for none. Two upstreams"
+        " whose prefixes could expose the same name (one prefix twice, or `a` and `a__b`) are refused.",
     )
 
 
@@ -208,9 +228,29 @@ class OverrideConfig(_Model):
 
     mode: Literal["active", "audit"] | None = None
     fail_open: bool | None = None
-    priority: int | dict[Phase, int] | None = None
-    timeout_ms: Annotated[float, Field(gt=0)] | None = None
+    priority: int | dict[Phase, int] | None = Field(
+        None, description="A 32-bit integer, or `{request: int, response: int}` (either key optional)."
+    )
+    timeout_ms: Annotated[float, Field(gt=0, allow_inf_nan=False)] | None = None
     hooks: list[HookConfig] | None = None
+
+    @field_validator("priority", mode="before")
+    @classmethod
+    def _int32_or_per_phase(cls, value: Any) -> Any:
+        """Said here, at `...priority`: pydantic would name a branch of the union (`priority.int`), and a
+        value outside int32 (or `true`) would pass until the chain is built, without file or field."""
+
+        def int32(item: Any) -> bool:
+            return isinstance(item, int) and not isinstance(item, bool) and INT32_MIN <= item <= INT32_MAX
+
+        if value is None or int32(value):
+            return value
+        if isinstance(value, dict) and all(key in PHASES and int32(item) for key, item in value.items()):
+            return value
+        raise ValueError(
+            f"{value!r} is no priority: give an integer from {INT32_MIN} to {INT32_MAX}, or a mapping of "
+            "`request` and/or `response` to one, e.g. {request: -100, response: 100}"
+        )
 
     def to_overrides(self) -> Overrides:
         raw = {
@@ -527,12 +567,71 @@ def parse_config(
     try:
         config = GatewayConfig.model_validate(data)
     except ValidationError as exc:
-        error = exc.errors(include_url=False)[0]
-        path = ".".join(str(part) for part in error["loc"])
-        raise ConfigError(file, path, redact_values(error["msg"], used), _fix_for(error)) from None
+        errors = exc.errors(include_url=False)
+        # A misspelt key first: `upstream:` for `upstreams:` also leaves `upstreams` empty, which says less.
+        error = next((error for error in errors if error["type"] == "extra_forbidden"), errors[0])
+        message = _INSTANCE_OF.sub("", error["msg"].removeprefix("Value error, "))
+        raise ConfigError(file, _field_path(error["loc"]), redact_values(message, used), _fix_for(error)) from None
     config._substituted.update(used)
     _check_http_path(config.http, file)
+    _check_prefixes(config, file)
     return config
+
+
+def _check_prefixes(config: GatewayConfig, file: str) -> None:
+    """Two upstreams whose `<prefix>__<name>` names can be the same (one prefix, or one `a` and the other
+    `a__b`): refused at load, naming both, not only once both have connected and listed a clashing name.
+    An empty prefix exposes names as they are: a clash there depends on the names, so it is found at start."""
+    seen: dict[str, str] = {}  # prefix -> the upstream it is of
+    for name in config.upstreams:
+        prefix = config.prefix_for(name)
+        if not prefix:
+            continue
+        for other_prefix, other in seen.items():
+            pairs = sorted(((prefix, name), (other_prefix, other)), key=lambda pair: len(pair[0]))
+            (short, short_owner), (long, long_owner) = pairs
+            if not (long + SEPARATOR).startswith(short + SEPARATOR):
+                continue
+            own = "" if config.upstreams[name].prefix is not None else " (its name, the default)"
+            if prefix == other_prefix:
+                problem = f"{prefix!r}{own} is also the prefix of upstream {other!r}"
+            else:
+                rest = (long + SEPARATOR)[len(short + SEPARATOR) :]
+                problem = (
+                    f"{prefix!r}{own} overlaps the prefix {other_prefix!r} of upstream {other!r}: a tool "
+                    f"{rest + 'x'!r} of {short_owner!r} and a tool 'x' of {long_owner!r} would both be "
+                    f"{long + SEPARATOR + 'x'!r}"
+                )
+            error = ConfigError(
+                file,
+                f"upstreams.{name}.prefix",
+                f"{problem}, so calls could not be routed",
+                f"give upstream {other!r} or {name!r} another `prefix` (neither may start with the other's "
+                f"followed by {SEPARATOR!r})",
+            )
+            error.data["upstreams"] = [other, name]
+            raise error
+        seen[prefix] = name
+
+
+#: pydantic's "or instance of UpstreamConfig": a class name the file's author never wrote.
+_INSTANCE_OF = re.compile(r" or instance of \w+")
+
+
+def _field_path(loc: tuple[int | str, ...]) -> str:
+    """pydantic's `loc` written as the rest of our errors write it: `interceptors.guards[0].name`, and a
+    mapping's key that is refused as `upstreams.'my notes'` (pydantic appends `[key]`)."""
+    path = ""
+    for index, part in enumerate(loc):
+        if loc[index + 1 : index + 2] == ("[key]",):
+            path += f".{part!r}" if path else repr(part)
+        elif part == "[key]":
+            continue
+        elif isinstance(part, int):
+            path += f"[{part}]"
+        else:
+            path += f".{part}" if path else part
+    return path
 
 
 def _check_http_path(http: HttpConfig, file: str) -> None:
@@ -558,6 +657,10 @@ def load_config(path: str | Path, *, env: Mapping[str, str] | None = None) -> Ga
         text = Path(path).read_text(encoding="utf-8")
     except OSError as exc:
         raise ConfigError(file, "", f"cannot read the file ({exc.strerror})", "check the path") from None
+    except UnicodeDecodeError as exc:
+        at_line = exc.object[: exc.start].count(b"\n") + 1
+        bad = f"not UTF-8 text (byte {exc.object[exc.start]:#04x} on line {at_line})"
+        raise ConfigError(file, "", bad, "save the file as UTF-8 (YAML or JSON)") from None
     try:
         raw = yaml.safe_load(text)
         repeated = _repeated_key(yaml.compose(text, Loader=yaml.SafeLoader))
@@ -605,6 +708,8 @@ def _default_cwd(data: dict[str, Any], base_dir: str) -> None:
     for server in servers:
         if isinstance(server, dict) and "command" in server and "cwd" not in server:
             server["cwd"] = base_dir
+        elif isinstance(server, dict) and isinstance(server.get("cwd"), str):  # relative to this file, as all paths
+            server["cwd"] = str(Path(base_dir) / Path(server["cwd"]).expanduser())  # an absolute one stays
 
 
 def _fix_for(error: Mapping[str, Any]) -> str:

@@ -13,6 +13,7 @@ from mcp_interceptors import Chain
 from mcp_interceptors.gateway.config import parse_config
 from mcp_interceptors.gateway.server import Gateway, session_key
 from mcp_interceptors.gateway.session import DownstreamSession
+from mcp_interceptors.gateway.upstream import UpstreamConnection
 from mcp_interceptors.protocol.invoke import Principal
 
 pytestmark = pytest.mark.anyio
@@ -34,8 +35,8 @@ async def test_an_idle_session_closes_within_a_quarter_of_its_idle_time() -> Non
     closed = anyio.Event()
     close_session = gateway.close_session
 
-    def closing(key: str) -> None:
-        close_session(key)
+    def closing(key: str, **options: str) -> None:
+        close_session(key, **options)
         closed.set()
 
     gateway.close_session = closing  # type: ignore[method-assign]
@@ -93,3 +94,38 @@ def test_http_requests_in_flight_count_per_session_and_2026_requests_per_princip
         -32603,
         {"reason": "too_many_requests_in_flight", "limit": 1, "setting": "http.max_requests_in_flight"},
     )
+
+
+async def test_calls_on_a_closed_session_are_told_why_it_closed() -> None:
+    """A session's upstream sessions closed because the client ended it, or it was idle, said "(shutting down)",
+    in the call's error and so in its audit record."""
+    config = parse_config(
+        {"upstreams": {"a": {"command": "python", "args": ["server.py"]}}, "http": {"session_idle_s": 0.4}}
+    )
+    gateway = Gateway(config, Chain(role="server"))
+    conns = {}
+    for key in ("deleted", "idle", "open"):
+        session = DownstreamSession(gateway, key=key, era="legacy", last_used=time.monotonic() - 1.0)
+        conns[key] = session.upstreams["a"] = UpstreamConnection("a", config.upstreams["a"], era="legacy")
+        gateway.sessions[key] = session
+    gateway.sessions["open"].inflight.append(object())  # type: ignore[arg-type]  # not idle: serving a call
+    gateway.close_session("deleted")
+    swept = anyio.Event()
+    close_session = gateway.close_session
+
+    def closing(key: str, **options: str) -> None:
+        close_session(key, **options)
+        swept.set()
+
+    gateway.close_session = closing  # type: ignore[method-assign]
+    with anyio.fail_after(5):
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(gateway.sweep_idle_sessions, config.http.session_idle_s)
+            await swept.wait()
+            tg.cancel_scope.cancel()
+    assert list(gateway.sessions) == ["open"]
+    gateway.close_upstreams()
+    prefix = "the gateway closed its connection to upstream 'a'"
+    assert conns["deleted"].closed_error().message == f"{prefix} (the client's session ended)"
+    assert conns["idle"].closed_error().message == f"{prefix} (the client's session was idle for 0.4 s)"
+    assert conns["open"].closed_error().message == f"{prefix} (shutting down)"

@@ -318,7 +318,7 @@ class Gateway:
             for key, session in list(self.sessions.items()):
                 if session.last_used < cutoff and not session.inflight:
                     logger.info("closing idle session %s", key)
-                    self.close_session(key)
+                    self.close_session(key, why=f"the client's session was idle for {idle_s:g} s")
 
     async def open_session_upstreams(self, session: DownstreamSession) -> dict[str, UpstreamConnection]:
         """Per-session upstream sessions for a handshake-era client, presenting its own initialize params.
@@ -334,7 +334,7 @@ class Gateway:
         down: list[UpstreamUnavailableError] = []
         for name, upstream_config in self.config.upstreams.items():
             if session.ended or self.closing:  # shutting down, or the session ended: it opens nothing more
-                self._close_own(session.opening)
+                self._close_own(session.opening, self._closing_why())
                 why = "the gateway is shutting down" if self.closing else "the session ended"
                 message = f"{why}: no session is opened with upstream {name!r}"
                 raise UpstreamUnavailableError(CONNECTION_CLOSED, message, {"upstream": name})
@@ -365,7 +365,7 @@ class Gateway:
                     self.handshake_subscribe.add(name)
             except UpstreamUnavailableError as exc:
                 if session.ended or self.closing:  # closed while it opened: none of the others may outlive it
-                    self._close_own(session.opening)
+                    self._close_own(session.opening, self._closing_why())
                     raise
                 if shared is not None and shared.era == "2026-07-28":
                     # A 2026-07-28-only upstream: share its connection; input requests are bridged per call.
@@ -394,12 +394,15 @@ class Gateway:
             conns.update((id(conn), conn) for conn in session.upstreams.values())
         return [(conn.name, conn.up) for conn in conns.values() if not conn.closed]
 
-    def _close_own(self, conns: Iterable[UpstreamConnection]) -> None:
+    def _close_own(self, conns: Iterable[UpstreamConnection], why: str) -> None:
         """Close those of `conns` that are a session's own (never a shared connection)."""
         shared = {id(conn) for conn in self.shared.values()}
         for conn in conns:
             if id(conn) not in shared:
-                conn.close()
+                conn.close(why)
+
+    def _closing_why(self) -> str:
+        return "shutting down" if self.closing else "the client's session ended"
 
     def _time_requests(self, name: str, conn: UpstreamConnection) -> None:
         if self.metrics is not None:
@@ -415,14 +418,14 @@ class Gateway:
         for conn in self.shared.values():
             conn.close()
 
-    def close_session(self, key: str) -> None:
+    def close_session(self, key: str, *, why: str | None = None) -> None:
         """End a handshake-era session's upstream sessions, those still opening too: a call waiting for one
-        gets -32000 naming it at once."""
+        gets -32000 naming it, and `why` (by default: shutting down, or the client ended the session), at once."""
         session = self.sessions.pop(key, None)
         if session is None or session.era != "legacy":
             return
         session.ended = True
-        self._close_own([*session.opening, *session.upstreams.values()])
+        self._close_own([*session.opening, *session.upstreams.values()], why or self._closing_why())
 
     # ------------------------------------------------------------------ the middleware
 

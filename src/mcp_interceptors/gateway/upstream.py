@@ -384,6 +384,7 @@ class UpstreamConnection:
         self._connected = anyio.Event()
         self._closed = False
         self._closing = anyio.Event()
+        self._close_reason = "shutting down"
         #: Requests in flight on the shared dispatcher, which a graceful close lets settle first.
         self._inflight = 0
         self._settled = anyio.Event()  # set when the last of them settles after `close()`
@@ -524,7 +525,7 @@ class UpstreamConnection:
 
     def closed_error(self) -> UpstreamUnavailableError:
         """What a call to this connection gets once the gateway closed it (shutting down, the session ended)."""
-        message = f"the gateway closed its connection to {self.role} {self.name!r} (shutting down)"
+        message = f"the gateway closed its connection to {self.role} {self.name!r} ({self._close_reason})"
         return UpstreamUnavailableError(CONNECTION_CLOSED, message, {"upstream": self.name})
 
     async def _connect_once(self, on_ready: Callable[[], None]) -> str | None:
@@ -651,9 +652,11 @@ class UpstreamConnection:
         if self._connected.is_set():  # replace only a spent event: waiters on an unset one stay valid
             self._connected = anyio.Event()
 
-    def close(self) -> None:
+    def close(self, why: str = "shutting down") -> None:
         """Stop for good. An open connection ends itself (see `_CLOSE_GRACE_S`); one still connecting or backing
-        off has nothing to end and stops at once."""
+        off has nothing to end and stops at once. `why` ends the message calls still waiting on it get."""
+        if not self._closed:
+            self._close_reason = why
         self._closed = True
         self._closing.set()
         if self._scope is None:

@@ -96,6 +96,28 @@ def test_http_requests_in_flight_count_per_session_and_2026_requests_per_princip
     )
 
 
+def test_a_session_at_its_request_cap_is_logged_once_each_time_it_reaches_it(caplog: pytest.LogCaptureFixture) -> None:
+    config = parse_config(
+        {"upstreams": {"a": {"command": "python", "args": ["server.py"]}}, "http": {"max_requests_in_flight": 1}}
+    )
+    gateway = Gateway(config, Chain(role="server"))
+    key = session_key("legacy", "s1", None)
+
+    def refusals(count: int) -> None:
+        for _ in range(count):
+            with pytest.raises(MCPError):
+                gateway._claim_a_request_slot(key)
+
+    with caplog.at_level("WARNING", logger="mcp_interceptors.gateway.server"):
+        gateway._claim_a_request_slot(key)
+        refusals(50)  # a client retrying in a loop
+        gateway._release_a_request_slot(key)
+        gateway._claim_a_request_slot(key)  # under the cap again, then at it again
+        refusals(3)
+    warnings = [r.getMessage() for r in caplog.records if "http.max_requests_in_flight" in r.getMessage()]
+    assert warnings == ["refusing requests of session s1: 1 requests in flight (http.max_requests_in_flight)"] * 2
+
+
 async def test_calls_on_a_closed_session_are_told_why_it_closed() -> None:
     """A session's upstream sessions closed because the client ended it, or it was idle, said "(shutting down)",
     in the call's error and so in its audit record."""

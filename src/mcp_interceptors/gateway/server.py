@@ -162,6 +162,8 @@ class Gateway:
         self.sessions: dict[str, DownstreamSession] = {}
         #: session key -> its HTTP requests in flight (`http.max_requests_in_flight`); gone at 0
         self._in_flight: dict[str, int] = {}
+        #: sessions refused since they were last under the cap: one warning each time a session reaches it
+        self._at_cap: set[str] = set()
         #: Shutting down (`close_upstreams`): no upstream session opens any more.
         self.closing = False
         #: The `sessionId` guards see for the stdio client (see `STDIO_SESSION_KEY`).
@@ -443,11 +445,7 @@ class Gateway:
         try:
             return await self._request(ctx, call_next)
         finally:
-            left = self._in_flight[key] - 1
-            if left:
-                self._in_flight[key] = left
-            else:
-                del self._in_flight[key]
+            self._release_a_request_slot(key)
 
     def _http_session_key(self, ctx: ServerRequestContext[Any, Any]) -> str | None:
         """The session an HTTP request counts against for `http.max_requests_in_flight`: the key of its
@@ -466,11 +464,23 @@ class Gateway:
         limit = self.config.http.max_requests_in_flight
         held = self._in_flight.get(key, 0)
         if held >= limit:
-            logger.warning(
-                "refused a request of session %s: %d requests in flight (http.max_requests_in_flight)", key[:64], limit
-            )
+            if key not in self._at_cap:  # once per time at the cap: a client retrying in a loop floods no log
+                self._at_cap.add(key)
+                logger.warning(
+                    "refusing requests of session %s: %d requests in flight (http.max_requests_in_flight)",
+                    key[:64],
+                    limit,
+                )
             raise MCPError(INTERNAL_ERROR, *too_many_in_flight(limit, "http.max_requests_in_flight"))
         self._in_flight[key] = held + 1
+
+    def _release_a_request_slot(self, key: str) -> None:
+        self._at_cap.discard(key)
+        left = self._in_flight[key] - 1
+        if left:
+            self._in_flight[key] = left
+        else:
+            del self._in_flight[key]
 
     async def _request(self, ctx: ServerRequestContext[Any, Any], call_next: CallNext) -> HandlerResult:
         method = ctx.method

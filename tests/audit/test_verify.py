@@ -339,3 +339,50 @@ async def test_verify_reads_one_snapshot_while_the_writer_appends(
     assert report.ok, report.first
     assert (report.records, report.receipts) == (2, 0)
     assert verify_source(sqlite_store, key.trusted()).receipts == 1
+
+
+async def test_a_record_claiming_a_huge_seq_is_a_gap_not_out_of_memory(
+    sqlite_store: SqliteStore, key: SigningKey, trail: dict[int, str]
+) -> None:
+    """A forger can put any `seq` (and a matching `id`) in a record: the gap before it is reported in
+    ranges, never listed number by number (a `seq` of 10**12 once ran `audit verify` out of memory)."""
+    tamper = Tamper(sqlite_store.path)
+    record = reseal(tamper.record(trail[3]), key)
+    segment_id = record["segment_id"]
+    huge = 10**12
+    record.update(seq=huge, id=f"{segment_id}-{huge}")
+    tamper.put(trail[3], reseal(record, key))
+    report = _check(sqlite_store, key.trusted())
+    first = report.first
+    assert first is not None
+    assert (first.record_id, first.problem) == (f"{segment_id}-{huge}", Problem.DELETED)
+    assert first.detail == f"seq 3, 11-{huge - 1} missing before it"  # 4-10 follow it, stored late
+
+
+async def test_a_gap_filled_late_in_the_middle_is_reported_in_ranges(
+    sqlite_store: SqliteStore, key: SigningKey, trail: dict[int, str]
+) -> None:
+    """Records 2 and 4 stored after 5: 3 is still missing, so the gap reads `seq 3 missing`."""
+    tamper = Tamper(sqlite_store.path)
+    tamper.delete(trail[3])
+    for seq in (2, 4):
+        row = tamper.conn.execute("SELECT * FROM audit_records WHERE id = ?", (trail[seq],)).fetchone()
+        tamper.delete(trail[seq])
+        tamper.conn.execute(f"INSERT INTO audit_records VALUES (NULL{', ?' * (len(row) - 1)})", row[1:])
+    first = _check(sqlite_store, key.trusted()).first
+    assert first is not None
+    assert (first.record_id, first.problem, first.detail) == (trail[5], Problem.DELETED, "seq 3 missing before it")
+
+
+@pytest.mark.parametrize("prev_record", [["x"], {"id": "x"}, 5])
+async def test_a_header_whose_prev_record_is_not_a_string_is_reported_not_a_traceback(
+    sqlite_store: SqliteStore, key: SigningKey, trail: dict[int, str], prev_record: object
+) -> None:
+    tamper = Tamper(sqlite_store.path)
+    header = tamper.record(trail[0])
+    header["body"]["prev_record"] = prev_record
+    tamper.put(trail[0], reseal(header, key))
+    first = _check(sqlite_store, key.trusted()).first
+    assert first is not None
+    assert (first.record_id, first.problem) == (trail[0], Problem.EDITED)
+    assert first.detail == "segment header's prev_record is not a record id"

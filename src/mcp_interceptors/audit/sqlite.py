@@ -187,41 +187,41 @@ class SqliteStore:
             return None
         with self._lock, self._reading():
             row = self._conn.execute(
-                f"SELECT record FROM {RECORDS_TABLE} WHERE segment_id = ? AND seq = ?", key
+                f"SELECT CAST(record AS BLOB) FROM {RECORDS_TABLE} WHERE segment_id = ? AND seq = ?", key
             ).fetchone()
-        return None if row is None else str(row[0]).encode()
+        return None if row is None else bytes(row[0])
 
     def get_receipt(self, record_id: str) -> bytes | None:
-        return self._one(f"SELECT receipt FROM {RECEIPTS_TABLE} WHERE id = ?", record_id)
+        return self._one(f"SELECT CAST(receipt AS BLOB) FROM {RECEIPTS_TABLE} WHERE id = ?", record_id)
 
     def tail(self, limit: int) -> list[tuple[int, bytes]]:
         with self._lock, self._reading():
             rows = self._conn.execute(
-                f"SELECT pos, record FROM {RECORDS_TABLE} ORDER BY pos DESC LIMIT ?", (limit,)
+                f"SELECT pos, CAST(record AS BLOB) FROM {RECORDS_TABLE} ORDER BY pos DESC LIMIT ?", (limit,)
             ).fetchall()
-        return [(pos, text.encode()) for pos, text in reversed(rows)]
+        return [(pos, bytes(raw)) for pos, raw in reversed(rows)]
 
     def records_at(self, positions: Collection[int]) -> list[tuple[int, bytes]]:
         if not positions:
             return []
         marks = ", ".join("?" * len(positions))
-        query = f"SELECT pos, record FROM {RECORDS_TABLE} WHERE pos IN ({marks}) ORDER BY pos"
-        return [(pos, text.encode()) for pos, text in self._stream(query, tuple(positions))]
+        query = f"SELECT pos, CAST(record AS BLOB) FROM {RECORDS_TABLE} WHERE pos IN ({marks}) ORDER BY pos"
+        return [(pos, bytes(raw)) for pos, raw in self._stream(query, tuple(positions))]
 
     def iter_records(self, after_pos: int = 0) -> Iterator[tuple[int, bytes]]:
-        query = f"SELECT pos, record FROM {RECORDS_TABLE} WHERE pos > ? ORDER BY pos"
-        for pos, text in self._stream(query, (after_pos,)):
-            yield pos, text.encode()
+        query = f"SELECT pos, CAST(record AS BLOB) FROM {RECORDS_TABLE} WHERE pos > ? ORDER BY pos"
+        for pos, raw in self._stream(query, (after_pos,)):
+            yield pos, bytes(raw)
 
     def iter_snapshot(self) -> Iterator[tuple[ItemKind, bytes]]:
         with self._reading():
             conn = sqlite3.connect(self.path, isolation_level=None, timeout=30.0)
             try:
                 conn.execute("BEGIN")  # one read transaction: in WAL mode, one snapshot for both queries
-                for (text,) in _fetch(conn.execute(f"SELECT record FROM {RECORDS_TABLE} ORDER BY pos")):
-                    yield "record", text.encode()
-                for (text,) in _fetch(conn.execute(f"SELECT receipt FROM {RECEIPTS_TABLE} ORDER BY pos")):
-                    yield "receipt", text.encode()
+                for (raw,) in _fetch(conn.execute(f"SELECT CAST(record AS BLOB) FROM {RECORDS_TABLE} ORDER BY pos")):
+                    yield "record", bytes(raw)
+                for (raw,) in _fetch(conn.execute(f"SELECT CAST(receipt AS BLOB) FROM {RECEIPTS_TABLE} ORDER BY pos")):
+                    yield "receipt", bytes(raw)
                 conn.execute("COMMIT")
             finally:
                 conn.close()
@@ -233,7 +233,7 @@ class SqliteStore:
     def _one(self, query: str, key: str) -> bytes | None:
         with self._lock, self._reading():
             row = self._conn.execute(query, (key,)).fetchone()
-        return None if row is None else str(row[0]).encode()
+        return None if row is None else bytes(row[0])
 
     def _stream(self, query: str, params: tuple[object, ...]) -> Iterator[Any]:
         # A separate read connection, so a long export never holds the writer's lock.

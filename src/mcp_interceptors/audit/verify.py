@@ -57,12 +57,27 @@ class VerifyReport:
 
 @dataclass
 class _Gap:
-    """Sequence numbers skipped before a record: deleted, unless they turn up later (reordered)."""
+    """Sequence numbers skipped before a record: deleted, unless they turn up later (reordered).
+
+    `missing` holds half-open ranges, not numbers: a record can claim any `seq` (one of 10**12 is
+    a gap of 10**12), and verification must report it, not run out of memory listing it."""
 
     position: int
     record_id: str
-    missing: set[int]
+    missing: list[range]
     reordered: bool = False
+
+    def take(self, seq: int) -> bool:
+        """Remove `seq` from the gap if it is in it (a record stored late); True when it was."""
+        for index, span in enumerate(self.missing):
+            if seq in span:
+                rest = [part for part in (range(span.start, seq), range(seq + 1, span.stop)) if part]
+                self.missing[index : index + 1] = rest
+                return True
+        return False
+
+    def describe(self) -> str:
+        return ", ".join(str(s.start) if len(s) == 1 else f"{s.start}-{s.stop - 1}" for s in self.missing)
 
 
 @dataclass
@@ -138,14 +153,13 @@ class _Walk:
                 detail = f"prev_hash does not match record {record_id_for(segment.segment_id, seq - 1)}"
                 self.flag(position, record_id, Problem.BROKEN_LINK, detail)
         elif seq > segment.expected_seq:
-            gap = _Gap(position, record_id, set(range(segment.expected_seq, seq)))
+            gap = _Gap(position, record_id, [range(segment.expected_seq, seq)])
             segment.gaps.append(gap)
             self.flagged.add(position)
             self.findings.append((position, gap))
         else:
             for gap in segment.gaps:
-                if seq in gap.missing:
-                    gap.missing.discard(seq)
+                if gap.take(seq):
                     gap.reordered = True
                     return
             self.flag(position, record_id, Problem.REORDERED, f"seq {seq} appears twice in its segment")
@@ -193,7 +207,9 @@ class _Walk:
         assert header is not None
         prev_record = (header.get("body") or {}).get("prev_record")
         position, record_id = segment.header_position, header["id"]
-        if prev_record is None:
+        if prev_record is not None and not isinstance(prev_record, str):
+            self.flag(position, record_id, Problem.EDITED, "segment header's prev_record is not a record id")
+        elif prev_record is None:
             if header.get("prev_hash") != GENESIS_HASH:
                 self.flag(position, record_id, Problem.BROKEN_LINK, "first segment does not start at genesis")
         elif prev_record not in self.hashes:
@@ -292,8 +308,9 @@ class _Walk:
             if isinstance(item, Finding):
                 resolved.append(item)
             elif item.missing or not item.reordered:
-                seqs = ", ".join(str(seq) for seq in sorted(item.missing))
-                resolved.append(Finding(item.record_id, Problem.DELETED, f"seq {seqs} missing before it", position))
+                resolved.append(
+                    Finding(item.record_id, Problem.DELETED, f"seq {item.describe()} missing before it", position)
+                )
             else:
                 detail = "stored before records that precede it in its segment"
                 resolved.append(Finding(item.record_id, Problem.REORDERED, detail, position))

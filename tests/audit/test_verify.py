@@ -386,3 +386,22 @@ async def test_a_header_whose_prev_record_is_not_a_string_is_reported_not_a_trac
     assert first is not None
     assert (first.record_id, first.problem) == (trail[0], Problem.EDITED)
     assert first.detail == "segment header's prev_record is not a record id"
+
+
+async def test_a_restarted_writer_links_to_what_the_json_states_not_to_an_edited_index_column(
+    sqlite_store: SqliteStore, key: SigningKey, make_decision: Make
+) -> None:
+    """The index columns are not verified, so the writer must not build on them: with the `hash` column
+    of the last record edited, the next segment's link and the receipt closing a call opened before the
+    restart once carried the edited hash, and verify blamed the new, innocent header for a broken link."""
+    async with open_audit_writer(sqlite_store, key) as writer:
+        request = await writer.append(make_decision(call_id="open"))
+    Tamper(sqlite_store.path).conn.execute("UPDATE audit_records SET hash = ? WHERE id = ?", ("0" * 64, request.id))
+    async with open_audit_writer(sqlite_store, key) as writer:
+        response = await writer.append(make_decision(phase="response", direction="receiving", call_id="open"))
+    assert response.compound is not None and response.compound.request is not None
+    assert (response.compound.request.id, response.compound.request.hash) == (request.id, request.hash)
+    header = _headers(sqlite_store)[-1]
+    assert (header["body"]["prev_record"], header["prev_hash"]) == (request.id, request.hash)
+    report = _check(sqlite_store, key.trusted())
+    assert report.ok, report.findings

@@ -36,7 +36,9 @@ from mcp_interceptors.audit.store import (
     RecordRow,
     SegmentTail,
     StoreError,
+    call_end_as_recorded,
     split_record_id,
+    tail_as_recorded,
 )
 
 _SCHEMA_LOCK: Final = 0x6D637069  # "mcpi": serialises CREATE TABLE across replicas starting together
@@ -134,21 +136,26 @@ class PostgresStore:
             if head is None:
                 return None
             last = conn.execute(
-                select(r.id, r.seq, r.hash).where(r.segment_id == head.segment_id).order_by(r.seq.desc()).limit(1)
+                select(r.id, r.seq, r.hash, r.record)
+                .where(r.segment_id == head.segment_id)
+                .order_by(r.seq.desc())
+                .limit(1)
             ).one()
-        return SegmentTail(head.segment_id, head.key_id, last.id, last.seq, last.hash)
+        return tail_as_recorded(SegmentTail(head.segment_id, head.key_id, last.id, last.seq, last.hash), last.record)
 
     def find_request(self, call_id: str) -> CallEnd | None:
         r = records_table.c
         query = (
-            select(r.id, r.hash, r.time)
+            select(r.id, r.hash, r.time, r.record)
             .where(r.call_id == call_id, r.phase == "request")
             .order_by(r.pos.desc())
             .limit(1)
         )
         with self._engine.connect() as conn:
             row = conn.execute(query).first()
-        return None if row is None else CallEnd(id=row.id, hash=row.hash, time=row.time)
+        return (
+            None if row is None else call_end_as_recorded(CallEnd(id=row.id, hash=row.hash, time=row.time), row.record)
+        )
 
     def get_record(self, record_id: str) -> bytes | None:
         key = split_record_id(record_id)

@@ -25,7 +25,9 @@ from mcp_interceptors.audit.store import (
     RecordRow,
     SegmentTail,
     StoreError,
+    call_end_as_recorded,
     split_record_id,
+    tail_as_recorded,
 )
 
 Synchronous = Literal["FULL", "NORMAL"]
@@ -167,19 +169,23 @@ class SqliteStore:
             if head is None:
                 return None
             last = self._conn.execute(
-                f"SELECT id, seq, hash FROM {RECORDS_TABLE} WHERE segment_id = ? ORDER BY seq DESC LIMIT 1",
+                f"SELECT id, seq, hash, CAST(record AS BLOB) FROM {RECORDS_TABLE}"
+                " WHERE segment_id = ? ORDER BY seq DESC LIMIT 1",
                 (head[0],),
             ).fetchone()
-        return SegmentTail(segment_id=head[0], key_id=head[1], record_id=last[0], seq=last[1], hash=last[2])
+        tail = SegmentTail(segment_id=head[0], key_id=head[1], record_id=last[0], seq=last[1], hash=last[2])
+        return tail_as_recorded(tail, bytes(last[3]))
 
     def find_request(self, call_id: str) -> CallEnd | None:
         with self._lock:
             row = self._conn.execute(
-                f"SELECT id, hash, time FROM {RECORDS_TABLE}"
+                f"SELECT id, hash, time, CAST(record AS BLOB) FROM {RECORDS_TABLE}"
                 " WHERE call_id = ? AND phase = 'request' ORDER BY pos DESC LIMIT 1",
                 (call_id,),
             ).fetchone()
-        return None if row is None else CallEnd(id=row[0], hash=row[1], time=row[2])
+        return (
+            None if row is None else call_end_as_recorded(CallEnd(id=row[0], hash=row[1], time=row[2]), bytes(row[3]))
+        )
 
     def get_record(self, record_id: str) -> bytes | None:
         key = split_record_id(record_id)

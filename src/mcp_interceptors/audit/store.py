@@ -165,6 +165,43 @@ def _kind_of(line: bytes) -> object:
     return data.get("kind") if isinstance(data, dict) else None
 
 
+def tail_as_recorded(tail: SegmentTail, record: str | bytes) -> SegmentTail:
+    """`tail` (read from the index columns) with the id, seq and hash its record's JSON states.
+
+    Verification trusts only the JSON, so a new segment must link to what the JSON says: a link made
+    from an edited `hash` column would look like a forged link by the new, innocent segment, while the
+    edited row itself verifies. The columns stand when the JSON is not a well-formed record (verify
+    names that record)."""
+    stated = _stated(record)
+    if stated is None:
+        return tail
+    record_id, seq, hash_, _ = stated
+    return SegmentTail(tail.segment_id, tail.key_id, record_id, seq, hash_)
+
+
+def call_end_as_recorded(end: CallEnd, record: str | bytes) -> CallEnd:
+    """`end` (read from the index columns) with the id, hash and time its record's JSON states, for a
+    compound receipt; see `tail_as_recorded`."""
+    stated = _stated(record)
+    if stated is None:
+        return end
+    record_id, _, hash_, time = stated
+    return CallEnd(id=record_id, hash=hash_, time=end.time if time is None else time)
+
+
+def _stated(record: str | bytes) -> tuple[str, int, str, str | None] | None:
+    try:
+        data = orjson.loads(record)
+        record_id, seq, hash_ = data["id"], data["seq"], data["hash"]
+        body = data.get("body")
+    except (orjson.JSONDecodeError, KeyError, TypeError, AttributeError):
+        return None
+    if not (isinstance(record_id, str) and isinstance(seq, int) and isinstance(hash_, str)):
+        return None
+    time = body.get("time") if isinstance(body, dict) else None
+    return record_id, seq, hash_, time if isinstance(time, str) else None
+
+
 def split_record_id(record_id: str) -> tuple[str, int] | None:
     """`"<segment_id>-<seq>"` → (segment_id, seq), or None when it is not a record id."""
     segment_id, _, seq = record_id.rpartition("-")

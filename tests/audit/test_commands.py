@@ -401,3 +401,19 @@ def test_show_never_prints_another_record_under_the_id_asked_for(sqlite_store: S
     assert show(sqlite_store.path, trail[3], io.StringIO(), err=err) == EXIT_ERROR
     expected = f"error: the receipt indexed as {trail[3]} is the receipt of {trail[2]!r}; run `audit verify`\n"
     assert err.getvalue() == expected
+
+
+def test_verify_locates_a_malformed_record_by_the_record_before_it_when_rows_are_missing(
+    sqlite_store: SqliteStore, trail: list[str], tmp_path: Path
+) -> None:
+    """With a row deleted before it, a malformed record's place among the records (#3) is no longer
+    the position `tail` prints (#4): the finding also names the record stored before it."""
+    with closing(sqlite3.connect(sqlite_store.path)) as conn, conn:
+        conn.execute("DELETE FROM audit_records WHERE id = ?", (trail[1],))
+        conn.execute("UPDATE audit_records SET record = '{bad' WHERE id = ?", (trail[3],))
+    out = io.StringIO()
+    assert tail(sqlite_store.path, out, err=io.StringIO()) == EXIT_ERROR
+    assert "?  #4  not a well-formed record" in out.getvalue().splitlines()
+    out = io.StringIO()
+    assert verify(sqlite_store.path, out, key_path=_key_path(tmp_path)) == EXIT_FAILED
+    assert f"#3: edited: not a well-formed audit record (stored after {trail[2]})" in out.getvalue()

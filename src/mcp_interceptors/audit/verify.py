@@ -102,6 +102,7 @@ class _Walk:
         self.flagged: set[int] = set()
         self.closing: dict[str, tuple[int, str]] = {}
         self.count = 0
+        self.last_id: str | None = None  # the last record read that had an id
         self._trust_memo: dict[str, bool] = {}
         self._keys: dict[str, PublicKey] | None = None
 
@@ -117,9 +118,12 @@ class _Walk:
             record_id, segment_id, seq = str(record["id"]), str(record["segment_id"]), int(record["seq"])
             claimed = str(record["hash"])
         except (orjson.JSONDecodeError, KeyError, TypeError, ValueError):
-            # named by its 1-based place among the records, the `#<pos>` `audit tail` prints for it
-            self.flag(position, f"#{self.count}", Problem.EDITED, "not a well-formed audit record")
+            # named by its 1-based place among the records, which is the `#<pos>` `audit tail` prints for
+            # it only while no row before it is missing: the record stored before it locates it anyway
+            after = "it is the first record" if self.last_id is None else f"stored after {self.last_id}"
+            self.flag(position, f"#{self.count}", Problem.EDITED, f"not a well-formed audit record ({after})")
             return
+        self.last_id = record_id
         duplicate = duplicate_key(raw, record)
         if duplicate is not None:
             self.flag(position, record_id, Problem.EDITED, duplicate)

@@ -172,7 +172,8 @@ async def test_swapped_records_are_reordered(sqlite_store: SqliteStore, key: Sig
     report = _check(sqlite_store, key.trusted())
     assert report.first is not None
     assert (report.first.record_id, report.first.problem) == (trail[5], Problem.REORDERED)
-    assert len(report.findings) == 1
+    # the JSON moved without its index columns, which the row after it no longer matches
+    assert [(f.record_id, f.problem) for f in report.findings[1:]] == [(trail[4], Problem.EDITED)]
 
 
 async def test_record_resigned_with_another_key_is_forged(
@@ -403,5 +404,31 @@ async def test_a_restarted_writer_links_to_what_the_json_states_not_to_an_edited
     assert (response.compound.request.id, response.compound.request.hash) == (request.id, request.hash)
     header = _headers(sqlite_store)[-1]
     assert (header["body"]["prev_record"], header["prev_hash"]) == (request.id, request.hash)
-    report = _check(sqlite_store, key.trusted())
-    assert report.ok, report.findings
+    # verify names the edited row, and nothing the restarted writer wrote
+    findings = [(f.record_id, f.detail) for f in _check(sqlite_store, key.trusted()).findings]
+    assert findings == [(request.id, "its index column hash differs from its JSON")]
+
+
+@pytest.mark.parametrize(
+    ("column", "value"),
+    [("id", "x-1"), ("segment_id", "x"), ("seq", 99), ("kind", "segment"), ("time", "1999-01-01T00:00:00.000000Z"),
+     ("key_id", "0" * 16), ("call_id", "other"), ("phase", "response"), ("hash", "0" * 64)],
+)  # fmt: skip
+async def test_an_index_column_edited_without_the_json_is_named(
+    sqlite_store: SqliteStore, key: SigningKey, trail: dict[int, str], column: str, value: object
+) -> None:
+    """The columns are what `audit show`, the writer and anyone's SQL find rows by: one that no longer
+    says what the record's JSON says is an edit, named on its record (it once verified OK)."""
+    Tamper(sqlite_store.path).conn.execute(f"UPDATE audit_records SET {column} = ? WHERE id = ?", (value, trail[3]))
+    findings = [(f.record_id, f.problem, f.detail) for f in _check(sqlite_store, key.trusted()).findings]
+    assert findings == [(trail[3], Problem.EDITED, f"its index column {column} differs from its JSON")]
+
+
+async def test_receipt_index_columns_edited_without_the_json_are_named(
+    sqlite_store: SqliteStore, key: SigningKey, trail: dict[int, str]
+) -> None:
+    Tamper(sqlite_store.path).conn.execute(
+        "UPDATE audit_receipts SET call_id = 'other', hash = ? WHERE id = ?", ("0" * 64, trail[4])
+    )
+    findings = [(f.record_id, f.problem, f.detail) for f in _check(sqlite_store, key.trusted()).findings]
+    assert findings == [(f"receipt:{trail[4]}", Problem.EDITED, "its index columns call_id, hash differ from its JSON")]

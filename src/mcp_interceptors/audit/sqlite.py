@@ -18,7 +18,9 @@ from typing import Any, Literal
 
 from mcp_interceptors.audit.records import CallEnd
 from mcp_interceptors.audit.store import (
+    RECEIPT_INDEX_COLUMNS,
     RECEIPTS_TABLE,
+    RECORD_INDEX_COLUMNS,
     RECORDS_TABLE,
     ItemKind,
     ReceiptRow,
@@ -26,6 +28,7 @@ from mcp_interceptors.audit.store import (
     SegmentTail,
     StoreError,
     call_end_as_recorded,
+    index_item,
     split_record_id,
     tail_as_recorded,
 )
@@ -219,15 +222,23 @@ class SqliteStore:
         for pos, raw in self._stream(query, (after_pos,)):
             yield pos, bytes(raw)
 
-    def iter_snapshot(self) -> Iterator[tuple[ItemKind, bytes]]:
+    def iter_snapshot(self, *, index: bool = False) -> Iterator[tuple[ItemKind, bytes]]:
+        records = f"SELECT CAST(record AS BLOB), {', '.join(RECORD_INDEX_COLUMNS)} FROM {RECORDS_TABLE} ORDER BY pos"
+        receipts = (
+            f"SELECT CAST(receipt AS BLOB), {', '.join(RECEIPT_INDEX_COLUMNS)} FROM {RECEIPTS_TABLE} ORDER BY pos"
+        )
         with self._reading():
             conn = sqlite3.connect(self.path, isolation_level=None, timeout=30.0)
             try:
                 conn.execute("BEGIN")  # one read transaction: in WAL mode, one snapshot for both queries
-                for (raw,) in _fetch(conn.execute(f"SELECT CAST(record AS BLOB) FROM {RECORDS_TABLE} ORDER BY pos")):
+                for raw, *columns in _fetch(conn.execute(records)):
                     yield "record", bytes(raw)
-                for (raw,) in _fetch(conn.execute(f"SELECT CAST(receipt AS BLOB) FROM {RECEIPTS_TABLE} ORDER BY pos")):
+                    if index:
+                        yield index_item(RECORD_INDEX_COLUMNS, columns)
+                for raw, *columns in _fetch(conn.execute(receipts)):
                     yield "receipt", bytes(raw)
+                    if index:
+                        yield index_item(RECEIPT_INDEX_COLUMNS, columns)
                 conn.execute("COMMIT")
             finally:
                 conn.close()

@@ -16,7 +16,7 @@ import orjson
 
 from mcp_interceptors.audit.records import FORMAT_VERSION, GENESIS_HASH, hash_of, record_id_for
 from mcp_interceptors.audit.signing import PublicKey, is_endorsed_by
-from mcp_interceptors.audit.store import ItemKind, RecordSource
+from mcp_interceptors.audit.store import RECEIPT_INDEX_COLUMNS, ItemKind, RecordSource
 
 
 class Problem(StrEnum):
@@ -103,6 +103,8 @@ class _Walk:
         self.closing: dict[str, tuple[int, str]] = {}
         self.count = 0
         self.last_id: str | None = None  # the last record read that had an id
+        # the row just read, for the store's "index" item after it: (position, name, what its JSON says)
+        self.indexed: tuple[int, str, dict[str, object]] | None = None
         self._trust_memo: dict[str, bool] = {}
         self._keys: dict[str, PublicKey] | None = None
 
@@ -124,6 +126,11 @@ class _Walk:
             self.flag(position, f"#{self.count}", Problem.EDITED, f"not a well-formed audit record ({after})")
             return
         self.last_id = record_id
+        body = record.get("body")
+        body = body if isinstance(body, dict) else {}
+        stated = {name: record.get(name) for name in ("id", "segment_id", "seq", "kind", "key_id", "hash")}
+        stated.update(time=body.get("time"), call_id=body.get("call_id"), phase=body.get("phase"))
+        self.indexed = (position, record_id, stated)
         duplicate = duplicate_key(raw, record)
         if duplicate is not None:
             self.flag(position, record_id, Problem.EDITED, duplicate)
@@ -271,6 +278,7 @@ class _Walk:
             return
         name = f"receipt:{receipt_id}"
         seen.add(receipt_id)
+        self.indexed = (position, name, {column: receipt.get(column) for column in RECEIPT_INDEX_COLUMNS})
         duplicate = duplicate_key(raw, receipt)
         if duplicate is not None:
             self.flag(position, name, Problem.EDITED, duplicate)
@@ -294,6 +302,20 @@ class _Walk:
                 self.flag(position, name, Problem.DELETED, f"its {side} record {end.get('id')} is missing")
             elif stored != end.get("hash"):
                 self.flag(position, name, Problem.EDITED, f"its {side} record {end.get('id')} has another hash")
+
+    def index(self, raw: bytes) -> None:
+        """The store's index columns of the row just read: they must say what its JSON says, or a lookup
+        by them (`audit show`, a query on `call_id`) finds something else than the trail holds."""
+        indexed, self.indexed = self.indexed, None
+        if indexed is None:  # the row was not well-formed; it is named already
+            return
+        position, name, stated = indexed
+        columns = orjson.loads(raw)
+        differ = [column for column in columns if columns[column] != stated.get(column)]
+        if differ:
+            named = f"columns {', '.join(differ)} differ" if len(differ) > 1 else f"column {differ[0]} differs"
+            detail = f"its index {named} from its JSON"
+            self.flag(position, name, Problem.EDITED, detail)
 
     def known_keys(self) -> dict[str, PublicKey]:
         if self._keys is None:
@@ -363,9 +385,14 @@ def verify_records(
     them. `trusted=None` trusts the keys of genesis segments on first use."""
     walk = _Walk(trusted)
     seen: set[str] = set()
-    position = receipt_count = 0
+    receipt_count = 0
     segments_done = False
-    for position, (kind, raw) in enumerate(items):
+    position = -1
+    for kind, raw in items:
+        if kind == "index":
+            walk.index(raw)
+            continue
+        position += 1
         if kind == "record":
             walk.record(position, raw)
             continue
@@ -383,4 +410,4 @@ def verify_records(
 
 def verify_source(source: RecordSource, trusted: Mapping[str, PublicKey] | None = None) -> VerifyReport:
     """Verify a store or an export from one consistent snapshot."""
-    return verify_records(source.iter_snapshot(), trusted)
+    return verify_records(source.iter_snapshot(index=True), trusted)

@@ -356,3 +356,64 @@ def test_commands_report_a_store_they_cannot_read_with_exit_2(
     assert export_jsonl(export_folder, io.StringIO(), err=errors[1]) == EXIT_ERROR
     for err in errors:
         assert err.getvalue().startswith(f"error: cannot read the audit export {export_folder}")
+
+
+@pytest.mark.parametrize(
+    ("stored", "column"),
+    [(b"\xff\x00", "?"), (b"[1]", "?"), (b'{"\xff"}', "CAST(? AS TEXT)")],
+    ids=["blob", "json-blob", "not-utf8-text"],
+)
+def test_records_stored_as_bytes_are_reported_not_a_traceback(
+    sqlite_store: SqliteStore, trail: list[str], tmp_path: Path, stored: bytes, column: str
+) -> None:
+    """A row written as a BLOB, or as TEXT that is not UTF-8, is a malformed record: verify names it
+    (exit 1), tail prints its placeholder (exit 2), export goes on to the end; none of them crashes."""
+    with closing(sqlite3.connect(sqlite_store.path)) as conn, conn:
+        conn.execute(f"UPDATE audit_records SET record = {column} WHERE id = ?", (stored, trail[1]))
+        conn.execute("UPDATE audit_receipts SET receipt = ? WHERE id = ?", (stored, trail[2]))
+    out = io.StringIO()
+    assert verify(sqlite_store.path, out, key_path=_key_path(tmp_path)) == EXIT_FAILED
+    assert "first bad record: #2: edited: not a well-formed audit record" in out.getvalue()
+    out, err = io.StringIO(), io.StringIO()
+    assert tail(sqlite_store.path, out, err=err) == EXIT_ERROR
+    assert out.getvalue().splitlines()[1] == "?  #2  not a well-formed record"
+    out = io.StringIO()
+    assert export_jsonl(sqlite_store.path, out) == EXIT_OK
+    assert len(out.getvalue().splitlines()) == 4 + 2
+    err = io.StringIO()
+    assert show(sqlite_store.path, trail[1], io.StringIO(), err=err) == EXIT_ERROR
+    assert "is not a well-formed JSON object" in err.getvalue()
+
+
+def test_show_never_prints_another_record_under_the_id_asked_for(sqlite_store: SqliteStore, trail: list[str]) -> None:
+    """`show` finds a record by its index columns, which verification does not cover: swapped `seq`
+    columns (or receipt ids) must not make it print the response record as the request."""
+    with closing(sqlite3.connect(sqlite_store.path)) as conn, conn:
+        conn.execute("UPDATE audit_records SET seq = -1 WHERE id = ?", (trail[1],))
+        conn.execute("UPDATE audit_records SET seq = 1 WHERE id = ?", (trail[2],))
+        conn.execute("UPDATE audit_records SET seq = 2 WHERE id = ?", (trail[1],))
+        conn.execute("UPDATE audit_receipts SET id = 'moved' WHERE id = ?", (trail[3],))
+        conn.execute("UPDATE audit_receipts SET id = ? WHERE id = ?", (trail[3], trail[2]))
+    err = io.StringIO()
+    assert show(sqlite_store.path, trail[1], io.StringIO(), err=err) == EXIT_ERROR
+    assert err.getvalue() == f"error: the row indexed as {trail[1]} holds record {trail[2]!r}; run `audit verify`\n"
+    err = io.StringIO()
+    assert show(sqlite_store.path, trail[3], io.StringIO(), err=err) == EXIT_ERROR
+    expected = f"error: the receipt indexed as {trail[3]} is the receipt of {trail[2]!r}; run `audit verify`\n"
+    assert err.getvalue() == expected
+
+
+def test_verify_locates_a_malformed_record_by_the_record_before_it_when_rows_are_missing(
+    sqlite_store: SqliteStore, trail: list[str], tmp_path: Path
+) -> None:
+    """With a row deleted before it, a malformed record's place among the records (#3) is no longer
+    the position `tail` prints (#4): the finding also names the record stored before it."""
+    with closing(sqlite3.connect(sqlite_store.path)) as conn, conn:
+        conn.execute("DELETE FROM audit_records WHERE id = ?", (trail[1],))
+        conn.execute("UPDATE audit_records SET record = '{bad' WHERE id = ?", (trail[3],))
+    out = io.StringIO()
+    assert tail(sqlite_store.path, out, err=io.StringIO()) == EXIT_ERROR
+    assert "?  #4  not a well-formed record" in out.getvalue().splitlines()
+    out = io.StringIO()
+    assert verify(sqlite_store.path, out, key_path=_key_path(tmp_path)) == EXIT_FAILED
+    assert f"#3: edited: not a well-formed audit record (stored after {trail[2]})" in out.getvalue()

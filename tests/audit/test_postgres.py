@@ -159,3 +159,30 @@ def test_tail_follow_prints_a_record_another_replica_committed_late(
         engine.dispose()
     printed = out.getvalue().splitlines()
     assert [line.split("call=")[-1] for line in printed] == ["first", "fast", "slow"]
+
+
+async def test_a_restarted_writer_links_to_what_the_json_states_not_to_an_edited_index_column(
+    postgres_url: str, tmp_path: Path, make_decision: Make
+) -> None:
+    """As on SQLite (tests/audit/test_verify.py): an edited `hash` column must not reach the next
+    segment's link or the receipt of a call opened before the restart."""
+    key = load_or_create_key(tmp_path / "audit-key")
+    store = PostgresStore(postgres_url)
+    try:
+        async with open_audit_writer(store, key) as writer:
+            request = await writer.append(make_decision(call_id="open"))
+        engine = create_engine(engine_url_for(postgres_url))
+        try:
+            with engine.begin() as conn:
+                conn.execute(records_table.update().where(records_table.c.id == request.id).values(hash="0" * 64))
+        finally:
+            engine.dispose()
+        async with open_audit_writer(store, key) as writer:
+            response = await writer.append(make_decision(phase="response", direction="receiving", call_id="open"))
+        assert response.compound is not None and response.compound.request is not None
+        assert response.compound.request.hash == request.hash
+        # verify names the edited row, and nothing the restarted writer wrote
+        findings = [(f.record_id, f.detail) for f in verify_source(store, key.trusted()).findings]
+        assert findings == [(request.id, "its index column hash differs from its JSON")]
+    finally:
+        store.close()

@@ -172,7 +172,8 @@ async def test_swapped_records_are_reordered(sqlite_store: SqliteStore, key: Sig
     report = _check(sqlite_store, key.trusted())
     assert report.first is not None
     assert (report.first.record_id, report.first.problem) == (trail[5], Problem.REORDERED)
-    assert len(report.findings) == 1
+    # the JSON moved without its index columns, which the row after it no longer matches
+    assert [(f.record_id, f.problem) for f in report.findings[1:]] == [(trail[4], Problem.EDITED)]
 
 
 async def test_record_resigned_with_another_key_is_forged(
@@ -339,3 +340,95 @@ async def test_verify_reads_one_snapshot_while_the_writer_appends(
     assert report.ok, report.first
     assert (report.records, report.receipts) == (2, 0)
     assert verify_source(sqlite_store, key.trusted()).receipts == 1
+
+
+async def test_a_record_claiming_a_huge_seq_is_a_gap_not_out_of_memory(
+    sqlite_store: SqliteStore, key: SigningKey, trail: dict[int, str]
+) -> None:
+    """A forger can put any `seq` (and a matching `id`) in a record: the gap before it is reported in
+    ranges, never listed number by number (a `seq` of 10**12 once ran `audit verify` out of memory)."""
+    tamper = Tamper(sqlite_store.path)
+    record = reseal(tamper.record(trail[3]), key)
+    segment_id = record["segment_id"]
+    huge = 10**12
+    record.update(seq=huge, id=f"{segment_id}-{huge}")
+    tamper.put(trail[3], reseal(record, key))
+    report = _check(sqlite_store, key.trusted())
+    first = report.first
+    assert first is not None
+    assert (first.record_id, first.problem) == (f"{segment_id}-{huge}", Problem.DELETED)
+    assert first.detail == f"seq 3, 11-{huge - 1} missing before it"  # 4-10 follow it, stored late
+
+
+async def test_a_gap_filled_late_in_the_middle_is_reported_in_ranges(
+    sqlite_store: SqliteStore, key: SigningKey, trail: dict[int, str]
+) -> None:
+    """Records 2 and 4 stored after 5: 3 is still missing, so the gap reads `seq 3 missing`."""
+    tamper = Tamper(sqlite_store.path)
+    tamper.delete(trail[3])
+    for seq in (2, 4):
+        row = tamper.conn.execute("SELECT * FROM audit_records WHERE id = ?", (trail[seq],)).fetchone()
+        tamper.delete(trail[seq])
+        tamper.conn.execute(f"INSERT INTO audit_records VALUES (NULL{', ?' * (len(row) - 1)})", row[1:])
+    first = _check(sqlite_store, key.trusted()).first
+    assert first is not None
+    assert (first.record_id, first.problem, first.detail) == (trail[5], Problem.DELETED, "seq 3 missing before it")
+
+
+@pytest.mark.parametrize("prev_record", [["x"], {"id": "x"}, 5])
+async def test_a_header_whose_prev_record_is_not_a_string_is_reported_not_a_traceback(
+    sqlite_store: SqliteStore, key: SigningKey, trail: dict[int, str], prev_record: object
+) -> None:
+    tamper = Tamper(sqlite_store.path)
+    header = tamper.record(trail[0])
+    header["body"]["prev_record"] = prev_record
+    tamper.put(trail[0], reseal(header, key))
+    first = _check(sqlite_store, key.trusted()).first
+    assert first is not None
+    assert (first.record_id, first.problem) == (trail[0], Problem.EDITED)
+    assert first.detail == "segment header's prev_record is not a record id"
+
+
+async def test_a_restarted_writer_links_to_what_the_json_states_not_to_an_edited_index_column(
+    sqlite_store: SqliteStore, key: SigningKey, make_decision: Make
+) -> None:
+    """The index columns are not verified, so the writer must not build on them: with the `hash` column
+    of the last record edited, the next segment's link and the receipt closing a call opened before the
+    restart once carried the edited hash, and verify blamed the new, innocent header for a broken link."""
+    async with open_audit_writer(sqlite_store, key) as writer:
+        request = await writer.append(make_decision(call_id="open"))
+    Tamper(sqlite_store.path).conn.execute("UPDATE audit_records SET hash = ? WHERE id = ?", ("0" * 64, request.id))
+    async with open_audit_writer(sqlite_store, key) as writer:
+        response = await writer.append(make_decision(phase="response", direction="receiving", call_id="open"))
+    assert response.compound is not None and response.compound.request is not None
+    assert (response.compound.request.id, response.compound.request.hash) == (request.id, request.hash)
+    header = _headers(sqlite_store)[-1]
+    assert (header["body"]["prev_record"], header["prev_hash"]) == (request.id, request.hash)
+    # verify names the edited row, and nothing the restarted writer wrote
+    findings = [(f.record_id, f.detail) for f in _check(sqlite_store, key.trusted()).findings]
+    assert findings == [(request.id, "its index column hash differs from its JSON")]
+
+
+@pytest.mark.parametrize(
+    ("column", "value"),
+    [("id", "x-1"), ("segment_id", "x"), ("seq", 99), ("kind", "segment"), ("time", "1999-01-01T00:00:00.000000Z"),
+     ("key_id", "0" * 16), ("call_id", "other"), ("phase", "response"), ("hash", "0" * 64)],
+)  # fmt: skip
+async def test_an_index_column_edited_without_the_json_is_named(
+    sqlite_store: SqliteStore, key: SigningKey, trail: dict[int, str], column: str, value: object
+) -> None:
+    """The columns are what `audit show`, the writer and anyone's SQL find rows by: one that no longer
+    says what the record's JSON says is an edit, named on its record (it once verified OK)."""
+    Tamper(sqlite_store.path).conn.execute(f"UPDATE audit_records SET {column} = ? WHERE id = ?", (value, trail[3]))
+    findings = [(f.record_id, f.problem, f.detail) for f in _check(sqlite_store, key.trusted()).findings]
+    assert findings == [(trail[3], Problem.EDITED, f"its index column {column} differs from its JSON")]
+
+
+async def test_receipt_index_columns_edited_without_the_json_are_named(
+    sqlite_store: SqliteStore, key: SigningKey, trail: dict[int, str]
+) -> None:
+    Tamper(sqlite_store.path).conn.execute(
+        "UPDATE audit_receipts SET call_id = 'other', hash = ? WHERE id = ?", ("0" * 64, trail[4])
+    )
+    findings = [(f.record_id, f.problem, f.detail) for f in _check(sqlite_store, key.trusted()).findings]
+    assert findings == [(f"receipt:{trail[4]}", Problem.EDITED, "its index columns call_id, hash differ from its JSON")]

@@ -124,12 +124,19 @@ def show(target: Target, record_id: str, out: TextIO, *, err: TextIO = sys.stder
         record = _json_object(raw)
         if record is None:
             return _fail(err, f"audit record {record_id} is not a well-formed JSON object; run `audit verify`")
+        if record.get("id") != record_id:
+            # The store finds a record by its index columns, which verification does not cover: never
+            # show another record under the id asked for.
+            return _fail(err, f"the row indexed as {record_id} holds record {record.get('id')!r}; run `audit verify`")
         document: dict[str, Any] = {"record": record}
         receipt_raw = store.get_receipt(record_id)
         if receipt_raw is not None:
             receipt = _json_object(receipt_raw)
             if receipt is None:
                 return _fail(err, f"the receipt of {record_id} is not a well-formed JSON object; run `audit verify`")
+            if receipt.get("id") != record_id:
+                detail = f"the receipt indexed as {record_id} is the receipt of {receipt.get('id')!r}"
+                return _fail(err, f"{detail}; run `audit verify`")
             document["receipt"] = receipt
         out.write(orjson.dumps(document, option=orjson.OPT_INDENT_2).decode() + "\n")
     except AuditError as exc:
@@ -183,7 +190,8 @@ def export_jsonl(target: Target, out: TextIO, *, err: TextIO = sys.stderr) -> in
         return _fail(err, exc)
     try:
         for _, raw in source.iter_snapshot():
-            out.write(raw.decode() + "\n")
+            # Text that is not UTF-8 is not a record; it is exported replaced, and fails verification.
+            out.write(raw.decode(errors="replace") + "\n")
     except AuditError as exc:
         return _fail(err, exc)
     finally:
@@ -289,7 +297,7 @@ def _print_record(out: TextIO, pos: int, raw: bytes, as_json: bool) -> bool:
             out.write(f"?  #{pos}  not a well-formed record\n")
         return False
     if as_json:
-        out.write(raw.decode() + "\n")
+        out.write(raw.decode(errors="replace") + "\n")
         return True
     body = record.get("body")
     body = body if isinstance(body, dict) else {}

@@ -29,14 +29,19 @@ from sqlalchemy.exc import SQLAlchemyError
 
 from mcp_interceptors.audit.records import CallEnd
 from mcp_interceptors.audit.store import (
+    RECEIPT_INDEX_COLUMNS,
     RECEIPTS_TABLE,
+    RECORD_INDEX_COLUMNS,
     RECORDS_TABLE,
     ItemKind,
     ReceiptRow,
     RecordRow,
     SegmentTail,
     StoreError,
+    call_end_as_recorded,
+    index_item,
     split_record_id,
+    tail_as_recorded,
 )
 
 _SCHEMA_LOCK: Final = 0x6D637069  # "mcpi": serialises CREATE TABLE across replicas starting together
@@ -134,21 +139,26 @@ class PostgresStore:
             if head is None:
                 return None
             last = conn.execute(
-                select(r.id, r.seq, r.hash).where(r.segment_id == head.segment_id).order_by(r.seq.desc()).limit(1)
+                select(r.id, r.seq, r.hash, r.record)
+                .where(r.segment_id == head.segment_id)
+                .order_by(r.seq.desc())
+                .limit(1)
             ).one()
-        return SegmentTail(head.segment_id, head.key_id, last.id, last.seq, last.hash)
+        return tail_as_recorded(SegmentTail(head.segment_id, head.key_id, last.id, last.seq, last.hash), last.record)
 
     def find_request(self, call_id: str) -> CallEnd | None:
         r = records_table.c
         query = (
-            select(r.id, r.hash, r.time)
+            select(r.id, r.hash, r.time, r.record)
             .where(r.call_id == call_id, r.phase == "request")
             .order_by(r.pos.desc())
             .limit(1)
         )
         with self._engine.connect() as conn:
             row = conn.execute(query).first()
-        return None if row is None else CallEnd(id=row.id, hash=row.hash, time=row.time)
+        return (
+            None if row is None else call_end_as_recorded(CallEnd(id=row.id, hash=row.hash, time=row.time), row.record)
+        )
 
     def get_record(self, record_id: str) -> bytes | None:
         key = split_record_id(record_id)
@@ -179,16 +189,21 @@ class PostgresStore:
         for row in self._stream(query):
             yield int(row.pos), str(row.record).encode()
 
-    def iter_snapshot(self) -> Iterator[tuple[ItemKind, bytes]]:
-        records = select(records_table.c.record).order_by(records_table.c.pos)
-        receipts = select(receipts_table.c.receipt).order_by(receipts_table.c.pos)
+    def iter_snapshot(self, *, index: bool = False) -> Iterator[tuple[ItemKind, bytes]]:
+        r, c = records_table.c, receipts_table.c
+        records = select(r.record, *(r[name] for name in RECORD_INDEX_COLUMNS)).order_by(r.pos)
+        receipts = select(c.receipt, *(c[name] for name in RECEIPT_INDEX_COLUMNS)).order_by(c.pos)
         isolation = "REPEATABLE READ" if self._is_postgres else "SERIALIZABLE"
         with self._engine.connect().execution_options(isolation_level=isolation) as conn, conn.begin():
             # One transaction at REPEATABLE READ: both queries read the same snapshot.
             for row in conn.execution_options(yield_per=_FETCH_SIZE).execute(records):
-                yield "record", str(row.record).encode()
+                yield "record", str(row[0]).encode()
+                if index:
+                    yield index_item(RECORD_INDEX_COLUMNS, row[1:])
             for row in conn.execution_options(yield_per=_FETCH_SIZE).execute(receipts):
-                yield "receipt", str(row.receipt).encode()
+                yield "receipt", str(row[0]).encode()
+                if index:
+                    yield index_item(RECEIPT_INDEX_COLUMNS, row[1:])
 
     def close(self) -> None:
         self._engine.dispose()

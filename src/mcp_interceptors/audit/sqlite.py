@@ -18,14 +18,19 @@ from typing import Any, Literal
 
 from mcp_interceptors.audit.records import CallEnd
 from mcp_interceptors.audit.store import (
+    RECEIPT_INDEX_COLUMNS,
     RECEIPTS_TABLE,
+    RECORD_INDEX_COLUMNS,
     RECORDS_TABLE,
     ItemKind,
     ReceiptRow,
     RecordRow,
     SegmentTail,
     StoreError,
+    call_end_as_recorded,
+    index_item,
     split_record_id,
+    tail_as_recorded,
 )
 
 Synchronous = Literal["FULL", "NORMAL"]
@@ -167,19 +172,23 @@ class SqliteStore:
             if head is None:
                 return None
             last = self._conn.execute(
-                f"SELECT id, seq, hash FROM {RECORDS_TABLE} WHERE segment_id = ? ORDER BY seq DESC LIMIT 1",
+                f"SELECT id, seq, hash, CAST(record AS BLOB) FROM {RECORDS_TABLE}"
+                " WHERE segment_id = ? ORDER BY seq DESC LIMIT 1",
                 (head[0],),
             ).fetchone()
-        return SegmentTail(segment_id=head[0], key_id=head[1], record_id=last[0], seq=last[1], hash=last[2])
+        tail = SegmentTail(segment_id=head[0], key_id=head[1], record_id=last[0], seq=last[1], hash=last[2])
+        return tail_as_recorded(tail, bytes(last[3]))
 
     def find_request(self, call_id: str) -> CallEnd | None:
         with self._lock:
             row = self._conn.execute(
-                f"SELECT id, hash, time FROM {RECORDS_TABLE}"
+                f"SELECT id, hash, time, CAST(record AS BLOB) FROM {RECORDS_TABLE}"
                 " WHERE call_id = ? AND phase = 'request' ORDER BY pos DESC LIMIT 1",
                 (call_id,),
             ).fetchone()
-        return None if row is None else CallEnd(id=row[0], hash=row[1], time=row[2])
+        return (
+            None if row is None else call_end_as_recorded(CallEnd(id=row[0], hash=row[1], time=row[2]), bytes(row[3]))
+        )
 
     def get_record(self, record_id: str) -> bytes | None:
         key = split_record_id(record_id)
@@ -187,41 +196,49 @@ class SqliteStore:
             return None
         with self._lock, self._reading():
             row = self._conn.execute(
-                f"SELECT record FROM {RECORDS_TABLE} WHERE segment_id = ? AND seq = ?", key
+                f"SELECT CAST(record AS BLOB) FROM {RECORDS_TABLE} WHERE segment_id = ? AND seq = ?", key
             ).fetchone()
-        return None if row is None else str(row[0]).encode()
+        return None if row is None else bytes(row[0])
 
     def get_receipt(self, record_id: str) -> bytes | None:
-        return self._one(f"SELECT receipt FROM {RECEIPTS_TABLE} WHERE id = ?", record_id)
+        return self._one(f"SELECT CAST(receipt AS BLOB) FROM {RECEIPTS_TABLE} WHERE id = ?", record_id)
 
     def tail(self, limit: int) -> list[tuple[int, bytes]]:
         with self._lock, self._reading():
             rows = self._conn.execute(
-                f"SELECT pos, record FROM {RECORDS_TABLE} ORDER BY pos DESC LIMIT ?", (limit,)
+                f"SELECT pos, CAST(record AS BLOB) FROM {RECORDS_TABLE} ORDER BY pos DESC LIMIT ?", (limit,)
             ).fetchall()
-        return [(pos, text.encode()) for pos, text in reversed(rows)]
+        return [(pos, bytes(raw)) for pos, raw in reversed(rows)]
 
     def records_at(self, positions: Collection[int]) -> list[tuple[int, bytes]]:
         if not positions:
             return []
         marks = ", ".join("?" * len(positions))
-        query = f"SELECT pos, record FROM {RECORDS_TABLE} WHERE pos IN ({marks}) ORDER BY pos"
-        return [(pos, text.encode()) for pos, text in self._stream(query, tuple(positions))]
+        query = f"SELECT pos, CAST(record AS BLOB) FROM {RECORDS_TABLE} WHERE pos IN ({marks}) ORDER BY pos"
+        return [(pos, bytes(raw)) for pos, raw in self._stream(query, tuple(positions))]
 
     def iter_records(self, after_pos: int = 0) -> Iterator[tuple[int, bytes]]:
-        query = f"SELECT pos, record FROM {RECORDS_TABLE} WHERE pos > ? ORDER BY pos"
-        for pos, text in self._stream(query, (after_pos,)):
-            yield pos, text.encode()
+        query = f"SELECT pos, CAST(record AS BLOB) FROM {RECORDS_TABLE} WHERE pos > ? ORDER BY pos"
+        for pos, raw in self._stream(query, (after_pos,)):
+            yield pos, bytes(raw)
 
-    def iter_snapshot(self) -> Iterator[tuple[ItemKind, bytes]]:
+    def iter_snapshot(self, *, index: bool = False) -> Iterator[tuple[ItemKind, bytes]]:
+        records = f"SELECT CAST(record AS BLOB), {', '.join(RECORD_INDEX_COLUMNS)} FROM {RECORDS_TABLE} ORDER BY pos"
+        receipts = (
+            f"SELECT CAST(receipt AS BLOB), {', '.join(RECEIPT_INDEX_COLUMNS)} FROM {RECEIPTS_TABLE} ORDER BY pos"
+        )
         with self._reading():
             conn = sqlite3.connect(self.path, isolation_level=None, timeout=30.0)
             try:
                 conn.execute("BEGIN")  # one read transaction: in WAL mode, one snapshot for both queries
-                for (text,) in _fetch(conn.execute(f"SELECT record FROM {RECORDS_TABLE} ORDER BY pos")):
-                    yield "record", text.encode()
-                for (text,) in _fetch(conn.execute(f"SELECT receipt FROM {RECEIPTS_TABLE} ORDER BY pos")):
-                    yield "receipt", text.encode()
+                for raw, *columns in _fetch(conn.execute(records)):
+                    yield "record", bytes(raw)
+                    if index:
+                        yield index_item(RECORD_INDEX_COLUMNS, columns)
+                for raw, *columns in _fetch(conn.execute(receipts)):
+                    yield "receipt", bytes(raw)
+                    if index:
+                        yield index_item(RECEIPT_INDEX_COLUMNS, columns)
                 conn.execute("COMMIT")
             finally:
                 conn.close()
@@ -233,7 +250,7 @@ class SqliteStore:
     def _one(self, query: str, key: str) -> bytes | None:
         with self._lock, self._reading():
             row = self._conn.execute(query, (key,)).fetchone()
-        return None if row is None else str(row[0]).encode()
+        return None if row is None else bytes(row[0])
 
     def _stream(self, query: str, params: tuple[object, ...]) -> Iterator[Any]:
         # A separate read connection, so a long export never holds the writer's lock.

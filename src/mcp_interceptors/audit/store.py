@@ -17,7 +17,9 @@ import orjson
 
 from mcp_interceptors.audit.records import AuditError, CallEnd
 
-ItemKind = Literal["record", "receipt"]
+ItemKind = Literal["record", "receipt", "index"]
+RECORD_INDEX_COLUMNS = ("id", "segment_id", "seq", "kind", "time", "key_id", "call_id", "phase", "hash")
+RECEIPT_INDEX_COLUMNS = ("id", "call_id", "key_id", "hash")
 RECORDS_TABLE = "audit_records"
 RECEIPTS_TABLE = "audit_receipts"
 
@@ -68,9 +70,13 @@ class RecordSource(Protocol):
         """(pos, record JSON) in storage (commit) order, starting after `after_pos`."""
         ...
 
-    def iter_snapshot(self) -> Iterator[tuple[ItemKind, bytes]]:
+    def iter_snapshot(self, *, index: bool = False) -> Iterator[tuple[ItemKind, bytes]]:
         """Every record in storage order, then every receipt, from one consistent read snapshot
-        (a live writer commits a record and its receipt together; both reads must see the same state)."""
+        (a live writer commits a record and its receipt together; both reads must see the same state).
+
+        With `index`, a store follows each record and receipt with an `"index"` item: the JSON object
+        of the columns it finds that row by (`RECORD_INDEX_COLUMNS`, `RECEIPT_INDEX_COLUMNS`), so
+        verification can check them against the JSON. An export has no such columns and yields none."""
         ...
 
     def close(self) -> None: ...
@@ -146,7 +152,7 @@ class JsonlSource:
             if pos > after_pos:
                 yield pos, line
 
-    def iter_snapshot(self) -> Iterator[tuple[ItemKind, bytes]]:
+    def iter_snapshot(self, *, index: bool = False) -> Iterator[tuple[ItemKind, bytes]]:
         for _, line in self.iter_records():
             yield "record", line
         for line in self._lines():
@@ -163,6 +169,48 @@ def _kind_of(line: bytes) -> object:
     except orjson.JSONDecodeError:
         return None
     return data.get("kind") if isinstance(data, dict) else None
+
+
+def index_item(columns: Sequence[str], values: Sequence[object]) -> tuple[ItemKind, bytes]:
+    """The `"index"` item `iter_snapshot(index=True)` yields after a row."""
+    return "index", orjson.dumps(dict(zip(columns, values, strict=True)))
+
+
+def tail_as_recorded(tail: SegmentTail, record: str | bytes) -> SegmentTail:
+    """`tail` (read from the index columns) with the id, seq and hash its record's JSON states.
+
+    Verification trusts only the JSON, so a new segment must link to what the JSON says: a link made
+    from an edited `hash` column would look like a forged link by the new, innocent segment, while the
+    edited row itself verifies. The columns stand when the JSON is not a well-formed record (verify
+    names that record)."""
+    stated = _stated(record)
+    if stated is None:
+        return tail
+    record_id, seq, hash_, _ = stated
+    return SegmentTail(tail.segment_id, tail.key_id, record_id, seq, hash_)
+
+
+def call_end_as_recorded(end: CallEnd, record: str | bytes) -> CallEnd:
+    """`end` (read from the index columns) with the id, hash and time its record's JSON states, for a
+    compound receipt; see `tail_as_recorded`."""
+    stated = _stated(record)
+    if stated is None:
+        return end
+    record_id, _, hash_, time = stated
+    return CallEnd(id=record_id, hash=hash_, time=end.time if time is None else time)
+
+
+def _stated(record: str | bytes) -> tuple[str, int, str, str | None] | None:
+    try:
+        data = orjson.loads(record)
+        record_id, seq, hash_ = data["id"], data["seq"], data["hash"]
+        body = data.get("body")
+    except (orjson.JSONDecodeError, KeyError, TypeError, AttributeError):
+        return None
+    if not (isinstance(record_id, str) and isinstance(seq, int) and isinstance(hash_, str)):
+        return None
+    time = body.get("time") if isinstance(body, dict) else None
+    return record_id, seq, hash_, time if isinstance(time, str) else None
 
 
 def split_record_id(record_id: str) -> tuple[str, int] | None:

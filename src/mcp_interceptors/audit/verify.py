@@ -16,7 +16,7 @@ import orjson
 
 from mcp_interceptors.audit.records import FORMAT_VERSION, GENESIS_HASH, hash_of, record_id_for
 from mcp_interceptors.audit.signing import PublicKey, is_endorsed_by
-from mcp_interceptors.audit.store import ItemKind, RecordSource
+from mcp_interceptors.audit.store import RECEIPT_INDEX_COLUMNS, ItemKind, RecordSource
 
 
 class Problem(StrEnum):
@@ -57,12 +57,27 @@ class VerifyReport:
 
 @dataclass
 class _Gap:
-    """Sequence numbers skipped before a record: deleted, unless they turn up later (reordered)."""
+    """Sequence numbers skipped before a record: deleted, unless they turn up later (reordered).
+
+    `missing` holds half-open ranges, not numbers: a record can claim any `seq` (one of 10**12 is
+    a gap of 10**12), and verification must report it, not run out of memory listing it."""
 
     position: int
     record_id: str
-    missing: set[int]
+    missing: list[range]
     reordered: bool = False
+
+    def take(self, seq: int) -> bool:
+        """Remove `seq` from the gap if it is in it (a record stored late); True when it was."""
+        for index, span in enumerate(self.missing):
+            if seq in span:
+                rest = [part for part in (range(span.start, seq), range(seq + 1, span.stop)) if part]
+                self.missing[index : index + 1] = rest
+                return True
+        return False
+
+    def describe(self) -> str:
+        return ", ".join(str(s.start) if len(s) == 1 else f"{s.start}-{s.stop - 1}" for s in self.missing)
 
 
 @dataclass
@@ -87,6 +102,9 @@ class _Walk:
         self.flagged: set[int] = set()
         self.closing: dict[str, tuple[int, str]] = {}
         self.count = 0
+        self.last_id: str | None = None  # the last record read that had an id
+        # the row just read, for the store's "index" item after it: (position, name, what its JSON says)
+        self.indexed: tuple[int, str, dict[str, object]] | None = None
         self._trust_memo: dict[str, bool] = {}
         self._keys: dict[str, PublicKey] | None = None
 
@@ -102,9 +120,17 @@ class _Walk:
             record_id, segment_id, seq = str(record["id"]), str(record["segment_id"]), int(record["seq"])
             claimed = str(record["hash"])
         except (orjson.JSONDecodeError, KeyError, TypeError, ValueError):
-            # named by its 1-based place among the records, the `#<pos>` `audit tail` prints for it
-            self.flag(position, f"#{self.count}", Problem.EDITED, "not a well-formed audit record")
+            # named by its 1-based place among the records, which is the `#<pos>` `audit tail` prints for
+            # it only while no row before it is missing: the record stored before it locates it anyway
+            after = "it is the first record" if self.last_id is None else f"stored after {self.last_id}"
+            self.flag(position, f"#{self.count}", Problem.EDITED, f"not a well-formed audit record ({after})")
             return
+        self.last_id = record_id
+        body = record.get("body")
+        body = body if isinstance(body, dict) else {}
+        stated = {name: record.get(name) for name in ("id", "segment_id", "seq", "kind", "key_id", "hash")}
+        stated.update(time=body.get("time"), call_id=body.get("call_id"), phase=body.get("phase"))
+        self.indexed = (position, record_id, stated)
         duplicate = duplicate_key(raw, record)
         if duplicate is not None:
             self.flag(position, record_id, Problem.EDITED, duplicate)
@@ -138,14 +164,13 @@ class _Walk:
                 detail = f"prev_hash does not match record {record_id_for(segment.segment_id, seq - 1)}"
                 self.flag(position, record_id, Problem.BROKEN_LINK, detail)
         elif seq > segment.expected_seq:
-            gap = _Gap(position, record_id, set(range(segment.expected_seq, seq)))
+            gap = _Gap(position, record_id, [range(segment.expected_seq, seq)])
             segment.gaps.append(gap)
             self.flagged.add(position)
             self.findings.append((position, gap))
         else:
             for gap in segment.gaps:
-                if seq in gap.missing:
-                    gap.missing.discard(seq)
+                if gap.take(seq):
                     gap.reordered = True
                     return
             self.flag(position, record_id, Problem.REORDERED, f"seq {seq} appears twice in its segment")
@@ -193,7 +218,9 @@ class _Walk:
         assert header is not None
         prev_record = (header.get("body") or {}).get("prev_record")
         position, record_id = segment.header_position, header["id"]
-        if prev_record is None:
+        if prev_record is not None and not isinstance(prev_record, str):
+            self.flag(position, record_id, Problem.EDITED, "segment header's prev_record is not a record id")
+        elif prev_record is None:
             if header.get("prev_hash") != GENESIS_HASH:
                 self.flag(position, record_id, Problem.BROKEN_LINK, "first segment does not start at genesis")
         elif prev_record not in self.hashes:
@@ -251,6 +278,7 @@ class _Walk:
             return
         name = f"receipt:{receipt_id}"
         seen.add(receipt_id)
+        self.indexed = (position, name, {column: receipt.get(column) for column in RECEIPT_INDEX_COLUMNS})
         duplicate = duplicate_key(raw, receipt)
         if duplicate is not None:
             self.flag(position, name, Problem.EDITED, duplicate)
@@ -275,6 +303,20 @@ class _Walk:
             elif stored != end.get("hash"):
                 self.flag(position, name, Problem.EDITED, f"its {side} record {end.get('id')} has another hash")
 
+    def index(self, raw: bytes) -> None:
+        """The store's index columns of the row just read: they must say what its JSON says, or a lookup
+        by them (`audit show`, a query on `call_id`) finds something else than the trail holds."""
+        indexed, self.indexed = self.indexed, None
+        if indexed is None:  # the row was not well-formed; it is named already
+            return
+        position, name, stated = indexed
+        columns = orjson.loads(raw)
+        differ = [column for column in columns if columns[column] != stated.get(column)]
+        if differ:
+            named = f"columns {', '.join(differ)} differ" if len(differ) > 1 else f"column {differ[0]} differs"
+            detail = f"its index {named} from its JSON"
+            self.flag(position, name, Problem.EDITED, detail)
+
     def known_keys(self) -> dict[str, PublicKey]:
         if self._keys is None:
             self._keys = dict(self.trusted or {})
@@ -292,8 +334,9 @@ class _Walk:
             if isinstance(item, Finding):
                 resolved.append(item)
             elif item.missing or not item.reordered:
-                seqs = ", ".join(str(seq) for seq in sorted(item.missing))
-                resolved.append(Finding(item.record_id, Problem.DELETED, f"seq {seqs} missing before it", position))
+                resolved.append(
+                    Finding(item.record_id, Problem.DELETED, f"seq {item.describe()} missing before it", position)
+                )
             else:
                 detail = "stored before records that precede it in its segment"
                 resolved.append(Finding(item.record_id, Problem.REORDERED, detail, position))
@@ -342,9 +385,14 @@ def verify_records(
     them. `trusted=None` trusts the keys of genesis segments on first use."""
     walk = _Walk(trusted)
     seen: set[str] = set()
-    position = receipt_count = 0
+    receipt_count = 0
     segments_done = False
-    for position, (kind, raw) in enumerate(items):
+    position = -1
+    for kind, raw in items:
+        if kind == "index":
+            walk.index(raw)
+            continue
+        position += 1
         if kind == "record":
             walk.record(position, raw)
             continue
@@ -362,4 +410,4 @@ def verify_records(
 
 def verify_source(source: RecordSource, trusted: Mapping[str, PublicKey] | None = None) -> VerifyReport:
     """Verify a store or an export from one consistent snapshot."""
-    return verify_records(source.iter_snapshot(), trusted)
+    return verify_records(source.iter_snapshot(index=True), trusted)

@@ -5,7 +5,8 @@ Shared by `secrets`, `pii` and `exfiltration-guard`. Strings shorter than anythi
 are skipped, which spares the regexes most keys, method names and short labels. A string that is wholly
 base64 of UTF-8 text (a resource's `blob`, an encoded file in a result, on one line or wrapped in lines) is
 also read decoded: its findings carry the string's path, and redaction re-encodes the redacted text as the
-original was laid out.
+original was laid out. Consecutive text content blocks are also read joined, as a model reads them: a
+value cut across two blocks is found (at the block where it starts) and redacted in each block it spans.
 """
 
 from __future__ import annotations
@@ -21,7 +22,15 @@ from itertools import accumulate
 from typing import Any, Protocol
 
 from mcp_interceptors.guards._detectors import Finding, redact
-from mcp_interceptors.guards._walk import Path, format_path, replace_strings, string_values, walk_strings
+from mcp_interceptors.guards._walk import (
+    Path,
+    PathMark,
+    format_path,
+    replace_strings,
+    string_values,
+    text_block_runs,
+    walk_strings,
+)
 from mcp_interceptors.protocol.results import ValidationMessage, ValidationResult
 
 __all__ = [
@@ -45,6 +54,8 @@ _BASE64_TEXT = re.compile(r"[A-Za-z0-9+/]+={0,2}")
 #: The same wrapped in lines (76 wide from MIME and the `base64` tool, 64 in PEM), ended by `\n` or `\r\n`.
 _BASE64_LINES = re.compile(r"(?:[A-Za-z0-9+/]+\r?\n)+[A-Za-z0-9+/]*={0,2}(?:\r?\n)?")
 _MIN_BASE64_LENGTH = 16
+#: The kind of a piece of a value cut across text blocks that is removed (the placeholder goes where it starts).
+_ERASED = ""
 
 
 class Scanner(Protocol):
@@ -175,16 +186,51 @@ def _findings_of(scanner: TextScanner, texts: list[str]) -> dict[int, tuple[str,
     return found
 
 
+@dataclass(frozen=True, slots=True)
+class _Crossing:
+    """A finding in a run of text blocks read joined that no single block holds: its kind, the value, and
+    `(path, block text, start, end)` of the piece in each block it spans."""
+
+    kind: str
+    value: str
+    pieces: list[tuple[Path, str, int, int]]
+
+
+def _crossings(scanner: TextScanner, payload: Any, texts: list[str]) -> list[_Crossing]:
+    """The findings that span two or more consecutive text content blocks of `payload`."""
+    if texts.count("text") < 2:  # every text block's `type`: fewer than two blocks, no run to join
+        return []
+    out: list[_Crossing] = []
+    for run in text_block_runs(payload):
+        parts = [text for _, text in run]
+        joined = "".join(parts)
+        starts = list(accumulate((len(part) for part in parts[:-1]), initial=0))
+        for finding in scanner.findings(joined):
+            first = bisect_right(starts, finding.start) - 1
+            last = bisect_right(starts, finding.end - 1) - 1
+            if first == last:
+                continue  # wholly inside one block: found there
+            pieces = [
+                (run[k][0], parts[k], max(finding.start - starts[k], 0), min(finding.end - starts[k], len(parts[k])))
+                for k in range(first, last + 1)
+                if parts[k]
+            ]
+            out.append(_Crossing(finding.kind, joined[finding.start : finding.end], pieces))
+    return out
+
+
 def find_in_payload(payload: Any, scanner: TextScanner, *, include_keys: bool = False) -> Iterator[Hit]:
     integers = scanner.integers
-    found = _findings_of(scanner, string_values(payload, include_keys=include_keys, include_integers=integers))
-    if not found:
-        return
-    for index, (path, _) in enumerate(walk_strings(payload, include_keys=include_keys, include_integers=integers)):
-        if index in found:
-            text, findings, _ = found[index]
-            for finding in findings:
-                yield Hit(path, finding.kind, text[finding.start : finding.end])
+    texts = string_values(payload, include_keys=include_keys, include_integers=integers)
+    found = _findings_of(scanner, texts)
+    if found:
+        for index, (path, _) in enumerate(walk_strings(payload, include_keys=include_keys, include_integers=integers)):
+            if index in found:
+                text, findings, _ = found[index]
+                for finding in findings:
+                    yield Hit(path, finding.kind, text[finding.start : finding.end])
+    for crossing in _crossings(scanner, payload, texts):
+        yield Hit(crossing.pieces[0][0], crossing.kind, crossing.value)
 
 
 def redact_payload(payload: Any, scanner: TextScanner, placeholder: str) -> tuple[Any, Counter[str], list[str]]:
@@ -197,23 +243,42 @@ def redact_payload(payload: Any, scanner: TextScanner, placeholder: str) -> tupl
     integers = scanner.integers
     texts = string_values(payload, include_integers=integers)
     found = _findings_of(scanner, texts)
-    if not found:
+    crossings = _crossings(scanner, payload, texts)
+    if not found and not crossings:
         return payload, counts, []
+
+    def fill(finding: Finding) -> str:
+        return "" if finding.kind == _ERASED else placeholder.replace("{kind}", finding.kind)
+
+    # path: (the string as sent, the text read, findings in it, read base64-decoded?)
+    entries: dict[Path, tuple[str, str, list[Finding], bool]] = {}
+    if found:
+        for index, (path, _) in enumerate(walk_strings(payload, include_integers=integers)):
+            if index in found:
+                text, findings, decoded = found[index]
+                counts.update(f.kind for f in findings)
+                entries[path] = (texts[index], text, list(findings), decoded)
+    # A value cut across text blocks: the placeholder where it starts, the rest of it removed.
+    for crossing in crossings:
+        counts[crossing.kind] += 1
+        for k, (path, text, start, end) in enumerate(crossing.pieces):
+            entry = entries.setdefault(path, (text, text, [], False))
+            if not entry[3]:
+                entry[2].append(Finding(crossing.kind if k == 0 else _ERASED, start, end))
     replacements: dict[Path, str] = {}
-    for index, (path, _) in enumerate(walk_strings(payload, include_integers=integers)):
-        if index in found:
-            text, findings, decoded = found[index]
-            counts.update(f.kind for f in findings)
-            redacted = redact(text, findings, lambda f: placeholder.replace("{kind}", f.kind))
-            replacements[path] = encoded_like(texts[index], redacted) if decoded else redacted
+    for path, (original, text, findings, decoded) in entries.items():
+        redacted = redact(text, findings, fill)
+        replacements[path] = encoded_like(original, redacted) if decoded else redacted
     new, _ = replace_strings(payload, lambda path, _text: replacements.get(path), include_integers=integers)
     return new, counts, [format_path(path) for path in replacements]
 
 
 def deny_result(hits: Sequence[Hit], what: str) -> ValidationResult:
     """A blocking result naming each hit's kind and path; values never appear in it."""
+    # A key that is itself a finding is shown as a placeholder wherever a path passes through it.
+    hidden = {hit.path[:-1]: f"[REDACTED:{hit.kind}]" for hit in hits if hit.path and hit.path[-1] is PathMark.KEY}
     messages = tuple(
-        ValidationMessage(message=f"{what} found: {hit.kind}", severity="error", path=format_path(hit.path))
+        ValidationMessage(message=f"{what} found: {hit.kind}", severity="error", path=format_path(hit.path, hidden))
         for hit in hits[:_MAX_MESSAGES]
     )
     return ValidationResult(

@@ -316,10 +316,12 @@ async def test_pii_redacts_a_card_written_in_fullwidth_digits_in_place() -> None
 async def test_secrets_and_pii_find_a_value_cut_across_two_text_blocks() -> None:
     # A model reads consecutive text blocks as one text: a key cut across two is whole there.
     cut = result_payload("ok", f"key {AWS[:10]}", f"{AWS[10:]} mail jane.doe", "@corp-mail.com done")
+    across = {"scan_across_blocks": True}
     with anyio.fail_after(5):
-        redacted = await run_chain(guards.load("secrets"), "tools/call", "response", cut)
-        denied = await run_chain(guards.load("secrets", {"action": "deny"}), "tools/call", "response", cut)
-        pii = await run_chain(guards.load("pii"), "tools/call", "response", cut)
+        redacted = await run_chain(guards.load("secrets", across), "tools/call", "response", cut)
+        denied = await run_chain(guards.load("secrets", {"action": "deny", **across}), "tools/call", "response", cut)
+        pii = await run_chain(guards.load("pii", across), "tools/call", "response", cut)
+        by_default = await run_chain(guards.load("secrets"), "tools/call", "response", cut)
     assert redacted.final_payload == result_payload(
         "ok", "key [REDACTED:aws_access_key]", " mail jane.doe", "@corp-mail.com done"
     )
@@ -330,12 +332,23 @@ async def test_secrets_and_pii_find_a_value_cut_across_two_text_blocks() -> None
     assert messages(denied) == [("$.content[1].text", "credential found: aws_access_key")]
     assert AWS not in str(denied.to_wire())
     assert pii.final_payload == result_payload("ok", f"key {AWS[:10]}", f"{AWS[10:]} mail [REDACTED:email]", " done")
+    assert by_default.final_payload is cut  # off by default: each block is read alone
+
+
+async def test_a_long_value_cut_near_its_start_is_redacted_whole() -> None:
+    # The seam's window holds only the JWT's first 64 characters after the cut: the finding touches the
+    # window's edge, so the run is read whole and all of the token is redacted, not the window's part.
+    cut = result_payload(f"see {JWT[:20]}", f"{JWT[20:]} end")
+    with anyio.fail_after(5):
+        outcome = await run_chain(guards.load("secrets", {"scan_across_blocks": True}), "tools/call", "response", cut)
+    assert outcome.final_payload == result_payload("see [REDACTED:jwt]", " end")
 
 
 async def test_a_value_cut_across_blocks_is_redacted_with_the_blocks_own_findings() -> None:
     cut = result_payload(f"{GITHUB} then {AWS[:8]}", f"{AWS[8:]} and {JWT}")
+    across = {"scan_across_blocks": True}
     with anyio.fail_after(5):
-        outcome = await run_chain(guards.load("secrets"), "tools/call", "response", cut)
+        outcome = await run_chain(guards.load("secrets", across), "tools/call", "response", cut)
     assert outcome.final_payload == result_payload(
         "[REDACTED:github_token] then [REDACTED:aws_access_key]", " and [REDACTED:jwt]"
     )
@@ -347,5 +360,5 @@ async def test_a_value_cut_across_blocks_is_redacted_with_the_blocks_own_finding
         ]
     }
     with anyio.fail_after(5):
-        apart = await run_chain(guards.load("secrets"), "tools/call", "response", not_a_run)
+        apart = await run_chain(guards.load("secrets", across), "tools/call", "response", not_a_run)
     assert apart.final_payload is not_a_run  # blocks not next to each other are not read joined

@@ -5,8 +5,9 @@ Shared by `secrets`, `pii` and `exfiltration-guard`. Strings shorter than anythi
 are skipped, which spares the regexes most keys, method names and short labels. A string that is wholly
 base64 of UTF-8 text (a resource's `blob`, an encoded file in a result, on one line or wrapped in lines) is
 also read decoded: its findings carry the string's path, and redaction re-encodes the redacted text as the
-original was laid out. Consecutive text content blocks are also read joined, as a model reads them: a
-value cut across two blocks is found (at the block where it starts) and redacted in each block it spans.
+original was laid out. With `across_blocks`, consecutive text content blocks are also read joined around
+their seams, as a model reads them: a value cut across two blocks is found (at the block where it starts)
+and redacted in each block it spans.
 """
 
 from __future__ import annotations
@@ -56,6 +57,9 @@ _BASE64_LINES = re.compile(r"(?:[A-Za-z0-9+/]+\r?\n)+[A-Za-z0-9+/]*={0,2}(?:\r?\
 _MIN_BASE64_LENGTH = 16
 #: The kind of a piece of a value cut across text blocks that is removed (the placeholder goes where it starts).
 _ERASED = ""
+#: How much text either side of a seam between two text blocks is read joined: a value cut across blocks is
+#: found when neither side of the cut holds more than this of it (so any value up to 65 characters is).
+_SEAM_REACH = 64
 
 
 class Scanner(Protocol):
@@ -83,6 +87,8 @@ class TextScanner:
     batchable: bool = True
     #: Read integer values too, as their digits (a card number in a JSON number); redaction makes them strings.
     integers: bool = False
+    #: Read consecutive text content blocks joined around their seams too (`scan_across_blocks`).
+    across_blocks: bool = False
 
     def findings(self, text: str) -> list[Finding]:
         if len(text) < self.min_length:
@@ -197,26 +203,60 @@ class _Crossing:
 
 
 def _crossings(scanner: TextScanner, payload: Any, texts: list[str]) -> list[_Crossing]:
-    """The findings that span two or more consecutive text content blocks of `payload`."""
-    if texts.count("text") < 2:  # every text block's `type`: fewer than two blocks, no run to join
+    """The findings that span two or more consecutive text content blocks of `payload`.
+
+    Only the text around each seam is read joined (`_SEAM_REACH` either side, overlapping reaches merged,
+    every window in one batched scan), so the blocks are not scanned twice. A crossing finding that touches
+    its window's inner edge may be cut short there: its run is then read joined whole.
+    """
+    if not scanner.across_blocks or texts.count("text") < 2:  # `text`: each text block's `type`
         return []
+    runs: list[tuple[list[tuple[Path, str]], list[int], str]] = []  # blocks, where each starts, joined text
+    windows: list[tuple[int, int, int]] = []  # (run, start, end) in the run's joined text
+    for number, run in enumerate(text_block_runs(payload)):
+        starts = list(accumulate((len(text) for _, text in run[:-1]), initial=0))
+        joined = "".join(text for _, text in run)
+        runs.append((run, starts, joined))
+        spans: list[list[int]] = []
+        for seam in starts[1:]:
+            low, high = max(0, seam - _SEAM_REACH), min(len(joined), seam + _SEAM_REACH)
+            if spans and low <= spans[-1][1]:
+                spans[-1][1] = high
+            else:
+                spans.append([low, high])
+        windows.extend((number, low, high) for low, high in spans)
+    found = scanner.findings_many([runs[number][2][low:high] for number, low, high in windows])
+    crossing: dict[int, list[Finding]] = {}
+    whole: set[int] = set()
+    for (number, low, high), findings in zip(windows, found, strict=True):
+        _, starts, joined = runs[number]
+        for finding in findings:
+            if _blocks_spanned(starts, finding.start + low, finding.end + low) == 1:
+                continue  # inside one block: found there (cut short by the window, perhaps, but no crossing)
+            if (finding.start == 0 and low > 0) or (finding.end == high - low and high < len(joined)):
+                whole.add(number)
+            crossing.setdefault(number, []).append(Finding(finding.kind, finding.start + low, finding.end + low))
+    for number in whole:
+        starts, joined = runs[number][1], runs[number][2]
+        crossing[number] = [f for f in scanner.findings(joined) if _blocks_spanned(starts, f.start, f.end) > 1]
     out: list[_Crossing] = []
-    for run in text_block_runs(payload):
-        parts = [text for _, text in run]
-        joined = "".join(parts)
-        starts = list(accumulate((len(part) for part in parts[:-1]), initial=0))
-        for finding in scanner.findings(joined):
+    for number, findings in crossing.items():
+        run, starts, joined = runs[number]
+        for finding in findings:
             first = bisect_right(starts, finding.start) - 1
             last = bisect_right(starts, finding.end - 1) - 1
-            if first == last:
-                continue  # wholly inside one block: found there
             pieces = [
-                (run[k][0], parts[k], max(finding.start - starts[k], 0), min(finding.end - starts[k], len(parts[k])))
-                for k in range(first, last + 1)
-                if parts[k]
+                (path, text, max(finding.start - starts[k], 0), min(finding.end - starts[k], len(text)))
+                for k, (path, text) in enumerate(run[first : last + 1], start=first)
+                if text
             ]
             out.append(_Crossing(finding.kind, joined[finding.start : finding.end], pieces))
     return out
+
+
+def _blocks_spanned(starts: list[int], start: int, end: int) -> int:
+    """How many of the blocks starting at `starts` the span `start:end` of their joined text touches."""
+    return bisect_right(starts, end - 1) - bisect_right(starts, start) + 1
 
 
 def find_in_payload(payload: Any, scanner: TextScanner, *, include_keys: bool = False) -> Iterator[Hit]:

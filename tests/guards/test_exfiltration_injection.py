@@ -137,7 +137,9 @@ async def test_a_value_in_a_mapping_key_is_read_and_caught() -> None:
     await read_from(host, "A", AWS)
     payload = {"method": "tools/call", "params": {"name": "post", "arguments": {AWS: "x"}}}
     blocked = await run_chain(host, "tools/call", "request", payload, sessionId="s1", server="B")
-    assert messages(blocked) == [(f"$.params.arguments.{AWS}~", "aws_access_key read from 'A' is sent to 'B'")]
+    # The key is the value: the path names where it is without quoting it.
+    assert messages(blocked) == [('$.params.arguments["[REDACTED]"]~', "aws_access_key read from 'A' is sent to 'B'")]
+    assert AWS not in str(blocked.to_wire())
     keyed = {"content": [], "structuredContent": {STRIPE: 1}}  # learned from a key too
     assert (await run_chain(host, "tools/call", "response", keyed, sessionId="s1", server="A")).status == "success"
     assert (await send_to(host, "B", f"key {STRIPE}")).status == "validation_failed"

@@ -9,6 +9,7 @@ import copy
 from typing import Any
 
 import anyio
+import mcp_types
 import pytest
 from fakes import connect, raw_call
 from guard_support import messages, run_chain, tool_call
@@ -81,10 +82,16 @@ async def test_secrets_deny_names_kind_and_path_never_the_value() -> None:
     assert AWS not in str(outcome.to_wire())
 
 
-async def test_secrets_deny_scans_keys_when_asked() -> None:
+async def test_secrets_deny_scans_keys_when_asked_and_never_quotes_them_in_paths() -> None:
     host = guards.load("secrets", {"action": "deny", "scan_keys": True})
-    outcome = await run_chain(host, "tools/call", "request", tool_call("x", **{AWS: "value"}))
-    assert messages(outcome) == [(f"$.params.arguments.{AWS}~", "credential found: aws_access_key")]
+    with anyio.fail_after(5):
+        outcome = await run_chain(host, "tools/call", "request", tool_call("x", **{AWS: {"note": GITHUB}}))
+    key = '$.params.arguments["[REDACTED:aws_access_key]"]'
+    assert messages(outcome) == [
+        (f"{key}~", "credential found: aws_access_key"),
+        (f"{key}.note", "credential found: github_token"),  # a path through the key hides it too
+    ]
+    assert AWS not in str(outcome.to_wire())
 
 
 def blob_read(text: str | bytes) -> dict[str, Any]:
@@ -211,7 +218,8 @@ async def test_pii_deny_scans_keys_when_asked() -> None:
     unasked = await run_chain(guards.load("pii", {"action": "deny"}), "tools/call", "request", payload)
     asked = await run_chain(guards.load("pii", {"action": "deny", "scan_keys": True}), "tools/call", "request", payload)
     assert unasked.status == "success"
-    assert messages(asked) == [('$.params.arguments.scores["jane.roe@example.org"]~', "personal data found: email")]
+    assert messages(asked) == [('$.params.arguments.scores["[REDACTED:email]"]~', "personal data found: email")]
+    assert "jane.roe" not in str(asked.to_wire())
 
 
 async def test_pii_deny_only_config_builds_a_single_validator() -> None:
@@ -303,3 +311,54 @@ async def test_pii_redacts_a_card_written_in_fullwidth_digits_in_place() -> None
     card = "".join(chr(ord(c) + 0xFEE0) if c.isdigit() else c for c in "4111 1111 1111 1111")
     outcome = await run_chain(guards.load("pii"), "tools/call", "response", result_payload(f"card: {card}, thanks"))
     assert outcome.final_payload == result_payload("card: [REDACTED:credit_card], thanks")
+
+
+async def test_secrets_and_pii_find_a_value_cut_across_two_text_blocks() -> None:
+    # A model reads consecutive text blocks as one text: a key cut across two is whole there.
+    cut = result_payload("ok", f"key {AWS[:10]}", f"{AWS[10:]} mail jane.doe", "@corp-mail.com done")
+    across = {"scan_across_blocks": True}
+    with anyio.fail_after(5):
+        redacted = await run_chain(guards.load("secrets", across), "tools/call", "response", cut)
+        denied = await run_chain(guards.load("secrets", {"action": "deny", **across}), "tools/call", "response", cut)
+        pii = await run_chain(guards.load("pii", across), "tools/call", "response", cut)
+        by_default = await run_chain(guards.load("secrets"), "tools/call", "response", cut)
+    assert redacted.final_payload == result_payload(
+        "ok", "key [REDACTED:aws_access_key]", " mail jane.doe", "@corp-mail.com done"
+    )
+    mutation = redacted.results[0]
+    assert isinstance(mutation, MutationResult) and mutation.info is not None
+    assert mutation.info["redacted"] == {"aws_access_key": 1}
+    mcp_types.CallToolResult.model_validate(redacted.final_payload)  # still the event's result type
+    assert messages(denied) == [("$.content[1].text", "credential found: aws_access_key")]
+    assert AWS not in str(denied.to_wire())
+    assert pii.final_payload == result_payload("ok", f"key {AWS[:10]}", f"{AWS[10:]} mail [REDACTED:email]", " done")
+    assert by_default.final_payload is cut  # off by default: each block is read alone
+
+
+async def test_a_long_value_cut_near_its_start_is_redacted_whole() -> None:
+    # The seam's window holds only the JWT's first 64 characters after the cut: the finding touches the
+    # window's edge, so the run is read whole and all of the token is redacted, not the window's part.
+    cut = result_payload(f"see {JWT[:20]}", f"{JWT[20:]} end")
+    with anyio.fail_after(5):
+        outcome = await run_chain(guards.load("secrets", {"scan_across_blocks": True}), "tools/call", "response", cut)
+    assert outcome.final_payload == result_payload("see [REDACTED:jwt]", " end")
+
+
+async def test_a_value_cut_across_blocks_is_redacted_with_the_blocks_own_findings() -> None:
+    cut = result_payload(f"{GITHUB} then {AWS[:8]}", f"{AWS[8:]} and {JWT}")
+    across = {"scan_across_blocks": True}
+    with anyio.fail_after(5):
+        outcome = await run_chain(guards.load("secrets", across), "tools/call", "response", cut)
+    assert outcome.final_payload == result_payload(
+        "[REDACTED:github_token] then [REDACTED:aws_access_key]", " and [REDACTED:jwt]"
+    )
+    not_a_run = {
+        "content": [
+            {"type": "text", "text": f"key {AWS[:10]}"},
+            {"type": "image", "data": "AAAA"},
+            {"type": "text", "text": AWS[10:]},
+        ]
+    }
+    with anyio.fail_after(5):
+        apart = await run_chain(guards.load("secrets", across), "tools/call", "response", not_a_run)
+    assert apart.final_payload is not_a_run  # blocks not next to each other are not read joined

@@ -247,3 +247,23 @@ def test_path_free_walk_handles_any_depth(depth: int) -> None:
         payload = [payload, f"s{level}"] if level % 2 else {"k": payload, "t": f"s{level}"}
     assert string_values(payload) == [value for _, value in walk_strings(payload)]
     assert len(string_values(payload)) == depth + 1
+
+
+def test_text_block_runs_are_consecutive_text_blocks_of_any_list() -> None:
+    from mcp_interceptors.guards._walk import text_block_runs
+
+    payload = {
+        "content": [
+            {"type": "text", "text": "a"},
+            {"type": "text", "text": "b"},
+            {"type": "image", "data": "x"},
+            {"type": "text", "text": "c"},
+        ],
+        "messages": [{"role": "user", "content": [{"type": "text", "text": "d"}, {"type": "text", "text": "e"}]}],
+    }
+    runs = sorted(text_block_runs(payload))
+    assert runs == [
+        [(("content", 0, "text"), "a"), (("content", 1, "text"), "b")],
+        [(("messages", 0, "content", 0, "text"), "d"), (("messages", 0, "content", 1, "text"), "e")],
+    ]
+    assert text_block_runs({"content": [{"type": "text", "text": "alone"}]}) == []

@@ -5,7 +5,9 @@ Shared by `secrets`, `pii` and `exfiltration-guard`. Strings shorter than anythi
 are skipped, which spares the regexes most keys, method names and short labels. A string that is wholly
 base64 of UTF-8 text (a resource's `blob`, an encoded file in a result, on one line or wrapped in lines) is
 also read decoded: its findings carry the string's path, and redaction re-encodes the redacted text as the
-original was laid out.
+original was laid out. With `across_blocks`, consecutive text content blocks are also read joined around
+their seams, as a model reads them: a value cut across two blocks is found (at the block where it starts)
+and redacted in each block it spans.
 """
 
 from __future__ import annotations
@@ -21,7 +23,15 @@ from itertools import accumulate
 from typing import Any, Protocol
 
 from mcp_interceptors.guards._detectors import Finding, redact
-from mcp_interceptors.guards._walk import Path, format_path, replace_strings, string_values, walk_strings
+from mcp_interceptors.guards._walk import (
+    Path,
+    PathMark,
+    format_path,
+    replace_strings,
+    string_values,
+    text_block_runs,
+    walk_strings,
+)
 from mcp_interceptors.protocol.results import ValidationMessage, ValidationResult
 
 __all__ = [
@@ -45,6 +55,11 @@ _BASE64_TEXT = re.compile(r"[A-Za-z0-9+/]+={0,2}")
 #: The same wrapped in lines (76 wide from MIME and the `base64` tool, 64 in PEM), ended by `\n` or `\r\n`.
 _BASE64_LINES = re.compile(r"(?:[A-Za-z0-9+/]+\r?\n)+[A-Za-z0-9+/]*={0,2}(?:\r?\n)?")
 _MIN_BASE64_LENGTH = 16
+#: The kind of a piece of a value cut across text blocks that is removed (the placeholder goes where it starts).
+_ERASED = ""
+#: How much text either side of a seam between two text blocks is read joined: a value cut across blocks is
+#: found when neither side of the cut holds more than this of it (so any value up to 65 characters is).
+_SEAM_REACH = 64
 
 
 class Scanner(Protocol):
@@ -72,6 +87,8 @@ class TextScanner:
     batchable: bool = True
     #: Read integer values too, as their digits (a card number in a JSON number); redaction makes them strings.
     integers: bool = False
+    #: Read consecutive text content blocks joined around their seams too (`scan_across_blocks`).
+    across_blocks: bool = False
 
     def findings(self, text: str) -> list[Finding]:
         if len(text) < self.min_length:
@@ -175,16 +192,85 @@ def _findings_of(scanner: TextScanner, texts: list[str]) -> dict[int, tuple[str,
     return found
 
 
+@dataclass(frozen=True, slots=True)
+class _Crossing:
+    """A finding in a run of text blocks read joined that no single block holds: its kind, the value, and
+    `(path, block text, start, end)` of the piece in each block it spans."""
+
+    kind: str
+    value: str
+    pieces: list[tuple[Path, str, int, int]]
+
+
+def _crossings(scanner: TextScanner, payload: Any, texts: list[str]) -> list[_Crossing]:
+    """The findings that span two or more consecutive text content blocks of `payload`.
+
+    Only the text around each seam is read joined (`_SEAM_REACH` either side, overlapping reaches merged,
+    every window in one batched scan), so the blocks are not scanned twice. A crossing finding that touches
+    its window's inner edge may be cut short there: its run is then read joined whole.
+    """
+    if not scanner.across_blocks or texts.count("text") < 2:  # `text`: each text block's `type`
+        return []
+    runs: list[tuple[list[tuple[Path, str]], list[int], str]] = []  # blocks, where each starts, joined text
+    windows: list[tuple[int, int, int]] = []  # (run, start, end) in the run's joined text
+    for number, run in enumerate(text_block_runs(payload)):
+        starts = list(accumulate((len(text) for _, text in run[:-1]), initial=0))
+        joined = "".join(text for _, text in run)
+        runs.append((run, starts, joined))
+        spans: list[list[int]] = []
+        for seam in starts[1:]:
+            low, high = max(0, seam - _SEAM_REACH), min(len(joined), seam + _SEAM_REACH)
+            if spans and low <= spans[-1][1]:
+                spans[-1][1] = high
+            else:
+                spans.append([low, high])
+        windows.extend((number, low, high) for low, high in spans)
+    found = scanner.findings_many([runs[number][2][low:high] for number, low, high in windows])
+    crossing: dict[int, list[Finding]] = {}
+    whole: set[int] = set()
+    for (number, low, high), findings in zip(windows, found, strict=True):
+        _, starts, joined = runs[number]
+        for finding in findings:
+            if _blocks_spanned(starts, finding.start + low, finding.end + low) == 1:
+                continue  # inside one block: found there (cut short by the window, perhaps, but no crossing)
+            if (finding.start == 0 and low > 0) or (finding.end == high - low and high < len(joined)):
+                whole.add(number)
+            crossing.setdefault(number, []).append(Finding(finding.kind, finding.start + low, finding.end + low))
+    for number in whole:
+        starts, joined = runs[number][1], runs[number][2]
+        crossing[number] = [f for f in scanner.findings(joined) if _blocks_spanned(starts, f.start, f.end) > 1]
+    out: list[_Crossing] = []
+    for number, findings in crossing.items():
+        run, starts, joined = runs[number]
+        for finding in findings:
+            first = bisect_right(starts, finding.start) - 1
+            last = bisect_right(starts, finding.end - 1) - 1
+            pieces = [
+                (path, text, max(finding.start - starts[k], 0), min(finding.end - starts[k], len(text)))
+                for k, (path, text) in enumerate(run[first : last + 1], start=first)
+                if text
+            ]
+            out.append(_Crossing(finding.kind, joined[finding.start : finding.end], pieces))
+    return out
+
+
+def _blocks_spanned(starts: list[int], start: int, end: int) -> int:
+    """How many of the blocks starting at `starts` the span `start:end` of their joined text touches."""
+    return bisect_right(starts, end - 1) - bisect_right(starts, start) + 1
+
+
 def find_in_payload(payload: Any, scanner: TextScanner, *, include_keys: bool = False) -> Iterator[Hit]:
     integers = scanner.integers
-    found = _findings_of(scanner, string_values(payload, include_keys=include_keys, include_integers=integers))
-    if not found:
-        return
-    for index, (path, _) in enumerate(walk_strings(payload, include_keys=include_keys, include_integers=integers)):
-        if index in found:
-            text, findings, _ = found[index]
-            for finding in findings:
-                yield Hit(path, finding.kind, text[finding.start : finding.end])
+    texts = string_values(payload, include_keys=include_keys, include_integers=integers)
+    found = _findings_of(scanner, texts)
+    if found:
+        for index, (path, _) in enumerate(walk_strings(payload, include_keys=include_keys, include_integers=integers)):
+            if index in found:
+                text, findings, _ = found[index]
+                for finding in findings:
+                    yield Hit(path, finding.kind, text[finding.start : finding.end])
+    for crossing in _crossings(scanner, payload, texts):
+        yield Hit(crossing.pieces[0][0], crossing.kind, crossing.value)
 
 
 def redact_payload(payload: Any, scanner: TextScanner, placeholder: str) -> tuple[Any, Counter[str], list[str]]:
@@ -197,23 +283,42 @@ def redact_payload(payload: Any, scanner: TextScanner, placeholder: str) -> tupl
     integers = scanner.integers
     texts = string_values(payload, include_integers=integers)
     found = _findings_of(scanner, texts)
-    if not found:
+    crossings = _crossings(scanner, payload, texts)
+    if not found and not crossings:
         return payload, counts, []
+
+    def fill(finding: Finding) -> str:
+        return "" if finding.kind == _ERASED else placeholder.replace("{kind}", finding.kind)
+
+    # path: (the string as sent, the text read, findings in it, read base64-decoded?)
+    entries: dict[Path, tuple[str, str, list[Finding], bool]] = {}
+    if found:
+        for index, (path, _) in enumerate(walk_strings(payload, include_integers=integers)):
+            if index in found:
+                text, findings, decoded = found[index]
+                counts.update(f.kind for f in findings)
+                entries[path] = (texts[index], text, list(findings), decoded)
+    # A value cut across text blocks: the placeholder where it starts, the rest of it removed.
+    for crossing in crossings:
+        counts[crossing.kind] += 1
+        for k, (path, text, start, end) in enumerate(crossing.pieces):
+            entry = entries.setdefault(path, (text, text, [], False))
+            if not entry[3]:
+                entry[2].append(Finding(crossing.kind if k == 0 else _ERASED, start, end))
     replacements: dict[Path, str] = {}
-    for index, (path, _) in enumerate(walk_strings(payload, include_integers=integers)):
-        if index in found:
-            text, findings, decoded = found[index]
-            counts.update(f.kind for f in findings)
-            redacted = redact(text, findings, lambda f: placeholder.replace("{kind}", f.kind))
-            replacements[path] = encoded_like(texts[index], redacted) if decoded else redacted
+    for path, (original, text, findings, decoded) in entries.items():
+        redacted = redact(text, findings, fill)
+        replacements[path] = encoded_like(original, redacted) if decoded else redacted
     new, _ = replace_strings(payload, lambda path, _text: replacements.get(path), include_integers=integers)
     return new, counts, [format_path(path) for path in replacements]
 
 
 def deny_result(hits: Sequence[Hit], what: str) -> ValidationResult:
     """A blocking result naming each hit's kind and path; values never appear in it."""
+    # A key that is itself a finding is shown as a placeholder wherever a path passes through it.
+    hidden = {hit.path[:-1]: f"[REDACTED:{hit.kind}]" for hit in hits if hit.path and hit.path[-1] is PathMark.KEY}
     messages = tuple(
-        ValidationMessage(message=f"{what} found: {hit.kind}", severity="error", path=format_path(hit.path))
+        ValidationMessage(message=f"{what} found: {hit.kind}", severity="error", path=format_path(hit.path, hidden))
         for hit in hits[:_MAX_MESSAGES]
     )
     return ValidationResult(

@@ -12,7 +12,7 @@ from __future__ import annotations
 import enum
 import json
 import re
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from typing import Any, TypeAlias
 
 __all__ = [
@@ -23,6 +23,7 @@ __all__ = [
     "iter_strings",
     "replace_strings",
     "string_values",
+    "text_block_runs",
     "walk_strings",
 ]
 
@@ -40,14 +41,18 @@ Replacer: TypeAlias = Callable[[Path, str], "str | None"]
 _IDENTIFIER = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 
 
-def format_path(parts: Path) -> str:
+def format_path(parts: Path, hidden_keys: Mapping[Path, str] | None = None) -> str:
     """Render path parts as JSONPath: `$.params.arguments.text`, `$.content[0]`, `$["a b"]`.
 
     A trailing `PathMark.KEY` renders as `~` (the JSONPath-Plus "property name" suffix): the string found
-    was the key itself, e.g. `$.headers["x-token"]~`.
+    was the key itself, e.g. `$.headers["x-token"]~`. A key whose path (the parts up to and including it)
+    is in `hidden_keys` is shown as the label given there, not as itself: a guard that found a credential
+    in a key names where it is without quoting it (`$.arguments["[REDACTED:aws_access_key]"]~`).
     """
     out = ["$"]
-    for part in parts:
+    for index, part in enumerate(parts):
+        if hidden_keys and isinstance(part, str) and (label := hidden_keys.get(parts[: index + 1])) is not None:
+            part = label
         if part is PathMark.KEY:
             out.append("~")
         elif isinstance(part, int):
@@ -220,3 +225,34 @@ def replace_strings(payload: Any, fn: Replacer, *, include_integers: bool = Fals
                 parent[3] = _shallow_copy(parent[0])
             parent[3][frame[4]] = changed
     return result, count
+
+
+def text_block_runs(payload: Any) -> list[list[tuple[Path, str]]]:
+    """Runs of two or more consecutive text content blocks (`{"type": "text", "text": ...}`) in any list
+    of `payload`, each as `[(path of the block's text, text), ...]`, in document order within a run.
+
+    A model reads such a run as one text (a tool result's `content`, a sampling message's content list),
+    so a value cut across two blocks is whole there; scanners read each run joined as well.
+    """
+    runs: list[list[tuple[Path, str]]] = []
+    stack: list[tuple[Path, Any]] = [((), payload)]
+    while stack:
+        base, node = stack.pop()
+        if isinstance(node, dict):
+            stack.extend(((*base, key), value) for key, value in node.items() if isinstance(value, dict | list))
+            continue
+        if not isinstance(node, list):
+            continue
+        run: list[tuple[Path, str]] = []
+        for index, item in enumerate(node):
+            if isinstance(item, dict) and item.get("type") == "text" and isinstance(text := item.get("text"), str):
+                run.append(((*base, index, "text"), text))
+            else:
+                if len(run) > 1:
+                    runs.append(run)
+                run = []
+            if isinstance(item, dict | list):
+                stack.append(((*base, index), item))
+        if len(run) > 1:
+            runs.append(run)
+    return runs

@@ -22,7 +22,7 @@ from mcp_interceptors.guards._detectors import PII_KINDS, SECRET_KINDS, PiiScann
 from mcp_interceptors.guards._names import ServerMap, params_of, server_for
 from mcp_interceptors.guards._scanning import SEPARATOR, TextScanner, find_in_payload
 from mcp_interceptors.guards._state import SessionState, TtlMap
-from mcp_interceptors.guards._walk import Path, format_path, string_values, walk_strings
+from mcp_interceptors.guards._walk import Path, PathMark, format_path, string_values, walk_strings
 from mcp_interceptors.host import InterceptorHost, Invocation
 from mcp_interceptors.protocol.results import ValidationMessage, ValidationResult
 
@@ -268,6 +268,7 @@ class ExfiltrationGuard:
             if not is_allowed_flow(origin, target, settings.block_unknown)
         ]
         messages = []
+        hidden: dict[Path, str] = {}
         strings = (
             [(path, text) for path, text in walk_strings(inv.payload, include_keys=True) if len(text) >= minimum]
             if found
@@ -277,9 +278,10 @@ class ExfiltrationGuard:
             # A form found in the joined text is attributed to the string holding it (one message per string).
             origin = _origin_in(found, _readings(text, decode))
             if origin is not None:
-                messages.append(
-                    ValidationMessage(message=_describe(origin, target), severity="error", path=format_path(path))
-                )
+                if path[-1] is PathMark.KEY:  # the key is the value: name where it is, not what it is
+                    hidden[path[:-1]] = "[REDACTED]"
+                shown = format_path(path, hidden)
+                messages.append(ValidationMessage(message=_describe(origin, target), severity="error", path=shown))
         if not messages:
             messages = _split_across_strings(flows, settings, inv.payload, target, decode)
         if not messages:

@@ -51,6 +51,12 @@ SCHEMA = GuardSchema(
         "allow": {"type": "array", "items": {"type": "string"}, "default": [], "description": "Exact values to skip."},
         "placeholder": {"type": "string", "default": "[REDACTED:{kind}]"},
         "scan_keys": {"type": "boolean", "default": False, "description": "deny only: also scan mapping keys."},
+        "scan_across_blocks": {
+            "type": "boolean",
+            "default": False,
+            "description": "Also read consecutive text content blocks joined around their seams: finds a value cut "
+            "across two blocks (up to 64 characters either side of the cut).",
+        },
         "backend": {"enum": ["builtin", "presidio"], "default": "builtin"},
         "events": {"type": "array", "items": EVENT_OR_WILDCARD, "minItems": 1, "default": CONTENT_EVENTS},
     },
@@ -79,7 +85,10 @@ def _scanner(raw: Mapping[str, Any], kinds: Sequence[str]) -> TextScanner | None
         scanner = PiiScanner(kinds, raw["phone_regions"], raw["include_private_ips"])
     batchable = raw["backend"] == "builtin"  # Presidio's recognizers are not ours to reason about
     allow = frozenset(raw["allow"])
-    return TextScanner(scanner, min_length=MIN_PII_LENGTH, allow=allow, batchable=batchable, integers=True)
+    across = raw["scan_across_blocks"]
+    return TextScanner(
+        scanner, min_length=MIN_PII_LENGTH, allow=allow, batchable=batchable, integers=True, across_blocks=across
+    )
 
 
 def _compile(raw: Mapping[str, Any]) -> _Settings:

@@ -50,6 +50,12 @@ SCHEMA = GuardSchema(
         },
         "placeholder": {"type": "string", "default": "[REDACTED:{kind}]"},
         "scan_keys": {"type": "boolean", "default": False, "description": "deny only: also scan mapping keys."},
+        "scan_across_blocks": {
+            "type": "boolean",
+            "default": False,
+            "description": "Also read consecutive text content blocks joined around their seams: finds a value cut "
+            "across two blocks (up to 64 characters either side of the cut).",
+        },
         "events": {"type": "array", "items": EVENT_OR_WILDCARD, "minItems": 1, "default": CONTENT_EVENTS},
     },
     build_only=["action", "events"],
@@ -64,7 +70,9 @@ def _compile(raw: Mapping[str, Any]) -> tuple[TextScanner, Mapping[str, Any]]:
     scanner = SecretScanner(raw["kinds"], raw["extra_patterns"])
     min_length = MIN_SECRET_LENGTH if not raw["extra_patterns"] else 1
     batchable = not raw["extra_patterns"]  # a user pattern could span the separator of a joined scan
-    return TextScanner(scanner, min_length=min_length, allow=frozenset(raw["allow"]), batchable=batchable), raw
+    allow = frozenset(raw["allow"])
+    across = raw["scan_across_blocks"]
+    return TextScanner(scanner, min_length=min_length, allow=allow, batchable=batchable, across_blocks=across), raw
 
 
 def build(name: str, config: Mapping[str, Any]) -> InterceptorHost:

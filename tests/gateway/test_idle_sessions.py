@@ -24,14 +24,8 @@ def anyio_backend() -> str:
     return "asyncio"
 
 
-async def test_an_idle_session_closes_within_a_quarter_of_its_idle_time() -> None:
-    config = parse_config(
-        {"upstreams": {"a": {"command": "python", "args": ["server.py"]}}, "http": {"session_idle_s": 0.4}}
-    )
-    gateway = Gateway(config, Chain(role="server"))
-    idle = DownstreamSession(gateway, key="idle", era="legacy", last_used=time.monotonic() - 1.0)
-    busy = DownstreamSession(gateway, key="busy", era="legacy", last_used=time.monotonic() + 60.0)
-    gateway.sessions.update({"idle": idle, "busy": busy})
+async def sweep_until_one_closes(gateway: Gateway, idle_s: float) -> None:
+    """Run the gateway's idle sweep until it closes a session."""
     closed = anyio.Event()
     close_session = gateway.close_session
 
@@ -42,10 +36,21 @@ async def test_an_idle_session_closes_within_a_quarter_of_its_idle_time() -> Non
     gateway.close_session = closing  # type: ignore[method-assign]
     with anyio.fail_after(5):
         async with anyio.create_task_group() as tg:
-            tg.start_soon(gateway.sweep_idle_sessions, config.http.session_idle_s)
-            started = anyio.current_time()
+            tg.start_soon(gateway.sweep_idle_sessions, idle_s)
             await closed.wait()
             tg.cancel_scope.cancel()
+
+
+async def test_an_idle_session_closes_within_a_quarter_of_its_idle_time() -> None:
+    config = parse_config(
+        {"upstreams": {"a": {"command": "python", "args": ["server.py"]}}, "http": {"session_idle_s": 0.4}}
+    )
+    gateway = Gateway(config, Chain(role="server"))
+    idle = DownstreamSession(gateway, key="idle", era="legacy", last_used=time.monotonic() - 1.0)
+    busy = DownstreamSession(gateway, key="busy", era="legacy", last_used=time.monotonic() + 60.0)
+    gateway.sessions.update({"idle": idle, "busy": busy})
+    started = anyio.current_time()
+    await sweep_until_one_closes(gateway, config.http.session_idle_s)
     assert anyio.current_time() - started < 0.4  # swept every 0.1 s, not every minute
     assert list(gateway.sessions) == ["busy"]
 
@@ -132,19 +137,7 @@ async def test_calls_on_a_closed_session_are_told_why_it_closed() -> None:
         gateway.sessions[key] = session
     gateway.sessions["open"].inflight.append(object())  # type: ignore[arg-type]  # not idle: serving a call
     gateway.close_session("deleted")
-    swept = anyio.Event()
-    close_session = gateway.close_session
-
-    def closing(key: str, **options: str) -> None:
-        close_session(key, **options)
-        swept.set()
-
-    gateway.close_session = closing  # type: ignore[method-assign]
-    with anyio.fail_after(5):
-        async with anyio.create_task_group() as tg:
-            tg.start_soon(gateway.sweep_idle_sessions, config.http.session_idle_s)
-            await swept.wait()
-            tg.cancel_scope.cancel()
+    await sweep_until_one_closes(gateway, config.http.session_idle_s)
     assert list(gateway.sessions) == ["open"]
     gateway.close_upstreams()
     prefix = "the gateway closed its connection to upstream 'a'"

@@ -149,6 +149,18 @@ async def interceptor_server(
 
 @pytest.mark.parametrize("fail_open", [False, True])
 @pytest.mark.parametrize("transport", ["stdio", "http"])
+async def echo_once_back(client: Client) -> str:
+    """Call `echo` until the interceptor server is back (the gateway reconnects with its backoff); each
+    call until then is blocked by the watchdog, failing closed."""
+    with anyio.fail_after(30):
+        while True:
+            try:
+                return text_of(await client.call_tool("echo", {"text": "after"}))
+            except MCPError as exc:
+                assert exc.data == WATCHDOG_BLOCK
+            await anyio.sleep(0.2)  # nothing to wait on but the gateway's reconnect timer
+
+
 async def test_an_interceptor_server_that_died_fails_its_interceptors_at_once_until_it_is_back(
     write_config: ConfigWriter, tmp_path: Path, transport: str, fail_open: bool
 ) -> None:
@@ -171,14 +183,7 @@ async def test_an_interceptor_server_that_died_fails_its_interceptors_at_once_un
                         assert (exc.code, exc.message) == (-32602, "Blocked by interceptor validation")
                         outcomes.append(exc.data)
             kill()  # it may run (stdio) or runs (HTTP) again
-            with anyio.fail_after(30):
-                while True:  # the gateway reconnects with its backoff: poll until a call gets through
-                    try:
-                        after = text_of(await client.call_tool("echo", {"text": "after"}))
-                        break
-                    except MCPError as exc:
-                        assert exc.data == WATCHDOG_BLOCK
-                    await anyio.sleep(0.2)  # nothing to wait on but the gateway's reconnect timer
+            after = await echo_once_back(client)
     assert (before, after) == ("before", "after")
     assert outcomes == (["down 0", "down 1", "down 2"] if fail_open else [WATCHDOG_BLOCK] * 3)
 
@@ -205,14 +210,7 @@ async def test_an_http_interceptor_server_restarted_between_calls_gets_a_new_ses
                 await wait_http_ready(second, port)
                 with anyio.fail_after(5), pytest.raises(MCPError) as lost:  # the call that finds the session gone
                     await client.call_tool("echo", {"text": "lost"})
-                with anyio.fail_after(30):
-                    while True:  # the gateway reconnects with its backoff: poll until a call gets through
-                        try:
-                            after = text_of(await client.call_tool("echo", {"text": "after"}))
-                            break
-                        except MCPError as exc:
-                            assert exc.data == WATCHDOG_BLOCK
-                        await anyio.sleep(0.2)  # nothing to wait on but the gateway's reconnect timer
+                after = await echo_once_back(client)
             finally:
                 stop(second)
     finally:

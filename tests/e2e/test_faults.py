@@ -147,8 +147,6 @@ async def interceptor_server(
     yield {"name": "remote", "command": sys.executable, "args": ["-c", script]}, toggle_stdio
 
 
-@pytest.mark.parametrize("fail_open", [False, True])
-@pytest.mark.parametrize("transport", ["stdio", "http"])
 async def echo_once_back(client: Client) -> str:
     """Call `echo` until the interceptor server is back (the gateway reconnects with its backoff); each
     call until then is blocked by the watchdog, failing closed."""
@@ -161,6 +159,8 @@ async def echo_once_back(client: Client) -> str:
             await anyio.sleep(0.2)  # nothing to wait on but the gateway's reconnect timer
 
 
+@pytest.mark.parametrize("fail_open", [False, True])
+@pytest.mark.parametrize("transport", ["stdio", "http"])
 async def test_an_interceptor_server_that_died_fails_its_interceptors_at_once_until_it_is_back(
     write_config: ConfigWriter, tmp_path: Path, transport: str, fail_open: bool
 ) -> None:

@@ -297,6 +297,15 @@ class ChainConfig(_Model):
         return tuple("receiving" if point == "receive" else "sending" for point in ordered)
 
 
+class ScrubConfig(_Model):
+    """[OURS] What the gateway redacts with the `secrets` and `pii` guards' scanners outside any event."""
+
+    errors: bool = Field(
+        True, description="Redact upstream JSON-RPC errors (message, data) and clients' error answers."
+    )
+    notifications: bool = Field(True, description="Redact relayed log lines and progress messages.")
+
+
 class JwtConfig(_Model):
     public_key_file: str | None = Field(
         None, description="PEM public key file, relative to this file; reread when it changes."
@@ -469,6 +478,7 @@ class GatewayConfig(_Model):
     stdio: StdioConfig = Field(default_factory=StdioConfig)
     audit: AuditConfig = Field(default_factory=AuditConfig)
     metrics: MetricsConfig = Field(default_factory=MetricsConfig)
+    scrub: ScrubConfig = Field(default_factory=ScrubConfig)
     #: The folder relative paths resolve against (the config file's); set by `load_config`, not by users.
     base_dir: SkipJsonSchema[str | None] = None
     #: Each value `${VAR}` substitution put in the file, with the VAR it came from (see `redact`).

@@ -47,6 +47,7 @@ from mcp_interceptors.gateway.legs import Governor
 from mcp_interceptors.gateway.metrics import GatewayMetrics, serve_metrics
 from mcp_interceptors.gateway.recording import RECEIPT_META_KEY, CallRecord, Leg, receipt_meta
 from mcp_interceptors.gateway.routing import CALLS, LISTS, Catalog
+from mcp_interceptors.gateway.scrub import Scrubber
 from mcp_interceptors.gateway.session import STDIO_SESSION_KEY, DownstreamSession, Era
 from mcp_interceptors.gateway.upstream import GATEWAY_CLIENT_INFO, UpstreamConnection, UpstreamUnavailableError
 from mcp_interceptors.host import parse_invoke_params
@@ -156,6 +157,8 @@ class Gateway:
                 audit_stats=lambda: self.audit_writer.stats if self.audit_writer is not None else None,
             )
             self.governor.metrics = self.metrics
+        #: [OURS] Redacts errors, log lines and progress messages with the `secrets`/`pii` guards' scanners.
+        self.scrubber = Scrubber.from_config(config)
         self.prefixes = {name: config.prefix_for(name) for name in config.upstreams}
         self.shared: dict[str, UpstreamConnection] = {}
         self._open_inputs: OrderedDict[tuple[str, str], tuple[str, str]] = OrderedDict()
@@ -407,6 +410,8 @@ class Gateway:
         return "shutting down" if self.closing else "the client's session ended"
 
     def _time_requests(self, name: str, conn: UpstreamConnection) -> None:
+        """Metrics for an upstream connection, and the scrub of the log lines and progress it relays."""
+        conn.scrubber = self.scrubber
         if self.metrics is not None:
             conn.on_duration = self.metrics.upstream_timer(name)
             conn.on_restart = self.metrics.upstream_restarter(name)

@@ -11,7 +11,7 @@ import logging
 import uuid
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Literal, Protocol, get_args
+from typing import TYPE_CHECKING, Any, Literal, NoReturn, Protocol, get_args
 
 import anyio
 from mcp import MCPError
@@ -178,6 +178,13 @@ class DownstreamSession:
                 result = await self._broadcast(method, params)
             else:
                 result = await self._passthrough(method, params, downstream)
+        except MCPError as exc:
+            # Calls and listings recorded theirs scrubbed already; the rest (an upstream's error to a method
+            # passed through, a listing fetched to route a call) are scrubbed here.
+            scrubbed = self.scrub_error(exc)
+            if scrubbed is exc:
+                raise
+            raise scrubbed from None
         finally:
             self.inflight.remove(downstream)
         if self.era == "2026-07-28":
@@ -216,9 +223,7 @@ class DownstreamSession:
             # A listing that fails (a guard blocked it, say) shows nothing: nothing listed before stays callable.
             self.advertised.pop(method, None)
             self.shown_pages.pop(method, None)
-            await record.failed(method, exc.code, exc.message)
-            await record.settle()
-            raise
+            await self._failed(record, method, exc)
         except anyio.get_cancelled_exc_class():
             await record.cancelled(method)
             raise
@@ -344,13 +349,24 @@ class DownstreamSession:
                 conn, method, upstream_params, context, downstream, relay, record, headers, client_params=client_params
             )
         except MCPError as exc:
-            await record.failed(method, exc.code, exc.message)
-            await record.settle()
-            raise
+            await self._failed(record, method, exc)
         except anyio.get_cancelled_exc_class():
             await record.cancelled(method)  # the client gave up on the call: the trail says so
             raise
         return await self._settled(result, record)
+
+    async def _failed(self, record: CallRecord, method: str, exc: MCPError) -> NoReturn:
+        """Record a call's error and raise it, scrubbed (`scrub.errors`) for the trail and the client alike."""
+        scrubbed = self.scrub_error(exc)
+        await record.failed(method, scrubbed.code, scrubbed.message)
+        await record.settle()
+        if scrubbed is exc:
+            raise exc
+        raise scrubbed from None  # the original, chained, would carry what was scrubbed into tracebacks
+
+    def scrub_error(self, exc: MCPError) -> MCPError:
+        scrubber = self.gateway.scrubber
+        return exc if scrubber is None else scrubber.error(exc)
 
     async def _forward(
         self,
@@ -720,9 +736,7 @@ class DownstreamSession:
         try:
             result = await target.request(method, params)
         except MCPError as exc:
-            await record.failed(method, exc.code, exc.message)
-            await record.settle()
-            raise
+            await self._failed(record, method, exc)  # the client's error answer, for the upstream
         if method in GOVERNED_EVENTS:
             result = await governor.govern_response(method, result, context, record)
         await record.settle()

@@ -48,6 +48,7 @@ from mcp_types.version import HANDSHAKE_PROTOCOL_VERSIONS, LATEST_HANDSHAKE_VERS
 
 from mcp_interceptors.gateway.config import TransportConfig
 from mcp_interceptors.gateway.jsonrpc import stdio_peer
+from mcp_interceptors.gateway.scrub import Scrubber
 
 logger = logging.getLogger(__name__)
 
@@ -398,6 +399,8 @@ class UpstreamConnection:
         self.left_out = False
         #: Called with each request's duration in seconds (the gateway's metrics), when set.
         self.on_duration: Callable[[float], None] | None = None
+        #: The gateway's scrub of relayed log lines and progress messages (`scrub.notifications`), if any.
+        self.scrubber: Scrubber | None = None
         #: Called each time it reconnects after its connection ended or failed (the gateway's metrics), when set.
         self.on_restart: Callable[[], None] | None = None
 
@@ -780,6 +783,8 @@ class UpstreamConnection:
         notifications (logging, say) while this is the only request with a receiver in flight.
         """
         started = time.perf_counter()
+        if self.scrubber is not None and on_progress is not None:  # only calls whose client asked for progress
+            on_progress = self.scrubber.progress_relay(on_progress)
         try:
             if on_notify is None:
                 return await self._request(method, params, request_id, on_progress, headers, timeout_s)
@@ -820,7 +825,8 @@ class UpstreamConnection:
 
         async def relay(dctx: DispatchContext[Any], method: str, params: Mapping[str, Any] | None) -> None:
             if method not in ("notifications/progress", "notifications/cancelled"):
-                await on_notify(method, dict(params) if params is not None else None)
+                body = dict(params) if params is not None else None
+                await on_notify(method, body if self.scrubber is None else self.scrubber.notification(method, body))
 
         if self._exchanges is None:
             self._exchanges = http_client_for(self.config, self._heard_http_error)
@@ -990,6 +996,8 @@ class UpstreamConnection:
         # A request-scoped notification (a log line, say) goes to the one request waiting for them;
         # with several in flight it cannot be attributed, so it takes the connection-wide path.
         scoped = not method.endswith("list_changed") and not method.startswith("notifications/resources/")
+        if self.scrubber is not None:
+            body = self.scrubber.notification(method, body)
         if scoped and len(self._receivers) == 1:
             await next(iter(self._receivers.values()))(method, body)
             return

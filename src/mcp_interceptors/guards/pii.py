@@ -98,6 +98,16 @@ def _compile(raw: Mapping[str, Any]) -> _Settings:
     return _Settings(_scanner(raw, redact_kinds), _scanner(raw, deny_kinds), raw["placeholder"], raw["scan_keys"])
 
 
+def scrub_scanners(
+    config: Mapping[str, Any], override: Mapping[str, Any] | None = None
+) -> list[tuple[TextScanner, str]]:
+    """The scanners (its redacted kinds', then its denied kinds') and placeholder the guard built from
+    `config` (and an invocation `config` override), for the gateway's scrub of what no event carries: an
+    error cannot be blocked, so denied kinds are redacted there too."""
+    settings = SettingsCache("pii", SCHEMA, config, _compile).for_config(override or {})
+    return [(scanner, settings.placeholder) for scanner in (settings.redact, settings.deny) if scanner is not None]
+
+
 def build(name: str, config: Mapping[str, Any]) -> InterceptorHost:
     """A host with a redacting mutator and/or a denying validator, per the kinds' actions."""
     settings = SettingsCache(name, SCHEMA, config, _compile)

@@ -75,6 +75,14 @@ def _compile(raw: Mapping[str, Any]) -> tuple[TextScanner, Mapping[str, Any]]:
     return TextScanner(scanner, min_length=min_length, allow=allow, batchable=batchable, across_blocks=across), raw
 
 
+def scrub_scanner(config: Mapping[str, Any], override: Mapping[str, Any] | None = None) -> tuple[TextScanner, str]:
+    """The scanner and placeholder the guard built from `config` (and an invocation `config` override)
+    redacts with, for the gateway's scrub of what no event carries; in deny mode too (an error cannot be
+    blocked, only redacted)."""
+    scanner, raw = SettingsCache("secrets", SCHEMA, config, _compile).for_config(override or {})
+    return scanner, raw["placeholder"]
+
+
 def build(name: str, config: Mapping[str, Any]) -> InterceptorHost:
     """A host with the redacting mutator or the denying validator, per `action`."""
     settings = SettingsCache(name, SCHEMA, config, _compile)

@@ -1009,3 +1009,47 @@ async def test_r66_a_listing_that_never_arrives_fails_discovery_and_pinned_inter
     assert result.failures[0].reason.startswith(
         "interceptor host unavailable: interceptors/list got no usable answer within 300 ms"
     )
+
+
+def _versioned_host(*names: str) -> InterceptorHost:
+    host = InterceptorHost("versioned")
+    for name in names:
+        host.validator(name, events=["tools/call"], phase="request")(lambda inv: inv.payload["params"]["name"] != "bad")
+    return host
+
+
+async def test_r66_replace_discovered_swaps_a_hosts_listing_between_calls_and_pins_it_drops_fail_closed() -> None:
+    """A host that comes back as a new version: `replace_discovered` plans its new list (overrides applied
+    to it) from the next call on, while a call already running keeps its plan; a pinned interceptor the new
+    list drops fails closed. A widening override leaves the previous list in place."""
+    pin = RequiredInterceptor("v1", "validation", (HookEntry(events=("tools/call",), phase="request"),))
+    chain = Chain(role="client")
+    old, new = _versioned_host("v1", "keep"), _versioned_host("keep", "v2")
+    overrides = {"v2": {"mode": "audit"}, "keep": {"fail_open": True}}
+    with anyio.fail_after(5):
+        await chain.add_discovered(
+            old, lambda: _listed(old), name="h", overrides=overrides, required=[pin], strict_overrides=False
+        )
+        running = chain.plan("tools/call", "request")
+        chain.replace_discovered(
+            new, new.descriptors, name="h", overrides=overrides, required=[pin], strict_overrides=False
+        )
+        planned = chain.plan("tools/call", "request")
+        result = await chain.execute("tools/call", "request", CALL)
+        with pytest.raises(WideningOverrideError):
+            narrower = {"keep": {"hooks": [{"events": ["tools/list"], "phase": "request"}]}}
+            chain.replace_discovered(new, new.descriptors, name="h", overrides=narrower)
+    assert sorted(step.name for step in running.validators) == ["keep", "v1"]
+    assert sorted((e.name, e.source, e.effective().mode) for e in chain.entries) == [
+        ("keep", "h", "active"),
+        ("v1", "h#missing", "active"),
+        ("v2", "h", "audit"),
+    ]
+    assert sorted(step.name for step in planned.validators) == ["keep", "v1", "v2"]
+    assert result.status == "validation_failed"
+    assert result.aborted_at is not None and result.aborted_at.interceptor == "v1"
+    assert "pinned interceptor(s) ['v1'] not advertised by 'h'" in result.failures[0].reason
+
+
+async def _listed(host: InterceptorHost) -> list[Any]:
+    return list(host.descriptors)

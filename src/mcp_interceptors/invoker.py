@@ -366,6 +366,8 @@ class Chain:
         self._order = 0
         self._plans: dict[tuple[Any, ...], Plan] = {}
         self._known: frozenset[str] | None = None
+        #: Each source's host order (R36), kept when `replace_discovered` swaps its interceptors.
+        self._orders: dict[str, int] = {}
 
     # ---- building
 
@@ -398,8 +400,10 @@ class Chain:
             override = resolved.get(descriptor.name)
             check_overrides(descriptor, override)
             added.append(Entry(descriptor=descriptor, source=name, host_order=order, overrides=override))
-        self._sources[name] = source
-        self._entries.extend(added)
+        # Copied, never changed in place: a chain already running holds the sources and plan it started with.
+        self._sources = {**self._sources, name: source}
+        self._entries = [*self._entries, *added]
+        self._orders.setdefault(name, order)
         self._plans.clear()
         self._known = None
         return added
@@ -468,6 +472,55 @@ class Chain:
             logger.error("discovery failed on %r, pinned interceptors will fail closed: %s", host_name, exc)
             found = []
             source = UnavailableSource(str(exc))
+        return self._place(source, found, host_name, order, overrides, pinned, strict_overrides)
+
+    def replace_discovered(
+        self,
+        source: Source,
+        found: Iterable[InterceptorDescriptor],
+        *,
+        name: str,
+        overrides: OverridesArg = None,
+        required: Iterable[RequiredInterceptor] = (),
+        strict_overrides: bool = True,
+    ) -> list[Entry]:
+        """Swap host `name`'s interceptors for a new listing `found` (the host restarted as a new version, or
+        announced a change), as `add_discovered` places them: same host order, overrides applied to the new
+        list, a pinned interceptor it no longer lists (or lists differently) planned as failing closed.
+
+        Atomic between calls: a chain already running keeps the plan and sources it started with. If the new
+        listing cannot be placed (an override widens what it now advertises, R62), the error is raised and the
+        host's previous interceptors stay.
+        """
+        names = {name, f"{name}#missing"}
+        order = self._orders.get(name)
+        if order is None:
+            order = self._next_order()
+        entries, sources, orders = self._entries, self._sources, self._orders
+        self._entries = [entry for entry in entries if entry.source not in names]
+        self._sources = {key: value for key, value in sources.items() if key not in names}
+        self._orders = {key: value for key, value in orders.items() if key not in names}
+        try:
+            pinned = {r.name: r for r in required}
+            return self._place(source, list(found), name, order, overrides, pinned, strict_overrides)
+        except BaseException:
+            self._entries, self._sources, self._orders = entries, sources, orders
+            raise
+        finally:
+            self._plans.clear()
+            self._known = None
+
+    def _place(
+        self,
+        source: Source,
+        found: list[InterceptorDescriptor],
+        host_name: str,
+        order: int,
+        overrides: OverridesArg,
+        pinned: Mapping[str, RequiredInterceptor],
+        strict_overrides: bool,
+    ) -> list[Entry]:
+        """Add a host's listing `found`, with its pins' stand-ins for what it does not provide as pinned."""
         unmet = {d.name: problem for d in found if d.name in pinned and (problem := _unmet_pin(pinned[d.name], d))}
         for pin_name, problem in unmet.items():
             logger.error("pinned interceptor %r on %r will fail closed: %s", pin_name, host_name, problem)

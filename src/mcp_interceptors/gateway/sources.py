@@ -10,7 +10,7 @@ from __future__ import annotations
 import importlib
 import logging
 import sys
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
 from functools import partial
 from pathlib import Path
@@ -49,6 +49,9 @@ from mcp_interceptors.protocol.results import InterceptorResult
 from mcp_interceptors.signatures import load_verify_key, verify_key_from
 
 logger = logging.getLogger(__name__)
+
+#: What an interceptor server may send when its listing changed (the prefix is reserved by the spec, §2).
+LIST_CHANGED_NOTIFICATION = "notifications/interceptors/list_changed"
 
 
 def chain_for(config: GatewayConfig) -> Chain:
@@ -248,6 +251,9 @@ class ConnectionSource:
         self.verify_key = verify_key
         #: Why the host could not be reached at start: until it first connects, invocations fail at once.
         self.unavailable = unavailable
+        #: Called when the host answers that it has no such interceptor (or not so hooked): its listing changed
+        #: without a reconnect the gateway could see (a stateless Streamable HTTP host restarted as a new version).
+        self.on_stale: Callable[[], None] | None = None
 
     async def discover(self) -> list[InterceptorDescriptor]:
         # As `Chain.add_server` does: a listing that hangs must not hold the gateway's start for the
@@ -290,8 +296,19 @@ class ConnectionSource:
             waited_ms = limit_ms if limit_ms is not None else self.conn.config.timeout_ms
             raise InterceptorTimeoutError(call.name, waited_ms, call.phase) from None
         except MCPError as exc:
+            if self.on_stale is not None and _stale_listing(exc, call.name):
+                self.on_stale()
             raise invocation_error(exc, call.name) from None
         return read_invoke_result(raw, call.name, call.phase, call.type, verify_key=self.verify_key)
+
+
+def _stale_listing(exc: MCPError, name: str) -> bool:
+    """Whether a host's error says `name` is not (or no longer so) in its listing: -32602, unknown interceptor
+    or not hooked to the event (`advertisedHooks`), as `InterceptorNotFoundError` and `HookMismatchError`."""
+    data = exc.data if isinstance(exc.data, Mapping) else {}
+    if exc.code != -32602 or name not in (data.get("interceptor"), data.get("name")):
+        return False
+    return "advertisedHooks" in data or exc.message.startswith("Unknown interceptor")
 
 
 def verify_key_for(
@@ -344,10 +361,11 @@ async def _add_server(
             server.name,
             exc.message,
         )
-        # Keep trying, with the connection's backoff: once it is up, the pinned interceptors run there.
-        tg.start_soon(partial(conn.run, retry_start=True))
+        # Keep trying, with the connection's backoff: once it is up, its listing replaces the pins' stand-ins.
         source = ConnectionSource(conn, verify_key=verify_key, unavailable=exc.message)
         chain.add_source(source, [r.placeholder() for r in required], name=server.name, overrides=pinned_overrides)
+        _rediscover_when_it_changes(chain, source, overrides, required, tg)
+        tg.start_soon(partial(conn.run, retry_start=True))
         return
     source = ConnectionSource(conn, verify_key=verify_key)
 
@@ -370,6 +388,64 @@ async def _add_server(
     await chain.add_discovered(
         source, discover, name=server.name, overrides=overrides, required=required, strict_overrides=False
     )
+    _rediscover_when_it_changes(chain, source, overrides, required, tg)
+
+
+def _rediscover_when_it_changes(
+    chain: Chain,
+    source: ConnectionSource,
+    overrides: dict[str, Overrides],
+    required: list[RequiredInterceptor],
+    tg: anyio.abc.TaskGroup,
+) -> None:
+    """Read the server's `interceptors/list` again each time its connection comes back (it may be a new
+    version) and when it sends `notifications/interceptors/list_changed`, and swap its interceptors in the
+    chain (`Chain.replace_discovered`: between calls, overrides applied, pins it no longer lists fail closed).
+    A listing that fails, or that an override widens, leaves its interceptors as they were."""
+    name = source.conn.name
+    lock = anyio.Lock()  # one listing at a time, swapped in the order they were read
+
+    async def rediscover(why: str) -> None:
+        async with lock:
+            try:
+                found = await source.discover()
+            except (MCPError, OSError, InterceptorsError) as exc:
+                logger.error(
+                    "interceptors/list failed on interceptor server %r after %s (%s): its interceptors stay as listed"
+                    " before",
+                    name,
+                    why,
+                    exc,
+                )
+                return
+            try:
+                chain.replace_discovered(
+                    source, found, name=name, overrides=overrides, required=required, strict_overrides=False
+                )
+            except WideningOverrideError as exc:
+                logger.error(
+                    "interceptor server %r lists anew after %s, but %s: its interceptors stay as listed before",
+                    name,
+                    why,
+                    exc.message,
+                )
+                return
+            logger.info("interceptor server %r lists after %s: %s", name, why, [d.name for d in found])
+
+    def on_connected() -> None:
+        tg.start_soon(rediscover, "it connected")
+
+    async def on_notify(method: str, params: Mapping[str, Any] | None) -> None:
+        if method == LIST_CHANGED_NOTIFICATION:
+            tg.start_soon(rediscover, LIST_CHANGED_NOTIFICATION)
+
+    def on_stale() -> None:
+        if not lock.locked():  # one listing answers every call that found it stale
+            tg.start_soon(rediscover, "it refused an interceptor it listed")
+
+    source.conn.on_connected = on_connected
+    source.on_stale = on_stale
+    source.conn.on_notify = on_notify
 
 
 def _pick(overrides: dict[str, Overrides], host: LocalHost) -> dict[str, Overrides]:

@@ -403,6 +403,8 @@ class UpstreamConnection:
         self.scrubber: Scrubber | None = None
         #: Called each time it reconnects after its connection ended or failed (the gateway's metrics), when set.
         self.on_restart: Callable[[], None] | None = None
+        #: Called each time a connection is up, past its handshake (an interceptor server's listing is read again).
+        self.on_connected: Callable[[], None] | None = None
 
     @property
     def is_http(self) -> bool:
@@ -550,6 +552,8 @@ class UpstreamConnection:
                     tg.start_soon(self._announce_return)
                 tg.start_soon(self._end_when_closed, ended)
                 on_ready()
+                if self.on_connected is not None:
+                    self.on_connected()
                 await ended.wait()
                 self._mark_down()  # before the transport's teardown: new requests wait for the reconnect
                 tg.cancel_scope.cancel()

@@ -953,3 +953,37 @@ async def test_a_legacy_sse_request_reusing_an_id_in_flight_is_refused_and_the_f
                 await http.post(post, json=call(7, 3))
                 assert text_of_raw(await anext(events)) == "held 3"
     assert not (tmp_path / "started-2").exists()
+
+
+ONCE_UPSTREAM = """
+import os, pathlib, runpy, sys
+started = pathlib.Path(os.environ["STARTED"])
+if started.exists():  # a session's own: it fails to start
+    sys.exit(3)
+started.touch()
+sys.argv = [os.environ["UPSTREAM"]]
+runpy.run_path(os.environ["UPSTREAM"], run_name="__main__")
+"""
+
+
+async def test_a_session_whose_upstream_sessions_all_fail_to_open_names_every_upstream(
+    write_config: ConfigWriter, tmp_path: Path
+) -> None:
+    """Every upstream refused a handshake-era session its own: each call got -32000 naming the first configured
+    upstream (and no `data`), even a call to another one's tool. The error now names them all."""
+
+    def upstream(name: str) -> dict[str, Any]:
+        env = {"STARTED": str(tmp_path / name), "UPSTREAM": UPSTREAM, "E2E_SCHEME": name}
+        return {"command": sys.executable, "args": ["-c", ONCE_UPSTREAM], "env": env, "era": "legacy"}
+
+    config = write_config({"upstreams": {"a": upstream("a"), "b": upstream("b")}})
+    async with serve(config) as base, httpx2.AsyncClient(timeout=60) as http:
+        url = f"{base}/mcp"
+        headers = await _open_session(http, url, "legacy")
+        with anyio.fail_after(60):
+            answers = [await _post_tool_call(http, url, "legacy", headers, n, "b__echo", {"text": "x"}) for n in (1, 2)]
+    for answer in answers:
+        error = answer["error"]
+        assert (error["code"], error["data"]) == (-32000, {"upstreams": ["a", "b"]})
+        assert error["message"].startswith("no upstream session could be opened: upstream 'a' failed to start: ")
+        assert "; upstream 'b' failed to start: " in error["message"]

@@ -293,6 +293,14 @@ def test_audit_tail_refuses_a_count_below_one(tmp_path: Path, count: str) -> Non
     assert f"argument -n: expected a whole number of records, at least 1, not '{count}'" in done.stderr
 
 
+@pytest.mark.parametrize("action", [["tail"], ["show", "rec-1"], ["verify"], ["export"]])
+def test_audit_errors_carry_the_commands_prefix_like_every_other_command(tmp_path: Path, action: list[str]) -> None:
+    # They printed a bare `error: ...`, unlike `mcp-interceptors gateway: error: ...` and the rest.
+    missing = tmp_path / "audit.db"
+    done = cli("audit", *action, "--store", str(missing))
+    assert one_line_error(done, 2) == f"mcp-interceptors audit: error: audit database {missing} does not exist"
+
+
 def test_audit_verify_with_a_trust_file_that_is_not_keys_fails_with_one_line(tmp_path: Path) -> None:
     trust = tmp_path / "anchors.txt"
     trust.write_text("not json\n")
@@ -309,7 +317,7 @@ def test_audit_verify_with_a_named_key_file_that_is_missing_fails_instead_of_tru
 ) -> None:
     missing = tmp_path / "typo-key"
     done = cli("audit", "verify", "--store", str(tmp_path / "audit.db"), "--key-file", str(missing))
-    assert one_line_error(done, 2) == f"error: audit key file {missing} does not exist"
+    assert one_line_error(done, 2) == f"mcp-interceptors audit: error: audit key file {missing} does not exist"
 
 
 def test_audit_verify_with_a_config_whose_key_file_is_missing_fails_instead_of_trusting_on_first_use(
@@ -324,7 +332,8 @@ def test_audit_verify_with_a_config_whose_key_file_is_missing_fails_instead_of_t
         "audit:\n  enabled: true\n  store: audit.db\n  key_file: keys/audit-key\n"
     )
     done = cli("audit", "verify", "--config", str(config))
-    assert one_line_error(done, 2) == f"error: audit key file {tmp_path / 'keys' / 'audit-key'} does not exist"
+    expected = f"mcp-interceptors audit: error: audit key file {tmp_path / 'keys' / 'audit-key'} does not exist"
+    assert one_line_error(done, 2) == expected
 
 
 def test_gateway_json_without_check_is_a_usage_error() -> None:

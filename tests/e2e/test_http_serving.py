@@ -910,3 +910,80 @@ async def test_a_handshake_era_request_reusing_an_id_in_flight_is_refused_and_th
     assert text_of_raw(answers["first"]) == "held 1"
     assert text_of_raw(answers["id free again"]) == "held 3"
     assert not (tmp_path / "started-2").exists()
+
+
+async def test_a_legacy_sse_request_reusing_an_id_in_flight_is_refused_and_the_first_still_answered(
+    write_config: ConfigWriter, tmp_path: Path
+) -> None:
+    """On `/sse` the second request with the id of one in flight ran too, and both answers went out on the
+    stream with the same id: the client could not tell them apart. As on stdio and Streamable HTTP, it is
+    refused (ids 7 and "7" count as one), and the id is free again once the first is answered."""
+    upstream = {"command": sys.executable, "args": ["-c", HOLDING_UPSTREAM], "env": {"HOLD_DIR": str(tmp_path)}}
+    config = write_config({"upstreams": {"slow": upstream}, "http": {"sse": True}})
+    refused = {
+        "code": -32600,
+        "message": "Invalid Request: id already in use by a request in flight",
+        "data": {"field": "id"},
+    }
+
+    def call(request_id: int | str, n: int) -> dict[str, Any]:
+        params = {"name": "hold", "arguments": {"n": n}}
+        return {"jsonrpc": "2.0", "id": request_id, "method": "tools/call", "params": params}
+
+    async with serve(config) as base, httpx2.AsyncClient(timeout=60) as http:
+        with anyio.fail_after(60):
+            async with http.stream("GET", f"{base}/sse", headers={"accept": "text/event-stream"}) as stream:
+                lines = (line[5:].strip() async for line in stream.aiter_lines() if line.startswith("data:"))
+                post = base + await anext(lines)
+                events = (json.loads(line) async for line in lines)
+                await http.post(post, json=INITIALIZE)
+                assert "result" in await anext(events)
+                await http.post(post, json={"jsonrpc": "2.0", "method": "notifications/initialized"})
+                await http.post(post, json=call(7, 1))
+                while True:
+                    if (tmp_path / "started-1").exists():
+                        break
+                    await anyio.sleep(0.05)  # nothing to wait on but the upstream's marker file
+                await http.post(post, json=call(7, 2))
+                assert await anext(events) == {"jsonrpc": "2.0", "id": 7, "error": refused}
+                await http.post(post, json=call("7", 2))
+                assert await anext(events) == {"jsonrpc": "2.0", "id": "7", "error": refused}
+                (tmp_path / "release").touch()
+                assert text_of_raw(await anext(events)) == "held 1"
+                await http.post(post, json=call(7, 3))
+                assert text_of_raw(await anext(events)) == "held 3"
+    assert not (tmp_path / "started-2").exists()
+
+
+ONCE_UPSTREAM = """
+import os, pathlib, runpy, sys
+started = pathlib.Path(os.environ["STARTED"])
+if started.exists():  # a session's own: it fails to start
+    sys.exit(3)
+started.touch()
+sys.argv = [os.environ["UPSTREAM"]]
+runpy.run_path(os.environ["UPSTREAM"], run_name="__main__")
+"""
+
+
+async def test_a_session_whose_upstream_sessions_all_fail_to_open_names_every_upstream(
+    write_config: ConfigWriter, tmp_path: Path
+) -> None:
+    """Every upstream refused a handshake-era session its own: each call got -32000 naming the first configured
+    upstream (and no `data`), even a call to another one's tool. The error now names them all."""
+
+    def upstream(name: str) -> dict[str, Any]:
+        env = {"STARTED": str(tmp_path / name), "UPSTREAM": UPSTREAM, "E2E_SCHEME": name}
+        return {"command": sys.executable, "args": ["-c", ONCE_UPSTREAM], "env": env, "era": "legacy"}
+
+    config = write_config({"upstreams": {"a": upstream("a"), "b": upstream("b")}})
+    async with serve(config) as base, httpx2.AsyncClient(timeout=60) as http:
+        url = f"{base}/mcp"
+        headers = await _open_session(http, url, "legacy")
+        with anyio.fail_after(60):
+            answers = [await _post_tool_call(http, url, "legacy", headers, n, "b__echo", {"text": "x"}) for n in (1, 2)]
+    for answer in answers:
+        error = answer["error"]
+        assert (error["code"], error["data"]) == (-32000, {"upstreams": ["a", "b"]})
+        assert error["message"].startswith("no upstream session could be opened: upstream 'a' failed to start: ")
+        assert "; upstream 'b' failed to start: " in error["message"]

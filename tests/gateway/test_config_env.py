@@ -131,6 +131,42 @@ def test_r66_a_required_pin_on_governed_events_loads(events: list[str]) -> None:
     assert config.interceptors.servers[0].required[0].events == events
 
 
+@pytest.mark.parametrize(
+    ("hooks", "path"),
+    [
+        ([{"events": [], "phase": "request"}], "interceptors.overrides.secrets.hooks[0].events"),
+        (
+            [{"events": ["tools/call"], "phase": "request"}, {"events": [], "phase": "response"}],
+            "interceptors.overrides.secrets.hooks[1].events",
+        ),
+        ([], "interceptors.overrides.secrets.hooks"),
+    ],
+)
+def test_r61_a_hook_override_that_narrows_an_interceptor_to_nothing_is_refused_at_load(
+    hooks: list[dict[str, object]], path: str
+) -> None:
+    # It was accepted, and the interceptor never ran again: `--check` showed "no interceptors" everywhere.
+    raw = {
+        "upstreams": {"a": {"command": "server"}},
+        "interceptors": {"guards": [{"name": "secrets"}], "overrides": {"secrets": {"hooks": hooks}}},
+    }
+    with pytest.raises(ConfigError) as error:
+        parse_config(raw, file="gateway.yaml")
+    assert error.value.path == path
+    assert "never run" in error.value.problem
+
+
+def test_the_same_guard_listed_twice_is_refused_naming_both_entries() -> None:
+    # It ran twice (sources `secrets` and `secrets-2`), and `overrides.secrets` / `config.secrets` applied to both.
+    guards = [{"name": "pii"}, {"name": "secrets"}, {"name": "secrets", "config": {"action": "redact"}}]
+    raw = {"upstreams": {"a": {"command": "server"}}, "interceptors": {"guards": guards}}
+    with pytest.raises(ConfigError) as error:
+        parse_config(raw, file="gateway.yaml")
+    assert (error.value.file, error.value.path) == ("gateway.yaml", "interceptors.guards[2].name")
+    assert "'secrets' is already listed as interceptors.guards[1]" in error.value.problem
+    assert "once" in error.value.fix
+
+
 def test_redact_writes_values_from_the_environment_back_as_their_variables() -> None:
     raw = {"upstreams": {"a": {"command": "server", "args": ["--token", "${TOKEN}", "${SHORT}", "${UNSET:-plain}"]}}}
     config = parse_config(raw, env={"TOKEN": "tok-123456", "SHORT": "ab"})

@@ -238,6 +238,12 @@ async def test_served_over_http_offers_only_the_extension_as_over_stdio() -> Non
         (("--guard", "pii", "--config-json", "pii=[1]"), "--config-json pii: the config must be a JSON object"),
         (("--guard", "pii", "--config-json", 'pii={"kinds": ["dna"]}'), "guard 'pii': config.kinds[0]"),
         (("--guard", "pii", "--http", "0.0.0.0:1"), "refusing to serve 0.0.0.0:1 without authentication"),
+        (("--guard", "pii", "--guard", "secrets", "--guard", "pii"), "--guard pii is given twice"),
+        # The second config replaced the first without a word.
+        (
+            ("--guard", "pii", "--config-json", "pii={}", "--config-json", 'pii={"kinds": ["email"]}'),
+            "--config-json pii is given twice",
+        ),
     ],
 )
 async def test_serve_usage_errors(args: tuple[str, ...], error: str) -> None:

@@ -6,6 +6,7 @@ The store defaults to the one in `--config FILE` (its `audit.store`), else `.aud
 from __future__ import annotations
 
 import argparse
+import io
 import sys
 from pathlib import Path
 from typing import Any
@@ -54,6 +55,14 @@ def register(subcommands: Any) -> None:
     keys.set_defaults(handler=run_keys)
 
 
+class _AuditStderr(io.StringIO):
+    """stderr for the audit commands: their `error: ...` lines get the prefix every command's errors have,
+    `mcp-interceptors audit: error: ...` (the commands' library functions write a bare `error: ...`)."""
+
+    def write(self, text: str) -> int:
+        return sys.stderr.write(f"mcp-interceptors audit: {text}" if text.startswith("error: ") else text)
+
+
 def _count(text: str) -> int:
     """A positive record count for `-n` (a usage error, exit 2, otherwise)."""
     try:
@@ -91,14 +100,14 @@ def _named_locations(args: argparse.Namespace) -> tuple[str, Path, bool]:
 def run_tail(args: argparse.Namespace) -> int:
     store, _ = _locations(args)
     try:
-        return commands.tail(store, sys.stdout, limit=args.n, follow=args.follow, as_json=args.json)
+        return commands.tail(store, sys.stdout, limit=args.n, follow=args.follow, as_json=args.json, err=_AuditStderr())
     except KeyboardInterrupt:
         return 0
 
 
 def run_show(args: argparse.Namespace) -> int:
     store, _ = _locations(args)
-    return commands.show(store, args.record_id, sys.stdout)
+    return commands.show(store, args.record_id, sys.stdout, err=_AuditStderr())
 
 
 def run_verify(args: argparse.Namespace) -> int:
@@ -106,17 +115,19 @@ def run_verify(args: argparse.Namespace) -> int:
     if named and not args.trust and not key_file.expanduser().exists():
         # Named explicitly (here or in the config): a typo, or a config read on another machine, must not
         # quietly fall back to trusting the store's own keys.
-        sys.stderr.write(f"error: audit key file {key_file} does not exist\n")
+        sys.stderr.write(f"mcp-interceptors audit: error: audit key file {key_file} does not exist\n")
         return commands.EXIT_ERROR
-    return commands.verify(store, sys.stdout, trusted_keys=args.trust, key_path=key_file)
+    return commands.verify(store, sys.stdout, trusted_keys=args.trust, key_path=key_file, err=_AuditStderr())
 
 
 def run_export(args: argparse.Namespace) -> int:
     store, _ = _locations(args)
-    return commands.export_jsonl(store, sys.stdout)
+    return commands.export_jsonl(store, sys.stdout, err=_AuditStderr())
 
 
 def run_keys(args: argparse.Namespace) -> int:
     store, key_file = _locations(args)
     target = store if (args.store or args.config) else None
-    return commands.keys(target, sys.stdout, key_path=key_file, rotate=args.rotate, export=args.export)
+    return commands.keys(
+        target, sys.stdout, key_path=key_file, rotate=args.rotate, export=args.export, err=_AuditStderr()
+    )

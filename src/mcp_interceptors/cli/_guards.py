@@ -84,6 +84,8 @@ def parse_guard_configs(items: Sequence[str], names: Sequence[str]) -> dict[str,
             raise CommandError(f"--config-json {item!r} must look like NAME=JSON or NAME=@file.json", 2)
         if name not in names:
             raise CommandError(f"--config-json names {name!r}, which is not served; add --guard {name}", 2)
+        if name in configs:  # the last one replaced the first without a word
+            raise CommandError(f"--config-json {name} is given twice; give guard {name!r} one config with every key", 2)
         config = read_json_argument(value, f"--config-json {name}")
         if not isinstance(config, dict):
             raise CommandError(f"--config-json {name}: the config must be a JSON object", 2)
@@ -95,8 +97,9 @@ def combined_host(names: Sequence[str], configs: Mapping[str, Mapping[str, Any]]
     """One host serving every interceptor of the named guards; each invoke runs in its guard's own host."""
     if not names:
         raise CommandError(f"give at least one --guard NAME; available: {', '.join(guards.available())}", 2)
-    if len(set(names)) != len(names):
-        raise CommandError("each guard can be served once; repeat --guard with different names", 2)
+    repeated = sorted({name for name in names if names.count(name) > 1})
+    if repeated:
+        raise CommandError(f"--guard {', '.join(repeated)} is given twice; each guard can be served once", 2)
     combined = InterceptorHost("mcp-interceptors-guards", copy_payloads=False)
     for name in names:
         try:

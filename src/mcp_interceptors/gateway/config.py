@@ -222,9 +222,21 @@ class HookConfig(_Model):
     events: list[str]
     phase: Literal["request", "response", "both"]
 
+    @field_validator("events")
+    @classmethod
+    def _some_event(cls, value: list[str]) -> list[str]:
+        """A hook with no event narrows its interceptor to nothing on that phase: it would never run there,
+        and the policy it stood for would be off without a word."""
+        if not value:
+            raise ValueError(
+                "an empty `events` list narrows the interceptor to no event: it would never run on this phase;"
+                " list the events it should run on (to observe without blocking, use `mode: audit`)"
+            )
+        return value
+
 
 class OverrideConfig(_Model):
-    """Invoker policy for one interceptor; hooks may only narrow what it advertises."""
+    """Invoker policy for one interceptor; hooks may only narrow what it advertises (not to no event at all)."""
 
     mode: Literal["active", "audit"] | None = None
     fail_open: bool | None = None
@@ -233,6 +245,17 @@ class OverrideConfig(_Model):
     )
     timeout_ms: Annotated[float, Field(gt=0, allow_inf_nan=False)] | None = None
     hooks: list[HookConfig] | None = None
+
+    @field_validator("hooks")
+    @classmethod
+    def _some_hook(cls, value: list[HookConfig] | None) -> list[HookConfig] | None:
+        """`hooks: []` narrows the interceptor to nothing: it would never run, without a word."""
+        if value is not None and not value:
+            raise ValueError(
+                "an empty `hooks` list narrows the interceptor to no event: it would never run; list the events"
+                " and phases it should run on, or leave `hooks` out (to observe without blocking, use `mode: audit`)"
+            )
+        return value
 
     @field_validator("priority", mode="before")
     @classmethod
@@ -585,7 +608,24 @@ def parse_config(
     config._substituted.update(used)
     _check_http_path(config.http, file)
     _check_prefixes(config, file)
+    _check_guards(config.interceptors, file)
     return config
+
+
+def _check_guards(interceptors: InterceptorsConfig, file: str) -> None:
+    """A guard listed twice ran twice, its interceptors under the same names, so the
+    `interceptors.overrides` and `interceptors.config` keyed by those names applied to both at once."""
+    first: dict[str, int] = {}
+    for index, guard in enumerate(interceptors.guards):
+        earlier = first.setdefault(guard.name, index)
+        if earlier != index:
+            raise ConfigError(
+                file,
+                f"interceptors.guards[{index}].name",
+                f"guard {guard.name!r} is already listed as interceptors.guards[{earlier}]: its interceptors would"
+                " run twice under the same names, and overrides and config keyed by those names would apply to both",
+                "list each guard once, with all its settings in one `config`",
+            )
 
 
 def _check_prefixes(config: GatewayConfig, file: str) -> None:

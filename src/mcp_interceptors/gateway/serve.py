@@ -23,6 +23,9 @@ import uvicorn
 from mcp.server.auth.settings import AuthSettings
 from mcp.server.stdio import stdio_server
 from mcp.server.transport_security import TransportSecuritySettings
+from mcp.shared.jsonrpc_dispatcher import cancelled_request_id_from_params
+from mcp.shared.message import SessionMessage
+from mcp_types import JSONRPCError, JSONRPCNotification, JSONRPCRequest, JSONRPCResponse
 from sse_starlette.sse import AppStatus
 
 from mcp_interceptors.gateway.auth import build_auth
@@ -267,6 +270,89 @@ def _json_response(status: int, message: Any) -> Any:
     return Response(orjson.dumps(message), status_code=status, media_type="application/json")
 
 
+class SseRequestIds:
+    """The read side of a legacy `/sse` session: a request reusing the id of one still in flight is answered
+    with -32600 (`data: {field: "id"}`) on the stream and never reaches the server, as on stdio and
+    Streamable HTTP (ids `1` and `"1"` count as one, as there). Both requests ran, and both answers went out
+    with the same id, so the client could not tell them apart (nor cancel the first: mcp keys it by id).
+
+    A request is in flight from its arrival until its answer goes out (`writer`), or its
+    `notifications/cancelled` arrives (a cancelled request is never answered).
+    """
+
+    def __init__(self, read: Any, write: Any) -> None:
+        self._read = read
+        self._write = write
+        self.in_flight: set[str] = set()
+        self.writer = _SseAnswers(write, self.in_flight)
+
+    @property
+    def last_context(self) -> Any:
+        """The POST's context (its principal): mcp runs the handler in it."""
+        return getattr(self._read, "last_context", None)
+
+    async def receive(self) -> Any:
+        while True:
+            item = await self._read.receive()
+            message = getattr(item, "message", None)  # an Exception is a message mcp could not parse
+            if isinstance(message, JSONRPCNotification) and message.method == "notifications/cancelled":
+                cancelled = cancelled_request_id_from_params(message.params)
+                if cancelled is not None:
+                    self.in_flight.discard(str(cancelled))
+            if not isinstance(message, JSONRPCRequest):
+                return item
+            key = str(message.id)
+            if key not in self.in_flight:
+                self.in_flight.add(key)
+                return item
+            problem = "Invalid Request: id already in use by a request in flight"
+            refused = error_response(message.id, INVALID_REQUEST, problem, {"field": "id"})
+            await self._write.send(SessionMessage(JSONRPCError.model_validate(refused)))
+
+    async def aclose(self) -> None:
+        await self._read.aclose()
+
+    def __aiter__(self) -> SseRequestIds:
+        return self
+
+    async def __anext__(self) -> Any:
+        try:
+            return await self.receive()
+        except anyio.EndOfStream:
+            raise StopAsyncIteration from None
+
+    async def __aenter__(self) -> SseRequestIds:
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.aclose()
+
+
+class _SseAnswers:
+    """The write side of a legacy `/sse` session: an answer ends its request's time in flight."""
+
+    def __init__(self, write: Any, in_flight: set[str]) -> None:
+        self._write = write
+        self._in_flight = in_flight
+
+    async def send(self, item: Any, /) -> None:
+        message = getattr(item, "message", None)  # an Exception is a message mcp could not parse
+        try:
+            await self._write.send(item)
+        finally:
+            if isinstance(message, (JSONRPCResponse, JSONRPCError)) and message.id is not None:
+                self._in_flight.discard(str(message.id))
+
+    async def aclose(self) -> None:
+        await self._write.aclose()
+
+    async def __aenter__(self) -> _SseAnswers:
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.aclose()
+
+
 #: The first event of an SSE stream names the session: `data: /messages/?session_id=<hex>`.
 _SSE_SESSION_ID = re.compile(rb"session_id=([0-9a-fA-F]+)")
 
@@ -304,7 +390,8 @@ def sse_routes(
 
             try:
                 async with transport.connect_sse(scope, receive, watch) as (read, write):
-                    await server.run(read, write, server.create_initialization_options())
+                    guard = SseRequestIds(read, write)
+                    await server.run(guard, guard.writer, server.create_initialization_options())
             finally:
                 if announced:
                     gateway.close_session(SSE_SESSION_PREFIX + announced[0])

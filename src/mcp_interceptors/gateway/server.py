@@ -388,7 +388,13 @@ class Gateway:
         if len(down) == len(conns):
             for conn in conns.values():
                 conn.close()  # all the session's own: a shared connection is never counted down here
-            raise down[0]
+            if len(down) == 1:
+                raise down[0]
+            # Every one: naming only the first said a call to another upstream's tool failed on that one.
+            names = list(conns)
+            reasons = "; ".join(exc.message for exc in down)
+            message = f"no upstream session could be opened: {reasons}"
+            raise UpstreamUnavailableError(CONNECTION_CLOSED, message, {"upstreams": names})
         return conns
 
     def upstream_connections(self) -> list[tuple[str, bool]]:

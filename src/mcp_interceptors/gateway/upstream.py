@@ -473,7 +473,9 @@ class UpstreamConnection:
                         self._last_error = self._explain(describe_exception(exc), _innermost(exc))
                         if not started and not retry_start:
                             raise UpstreamUnavailableError(
-                                CONNECTION_CLOSED, f"{self.role} {self.name!r} failed to start: {self._last_error}"
+                                CONNECTION_CLOSED,
+                                f"{self.role} {self.name!r} failed to start: {self._last_error}",
+                                {"upstream": self.name},
                             ) from exc
                     finally:
                         self._mark_down()

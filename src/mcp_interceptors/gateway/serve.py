@@ -189,14 +189,16 @@ class RequestIdGuard:
     an answer that had nowhere to go (an id of 1 and one of "1" collide there too, so both count as one).
 
     A session is its `Mcp-Session-Id` together with the request's `Authorization`: a caller naming
-    someone else's session learns nothing here, and gets mcp's own answer for that session.
+    someone else's session learns nothing here, and gets mcp's own answer for that session. An id is in
+    flight until mcp has finished with its request; a request reusing one whose answer is already out (its
+    client may send the next at once) waits for that, briefly, instead of being refused.
     """
 
     def __init__(self, app: Any, path: str, max_body: int) -> None:
         self.app = app
         self.path = path.rstrip("/")
         self.max_body = max_body
-        self.in_flight: set[tuple[bytes, bytes, str]] = set()
+        self.in_flight: dict[tuple[bytes, bytes, str], _InFlight] = {}
 
     async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
         headers = dict(scope.get("headers") or []) if scope.get("type") == "http" else {}
@@ -210,16 +212,41 @@ class RequestIdGuard:
             await self.app(scope, replay or _replaying(body, receive), send)
             return
         key = (session, headers.get(b"authorization", b""), str(request_id))
-        if key in self.in_flight:
+        held = self.in_flight.get(key)
+        if held is not None and held.answered:
+            with anyio.move_on_after(_ANSWERED_GRACE_S):  # answered: mcp is closing its stream
+                await held.done.wait()
+            held = self.in_flight.get(key)
+        if held is not None:
             message = "Invalid Request: id already in use by a request in flight"
             refused = error_response(request_id, INVALID_REQUEST, message, {"field": "id"})
             await _json_response(400, refused)(scope, receive, send)
             return
-        self.in_flight.add(key)
+        self.in_flight[key] = entry = _InFlight()
+
+        async def sending(message: Any) -> None:
+            if message.get("type") == "http.response.body" and not message.get("more_body", False):
+                entry.answered = True  # before the last bytes go out: the client cannot send the next sooner
+            await send(message)
+
         try:
-            await self.app(scope, _replaying(body, receive), send)
+            await self.app(scope, _replaying(body, receive), sending)
         finally:
-            self.in_flight.discard(key)
+            if self.in_flight.get(key) is entry:
+                del self.in_flight[key]
+            entry.done.set()
+
+
+#: How long a request reusing an answered request's id waits for mcp to be done with that one.
+_ANSWERED_GRACE_S = 2.0
+
+
+class _InFlight:
+    """A request holding its id: whether its answer is all sent, and when mcp is done with it."""
+
+    def __init__(self) -> None:
+        self.answered = False
+        self.done = anyio.Event()
 
 
 async def _read_body(receive: Any, limit: int) -> tuple[bytes, Any]:

@@ -1,0 +1,92 @@
+"""`RequestIdGuard` (gateway/serve.py): a handshake-era request reusing an id in flight is refused, and an id
+is free for the client's next request as soon as its answer is out."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import anyio
+import orjson
+import pytest
+
+from mcp_interceptors.gateway.serve import RequestIdGuard
+
+pytestmark = pytest.mark.anyio
+
+
+@pytest.fixture
+def anyio_backend() -> str:
+    return "asyncio"
+
+
+class SlowToFinish:
+    """An ASGI app that answers each POST at once, then takes until `finish` is set to return (mcp closing
+    the request's stream after its last bytes went out)."""
+
+    def __init__(self) -> None:
+        self.finish = anyio.Event()
+        self.served: list[Any] = []
+
+    async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
+        message = await receive()
+        self.served.append(orjson.loads(message["body"])["id"])
+        await send({"type": "http.response.start", "status": 200, "headers": []})
+        await send({"type": "http.response.body", "body": b"answer", "more_body": False})
+        await self.finish.wait()
+
+
+async def post(guard: RequestIdGuard, request_id: Any) -> list[Any]:
+    scope = {"type": "http", "method": "POST", "path": "/mcp", "headers": [(b"mcp-session-id", b"s1")]}
+    body = orjson.dumps({"jsonrpc": "2.0", "id": request_id, "method": "tools/call", "params": {}})
+    sent: list[Any] = []
+
+    async def receive() -> Any:
+        return {"type": "http.request", "body": body, "more_body": False}
+
+    async def send(message: Any) -> None:
+        sent.append(message)
+
+    await guard(scope, receive, send)
+    return sent
+
+
+async def test_an_answered_requests_id_may_be_used_again_while_mcp_finishes_with_it() -> None:
+    """The client has the answer and sends its next request with the same id: it was refused (-32600) when it
+    came before mcp had returned from the first, a race a client cannot see."""
+    app = SlowToFinish()
+    guard = RequestIdGuard(app, "/mcp", 1 << 20)
+    with anyio.fail_after(5):
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(post, guard, 7)
+            while not app.served:
+                await anyio.lowlevel.checkpoint()
+            tg.start_soon(post, guard, 7)  # the answer to the first is out: this one waits, it is not refused
+            for _ in range(10):
+                await anyio.lowlevel.checkpoint()
+            assert app.served == [7]
+            app.finish.set()
+    assert app.served == [7, 7]
+
+
+async def test_a_request_reusing_an_unanswered_id_is_refused() -> None:
+    answered = anyio.Event()
+
+    async def holding(scope: Any, receive: Any, send: Any) -> None:
+        await receive()
+        await answered.wait()
+        await send({"type": "http.response.start", "status": 200, "headers": []})
+        await send({"type": "http.response.body", "body": b"answer", "more_body": False})
+
+    guard = RequestIdGuard(holding, "/mcp", 1 << 20)
+    with anyio.fail_after(5):
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(post, guard, 7)
+            await anyio.wait_all_tasks_blocked()
+            refused = await post(guard, "7")  # 7 and "7" are one id to mcp
+            answered.set()
+    assert refused[0]["status"] == 400
+    assert orjson.loads(refused[1]["body"])["error"] == {
+        "code": -32600,
+        "message": "Invalid Request: id already in use by a request in flight",
+        "data": {"field": "id"},
+    }

@@ -29,7 +29,7 @@ class FakeConnection:
     def __init__(self, name: str, *, up: bool, closed: bool = False) -> None:
         self.name, self.up, self.closed = name, up, closed
 
-    def close(self) -> None:
+    def close(self, why: str = "shutting down") -> None:
         self.closed = True
 
 

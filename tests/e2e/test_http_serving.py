@@ -873,6 +873,42 @@ def text_of_raw(answer: Any) -> str:
     return "".join(part.get("text", "") for part in answer["result"]["content"])
 
 
+async def test_an_idle_connection_outlives_a_clients_own_idle_expiry(write_config: ConfigWriter) -> None:
+    """uvicorn closed an idle connection after 5 s, as httpx gives up on one (its pool's keep-alive expiry):
+    a client sending its next request at that moment had it cut (`httpx2.ReadError`, seen in the gateway
+    benchmark). The gateway keeps idle connections for `http.keep_alive_s` (75 s)."""
+    config = write_config(standard_config())
+    request = b"GET /mcp HTTP/1.1\r\nhost: 127.0.0.1\r\naccept: application/json\r\n\r\n"
+    async with serve(config) as base:
+        port = int(base.rsplit(":", 1)[1])
+        with anyio.fail_after(30):
+            async with await anyio.connect_tcp("127.0.0.1", port) as stream:
+                await stream.send(request)
+                first = await _read_response(stream)
+                await anyio.sleep(6)  # the idle time under test: past httpx's and uvicorn's 5 s
+                await stream.send(request)
+                try:
+                    second = await _read_response(stream)
+                except (anyio.EndOfStream, anyio.BrokenResourceError, OSError):
+                    second = b"(closed by the gateway)"
+    assert first.startswith(b"HTTP/1.1 406 ")
+    assert second == first
+
+
+async def _read_response(stream: anyio.abc.ByteStream) -> bytes:
+    """One HTTP/1.1 response with a `content-length`: its status line and body."""
+    data = b""
+    while b"\r\n\r\n" not in data:
+        data += await stream.receive()
+    head, body = data.split(b"\r\n\r\n", 1)
+    length = next(
+        int(line.split(b":", 1)[1]) for line in head.lower().split(b"\r\n") if line.startswith(b"content-length:")
+    )
+    while len(body) < length:
+        body += await stream.receive()
+    return head.split(b"\r\n", 1)[0] + b"\n" + body
+
+
 async def test_a_handshake_era_request_reusing_an_id_in_flight_is_refused_and_the_first_still_answered(
     write_config: ConfigWriter, tmp_path: Path
 ) -> None:

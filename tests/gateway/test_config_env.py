@@ -329,3 +329,12 @@ def test_an_upstream_that_could_not_start_or_be_named_is_refused_at_load(
         parse_config({"upstreams": {"a": upstream}}, file="gateway.yaml")
     assert error.value.path == path
     assert error.value.fix.startswith(fix)
+
+
+@pytest.mark.parametrize("value", [0, -5, "long", 7.5])
+def test_http_keep_alive_s_must_be_a_positive_whole_number_of_seconds(value: object) -> None:
+    raw = {"upstreams": {"a": {"command": "server"}}, "http": {"keep_alive_s": value}}
+    with pytest.raises(ConfigError) as error:
+        parse_config(raw, file="gateway.yaml")
+    assert error.value.path == "http.keep_alive_s"
+    assert parse_config({**raw, "http": {}}, file="gateway.yaml").http.keep_alive_s == 75

@@ -389,6 +389,14 @@ class HttpConfig(_Model):
     )
     sse: bool = Field(True, description="Also serve the legacy SSE endpoint at /sse.")
     max_body_bytes: Annotated[int, Field(gt=0)] = 4 * 1024 * 1024
+    keep_alive_s: Annotated[int, Field(gt=0)] = Field(
+        75,
+        description=(
+            "How long an idle client connection is kept open for its next request, in seconds. Longer than "
+            "common clients' own idle expiry (httpx 5 s, Node 4 s): at uvicorn's 5 s, an httpx client could "
+            "send its next request on a connection the gateway was closing that moment, and lose it."
+        ),
+    )
     session_idle_s: Annotated[float, Field(gt=0)] = Field(
         1800,
         description="Close a handshake-era session (and its upstream sessions) after this idle time "

@@ -484,6 +484,7 @@ async def serve_http(
         port=port,
         log_level="warning",
         lifespan="on",
+        timeout_keep_alive=gateway.config.http.keep_alive_s,
         timeout_graceful_shutdown=int(_DRAIN_S + _STREAMS_END_S),
     )
     server = _Server(config)

@@ -73,6 +73,13 @@ def error_response(request_id: Any, code: int, message: str, data: Any = None) -
     return {"jsonrpc": "2.0", "id": request_id, "error": error}
 
 
+def id_in_use(request_id: Any) -> Message:
+    """The -32600 answer to a request reusing the id of one still in flight (its cancellation and answer
+    would be ambiguous): every front, stdio, Streamable HTTP and `/sse`, answers it alike."""
+    message = "Invalid Request: id already in use by a request in flight"
+    return error_response(request_id, INVALID_REQUEST, message, {"field": "id"})
+
+
 def too_many_in_flight(limit: int, setting: str | None) -> tuple[str, dict[str, Any]]:
     """The message and `data` of the -32603 refusing a request past a peer's `limit` of requests in flight
     (`setting` names the config key that sets it): the stdio front's and the HTTP front's, alike."""
@@ -288,8 +295,7 @@ class JsonRpcPeer:
         """The error answer to a request we must not start, else None: its id is one still in flight
         (its cancellation and answer would be ambiguous), or the peer has `max_in_flight` in flight."""
         if request_id in self._handlers:
-            message = "Invalid Request: id already in use by a request in flight"
-            return error_response(request_id, INVALID_REQUEST, message, {"field": "id"})
+            return id_in_use(request_id)
         if self._max_in_flight is not None and len(self._handlers) >= self._max_in_flight:
             message, data = too_many_in_flight(self._max_in_flight, self._in_flight_setting)
             return error_response(request_id, INTERNAL_ERROR, message, data)

@@ -30,7 +30,7 @@ from sse_starlette.sse import AppStatus
 
 from mcp_interceptors.gateway.auth import build_auth
 from mcp_interceptors.gateway.config import GatewayConfig, authority, is_loopback
-from mcp_interceptors.gateway.jsonrpc import INVALID_REQUEST, error_response, is_request_id, loads
+from mcp_interceptors.gateway.jsonrpc import id_in_use, is_request_id, loads
 from mcp_interceptors.gateway.metrics import CONTENT_TYPE, GatewayMetrics
 from mcp_interceptors.gateway.server import SSE_SESSION_PREFIX, Gateway
 from mcp_interceptors.gateway.stdio import serve_stdio_fast
@@ -218,9 +218,7 @@ class RequestIdGuard:
                 await held.done.wait()
             held = self.in_flight.get(key)
         if held is not None:
-            message = "Invalid Request: id already in use by a request in flight"
-            refused = error_response(request_id, INVALID_REQUEST, message, {"field": "id"})
-            await _json_response(400, refused)(scope, receive, send)
+            await _json_response(400, id_in_use(request_id))(scope, receive, send)
             return
         self.in_flight[key] = entry = _InFlight()
 
@@ -332,9 +330,7 @@ class SseRequestIds:
             if key not in self.in_flight:
                 self.in_flight.add(key)
                 return item
-            problem = "Invalid Request: id already in use by a request in flight"
-            refused = error_response(message.id, INVALID_REQUEST, problem, {"field": "id"})
-            await self._write.send(SessionMessage(JSONRPCError.model_validate(refused)))
+            await self._write.send(SessionMessage(JSONRPCError.model_validate(id_in_use(message.id))))
 
     async def aclose(self) -> None:
         await self._read.aclose()

@@ -1,4 +1,4 @@
-"""The functions behind `audit tail/show/verify/export/keys`: open a store, print, return an exit code.
+"""The functions behind `audit tail/show/head/verify/export/keys`: open a store, print, return an exit code.
 
 `cli.py` parses arguments and calls these; nothing here parses argv. Exit codes: 0 fine, 1 the audit
 trail failed verification, 2 the store, record or key could not be read.
@@ -14,6 +14,7 @@ from typing import Any, Final, TextIO
 
 import orjson
 
+from mcp_interceptors.audit.anchors import Anchor, HeldReceipt, read_anchors
 from mcp_interceptors.audit.records import AuditError
 from mcp_interceptors.audit.signing import (
     DEFAULT_KEY_PATH,
@@ -152,17 +153,25 @@ def verify(
     *,
     trusted_keys: Sequence[Path] = (),
     key_path: Path | None = DEFAULT_KEY_PATH,
+    anchor_files: Sequence[Path] = (),
     max_findings: int = 20,
     err: TextIO = sys.stderr,
 ) -> int:
-    """Check every hash link, signature and receipt; name the first bad record and why (exit 1)."""
+    """Check every hash link, signature and receipt, and that every record the `anchor_files` name is
+    there with its hash; name the first bad record and why (exit 1)."""
+    anchors: list[Anchor] = []
+    held: list[HeldReceipt] = []
     try:
+        for path in anchor_files:
+            found, receipts = read_anchors(path)
+            anchors.extend(found)
+            held.extend(receipts)
         trusted = _trust_anchors(trusted_keys, key_path)
         source: RecordSource = open_source(target)
     except (AuditError, OSError) as exc:
         return _fail(err, exc)
     try:
-        report = verify_source(source, trusted)
+        report = verify_source(source, trusted, anchors, held)
     except AuditError as exc:  # the store could not be read to the end: nothing was verified
         return _fail(err, exc)
     finally:
@@ -170,6 +179,8 @@ def verify(
     for note in report.notes:
         out.write(f"note: {note}\n")
     counts = f"{report.records} records in {report.segments} segments, {report.receipts} receipts"
+    if anchors:
+        counts += f", {len(anchors)} anchored records"
     first = report.first
     if first is None:
         out.write(f"OK: {counts}\n")
@@ -180,6 +191,40 @@ def verify(
     if len(report.findings) > max_findings:
         out.write(f"  … and {len(report.findings) - max_findings} more\n")
     return EXIT_FAILED
+
+
+def head(target: Target, out: TextIO, *, err: TextIO = sys.stderr) -> int:
+    """Print each segment's newest record as a JSON line `{id, hash, signature, keyId, time}`: kept
+    elsewhere, these lines are anchors for `verify --anchor`, which then detects a trail cut after them."""
+    try:
+        source = open_source(target)
+    except AuditError as exc:
+        return _fail(err, exc)
+    heads: dict[str, tuple[int, dict[str, Any]]] = {}
+    try:
+        for kind, raw in source.iter_snapshot():
+            record = _json_object(raw) if kind == "record" else None
+            seq = record.get("seq") if record is not None else None
+            if record is None or not isinstance(seq, int) or not isinstance(record.get("segment_id"), str):
+                continue  # not a record `verify` accepts; it names it
+            newest = heads.get(record["segment_id"])
+            if newest is None or seq > newest[0]:
+                heads[record["segment_id"]] = (seq, record)
+    except AuditError as exc:
+        return _fail(err, exc)
+    finally:
+        source.close()
+    for _, record in heads.values():
+        body = record.get("body")
+        line = {
+            "id": record.get("id"),
+            "hash": record.get("hash"),
+            "signature": record.get("signature"),
+            "keyId": record.get("key_id"),
+            "time": body.get("time") if isinstance(body, dict) else None,
+        }
+        out.write(orjson.dumps(line).decode() + "\n")
+    return EXIT_OK
 
 
 def export_jsonl(target: Target, out: TextIO, *, err: TextIO = sys.stderr) -> int:

@@ -7,16 +7,17 @@ Works on any `RecordSource` (a live store or a JSONL export); needs the trusted 
 from __future__ import annotations
 
 import json
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import Any
 
 import orjson
 
+from mcp_interceptors.audit.anchors import Anchor, HeldReceipt, check_signatures
 from mcp_interceptors.audit.records import FORMAT_VERSION, GENESIS_HASH, hash_of, record_id_for
 from mcp_interceptors.audit.signing import PublicKey, is_endorsed_by
-from mcp_interceptors.audit.store import RECEIPT_INDEX_COLUMNS, ItemKind, RecordSource
+from mcp_interceptors.audit.store import RECEIPT_INDEX_COLUMNS, ItemKind, RecordSource, split_record_id
 
 
 class Problem(StrEnum):
@@ -328,6 +329,29 @@ class _Walk:
             if record_id not in seen:
                 self.flag(position, record_id, Problem.DELETED, f"the compound receipt of call {call_id} is missing")
 
+    def check_anchors(self, anchors: Iterable[Anchor], position: int) -> None:
+        """Each anchored record must be in the trail with the anchored hash; `position` orders these
+        findings after every stored item."""
+        for anchor in anchors:
+            stored = self.hashes.get(anchor.record_id)
+            if stored is None:
+                segment_id, _ = split_record_id(anchor.record_id) or (anchor.record_id, 0)
+                segment = self.segments.get(segment_id)
+                ends = (
+                    f"its segment ends at seq {segment.expected_seq - 1}"
+                    if segment is not None
+                    else "no record of its segment is left"
+                )
+                detail = (
+                    f"{anchor.origin} names it, but it is missing ({ends}): the trail was cut or the record deleted"
+                )
+                self.flag(position, anchor.record_id, Problem.DELETED, detail)
+            elif stored != anchor.hash:
+                self.flag(
+                    position, anchor.record_id, Problem.EDITED, f"its hash differs from the one {anchor.origin} holds"
+                )
+            position += 1
+
     def result(self) -> tuple[Finding, ...]:
         resolved: list[Finding] = []
         for position, item in sorted(self.findings, key=lambda pair: pair[0]):
@@ -379,10 +403,15 @@ def _signature_ok(key: PublicKey, sealed: Mapping[str, Any]) -> bool:
 
 
 def verify_records(
-    items: Iterable[tuple[ItemKind, bytes]], trusted: Mapping[str, PublicKey] | None = None
+    items: Iterable[tuple[ItemKind, bytes]],
+    trusted: Mapping[str, PublicKey] | None = None,
+    anchors: Sequence[Anchor] = (),
+    held_receipts: Sequence[HeldReceipt] = (),
 ) -> VerifyReport:
     """Check every record (in storage order), then every receipt, as `RecordSource.iter_snapshot` yields
-    them. `trusted=None` trusts the keys of genesis segments on first use."""
+    them, then that every anchor is in the trail (see `anchors.read_anchors`). `trusted=None` trusts the
+    keys of genesis segments on first use. Raises `AnchorError` for an anchor whose signature is not the
+    trail's."""
     walk = _Walk(trusted)
     seen: set[str] = set()
     receipt_count = 0
@@ -404,10 +433,17 @@ def verify_records(
     if not segments_done:
         walk.finish_segments()
     walk.missing_receipts(seen)
+    check_signatures(anchors, held_receipts, walk.known_keys())
+    walk.check_anchors(anchors, position + 1)
     notes = () if trusted is not None else ("no trusted keys given: genesis segment keys were trusted on first use",)
     return VerifyReport(walk.count, len(walk.segments), receipt_count, walk.result(), notes)
 
 
-def verify_source(source: RecordSource, trusted: Mapping[str, PublicKey] | None = None) -> VerifyReport:
+def verify_source(
+    source: RecordSource,
+    trusted: Mapping[str, PublicKey] | None = None,
+    anchors: Sequence[Anchor] = (),
+    held_receipts: Sequence[HeldReceipt] = (),
+) -> VerifyReport:
     """Verify a store or an export from one consistent snapshot."""
-    return verify_records(source.iter_snapshot(index=True), trusted)
+    return verify_records(source.iter_snapshot(index=True), trusted, anchors, held_receipts)

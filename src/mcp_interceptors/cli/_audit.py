@@ -1,4 +1,4 @@
-"""`audit tail|show|verify|export|keys`: read and check the gateway's signed audit trail.
+"""`audit tail|show|head|verify|export|keys`: read and check the gateway's signed audit trail.
 
 The store defaults to the one in `--config FILE` (its `audit.store`), else `.audit/audit.db`.
 """
@@ -38,9 +38,21 @@ def register(subcommands: Any) -> None:
     show.add_argument("record_id", metavar="ID")
     show.set_defaults(handler=run_show)
 
+    head = actions.add_parser("head", help="print each segment's newest record, as anchors to keep elsewhere")
+    common(head)
+    head.set_defaults(handler=run_head)
+
     verify = actions.add_parser("verify", help="check every hash link and signature; name the first bad record")
     common(verify)
     verify.add_argument("--trust", action="append", type=Path, default=[], help="trusted public keys (JSONL)")
+    verify.add_argument(
+        "--anchor",
+        action="append",
+        type=Path,
+        default=[],
+        metavar="FILE",
+        help="records that must be in the trail: `audit head` lines or receipts clients kept (JSON lines)",
+    )
     verify.set_defaults(handler=run_verify)
 
     export = actions.add_parser("export", help="write the records and receipts as JSON lines")
@@ -117,7 +129,14 @@ def run_verify(args: argparse.Namespace) -> int:
         # quietly fall back to trusting the store's own keys.
         sys.stderr.write(f"mcp-interceptors audit: error: audit key file {key_file} does not exist\n")
         return commands.EXIT_ERROR
-    return commands.verify(store, sys.stdout, trusted_keys=args.trust, key_path=key_file, err=_AuditStderr())
+    return commands.verify(
+        store, sys.stdout, trusted_keys=args.trust, key_path=key_file, anchor_files=args.anchor, err=_AuditStderr()
+    )
+
+
+def run_head(args: argparse.Namespace) -> int:
+    store, _ = _locations(args)
+    return commands.head(store, sys.stdout, err=_AuditStderr())
 
 
 def run_export(args: argparse.Namespace) -> int:

@@ -5,11 +5,14 @@ mcp 2.3 has the tasks types but no server for them, so this one is hand-made: it
 2026-07-28, answers a task-augmented `tools/call` with a `CreateTaskResult` (the call has run by
 then: the task is `completed`), and serves `tasks/get`, `tasks/result`, `tasks/list` and
 `tasks/cancel`. Its `leak` tool answers with a credential, so a guard that never sees the result of
-`tasks/result` lets it through. `calls` counts the tool calls that reached it.
+`tasks/result` lets it through. `calls` counts the tool calls that reached it; `client_capabilities`
+shows what the client was presented as; `sample_as_task` asks the client for a task-augmented
+`sampling/createMessage` (server-to-client tasks) and answers with what came back.
 """
 
 from __future__ import annotations
 
+import json
 import sys
 import uuid
 from collections.abc import Sequence
@@ -20,8 +23,16 @@ from mcp import MCPError
 from mcp.server import ServerRequestContext
 from mcp.server.context import CallNext, HandlerResult
 from mcp.server.extension import Extension, MethodBinding
-from mcp.server.mcpserver import MCPServer
-from mcp_types import RequestParams
+from mcp.server.mcpserver import Context, MCPServer
+from mcp_types import (
+    CreateMessageRequest,
+    CreateMessageRequestParams,
+    CreateMessageResult,
+    RequestParams,
+    SamplingMessage,
+    TaskMetadata,
+    TextContent,
+)
 from pydantic import BaseModel, ConfigDict
 
 TASKS_EXTENSION = "io.modelcontextprotocol/tasks"
@@ -85,6 +96,23 @@ async def leak() -> str:
 @server.tool(description="How many tool calls reached this server (this one excluded).")
 async def calls() -> str:
     return str(len(CALLS))
+
+
+@server.tool(description="The capabilities the client was presented to this server with, as JSON.")
+async def client_capabilities(ctx: Context) -> str:
+    capabilities = ctx.client_capabilities
+    return json.dumps(capabilities.model_dump(by_alias=True, exclude_none=True) if capabilities else {})
+
+
+@server.tool(description="Ask the client for a task-augmented sampling/createMessage; answer with what came back.")
+async def sample_as_task(ctx: Context) -> str:
+    message = SamplingMessage(role="user", content=TextContent(type="text", text="hello"))
+    params = CreateMessageRequestParams(messages=[message], max_tokens=5, task=TaskMetadata(ttl=60000))
+    try:
+        answer = await ctx.session.send_request(CreateMessageRequest(params=params), CreateMessageResult)
+    except MCPError as exc:
+        return json.dumps({"error": {"code": exc.error.code, "message": exc.error.message, "data": exc.error.data}})
+    return json.dumps({"result": answer.model_dump(by_alias=True, exclude_none=True, mode="json")})
 
 
 async def tasks_support(ctx: ServerRequestContext[Any, Any], call_next: CallNext) -> HandlerResult:

@@ -16,7 +16,7 @@ import json
 import sys
 import uuid
 from collections.abc import Sequence
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from typing import Any
 
 from mcp import MCPError
@@ -119,7 +119,7 @@ async def tasks_support(ctx: ServerRequestContext[Any, Any], call_next: CallNext
     raw = ctx.params or {}
     if ctx.method == "tools/call" and isinstance(raw.get("task"), dict):
         result = _as_dict(await call_next(ctx))
-        now = datetime.now(timezone.utc).isoformat()
+        now = datetime.now(UTC).isoformat()
         task = {"taskId": uuid.uuid4().hex, "status": "completed", "createdAt": now, "lastUpdatedAt": now}
         TASKS[task["taskId"]] = ({**task, "ttl": None}, result)
         return {"task": {**task, "ttl": None}}

@@ -6,8 +6,9 @@ mcp 2.3 has the tasks types but no server for them, so this one is hand-made: it
 then: the task is `completed`), and serves `tasks/get`, `tasks/result`, `tasks/list` and
 `tasks/cancel`. Its `leak` tool answers with a credential, so a guard that never sees the result of
 `tasks/result` lets it through. `calls` counts the tool calls that reached it; `client_capabilities`
-shows what the client was presented as; `sample_as_task` asks the client for a task-augmented
-`sampling/createMessage` (server-to-client tasks) and answers with what came back.
+shows what the client was presented as; `report_status` sends a `notifications/tasks/status`;
+`sample_as_task` asks the client for a task-augmented `sampling/createMessage` (server-to-client
+tasks) and answers with what came back.
 """
 
 from __future__ import annotations
@@ -31,6 +32,8 @@ from mcp_types import (
     RequestParams,
     SamplingMessage,
     TaskMetadata,
+    TaskStatusNotification,
+    TaskStatusNotificationParams,
     TextContent,
 )
 from pydantic import BaseModel, ConfigDict
@@ -113,6 +116,17 @@ async def sample_as_task(ctx: Context) -> str:
     except MCPError as exc:
         return json.dumps({"error": {"code": exc.error.code, "message": exc.error.message, "data": exc.error.data}})
     return json.dumps({"result": answer.model_dump(by_alias=True, exclude_none=True, mode="json")})
+
+
+@server.tool(description="Send a task's status (its message leaks), then a log line, then answer.")
+async def report_status(ctx: Context) -> str:
+    now = datetime.now(UTC).isoformat()
+    status = TaskStatusNotificationParams(
+        task_id="t1", status="working", status_message=LEAK, created_at=now, last_updated_at=now, ttl=None
+    )
+    await ctx.session.send_notification(TaskStatusNotification(params=status), related_request_id=ctx.request_id)
+    await ctx.info("status sent", logger_name="tasks")
+    return "reported"
 
 
 async def tasks_support(ctx: ServerRequestContext[Any, Any], call_next: CallNext) -> HandlerResult:

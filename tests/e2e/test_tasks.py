@@ -40,6 +40,8 @@ class RawClient:
         self.dispatcher = dispatcher
         self.era = era
         self.asked: list[tuple[str, Any]] = []
+        self.notified: list[tuple[str, Any]] = []
+        self.logged = anyio.Event()
         self.capabilities: dict[str, Any] = {}
 
     async def request(self, method: str, params: dict[str, Any] | None = None) -> dict[str, Any]:
@@ -83,11 +85,13 @@ async def raw_gateway(transport: str, config: Path, era: str) -> AsyncIterator[R
             client.asked.append((method, params))
             return SAMPLED
 
-        async def ignore(dctx: Any, method: str, params: Any) -> None:
-            return None
+        async def note(dctx: Any, method: str, params: Any) -> None:
+            client.notified.append((method, params))
+            if method == "notifications/message":
+                client.logged.set()
 
         tg = await stack.enter_async_context(anyio.create_task_group())
-        await tg.start(dispatcher.run, answer, ignore)
+        await tg.start(dispatcher.run, answer, note)
         stack.callback(tg.cancel_scope.cancel)
         if era == "legacy":
             capabilities = {"sampling": {}, "tasks": CLIENT_TASKS}
@@ -154,3 +158,12 @@ async def test_an_upstream_is_offered_no_client_tasks_and_its_task_augmented_req
     assert answered["error"]["code"] == -32602
     assert answered["error"]["data"]["field"] == "task"
     assert client.asked == []
+
+
+async def test_an_upstreams_task_status_notification_is_not_relayed(write_config: ConfigWriter) -> None:
+    """Fixed: `notifications/tasks/status` (its `statusMessage` unscrubbed) reached the client."""
+    with anyio.fail_after(60):
+        async with raw_gateway("stdio", tasks_config(write_config), "legacy") as client:
+            assert await client.call_text("report_status") == "reported"
+            await client.logged.wait()  # sent after the status, which had its chance to arrive first
+    assert [method for method, _ in client.notified] == ["notifications/message"]

@@ -15,10 +15,10 @@ from typing import Any
 
 from mcp import MCPError
 
+from mcp_interceptors.protocol.errors import INVALID_PARAMS, METHOD_NOT_FOUND
+
 #: The 2026-07-28 extension that carries tasks (mcp 2.3 reserves its `resultType: "task"`, serves none of it).
 TASKS_EXTENSION = "io.modelcontextprotocol/tasks"
-METHOD_NOT_FOUND = -32601
-INVALID_PARAMS = -32602
 _TASK_PREFIXES = ("tasks/", "notifications/tasks/")
 
 

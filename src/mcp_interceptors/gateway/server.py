@@ -49,6 +49,7 @@ from mcp_interceptors.gateway.recording import RECEIPT_META_KEY, CallRecord, Leg
 from mcp_interceptors.gateway.routing import CALLS, LISTS, Catalog
 from mcp_interceptors.gateway.scrub import Scrubber
 from mcp_interceptors.gateway.session import STDIO_SESSION_KEY, DownstreamSession, Era
+from mcp_interceptors.gateway.tasks import without_tasks
 from mcp_interceptors.gateway.upstream import GATEWAY_CLIENT_INFO, UpstreamConnection, UpstreamUnavailableError
 from mcp_interceptors.host import parse_invoke_params
 
@@ -721,7 +722,8 @@ class Gateway:
             capabilities["experimental"] = {**(capabilities.get("experimental") or {}), EXTENSION_ID: settings}
         else:
             capabilities["extensions"] = {**(capabilities.get("extensions") or {}), EXTENSION_ID: settings}
-        result["capabilities"] = capabilities
+        # Never tasks, whatever an upstream advertises: the gateway refuses them (gateway/tasks.py).
+        result["capabilities"] = without_tasks(capabilities)
         if only is not None and only.instructions:
             result["instructions"] = only.instructions
 

@@ -34,6 +34,7 @@ from mcp_interceptors.gateway.routing import (
     advertised_keys,
     build_catalog,
 )
+from mcp_interceptors.gateway.tasks import task_refusal
 from mcp_interceptors.gateway.upstream import ENVELOPE_KEYS, UpstreamConnection, UpstreamUnavailableError, first_error
 from mcp_interceptors.protocol.errors import InterceptorsError
 from mcp_interceptors.protocol.invoke import InvocationContext, Principal, now_iso
@@ -166,6 +167,8 @@ class DownstreamSession:
     async def _handle(
         self, method: str, params: dict[str, Any] | None, downstream: Downstream, request_id: Any
     ) -> dict[str, Any]:
+        if (refused := task_refusal(method, params)) is not None:
+            raise refused  # before any chain or upstream: a task's result would bypass both
         self.inflight.append(downstream)
         if self.standalone is None:
             self.standalone = downstream

@@ -49,6 +49,7 @@ from mcp_types.version import HANDSHAKE_PROTOCOL_VERSIONS, LATEST_HANDSHAKE_VERS
 from mcp_interceptors.gateway.config import TransportConfig
 from mcp_interceptors.gateway.jsonrpc import stdio_peer
 from mcp_interceptors.gateway.scrub import Scrubber
+from mcp_interceptors.gateway.tasks import is_task_method, task_refusal, without_tasks
 
 logger = logging.getLogger(__name__)
 
@@ -722,7 +723,7 @@ class UpstreamConnection:
     async def _initialize(self, dispatcher: Wire) -> UpstreamInfo:
         params = {
             "protocolVersion": self.client_params.get("protocolVersion", LATEST_HANDSHAKE_VERSION),
-            "capabilities": self.client_params.get("capabilities", DEFAULT_CLIENT_CAPABILITIES),
+            "capabilities": self._client_capabilities(self.client_params.get("capabilities")),
             "clientInfo": self.client_params.get("clientInfo", GATEWAY_CLIENT_INFO),
         }
         if params["protocolVersion"] not in HANDSHAKE_PROTOCOL_VERSIONS:
@@ -754,10 +755,17 @@ class UpstreamConnection:
             meta.setdefault(LOG_LEVEL_META_KEY, self.log_level)
         meta.setdefault(PROTOCOL_VERSION_META_KEY, LATEST_MODERN_VERSION)
         meta.setdefault(CLIENT_INFO_META_KEY, self.client_params.get("clientInfo", GATEWAY_CLIENT_INFO))
-        meta.setdefault(
-            CLIENT_CAPABILITIES_META_KEY, self.client_params.get("capabilities", DEFAULT_CLIENT_CAPABILITIES)
-        )
+        sent = meta.get(CLIENT_CAPABILITIES_META_KEY, self.client_params.get("capabilities"))
+        meta[CLIENT_CAPABILITIES_META_KEY] = self._client_capabilities(sent)
         return meta
+
+    @staticmethod
+    def _client_capabilities(sent: Any) -> Any:
+        """The client capabilities presented upstream (the gateway's if the client sent none), never with tasks:
+        an upstream must not send task-augmented requests, which the gateway refuses (gateway/tasks.py)."""
+        if sent is None:
+            return without_tasks(DEFAULT_CLIENT_CAPABILITIES)
+        return without_tasks(sent) if isinstance(sent, Mapping) else sent  # malformed: the upstream answers it
 
     # ------------------------------------------------------------------ traffic
 
@@ -830,7 +838,7 @@ class UpstreamConnection:
             raise MCPError(-32601, "Method not found", method)  # 2026-07-28 servers send no requests
 
         async def relay(dctx: DispatchContext[Any], method: str, params: Mapping[str, Any] | None) -> None:
-            if method not in ("notifications/progress", "notifications/cancelled"):
+            if method not in ("notifications/progress", "notifications/cancelled") and not is_task_method(method):
                 body = dict(params) if params is not None else None
                 await on_notify(method, body if self.scrubber is None else self.scrubber.notification(method, body))
 
@@ -992,11 +1000,14 @@ class UpstreamConnection:
     async def _on_request(self, dctx: DispatchContext[Any], method: str, params: Mapping[str, Any] | None) -> Any:
         if self.on_request is None:
             raise MCPError(-32601, "Method not found", method)
+        if (refused := task_refusal(method, params)) is not None:
+            raise refused  # a client's task result would reach this upstream ungoverned
         return await self.on_request(method, dict(params) if params is not None else None)
 
     async def _on_notify(self, dctx: DispatchContext[Any], method: str, params: Mapping[str, Any] | None) -> None:
-        # Progress reaches the caller through `on_progress`; cancellation is applied by the dispatcher.
-        if method in ("notifications/progress", "notifications/cancelled"):
+        # Progress reaches the caller through `on_progress`; cancellation is applied by the dispatcher. The
+        # gateway relays no tasks (gateway/tasks.py), so a task's status is about nothing its client asked for.
+        if method in ("notifications/progress", "notifications/cancelled") or is_task_method(method):
             return
         body = dict(params) if params is not None else None
         # A request-scoped notification (a log line, say) goes to the one request waiting for them;

@@ -14,12 +14,17 @@ from collections.abc import Mapping
 from typing import Any
 
 from mcp import MCPError
+from mcp_types import methods as wire_methods
 
 from mcp_interceptors.protocol.errors import INVALID_PARAMS, METHOD_NOT_FOUND
+from mcp_interceptors.protocol.events import CLIENT_INITIATED_EVENTS, SERVER_INITIATED_EVENTS
 
 #: The 2026-07-28 extension that carries tasks (mcp 2.3 reserves its `resultType: "task"`, serves none of it).
 TASKS_EXTENSION = "io.modelcontextprotocol/tasks"
 _TASK_PREFIXES = ("tasks/", "notifications/tasks/")
+#: The spec's requests, either way. A `task` in another method's params is a custom method's own field: unknown
+#: methods pass through untouched.
+_SPEC_REQUESTS = CLIENT_INITIATED_EVENTS | SERVER_INITIATED_EVENTS | wire_methods.SPEC_CLIENT_METHODS
 
 
 def is_task_method(method: str) -> bool:
@@ -31,7 +36,7 @@ def task_refusal(method: str, params: Mapping[str, Any] | None) -> MCPError | No
     """The error answering a request the gateway must not relay because of tasks, or None to relay it."""
     if is_task_method(method):
         return MCPError(METHOD_NOT_FOUND, f"Method not found: {method} (the gateway does not relay MCP tasks)", method)
-    if params is not None and "task" in params:
+    if params is not None and "task" in params and method in _SPEC_REQUESTS:
         return MCPError(
             INVALID_PARAMS,
             f"{method}: task-augmented requests are not supported through the gateway; send it without params.task",

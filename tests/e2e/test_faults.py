@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Any
 
 import anyio
-import httpx
+import httpx2
 import pytest
 from e2e_support import (
     E2E_DIR,
@@ -604,7 +604,7 @@ async def test_a_session_ended_mid_call_cancels_the_call_on_its_http_upstream(wr
     async with (
         running([sys.executable, UPSTREAM, "--http", str(upstream_port)], port=upstream_port, label="HTTP upstream"),
         running(argv, port=gateway_port, env=gateway_env(), label="HTTP gateway"),
-        httpx.AsyncClient(timeout=30) as http,
+        httpx2.AsyncClient(timeout=30) as http,
     ):
         with anyio.fail_after(60):
             opened = await http.post(url, headers=headers, json=message(1, "initialize", hello))

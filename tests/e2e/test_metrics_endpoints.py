@@ -8,7 +8,7 @@ from pathlib import Path
 from typing import Any
 
 import anyio
-import httpx
+import httpx2
 import pytest
 from e2e_support import gateway_env, standard_config, stdio_transport, text_of, unique, write_yaml
 from helpers import cli_argv, free_tcp_port, running, stderr_log
@@ -47,7 +47,7 @@ async def test_http_front_serves_metrics_counting_calls_blocks_and_audit(tmp_pat
         async with running(argv, port=port, env=gateway_env(), label="HTTP gateway"):
             async with Client(f"http://127.0.0.1:{port}/mcp", mode="2026-07-28") as client:
                 await two_calls_and_a_block(client)
-            async with httpx.AsyncClient() as http:
+            async with httpx2.AsyncClient() as http:
                 response = await http.get(f"http://127.0.0.1:{port}/metrics")
                 refused = await http.get(f"http://127.0.0.1:{port}/metrics", headers={"Host": "evil.example"})
     assert response.status_code == 200, response.text
@@ -75,7 +75,7 @@ async def test_http_front_has_no_metrics_unless_asked(tmp_path: Path) -> None:
     port = free_tcp_port()
     argv = cli_argv("gateway", "--config", str(config), "--http", f"127.0.0.1:{port}")
     with anyio.fail_after(60):
-        async with running(argv, port=port, env=gateway_env(), label="HTTP gateway"), httpx.AsyncClient() as http:
+        async with running(argv, port=port, env=gateway_env(), label="HTTP gateway"), httpx2.AsyncClient() as http:
             assert (await http.get(f"http://127.0.0.1:{port}/metrics")).status_code == 404
 
 
@@ -87,7 +87,7 @@ async def test_stdio_gateway_serves_metrics_on_its_listener(tmp_path: Path) -> N
     with anyio.fail_after(60), stderr_log("stdio gateway") as log:
         async with Client(stdio_transport(argv, log, env=gateway_env()), mode="legacy") as client:
             await two_calls_and_a_block(client)
-            async with httpx.AsyncClient() as http:
+            async with httpx2.AsyncClient() as http:
                 response = await http.get(f"http://127.0.0.1:{port}/metrics")
             assert response.status_code == 200, response.text
             scraped = samples(response.text)
@@ -108,7 +108,7 @@ async def test_http_metrics_need_the_fronts_bearer_token(tmp_path: Path) -> None
     url = f"http://127.0.0.1:{port}/metrics"
     with anyio.fail_after(60):
         env = gateway_env({"E2E_TOKEN": "scrape-secret"})
-        async with running(argv, port=port, env=env, label="HTTP gateway"), httpx.AsyncClient() as http:
+        async with running(argv, port=port, env=env, label="HTTP gateway"), httpx2.AsyncClient() as http:
             anonymous = await http.get(url)
             wrong = await http.get(url, headers={"Authorization": "Bearer nope"})
             allowed = await http.get(url, headers={"Authorization": "Bearer scrape-secret"})
@@ -135,7 +135,7 @@ async def test_a_cancelled_call_is_counted_as_cancelled_and_a_listing_names_its_
                     await client.call_tool("wait_started", {"token": token, "wait": 10})
                     tg.cancel_scope.cancel()  # mcp's client sends notifications/cancelled
                 assert text_of(await client.call_tool("was_cancelled", {"token": token, "wait": 10})) == "cancelled"
-            async with httpx.AsyncClient() as http:
+            async with httpx2.AsyncClient() as http:
                 scraped = samples((await http.get(f"http://127.0.0.1:{port}/metrics")).text)
     requests = "mcp_gateway_requests_total"
     assert sample(scraped, requests, upstream="e2e", method="tools/call", outcome="cancelled") == 1
@@ -155,7 +155,7 @@ async def test_a_handshake_era_sessions_own_upstream_restart_is_counted(tmp_path
     port = free_tcp_port()
     argv = cli_argv("gateway", "--config", str(config), "--http", f"127.0.0.1:{port}")
     with anyio.fail_after(60):
-        async with running(argv, port=port, env=gateway_env(), label="HTTP gateway"), httpx.AsyncClient() as http:
+        async with running(argv, port=port, env=gateway_env(), label="HTTP gateway"), httpx2.AsyncClient() as http:
             before = samples((await http.get(f"http://127.0.0.1:{port}/metrics")).text)
             async with Client(f"http://127.0.0.1:{port}/mcp", mode="legacy") as client:
                 first = text_of(await client.call_tool("pid", {}))

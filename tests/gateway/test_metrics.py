@@ -7,7 +7,7 @@ from types import SimpleNamespace
 from typing import Any
 
 import anyio
-import httpx
+import httpx2
 import pytest
 
 from mcp_interceptors import Chain
@@ -199,7 +199,7 @@ async def test_the_listener_serves_the_text_format_and_nothing_else() -> None:
     with anyio.fail_after(10):
         async with anyio.create_task_group() as tg:
             port = await tg.start(serve_metrics, metrics, "127.0.0.1", 0)
-            async with httpx.AsyncClient(base_url=f"http://127.0.0.1:{port}") as http:
+            async with httpx2.AsyncClient(base_url=f"http://127.0.0.1:{port}") as http:
                 scraped = await http.get("/metrics")
                 assert scraped.status_code == 200
                 assert scraped.headers["content-type"].startswith("text/plain; version=")
@@ -235,7 +235,7 @@ async def test_the_listener_bounds_its_connections_and_drops_a_slow_one(monkeypa
                 with pytest.raises((anyio.EndOfStream, anyio.BrokenResourceError)):
                     await stream.receive()
                 await stream.aclose()
-            async with httpx.AsyncClient() as http:  # room again
+            async with httpx2.AsyncClient() as http:  # room again
                 assert (await http.get(f"http://127.0.0.1:{port}/metrics")).status_code == 200
             tg.cancel_scope.cancel()
 
@@ -249,7 +249,7 @@ async def test_a_broken_scrape_does_not_end_the_listener() -> None:
                 await stream.send(b"NOT HTTP\r\n\r\n")
                 with pytest.raises(anyio.EndOfStream):  # h11 refuses it: that connection is closed, alone
                     await stream.receive()
-            async with httpx.AsyncClient() as http:
+            async with httpx2.AsyncClient() as http:
                 assert (await http.get(f"http://127.0.0.1:{port}/metrics")).status_code == 200
             tg.cancel_scope.cancel()
 

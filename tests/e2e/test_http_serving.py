@@ -1203,3 +1203,18 @@ async def test_a_handshake_era_request_without_a_usable_id_is_not_relayed_past_t
             )
     assert sent.status_code == 202
     assert [m for m in sent_upstream(tmp_path) if m.get("method") == "tools/call"] == []
+
+
+async def test_a_get_resuming_with_last_event_id_opens_the_sessions_stream(write_config: ConfigWriter) -> None:
+    """mcp without an event store (the gateway keeps none, and sends no event ids) answered a GET carrying
+    `Last-Event-ID` with nothing: uvicorn sent 500 and logged an error. The header is ignored now, as the
+    TypeScript SDK ignores it without an event store, and the GET opens the session's stream."""
+    config = write_config(standard_config())
+    async with serve(config) as base, httpx2.AsyncClient(timeout=30) as http:
+        url = f"{base}/mcp"
+        headers = await _open_session(http, url, "legacy")
+        stream = {**headers, "accept": "text/event-stream", "last-event-id": "0123"}
+        with anyio.fail_after(30):
+            async with http.stream("GET", url, headers=stream) as response:
+                status, kind = response.status_code, response.headers.get("content-type", "")
+    assert (status, kind.split(";")[0]) == (200, "text/event-stream")

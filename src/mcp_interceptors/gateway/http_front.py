@@ -98,6 +98,8 @@ class SessionRequests:
     send the next at once) waits for that, briefly, instead of being refused. Ids are kept per session and per
     caller (mcp's `authorization_context`): a caller naming someone else's session gets mcp's own 404.
 
+    A GET's `Last-Event-ID` is dropped: the gateway keeps no event store to resume from.
+
     A `DELETE` of the session first ends the session's calls in flight (each answered -32000 on its stream,
     cancelled upstream), then lets mcp end the session: mcp's `terminate` closed their streams empty.
 
@@ -125,6 +127,11 @@ class SessionRequests:
             await self._post(key, scope, receive, send)
         elif scope.get("method") == "DELETE":
             await self._delete(key, scope, receive, send)
+        elif scope.get("method") == "GET" and b"last-event-id" in headers:
+            # mcp, with no event store (the gateway keeps none: it sends no event ids), answered such a GET with
+            # nothing at all (uvicorn: 500, and an error logged). As the TypeScript SDK does, the header is ignored.
+            kept = [(name, value) for name, value in scope["headers"] if name.lower() != b"last-event-id"]
+            await self.app({**scope, "headers": kept}, receive, send)
         else:
             await self.app(scope, receive, send)
 

@@ -9,7 +9,7 @@ import os
 import signal
 import sys
 import time
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import Any
@@ -18,6 +18,7 @@ import anyio
 import anyio.abc
 import httpx2
 import jwt
+import orjson
 import pytest
 from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric import ed25519, rsa
@@ -35,6 +36,8 @@ from helpers import cli_argv, free_tcp_port, http_transport, pid_alive, run_cli,
 from mcp import Client, MCPError
 from mcp.client.sse import sse_client
 from mcp_types import Implementation
+
+from mcp_interceptors.audit import SqliteStore
 
 pytestmark = [pytest.mark.anyio, pytest.mark.e2e]
 
@@ -824,20 +827,31 @@ async def test_requests_of_one_session_past_http_max_requests_in_flight_are_refu
                 await call(3)
                 (tmp_path / "release").touch()
             await call(4)
+    message = "too many requests in flight (the limit is 2); retry when one has ended"
+    if era != "legacy":  # no token: the limit is this client address's
+        message += "; requests without a token count per client address: for a limit of its own, give each client a "
+        message += "token (`auth.tokens`)"
     assert answers[3]["error"] == {
         "code": -32603,
-        "message": "too many requests in flight (the limit is 2); retry when one has ended",
+        "message": message,
         "data": {"reason": "too_many_requests_in_flight", "limit": 2, "setting": "http.max_requests_in_flight"},
     }
     assert [text_of_raw(answers[n]) for n in (1, 2, 4)] == ["held 1", "held 2", "held 4"]
 
 
-async def _open_session(http: httpx2.AsyncClient, url: str, era: str) -> dict[str, str]:
-    """The headers of the session's requests (a handshake-era one opens its session first)."""
+async def _open_session(
+    http: httpx2.AsyncClient, url: str, era: str, extra: dict[str, str] | None = None
+) -> dict[str, str]:
+    """The headers of the session's requests, with `extra` (a handshake-era one opens its session first)."""
     if era != "legacy":
-        return {**ACCEPT, "mcp-protocol-version": "2026-07-28", "mcp-method": "tools/call"}
-    opened = await http.post(url, json=INITIALIZE, headers=ACCEPT)
-    headers = {**ACCEPT, "mcp-session-id": opened.headers["mcp-session-id"], "mcp-protocol-version": "2025-11-25"}
+        return {**ACCEPT, **(extra or {}), "mcp-protocol-version": "2026-07-28", "mcp-method": "tools/call"}
+    opened = await http.post(url, json=INITIALIZE, headers={**ACCEPT, **(extra or {})})
+    headers = {
+        **ACCEPT,
+        **(extra or {}),
+        "mcp-session-id": opened.headers["mcp-session-id"],
+        "mcp-protocol-version": "2025-11-25",
+    }
     await http.post(url, json={"jsonrpc": "2.0", "method": "notifications/initialized"}, headers=headers)
     return headers
 
@@ -1023,3 +1037,184 @@ async def test_a_session_whose_upstream_sessions_all_fail_to_open_names_every_up
         assert (error["code"], error["data"]) == (-32000, {"upstreams": ["a", "b"]})
         assert error["message"].startswith("no upstream session could be opened: upstream 'a' failed to start: ")
         assert "; upstream 'b' failed to start: " in error["message"]
+
+
+async def test_an_unauthenticated_post_naming_a_session_gets_its_401_before_sending_its_body(
+    token_gateway: str,
+) -> None:
+    """The request-id check of handshake-era sessions ran before mcp's auth: a POST naming a session got no 401
+    until its whole body was in (and parsed). Now nothing of an unauthenticated request's body is read."""
+    port = int(token_gateway.rsplit(":", 1)[1])
+    head = (
+        f"POST /mcp HTTP/1.1\r\nhost: 127.0.0.1:{port}\r\ncontent-type: application/json\r\n"
+        "accept: application/json, text/event-stream\r\nmcp-session-id: 0123abcd\r\ncontent-length: 100000\r\n\r\n"
+    )
+    with anyio.fail_after(10):
+        async with await anyio.connect_tcp("127.0.0.1", port) as stream:
+            await stream.send(head.encode() + b'{"jsonrpc": "2.0", "id": 1, ')  # the rest never comes
+            answer = b""
+            while b"\r\n\r\n" not in answer:
+                answer += await stream.receive()
+    status, *headers = answer.split(b"\r\n\r\n")[0].split(b"\r\n")
+    assert status == b"HTTP/1.1 401 Unauthorized"
+    assert any(header.lower().startswith(b"www-authenticate: bearer ") for header in headers)
+
+
+#: `HOLDING_UPSTREAM`, writing every line it reads to the file `$WIRE_LOG` (what the gateway sent it).
+WIRE_LOGGING_UPSTREAM = """
+import os, sys, threading
+original = os.fdopen(os.dup(0), "rb", buffering=0)
+read_end, write_end = os.pipe()
+
+def copy():
+    with open(os.environ["WIRE_LOG"], "ab", buffering=0) as log, os.fdopen(write_end, "wb", buffering=0) as out:
+        for line in original:
+            log.write(line)
+            out.write(line)
+
+os.dup2(read_end, 0)
+threading.Thread(target=copy, daemon=True).start()
+exec(os.environ["HOLDING_UPSTREAM"])
+"""
+
+
+async def until(check: Callable[[], bool]) -> None:
+    """Poll `check` until it holds (another process's files: nothing to wait on); the caller bounds the wait."""
+    while True:
+        if check():
+            return
+        await anyio.sleep(0.05)
+
+
+def wire_logging_upstream(tmp_path: Path) -> dict[str, Any]:
+    env = {"HOLD_DIR": str(tmp_path), "WIRE_LOG": str(tmp_path / "wire.log"), "HOLDING_UPSTREAM": HOLDING_UPSTREAM}
+    return {"command": sys.executable, "args": ["-c", WIRE_LOGGING_UPSTREAM], "env": env}
+
+
+def sent_upstream(tmp_path: Path) -> list[Any]:
+    """The messages the upstream read, in order."""
+    wire = tmp_path / "wire.log"
+    return [json.loads(line) for line in wire.read_bytes().splitlines()] if wire.exists() else []
+
+
+async def test_deleting_a_session_answers_its_call_in_flight_with_an_error_and_cancels_it_upstream(
+    write_config: ConfigWriter, tmp_path: Path
+) -> None:
+    """mcp's `DELETE` closed the streams of the session's calls in flight: their clients got HTTP 200 with no
+    JSON-RPC answer at all. The calls now end first: -32000 naming the ended session on their own streams,
+    `notifications/cancelled` upstream, and a `cancelled` record with that error in the audit trail. Another
+    principal's `DELETE` ends nothing (mcp answers it 404)."""
+    audit = {"enabled": True, "store": str(tmp_path / "audit.db"), "key_file": str(tmp_path / "audit-key")}
+    upstreams = {"slow": wire_logging_upstream(tmp_path)}
+    config = write_config({"upstreams": upstreams, "audit": audit, "auth": {"tokens": ["token-a", "token-b"]}})
+    answers: dict[str, Any] = {}
+    async with serve(config) as base, httpx2.AsyncClient(timeout=60) as http:
+        url = f"{base}/mcp"
+        headers = await _open_session(http, url, "legacy", {"authorization": "Bearer token-a"})
+
+        async def call() -> None:
+            answers["call"] = await _post_tool_call(http, url, "legacy", headers, 7, "hold", {"n": 1})
+
+        with anyio.fail_after(60):
+            async with anyio.create_task_group() as tg:
+                tg.start_soon(call)
+                await until(lambda: (tmp_path / "started-1").exists())
+                refused = await http.delete(url, headers={**headers, "authorization": "Bearer token-b"})
+                listed = await http.post(url, json={"jsonrpc": "2.0", "id": 8, "method": "tools/list"}, headers=headers)
+                deleted = await http.delete(url, headers=headers)
+            await until(lambda: any(m.get("method") == "notifications/cancelled" for m in sent_upstream(tmp_path)))
+    assert (refused.status_code, deleted.status_code) == (404, 200)
+    assert '"result":{"tools":[' in listed.text  # the session went on after the refused DELETE
+    message = "the client ended its session (HTTP DELETE): this request was cancelled"
+    error = {"code": -32000, "message": message, "data": {"reason": "session_ended"}}
+    assert answers["call"] == {"jsonrpc": "2.0", "id": 7, "error": error}
+    (forwarded,) = [m for m in sent_upstream(tmp_path) if m.get("method") == "tools/call"]
+    cancelled = [m["params"] for m in sent_upstream(tmp_path) if m.get("method") == "notifications/cancelled"]
+    assert {"requestId": forwarded["id"], "reason": "caller cancelled"} in cancelled
+    store = SqliteStore(tmp_path / "audit.db", create=False)
+    try:
+        bodies = [orjson.loads(raw)["body"] for _, raw in store.iter_records()]
+    finally:
+        store.close()
+    legs = [(b["phase"], b["decision"], b["status"], b["error"]) for b in bodies if b.get("event") == "tools/call"]
+    assert legs == [
+        ("request", "allow", "success", None),
+        ("response", "error", "cancelled", {"code": -32000, "message": message}),
+    ]
+
+
+async def test_anonymous_2026_clients_at_other_addresses_have_in_flight_budgets_of_their_own(
+    write_config: ConfigWriter, tmp_path: Path
+) -> None:
+    """Every 2026-07-28 request without a token counted against one budget: one client holding
+    `http.max_requests_in_flight` slow calls starved every other client. Each client address now has its own;
+    `X-Forwarded-For` (which uvicorn believed from any loopback client) does not make a new one."""
+    upstream = {"command": sys.executable, "args": ["-c", HOLDING_UPSTREAM], "env": {"HOLD_DIR": str(tmp_path)}}
+    config = write_config({"upstreams": {"slow": upstream}, "http": {"max_requests_in_flight": 2}})
+    answers: dict[str, Any] = {}
+
+    def client(address: str) -> httpx2.AsyncClient:
+        return httpx2.AsyncClient(timeout=60, transport=httpx2.AsyncHTTPTransport(local_address=address))
+
+    async with serve(config) as base, client("127.0.0.1") as first, client("127.0.0.2") as other:
+        url = f"{base}/mcp"
+        headers = await _open_session(first, url, "2026-07-28")
+
+        async def call(label: str, http: httpx2.AsyncClient, n: int, extra: dict[str, str] | None = None) -> None:
+            answers[label] = await _post_tool_call(
+                http, url, "2026-07-28", {**headers, **(extra or {})}, n, "hold", {"n": n}
+            )
+
+        with anyio.fail_after(60):
+            async with anyio.create_task_group() as tg:
+                tg.start_soon(call, "first 1", first, 1)
+                tg.start_soon(call, "first 2", first, 2)
+                await until(lambda: all((tmp_path / f"started-{n}").exists() for n in (1, 2)))
+                await call("spoofed", first, 3, {"x-forwarded-for": "10.9.8.7"})
+                tg.start_soon(call, "other", other, 4)
+                await until(lambda: (tmp_path / "started-4").exists())
+                (tmp_path / "release").touch()
+    assert [text_of_raw(answers[label]) for label in ("first 1", "first 2", "other")] == ["held 1", "held 2", "held 4"]
+    error = answers["spoofed"]["error"]
+    assert (error["code"], error["data"]["setting"]) == (-32603, "http.max_requests_in_flight")
+    assert error["message"].endswith(
+        "requests without a token count per client address: for a limit of its own, give each client a token "
+        "(`auth.tokens`)"
+    )
+
+
+@pytest.mark.parametrize("request_id", [None, 1.5, {"n": 1}, True])
+async def test_a_handshake_era_request_without_a_usable_id_is_not_relayed_past_the_chain(
+    write_config: ConfigWriter, tmp_path: Path, request_id: Any
+) -> None:
+    """mcp reads a request whose id is not a string or an integer as a notification, and the gateway relayed
+    every client notification to the upstreams: such a `tools/call` reached the upstream ungoverned. It is
+    now ignored, as a direct mcp server ignores it (202, nothing runs)."""
+    config = write_config({"upstreams": {"slow": wire_logging_upstream(tmp_path)}})
+    async with serve(config) as base, httpx2.AsyncClient(timeout=60) as http:
+        url = f"{base}/mcp"
+        headers = await _open_session(http, url, "legacy")
+        call = {"jsonrpc": "2.0", "id": request_id, "method": "tools/call", "params": {"name": "hold", "arguments": {}}}
+        with anyio.fail_after(60):
+            sent = await http.post(url, json=call, headers=headers)
+            await http.post(url, json={"jsonrpc": "2.0", "method": "notifications/roots/list_changed"}, headers=headers)
+            await until(
+                lambda: any(m.get("method") == "notifications/roots/list_changed" for m in sent_upstream(tmp_path))
+            )
+    assert sent.status_code == 202
+    assert [m for m in sent_upstream(tmp_path) if m.get("method") == "tools/call"] == []
+
+
+async def test_a_get_resuming_with_last_event_id_opens_the_sessions_stream(write_config: ConfigWriter) -> None:
+    """mcp without an event store (the gateway keeps none, and sends no event ids) answered a GET carrying
+    `Last-Event-ID` with nothing: uvicorn sent 500 and logged an error. The header is ignored now, as the
+    TypeScript SDK ignores it without an event store, and the GET opens the session's stream."""
+    config = write_config(standard_config())
+    async with serve(config) as base, httpx2.AsyncClient(timeout=30) as http:
+        url = f"{base}/mcp"
+        headers = await _open_session(http, url, "legacy")
+        stream = {**headers, "accept": "text/event-stream", "last-event-id": "0123"}
+        with anyio.fail_after(30):
+            async with http.stream("GET", url, headers=stream) as response:
+                status, kind = response.status_code, response.headers.get("content-type", "")
+    assert (status, kind.split(";")[0]) == (200, "text/event-stream")

@@ -416,7 +416,7 @@ class HttpConfig(_Model):
             "How many requests of one session the HTTP front (Streamable HTTP and `/sse`) serves at once: one "
             "more is answered with -32603 (`data.reason: too_many_requests_in_flight`) instead of being queued. "
             "A handshake-era session is its `Mcp-Session-Id` (or `/sse` stream); 2026-07-28 requests, which "
-            "carry no session, count per principal (all unauthenticated ones together)."
+            "carry no session, count per principal, and those without a token per client address."
         ),
     )
     allowed_hosts: list[str] = Field(default_factory=list, description="Extra Host values (DNS rebinding).")

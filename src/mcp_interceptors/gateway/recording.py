@@ -161,16 +161,19 @@ class CallRecord:
         leg = Leg(event=event, phase="response", result=None, payload_in=None)
         await self._submit(leg, intent=None, executed=None, decision="error", error={"code": code, "message": message})
 
-    async def cancelled(self, event: str) -> None:
-        """The client cancelled the call after its request was recorded: a `cancelled` error record closes it,
-        so the trail shows what was started and not finished. Shielded (the caller is being cancelled) and
-        not awaited to durability: nobody is told of it, and the writer commits it within its `max_delay`."""
+    async def cancelled(self, event: str, answered: MCPError | None = None) -> None:
+        """The client cancelled the call after its request was recorded (or ended its session, and was
+        `answered` this error): a `cancelled` error record closes the call, so the trail shows what was started
+        and not finished. Shielded (the caller is being cancelled) and not awaited to durability: the writer
+        commits it within its `max_delay`."""
         if self.writer is None or not self.opened or self.ended or self.closed:
             return
         from mcp_interceptors.audit import AuditWriteError
 
         leg = Leg(event=event, phase="response", result=None, payload_in=None)
         error = {"code": REQUEST_CANCELLED, "message": "Request cancelled"}
+        if answered is not None:
+            error = {"code": answered.code, "message": answered.message}
         with anyio.CancelScope(shield=True), anyio.move_on_after(_CANCEL_RECORD_S):
             try:
                 await self._submit(leg, intent=None, executed=None, decision="error", status="cancelled", error=error)

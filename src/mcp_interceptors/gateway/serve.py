@@ -18,7 +18,6 @@ from typing import Any
 
 import anyio
 import anyio.abc
-import orjson
 import uvicorn
 from mcp.server.auth.settings import AuthSettings
 from mcp.server.stdio import stdio_server
@@ -30,7 +29,8 @@ from sse_starlette.sse import AppStatus
 
 from mcp_interceptors.gateway.auth import build_auth
 from mcp_interceptors.gateway.config import GatewayConfig, authority, is_loopback
-from mcp_interceptors.gateway.jsonrpc import id_in_use, is_request_id, loads
+from mcp_interceptors.gateway.http_front import streamable_http_app
+from mcp_interceptors.gateway.jsonrpc import id_in_use
 from mcp_interceptors.gateway.metrics import CONTENT_TYPE, GatewayMetrics
 from mcp_interceptors.gateway.server import SSE_SESSION_PREFIX, Gateway
 from mcp_interceptors.gateway.stdio import serve_stdio_fast
@@ -129,17 +129,7 @@ def http_app(gateway: Gateway, host: str, port: int, *, insecure_no_auth: bool =
     # call emits a notification first. For the handshake era the flag covers every session of the manager,
     # and it drops the progress, log and sampling/elicitation traffic relayed during a call
     # (docs/benchmarks.md, "JSON responses").
-    app = gateway.server.streamable_http_app(
-        streamable_http_path=config.http.path,
-        max_request_body_size=config.http.max_body_bytes,
-        transport_security=security,
-        host=host,
-        auth=auth_settings,
-        token_verifier=verifier,
-        custom_starlette_routes=routes,
-        session_idle_timeout=config.http.session_idle_s,
-    )
-    return SessionEndWatcher(RequestIdGuard(app, config.http.path, config.http.max_body_bytes), gateway)
+    return streamable_http_app(gateway, security, auth_settings, verifier, routes)
 
 
 def _with_default_ports(entries: list[str]) -> list[str]:
@@ -155,144 +145,6 @@ def _with_default_ports(entries: list[str]) -> list[str]:
         if name and (port == "*" or port in defaults) and name not in entries:
             bare.append(name)
     return entries + bare
-
-
-class SessionEndWatcher:
-    """ASGI wrapper: a successful `DELETE` of a session closes that session's upstream sessions too."""
-
-    def __init__(self, app: Any, gateway: Gateway) -> None:
-        self.app = app
-        self.gateway = gateway
-
-    async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
-        if scope.get("type") != "http" or scope.get("method") != "DELETE":
-            await self.app(scope, receive, send)
-            return
-        session_id = dict(scope.get("headers") or []).get(b"mcp-session-id")
-        status = 0
-
-        async def watch(message: Any) -> None:
-            nonlocal status
-            if message.get("type") == "http.response.start":
-                status = int(message.get("status", 0))
-            await send(message)
-
-        await self.app(scope, receive, watch)
-        if session_id and 200 <= status < 300:
-            self.gateway.close_session(session_id.decode("latin-1"))
-
-
-class RequestIdGuard:
-    """ASGI wrapper: in a handshake-era Streamable HTTP session, a request reusing the id of one still in
-    flight is refused with -32600 (`data: {field: "id"}`), as on stdio. mcp keys each POST's answer stream
-    by `str(id)`, so the second request replaced the first's stream and the first POST waited forever for
-    an answer that had nowhere to go (an id of 1 and one of "1" collide there too, so both count as one).
-
-    A session is its `Mcp-Session-Id` together with the request's `Authorization`: a caller naming
-    someone else's session learns nothing here, and gets mcp's own answer for that session. An id is in
-    flight until mcp has finished with its request; a request reusing one whose answer is already out (its
-    client may send the next at once) waits for that, briefly, instead of being refused.
-    """
-
-    def __init__(self, app: Any, path: str, max_body: int) -> None:
-        self.app = app
-        self.path = path.rstrip("/")
-        self.max_body = max_body
-        self.in_flight: dict[tuple[bytes, bytes, str], _InFlight] = {}
-
-    async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
-        headers = dict(scope.get("headers") or []) if scope.get("type") == "http" else {}
-        session = headers.get(b"mcp-session-id")
-        if session is None or scope.get("method") != "POST" or scope.get("path", "").rstrip("/") != self.path:
-            await self.app(scope, receive, send)
-            return
-        body, replay = await _read_body(receive, self.max_body)
-        request_id = _request_id(body) if replay is None else None
-        if request_id is None:
-            await self.app(scope, replay or _replaying(body, receive), send)
-            return
-        key = (session, headers.get(b"authorization", b""), str(request_id))
-        held = self.in_flight.get(key)
-        if held is not None and held.answered:
-            with anyio.move_on_after(_ANSWERED_GRACE_S):  # answered: mcp is closing its stream
-                await held.done.wait()
-            held = self.in_flight.get(key)
-        if held is not None:
-            await _json_response(400, id_in_use(request_id))(scope, receive, send)
-            return
-        self.in_flight[key] = entry = _InFlight()
-
-        async def sending(message: Any) -> None:
-            if message.get("type") == "http.response.body" and not message.get("more_body", False):
-                entry.answered = True  # before the last bytes go out: the client cannot send the next sooner
-            await send(message)
-
-        try:
-            await self.app(scope, _replaying(body, receive), sending)
-        finally:
-            if self.in_flight.get(key) is entry:
-                del self.in_flight[key]
-            entry.done.set()
-
-
-#: How long a request reusing an answered request's id waits for mcp to be done with that one.
-_ANSWERED_GRACE_S = 2.0
-
-
-class _InFlight:
-    """A request holding its id: whether its answer is all sent, and when mcp is done with it."""
-
-    def __init__(self) -> None:
-        self.answered = False
-        self.done = anyio.Event()
-
-
-async def _read_body(receive: Any, limit: int) -> tuple[bytes, Any]:
-    """The request body, with None; or, past `limit` bytes or on a disconnect, what was read so far and a
-    `receive` that replays it then goes on reading (mcp answers those as it would have)."""
-    chunks: list[bytes] = []
-    size = 0
-    while True:
-        message = await receive()
-        if message.get("type") != "http.request":
-            return b"".join(chunks), _replaying(b"".join(chunks), receive, more=True, first=message)
-        chunk = bytes(message.get("body", b""))
-        chunks.append(chunk)
-        size += len(chunk)
-        if not message.get("more_body", False):
-            return b"".join(chunks), None
-        if size > limit:
-            return b"".join(chunks), _replaying(b"".join(chunks), receive, more=True)
-
-
-def _replaying(body: bytes, receive: Any, *, more: bool = False, first: Any = None) -> Any:
-    """A `receive` that yields `body` first (as one chunk, then `first` if given), then reads on."""
-    queued: list[Any] = [{"type": "http.request", "body": body, "more_body": more}]
-    if first is not None:
-        queued.append(first)
-
-    async def replay() -> Any:
-        return queued.pop(0) if queued else await receive()
-
-    return replay
-
-
-def _request_id(body: bytes) -> Any:
-    """The id of the request `body` holds, else None (a notification, an answer, a bad message: mcp's)."""
-    try:
-        message = loads(body)
-    except ValueError:
-        return None
-    if not isinstance(message, dict) or not isinstance(message.get("method"), str):
-        return None
-    request_id = message.get("id")
-    return request_id if is_request_id(request_id) else None
-
-
-def _json_response(status: int, message: Any) -> Any:
-    from starlette.responses import Response
-
-    return Response(orjson.dumps(message), status_code=status, media_type="application/json")
 
 
 class SseRequestIds:
@@ -481,6 +333,9 @@ async def serve_http(
         log_level="warning",
         lifespan="on",
         timeout_keep_alive=gateway.config.http.keep_alive_s,
+        # A request's address is its connection's: uvicorn would take it from the `X-Forwarded-For` of any
+        # loopback client, and anonymous 2026-07-28 clients each get an in-flight budget per address.
+        proxy_headers=False,
         timeout_graceful_shutdown=int(_DRAIN_S + _STREAMS_END_S),
     )
     server = _Server(config)

@@ -77,6 +77,8 @@ from mcp_interceptors.protocol.invoke import (
 )
 
 logger = logging.getLogger(__name__)
+#: The session of 2026-07-28 requests without a token (see `session_key`).
+ANONYMOUS_SESSION_KEY = "modern:anonymous"
 #: Sessions of the legacy SSE endpoint are keyed by its `session_id` query parameter, so prefixed.
 SSE_SESSION_PREFIX = "sse:"
 
@@ -432,6 +434,15 @@ class Gateway:
         for conn in self.shared.values():
             conn.close()
 
+    def end_session_calls(self, key: str, principal: Principal | None) -> bool:
+        """A handshake-era client ends its session (HTTP `DELETE`): its requests in flight end first, each
+        answered -32000 and cancelled upstream, while their streams are open. Whether any was; nothing ends
+        when the session is not `principal`'s (mcp then answers the `DELETE` 404)."""
+        session = self.sessions.get(key)
+        if session is None or session.era != "legacy" or _owner(session.principal) != _owner(principal):
+            return False
+        return session.end_calls("the client ended its session (HTTP DELETE)")
+
     def close_session(self, key: str, *, why: str | None = None) -> None:
         """End a handshake-era session's upstream sessions, those still opening too: a call waiting for one
         gets -32000 naming it, and `why` (by default: shutting down, or the client ended the session), at once."""
@@ -446,7 +457,11 @@ class Gateway:
     async def middleware(self, ctx: ServerRequestContext[Any, Any], call_next: CallNext) -> HandlerResult:
         method = ctx.method
         if ctx.request_id is None:
-            if method not in ("notifications/cancelled", "notifications/initialized"):
+            if method in wire_methods.SPEC_CLIENT_METHODS:
+                # A request whose id mcp's models cannot read (null, a fraction, an object) comes as a notification:
+                # relayed, a `tools/call` reached the upstream past the chain. A direct server ignores it too.
+                logger.warning("ignored a %s without a usable id (a string or an integer)", method)
+            elif method not in ("notifications/cancelled", "notifications/initialized"):
                 params = dict(ctx.params) if ctx.params is not None else None
                 await self.session_for(ctx).client_notification(method, params)
             return await call_next(ctx)
@@ -460,15 +475,22 @@ class Gateway:
             self._release_a_request_slot(key)
 
     def _http_session_key(self, ctx: ServerRequestContext[Any, Any]) -> str | None:
-        """The session an HTTP request counts against for `http.max_requests_in_flight`: the key of its
-        `DownstreamSession`. None off HTTP (the stdio front counts its own) and for a handshake-era request
-        without a session yet (an `initialize`: `http.max_sessions` bounds those)."""
+        """What an HTTP request counts against for `http.max_requests_in_flight`: the key of its
+        `DownstreamSession`, and for a 2026-07-28 request without a token, the address it came from (those share
+        one session, but one client's slow calls must not use up every other client's budget). None off HTTP
+        (the stdio front counts its own) and for a handshake-era request without a session yet (an
+        `initialize`: `http.max_sessions` bounds those)."""
         if ctx.request is None:
             return None
         era, transport_session = self._era_and_transport_session(ctx)
         if era == "legacy" and transport_session is None:
             return None
-        return session_key(era, transport_session, current_principal())
+        principal = current_principal()
+        key = session_key(era, transport_session, principal)
+        if era != "legacy" and principal is None:
+            peer = ctx.request.client
+            key += f"@{peer.host if peer is not None else 'unknown'}"
+        return key
 
     def _claim_a_request_slot(self, key: str) -> None:
         """Count one more request in flight for session `key`, or refuse it past the limit (as the stdio
@@ -483,7 +505,13 @@ class Gateway:
                     key[:64],
                     limit,
                 )
-            raise MCPError(INTERNAL_ERROR, *too_many_in_flight(limit, "http.max_requests_in_flight"))
+            message, data = too_many_in_flight(limit, "http.max_requests_in_flight")
+            if key.startswith(ANONYMOUS_SESSION_KEY + "@"):
+                message += (
+                    "; requests without a token count per client address: for a limit of its own, give each "
+                    "client a token (`auth.tokens`)"
+                )
+            raise MCPError(INTERNAL_ERROR, message, data)
         self._in_flight[key] = held + 1
 
     def _release_a_request_slot(self, key: str) -> None:
@@ -912,7 +940,7 @@ def session_key(era: Era, transport_session: str | None, principal: Principal | 
     `default` session on stdio); 2026-07-28 requests, which carry none, share one per principal."""
     if era == "legacy":
         return transport_session or STDIO_SESSION_KEY
-    return "modern:" + (f"{principal.type}:{principal.id}" if principal is not None else "anonymous")
+    return f"modern:{principal.type}:{principal.id}" if principal is not None else ANONYMOUS_SESSION_KEY
 
 
 def _owner(principal: Principal | None) -> tuple[str, str | None] | None:

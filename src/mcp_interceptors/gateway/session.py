@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, Any, Literal, NoReturn, Protocol, get_args
 import anyio
 from mcp import MCPError
 from mcp.shared.inbound import mcp_param_headers, x_mcp_header_map
-from mcp_types import SERVER_INFO_META_KEY, LoggingLevel
+from mcp_types import CONNECTION_CLOSED, SERVER_INFO_META_KEY, LoggingLevel
 from mcp_types.methods import CACHEABLE_METHODS
 
 from mcp_interceptors.gateway.auth import current_principal
@@ -102,7 +102,10 @@ class DownstreamSession:
     inflight: list[Downstream] = field(default_factory=list)
     standalone: Downstream | None = None
     last_used: float = 0.0
+    #: Why the client ended the session with calls in flight (`end_calls`): those calls, and any after, answer it.
+    end_reason: str | None = None
     _opening: anyio.Lock = field(default_factory=anyio.Lock)
+    _call_scopes: set[anyio.CancelScope] = field(default_factory=set)
 
     # ------------------------------------------------------------------ upstream sessions
 
@@ -140,10 +143,40 @@ class DownstreamSession:
 
     # ------------------------------------------------------------------ requests from the client
 
+    def end_calls(self, why: str) -> bool:
+        """The client is ending the session: every request in flight is cancelled (an upstream request with
+        `notifications/cancelled`) and answered -32000 with `why`, as is any that comes after. Whether there
+        was any in flight."""
+        self.end_reason = why
+        for scope in self._call_scopes:
+            scope.cancel()
+        return bool(self._call_scopes)
+
+    def _ended_error(self) -> MCPError | None:
+        """What a request of a session `end_calls` ended is answered (None: the session goes on)."""
+        if self.end_reason is None:
+            return None
+        message = f"{self.end_reason}: this request was cancelled"
+        return MCPError(CONNECTION_CLOSED, message, {"reason": "session_ended"})
+
     async def handle(
         self, method: str, params: dict[str, Any] | None, downstream: Downstream, request_id: Any
     ) -> dict[str, Any]:
         """Serve one forwarded request; raises `MCPError` for the client."""
+        if self.end_reason is None:
+            with anyio.CancelScope() as scope:
+                self._call_scopes.add(scope)
+                try:
+                    return await self._measured(method, params, downstream, request_id)
+                finally:
+                    self._call_scopes.discard(scope)
+        ended = self._ended_error()
+        assert ended is not None, "a call's scope ends it without an answer only when `end_calls` cancels it"
+        raise ended
+
+    async def _measured(
+        self, method: str, params: dict[str, Any] | None, downstream: Downstream, request_id: Any
+    ) -> dict[str, Any]:
         metrics = self.gateway.metrics
         if metrics is None:
             return await self._handle(method, params, downstream, request_id)
@@ -228,7 +261,7 @@ class DownstreamSession:
             self.shown_pages.pop(method, None)
             await self._failed(record, method, exc)
         except anyio.get_cancelled_exc_class():
-            await record.cancelled(method)
+            await record.cancelled(method, self._ended_error())
             raise
         pages = self.shown_pages.setdefault(method, {})
         pages[cursor] = advertised_keys(method, result)
@@ -354,7 +387,7 @@ class DownstreamSession:
         except MCPError as exc:
             await self._failed(record, method, exc)
         except anyio.get_cancelled_exc_class():
-            await record.cancelled(method)  # the client gave up on the call: the trail says so
+            await record.cancelled(method, self._ended_error())  # the client gave up on the call: the trail says so
             raise
         return await self._settled(result, record)
 

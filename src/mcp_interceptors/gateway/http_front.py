@@ -1,0 +1,249 @@
+"""The Streamable HTTP endpoint: mcp's session manager behind mcp's bearer auth, with the gateway's own checks of
+a handshake-era session's requests (`SessionRequests`: a reused request id, a `DELETE` with calls in flight)
+between the two, so they only ever see a request mcp's auth let through. `serve.http_app` builds the rest of
+the app around it.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+import anyio
+import orjson
+from mcp.server.auth.middleware.auth_context import AuthContextMiddleware
+from mcp.server.auth.middleware.bearer_auth import (
+    AuthenticatedUser,
+    BearerAuthBackend,
+    RequireAuthMiddleware,
+    authorization_context,
+)
+from mcp.server.auth.provider import TokenVerifier
+from mcp.server.auth.routes import build_resource_metadata_url, create_protected_resource_routes
+from mcp.server.auth.settings import AuthSettings
+from mcp.server.streamable_http_manager import StreamableHTTPASGIApp, StreamableHTTPSessionManager
+from mcp.server.transport_security import TransportSecurityMiddleware, TransportSecuritySettings
+from mcp_types.version import HANDSHAKE_PROTOCOL_VERSIONS
+from starlette.applications import Starlette
+from starlette.middleware import Middleware
+from starlette.middleware.authentication import AuthenticationMiddleware
+from starlette.requests import Request
+from starlette.responses import Response
+from starlette.routing import BaseRoute, Route
+
+from mcp_interceptors.gateway.auth import current_principal
+from mcp_interceptors.gateway.jsonrpc import id_in_use, is_request_id, loads
+
+if TYPE_CHECKING:
+    from mcp_interceptors.gateway.server import Gateway
+
+#: How long a request reusing an answered request's id waits for mcp to be done with that one.
+_ANSWERED_GRACE_S = 2.0
+#: How long a `DELETE` waits for the session's calls it ended to send their error before mcp ends the session
+#: (and with it their streams); recording a cancelled call in the audit trail is bounded well within it.
+_ENDED_CALLS_GRACE_S = 3.0
+
+
+def streamable_http_app(
+    gateway: Gateway,
+    security: TransportSecuritySettings,
+    auth: AuthSettings | None,
+    verifier: TokenVerifier | None,
+    routes: list[BaseRoute],
+) -> Starlette:
+    """`Server.streamable_http_app` assembled from the same public parts, with `SessionRequests` inside the auth
+    check: there, nothing of an unauthenticated request's body is read (it gets its 401 at once), and the
+    checks know who is asking. mcp's own assembly admits nothing between its auth and its transport."""
+    http = gateway.config.http
+    manager = StreamableHTTPSessionManager(
+        app=gateway.server,
+        # `json_response` stays off: see `serve.http_app`.
+        security_settings=security,
+        max_request_body_size=http.max_body_bytes,
+        session_idle_timeout=http.session_idle_s,
+    )
+    endpoint: Any = SessionRequests(StreamableHTTPASGIApp(manager), gateway, security)
+    middleware: list[Middleware] = []
+    extra: list[BaseRoute] = []
+    if auth is not None and verifier is not None:
+        # The verifier checks `aud` itself (see `auth.build_auth`): no resource check here.
+        middleware = [
+            Middleware(AuthenticationMiddleware, backend=BearerAuthBackend(verifier)),
+            Middleware(AuthContextMiddleware),
+        ]
+        metadata = build_resource_metadata_url(auth.resource_server_url) if auth.resource_server_url else None
+        endpoint = RequireAuthMiddleware(endpoint, auth.required_scopes or [], metadata)
+        if auth.resource_server_url:
+            extra = list(
+                create_protected_resource_routes(
+                    resource_url=auth.resource_server_url,
+                    authorization_servers=[auth.issuer_url],
+                    scopes_supported=auth.required_scopes,
+                )
+            )
+    return Starlette(
+        routes=[Route(http.path, endpoint=endpoint), *extra, *routes],
+        middleware=middleware,
+        lifespan=lambda app: manager.run(),
+    )
+
+
+class SessionRequests:
+    """ASGI wrapper of mcp's Streamable HTTP transport for a handshake-era session's requests (those naming an
+    `Mcp-Session-Id`, in a handshake-era version or none), once mcp's auth let them through.
+
+    A POST reusing the id of a request still in flight is refused with -32600 (`data: {field: "id"}`), as on
+    stdio: mcp keys each POST's answer stream by `str(id)`, so the second took over the first's stream and the
+    first POST waited forever (ids `1` and `"1"` collide there too, so both count as one). An id is in flight
+    until mcp has finished with its request; a request reusing one whose answer is already out (its client may
+    send the next at once) waits for that, briefly, instead of being refused. Ids are kept per session and per
+    caller (mcp's `authorization_context`): a caller naming someone else's session gets mcp's own 404.
+
+    A GET's `Last-Event-ID` is dropped: the gateway keeps no event store to resume from.
+
+    A `DELETE` of the session first ends the session's calls in flight (each answered -32000 on its stream,
+    cancelled upstream), then lets mcp end the session: mcp's `terminate` closed their streams empty.
+
+    The body is parsed here and again by mcp: mcp's transport takes the request as ASGI bytes, and by the time
+    mcp hands the parsed request on (the server's middleware) it has already given its id's stream away.
+    """
+
+    def __init__(self, app: Any, gateway: Gateway, security: TransportSecuritySettings) -> None:
+        self.app = app
+        self.gateway = gateway
+        self.checks = TransportSecurityMiddleware(security)
+        self.max_body = gateway.config.http.max_body_bytes
+        #: (session id, caller) -> str(request id) -> that request, while mcp serves it
+        self.in_flight: dict[tuple[str, Any], dict[str, _InFlight]] = {}
+
+    async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
+        headers = dict(scope.get("headers") or []) if scope.get("type") == "http" else {}
+        session = headers.get(b"mcp-session-id")
+        version = headers.get(b"mcp-protocol-version")
+        if session is None or (version is not None and version.decode("latin-1") not in HANDSHAKE_PROTOCOL_VERSIONS):
+            await self.app(scope, receive, send)  # a new session, or a 2026-07-28 request: mcp's alone
+            return
+        key = (session.decode("latin-1"), _caller(scope))
+        if scope.get("method") == "POST":
+            await self._post(key, scope, receive, send)
+        elif scope.get("method") == "DELETE":
+            await self._delete(key, scope, receive, send)
+        elif scope.get("method") == "GET" and b"last-event-id" in headers:
+            # mcp, with no event store (the gateway keeps none: it sends no event ids), answered such a GET with
+            # nothing at all (uvicorn: 500, and an error logged). As the TypeScript SDK does, the header is ignored.
+            kept = [(name, value) for name, value in scope["headers"] if name.lower() != b"last-event-id"]
+            await self.app({**scope, "headers": kept}, receive, send)
+        else:
+            await self.app(scope, receive, send)
+
+    async def _post(self, key: tuple[str, Any], scope: Any, receive: Any, send: Any) -> None:
+        body, replay = await _read_body(receive, self.max_body)
+        request_id = _request_id(body) if replay is None else None
+        if request_id is None:
+            await self.app(scope, replay or _replaying(body, receive), send)
+            return
+        ids = self.in_flight.setdefault(key, {})
+        held = ids.get(str(request_id))
+        if held is not None and held.answered:
+            with anyio.move_on_after(_ANSWERED_GRACE_S):  # answered: mcp is closing its stream
+                await held.done.wait()
+            held = ids.get(str(request_id))
+        if held is not None:
+            await _json_response(400, id_in_use(request_id))(scope, receive, send)
+            return
+        ids[str(request_id)] = entry = _InFlight()
+
+        async def sending(message: Any) -> None:
+            if message.get("type") == "http.response.body" and not message.get("more_body", False):
+                entry.answered = True  # before the last bytes go out: the client cannot send the next sooner
+            await send(message)
+
+        try:
+            await self.app(scope, _replaying(body, receive), sending)
+        finally:
+            if ids.get(str(request_id)) is entry:
+                del ids[str(request_id)]
+            if not ids and self.in_flight.get(key) is ids:
+                del self.in_flight[key]
+            entry.done.set()
+
+    async def _delete(self, key: tuple[str, Any], scope: Any, receive: Any, send: Any) -> None:
+        """End the session's calls (if this caller may end the session), then the session."""
+        session_id = key[0]
+        refused = await self.checks.validate_request(Request(scope, receive))
+        if refused is None and self.gateway.end_session_calls(session_id, current_principal()):
+            with anyio.move_on_after(_ENDED_CALLS_GRACE_S):
+                for entry in list(self.in_flight.get(key, {}).values()):
+                    await entry.done.wait()
+        status = 0
+
+        async def watch(message: Any) -> None:
+            nonlocal status
+            if message.get("type") == "http.response.start":
+                status = int(message.get("status", 0))
+            await send(message)
+
+        await self.app(scope, receive, watch)
+        if 200 <= status < 300:
+            self.gateway.close_session(session_id)
+
+
+class _InFlight:
+    """A request holding its id: whether its answer is all sent, and when mcp is done with it."""
+
+    def __init__(self) -> None:
+        self.answered = False
+        self.done = anyio.Event()
+
+
+def _caller(scope: Any) -> Any:
+    """Who is asking, as mcp tells a session's owner from others (None without auth)."""
+    user = scope.get("user")
+    if not isinstance(user, AuthenticatedUser):
+        return None
+    return tuple(sorted(authorization_context(user).items()))
+
+
+async def _read_body(receive: Any, limit: int) -> tuple[bytes, Any]:
+    """The request body, with None; or, past `limit` bytes or on a disconnect, what was read so far and a
+    `receive` that replays it then goes on reading (mcp answers those as it would have)."""
+    chunks: list[bytes] = []
+    size = 0
+    while True:
+        message = await receive()
+        if message.get("type") != "http.request":
+            return b"".join(chunks), _replaying(b"".join(chunks), receive, more=True, first=message)
+        chunk = bytes(message.get("body", b""))
+        chunks.append(chunk)
+        size += len(chunk)
+        if not message.get("more_body", False):
+            return b"".join(chunks), None
+        if size > limit:
+            return b"".join(chunks), _replaying(b"".join(chunks), receive, more=True)
+
+
+def _replaying(body: bytes, receive: Any, *, more: bool = False, first: Any = None) -> Any:
+    """A `receive` that yields `body` first (as one chunk, then `first` if given), then reads on."""
+    queued: list[Any] = [{"type": "http.request", "body": body, "more_body": more}]
+    if first is not None:
+        queued.append(first)
+
+    async def replay() -> Any:
+        return queued.pop(0) if queued else await receive()
+
+    return replay
+
+
+def _request_id(body: bytes) -> Any:
+    """The id of the request `body` holds, else None (a notification, an answer, a bad message: mcp's)."""
+    try:
+        message = loads(body)
+    except ValueError:
+        return None
+    if not isinstance(message, dict) or not isinstance(message.get("method"), str):
+        return None
+    request_id = message.get("id")
+    return request_id if is_request_id(request_id) else None
+
+
+def _json_response(status: int, message: Any) -> Response:
+    return Response(orjson.dumps(message), status_code=status, media_type="application/json")

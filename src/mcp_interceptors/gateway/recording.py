@@ -127,8 +127,16 @@ class CallRecord:
     async def denied(self, leg: Leg) -> list[AuditReceipt]:
         """A blocked leg: recorded (closing the call) and made durable before the client hears of it."""
         await self._submit(leg, intent=None, executed=None, decision="deny")
-        record: CallRecord | None = self
+        self.closed = True
+        record = self.parent
         while record is not None:
+            if record.opened and not record.ended and record.request is not None:
+                # The call it is embedded in ends with it (its result never reaches the client): closed too,
+                # naming the denied call, so it is not left open in the trail.
+                ends = Leg(record.request.event, "response", None, None)
+                status = leg.result.status if leg.result is not None else "validation_failed"
+                error = {"message": f"its {leg.event} {leg.phase} was denied", "call_id": self.call_id}
+                await record._submit(ends, intent=None, executed=None, decision="deny", status=status, error=error)
             record.closed = True
             record = record.parent
         return await self.settle()

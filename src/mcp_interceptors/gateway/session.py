@@ -756,17 +756,25 @@ class DownstreamSession:
         context = self.context(upstream)
         governor = self.gateway.governor
         record = self.gateway.new_record(context)
-        if method in GOVERNED_EVENTS:
+        governed = method in GOVERNED_EVENTS
+        if governed:
             params = await governor.govern_request(method, params, context, record)
-            sent = {"method": method, "params": _recorded(params)}
-            await record.dispatched(executed=sent, intent=sent)
         target = self.inflight[-1] if self.inflight else self.standalone
         if target is None:
-            raise MCPError(INVALID_REQUEST, "no downstream client is connected to answer " + method)
+            refused = MCPError(INVALID_REQUEST, "no downstream client is connected to answer " + method)
+            if governed:
+                await record.refused(method, refused)  # never sent: recorded as the gateway's refusal, not left open
+            raise refused
+        if governed:
+            sent = {"method": method, "params": _recorded(params)}
+            await record.dispatched(executed=sent, intent=sent)
         try:
             result = await target.request(method, params)
         except MCPError as exc:
             await self._failed(record, method, exc)  # the client's error answer, for the upstream
+        except anyio.get_cancelled_exc_class():
+            await record.cancelled(method)  # the upstream gave up on it, or the gateway is stopping
+            raise
         if method in GOVERNED_EVENTS:
             result = await governor.govern_response(method, result, context, record)
         await record.settle()

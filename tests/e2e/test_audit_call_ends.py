@@ -1,29 +1,45 @@
 """Every call the audit trail opens is closed, and its records cover what was sent (docs/audit.md): a call
 the client cancels in flight gets a `cancelled` error record and its receipt, a payload that has no canonical
 form is refused before it is dispatched, with an error naming the field, and a request's `_meta` is hashed.
+A call the gateway refuses itself (unknown, not advertised, malformed, a task) gets a `refused` denial, and a
+call ended by the denial of a request embedded in it is closed too.
 """
 
 from __future__ import annotations
 
+import sys
 from functools import partial
 from pathlib import Path
 from typing import Any
 
 import anyio
+import mcp_types as types
 import orjson
 import pytest
-from e2e_support import ERAS, ConfigWriter, fresh_gateway, raw_request, text_of, unique, upstream_entry
+from e2e_hosts import FORBIDDEN_QUESTION
+from e2e_support import (
+    E2E_DIR,
+    ERAS,
+    ConfigWriter,
+    Sampler,
+    fresh_gateway,
+    raw_request,
+    text_of,
+    unique,
+    upstream_entry,
+)
 from mcp import MCPError
+from mcp.client import ClientRequestContext
 
 from mcp_interceptors.audit import SqliteStore, payload_hash, verify_source
 
 pytestmark = [pytest.mark.anyio, pytest.mark.e2e]
 
 
-def audited(write_config: ConfigWriter, tmp_path: Path) -> Path:
+def audited(write_config: ConfigWriter, tmp_path: Path, **config: Any) -> Path:
     store, key = tmp_path / "audit.db", tmp_path / "audit-key"
     audit = {"enabled": True, "store": str(store), "key_file": str(key), "receipts": True}
-    return write_config({"upstreams": {"e2e": upstream_entry()}, "audit": audit})
+    return write_config({"upstreams": {"e2e": upstream_entry()}, "audit": audit, **config})
 
 
 def calls(store_path: Path, event: str) -> dict[str, list[dict[str, Any]]]:
@@ -89,7 +105,16 @@ async def test_a_payload_with_no_canonical_form_is_refused_naming_the_field(
     }
     assert stored == "<missing>"  # never dispatched
     recorded = calls(tmp_path / "audit.db", "tools/call")
-    assert all(len(legs) == 2 for legs in recorded.values())  # only the read_note call, opened and closed
+    refused, read = recorded.values()
+    assert [(leg["phase"], leg["decision"], leg["status"], leg["intent_hash"]) for leg in refused] == [
+        ("request", "deny", "refused", None)
+    ]
+    assert (refused[0]["error"]["reason"], refused[0]["error"]["field"]) == (
+        "unrecordable_payload",
+        "params.arguments.n",
+    )
+    assert [leg["decision"] for leg in read] == ["allow", "allow"]
+    assert refused[0]["receipt"] and read[-1]["receipt"]
 
 
 @pytest.mark.parametrize("era", ERAS)
@@ -105,3 +130,124 @@ async def test_a_requests_forwarded_meta_is_part_of_its_recorded_payload(
             await raw_request(client, "tools/call", params)
     (call,) = calls(tmp_path / "audit.db", "tools/call").values()
     assert call[0]["intent_hash"] == payload_hash({"method": "tools/call", "params": params})
+
+
+#: Requests the gateway refuses itself, before dispatching them, and what their record's `error` names.
+REFUSALS: list[tuple[str, dict[str, Any], dict[str, Any]]] = [
+    # Listed by the upstream but hidden from this session by a response mutator: refused after the request
+    # chain ran (advertised equals callable), so its record keeps that chain's interceptors.
+    ("tools/call", {"name": "hidden_tool", "arguments": {}}, {"reason": "not advertised to this session"}),
+    ("tools/call", {"name": "no_such_tool", "arguments": {}}, {"reason": "not advertised to this session"}),
+    ("tools/call", {"name": 5, "arguments": {}}, {"field": "name"}),
+    ("tools/call", {"name": "echo", "arguments": {"text": "x"}, "task": {}}, {"field": "task"}),
+    ("prompts/get", {"name": "no_such_prompt"}, {}),
+    ("resources/read", {"uri": "nowhere://x"}, {}),
+]
+
+
+@pytest.mark.parametrize(("transport", "era"), [("stdio", "legacy"), ("http", "2026-07-28")])
+async def test_a_call_the_gateway_refuses_is_closed_by_a_refused_denial(
+    write_config: ConfigWriter, tmp_path: Path, transport: str, era: str
+) -> None:
+    """A governed call refused by the gateway, not by an interceptor, is one `deny` record with status
+    `refused` and the client's error, closed by its receipt; the trail once had nothing of it, even when its
+    request chain had run."""
+    config = audited(write_config, tmp_path, interceptors={"hosts": [{"module": "e2e_hosts:host"}]})
+    # Over HTTP, a 2026-07-28 request whose name is no string is refused by mcp's transport (-32020: its
+    # Mcp-Name header cannot match), before it reaches the gateway's governed path.
+    refusals = [case for case in REFUSALS if transport == "stdio" or isinstance(case[1].get("name", ""), str)]
+    errors = []
+    with anyio.fail_after(60):
+        async with fresh_gateway(transport, config, era) as client:
+            for method, params, _ in refusals:
+                with pytest.raises(MCPError) as refused:
+                    await raw_request(client, method, params)
+                errors.append(refused.value.error)
+    assert [error.code for error in errors] == [-32602] * len(refusals)
+    recorded = [
+        legs
+        for event in ("tools/call", "prompts/get", "resources/read")
+        for legs in calls(tmp_path / "audit.db", event).values()
+    ]
+    assert len(recorded) == len(refusals)
+    for legs, error, (method, _, named) in zip(recorded, errors, refusals, strict=True):
+        assert [(leg["event"], leg["phase"], leg["decision"], leg["status"]) for leg in legs] == [
+            (method, "request", "deny", "refused")
+        ]
+        assert {key: legs[0]["error"].get(key) for key in ("code", "message", *named)} == {
+            "code": error.code,
+            "message": error.message,
+            **named,
+        }
+        assert legs[0]["receipt"]
+    assert [entry["name"] for entry in recorded[0][0]["interceptors"]] == ["redact-secrets", "deny-tools"]
+
+
+class Asked:
+    """A sampling callback that never answers; `asked` is set once it is called."""
+
+    def __init__(self) -> None:
+        self.asked = anyio.Event()
+
+    async def __call__(self, ctx: ClientRequestContext, params: types.CreateMessageRequestParams) -> Any:
+        self.asked.set()
+        await anyio.sleep_forever()
+
+
+async def test_a_sampling_request_cancelled_while_the_client_answers_is_closed(
+    write_config: ConfigWriter, tmp_path: Path
+) -> None:
+    """A handshake-era upstream's sampling request is a call of its own: when the tool call that made it is
+    cancelled while the client is still answering, the upstream cancels it, and a `cancelled` record closes
+    it (it was once left open)."""
+    config = audited(write_config, tmp_path)
+    sampler = Asked()
+    with anyio.fail_after(60):
+        async with fresh_gateway("stdio", config, "legacy", sampling_callback=sampler) as client:
+            async with anyio.create_task_group() as tg:
+                tg.start_soon(partial(client.call_tool, "ask", {"question": "never answered"}))
+                await sampler.asked.wait()
+                tg.cancel_scope.cancel()
+            # Written once the upstream's cancellation arrives, or as the gateway stops: either way, by the
+            # time the gateway has exited (the writer flushes what is queued).
+            assert text_of(await client.call_tool("echo", {"text": "still serving"})) == "still serving"
+    (sampling,) = calls(tmp_path / "audit.db", "sampling/createMessage").values()
+    assert [(leg["phase"], leg["decision"], leg["status"]) for leg in sampling] == [
+        ("request", "allow", "success"),
+        ("response", "error", "cancelled"),
+    ]
+    assert sampling[-1]["receipt"]
+
+
+@pytest.mark.parametrize(("era", "upstream"), [("2026-07-28", "e2e_upstream.py"), ("legacy", "modern_upstream.py")])
+async def test_a_call_ended_by_its_denied_input_request_is_closed(
+    write_config: ConfigWriter, tmp_path: Path, era: str, upstream: str
+) -> None:
+    """A tool's sampling request inside an `input_required` result (asked of a 2026-07-28 client, or of a
+    handshake-era one through the bridge) is denied: the tool call ends with it, and a `deny` record naming the
+    denied call closes the tool call (its request record was once left open)."""
+    entry = {"command": sys.executable, "args": [str(E2E_DIR / upstream)]}
+    if upstream == "modern_upstream.py":
+        entry["era"] = "2026-07-28"
+    config = audited(
+        write_config,
+        tmp_path,
+        upstreams={"e2e": entry},
+        interceptors={"hosts": [{"module": "e2e_hosts:question_guard"}]},
+    )
+    with anyio.fail_after(60):
+        async with fresh_gateway("stdio", config, era, sampling_callback=Sampler()) as client:
+            with pytest.raises(MCPError) as blocked:
+                await client.call_tool("ask", {"question": FORBIDDEN_QUESTION})
+    assert blocked.value.message == "Blocked by interceptor validation"
+    (sampling,) = calls(tmp_path / "audit.db", "sampling/createMessage").values()
+    (tool,) = calls(tmp_path / "audit.db", "tools/call").values()
+    assert [(leg["phase"], leg["decision"], leg["status"]) for leg in sampling] == [
+        ("request", "deny", "validation_failed")
+    ]
+    assert [(leg["phase"], leg["decision"], leg["status"]) for leg in tool] == [
+        ("request", "allow", "success"),
+        ("response", "deny", "validation_failed"),
+    ]
+    assert tool[-1]["error"]["call_id"] == sampling[0]["call_id"]
+    assert tool[-1]["receipt"]

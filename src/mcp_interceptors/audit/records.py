@@ -25,8 +25,9 @@ FORMAT_VERSION: Final = 1
 GENESIS_HASH: Final = "0" * 64
 
 Decision = Literal["allow", "deny", "error"]
-#: The chain's status; or, after an allowed request, the upstream failed or the client cancelled the call.
-Status = Literal[ChainStatus, "upstream_error", "cancelled"]
+#: The chain's status; or, after an allowed request, the upstream failed or the client cancelled the call;
+#: or the gateway itself refused the call before dispatching it (no interceptor's verdict).
+Status = Literal[ChainStatus, "upstream_error", "cancelled", "refused"]
 RecordKind = Literal["segment", "decision"]
 
 # Per-interceptor keys kept in a record; whole payloads never are (mutators keep a diff instead).

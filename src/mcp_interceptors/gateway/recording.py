@@ -127,8 +127,16 @@ class CallRecord:
     async def denied(self, leg: Leg) -> list[AuditReceipt]:
         """A blocked leg: recorded (closing the call) and made durable before the client hears of it."""
         await self._submit(leg, intent=None, executed=None, decision="deny")
-        record: CallRecord | None = self
+        self.closed = True
+        record = self.parent
         while record is not None:
+            if record.opened and not record.ended and record.request is not None:
+                # The call it is embedded in ends with it (its result never reaches the client): closed too,
+                # naming the denied call, so it is not left open in the trail.
+                ends = Leg(record.request.event, "response", None, None)
+                status = leg.result.status if leg.result is not None else "validation_failed"
+                error = {"message": f"its {leg.event} {leg.phase} was denied", "call_id": self.call_id}
+                await record._submit(ends, intent=None, executed=None, decision="deny", status=status, error=error)
             record.closed = True
             record = record.parent
         return await self.settle()
@@ -160,6 +168,28 @@ class CallRecord:
             return
         leg = Leg(event=event, phase="response", result=None, payload_in=None)
         await self._submit(leg, intent=None, executed=None, decision="error", error={"code": code, "message": message})
+
+    async def refused(self, event: str, exc: MCPError, *, upstream_failed: bool = False) -> None:
+        """The gateway refused the call before dispatching it, and no interceptor's verdict did: one record
+        closes it (`deny`, status `refused`; `error`, status `upstream_error`, when the upstream it needed
+        failed), with the request chain's interceptors if it ran, durable before the client hears of it.
+
+        Nothing is recorded for a call already closed or dispatched: its own records say how it ended.
+        """
+        if self.writer is None or self.opened or self.ended or self.closed:
+            return
+        error: dict[str, Any] = {"code": exc.error.code, "message": exc.error.message}
+        data = exc.error.data
+        if isinstance(data, Mapping):  # only the gateway's own words: an upstream's data may not be recordable
+            error.update({key: data[key] for key in ("reason", "field") if isinstance(data.get(key), str)})
+        decision, status = ("error", "upstream_error") if upstream_failed else ("deny", "refused")
+        leg = self.request or Leg(event, "request", None, None)
+        try:
+            await self._submit(leg, intent=None, executed=None, decision=decision, status=status, error=error)
+        except MCPError:  # the chain's entries hold a payload with no canonical form: recorded without them
+            leg = Leg(event, "request", None, None)
+            await self._submit(leg, intent=None, executed=None, decision=decision, status=status, error=error)
+        await self.settle()
 
     async def cancelled(self, event: str, answered: MCPError | None = None) -> None:
         """The client cancelled the call after its request was recorded (or ended its session, and was

@@ -35,7 +35,13 @@ from mcp_interceptors.gateway.routing import (
     build_catalog,
 )
 from mcp_interceptors.gateway.tasks import task_refusal
-from mcp_interceptors.gateway.upstream import ENVELOPE_KEYS, UpstreamConnection, UpstreamUnavailableError, first_error
+from mcp_interceptors.gateway.upstream import (
+    ENVELOPE_KEYS,
+    UpstreamConnection,
+    UpstreamTimeoutError,
+    UpstreamUnavailableError,
+    first_error,
+)
 from mcp_interceptors.protocol.errors import InterceptorsError
 from mcp_interceptors.protocol.invoke import InvocationContext, Principal, now_iso
 
@@ -201,6 +207,8 @@ class DownstreamSession:
         self, method: str, params: dict[str, Any] | None, downstream: Downstream, request_id: Any
     ) -> dict[str, Any]:
         if (refused := task_refusal(method, params)) is not None:
+            if method in LISTS or method in CALLS or method == "completion/complete":
+                await self._refused(None, method, refused, request_id)  # a governed call: the trail says why not
             raise refused  # before any chain or upstream: a task's result would bypass both
         self.inflight.append(downstream)
         if self.standalone is None:
@@ -229,20 +237,24 @@ class DownstreamSession:
 
     async def _list(self, method: str, params: dict[str, Any] | None, request_id: Any) -> dict[str, Any]:
         """A listing, governed per upstream (so `context.server` names the owner of every item)."""
-        if (params or {}).get("cursor") is not None and (count := len(await self.connections())) > 1:
-            # A merged listing is one page (no `nextCursor`): any cursor is one this gateway never gave.
-            raise MCPError(
-                INVALID_PARAMS,
-                f"Invalid cursor: the listing merged from {count} upstreams has a single page",
-                {"field": "cursor"},
-            )
         governor = self.gateway.governor
         record = self.gateway.new_record(self.context(None, request_id))
-        params = await governor.govern_request(method, params, record.context, record)
-        conns = await self.connections()
-        cursor = (params or {}).get("cursor")
-        sent = {"method": method, "params": _recorded(params)}
-        await record.dispatched(executed=sent, intent=sent)
+        try:
+            if (params or {}).get("cursor") is not None and (count := len(await self.connections())) > 1:
+                # A merged listing is one page (no `nextCursor`): any cursor is one this gateway never gave.
+                raise MCPError(
+                    INVALID_PARAMS,
+                    f"Invalid cursor: the listing merged from {count} upstreams has a single page",
+                    {"field": "cursor"},
+                )
+            params = await governor.govern_request(method, params, record.context, record)
+            conns = await self.connections()
+            cursor = (params or {}).get("cursor")
+            sent = {"method": method, "params": _recorded(params)}
+            await record.dispatched(executed=sent, intent=sent)
+        except MCPError as exc:
+            await self._refused(record, method, exc, request_id)
+            raise
         try:
             if len(conns) == 1:
                 name, conn = next(iter(conns.items()))
@@ -358,27 +370,32 @@ class DownstreamSession:
     ) -> dict[str, Any]:
         governor = self.gateway.governor
         list_method = CALLS[method][0] if method in CALLS else "prompts/list"
-        if self.gateway.config.advertised_equals_callable and list_method not in self.advertised:
-            # What this session is shown comes first: guards learn from listings (schemas, pins).
-            await self.compute_advertised(list_method)
-        route = await self._route(method, params)
-        context = self.context(route.upstream, request_id)
-        record = self.gateway.new_record(context)
+        record: CallRecord | None = None
         try:
-            await self._govern_input_responses(params, context, record)
-        except (MCPError, InterceptorsError) as exc:
-            self._abandon_bridged((params or {}).get("requestState"), exc)  # the answer is refused: so is the call
+            if self.gateway.config.advertised_equals_callable and list_method not in self.advertised:
+                # What this session is shown comes first: guards learn from listings (schemas, pins).
+                await self.compute_advertised(list_method)
+            route = await self._route(method, params)
+            context = self.context(route.upstream, request_id)
+            record = self.gateway.new_record(context)
+            try:
+                await self._govern_input_responses(params, context, record)
+            except (MCPError, InterceptorsError) as exc:
+                self._abandon_bridged((params or {}).get("requestState"), exc)  # the answer is refused: so is the call
+                raise
+            client_params = params  # as sent: what a bridged call's retries must repeat (see `_forward`)
+            params = await governor.govern_request(method, params, context, record)
+            route = await self._route(method, params, check=True)  # policy runs on the final payload
+            conns = await self.connections()
+            upstream_params = _renamed(method, params, route)
+            conn = conns[route.upstream]
+            relay = _relay(downstream, params)
+            sent = {"method": method, "params": _recorded(upstream_params)}
+            approved = {"method": method, "params": _renamed(method, _recorded(params), route)}
+            await record.dispatched(executed=sent, intent=approved)
+        except MCPError as exc:
+            await self._refused(record, method, exc, request_id)
             raise
-        client_params = params  # as sent: what a bridged call's retries must repeat (see `_forward`)
-        params = await governor.govern_request(method, params, context, record)
-        route = await self._route(method, params, check=True)  # policy runs on the final payload
-        conns = await self.connections()
-        upstream_params = _renamed(method, params, route)
-        conn = conns[route.upstream]
-        relay = _relay(downstream, params)
-        sent = {"method": method, "params": _recorded(upstream_params)}
-        approved = {"method": method, "params": _renamed(method, _recorded(params), route)}
-        await record.dispatched(executed=sent, intent=approved)
         try:
             headers = self._param_headers(conn, method, (params or {}).get("name"), upstream_params.get("arguments"))
             result = await self._forward(
@@ -390,6 +407,16 @@ class DownstreamSession:
             await record.cancelled(method, self._ended_error())  # the client gave up on the call: the trail says so
             raise
         return await self._settled(result, record)
+
+    async def _refused(self, record: CallRecord | None, method: str, exc: MCPError, request_id: Any) -> None:
+        """Record a governed request the gateway refused before dispatching it (unknown, not advertised,
+        malformed, a task, an upstream it needed being down), unless a chain's verdict recorded it already."""
+        if record is None:
+            if self.gateway.audit_writer is None:
+                return
+            record = self.gateway.new_record(self.context(None, request_id))
+        upstream_failed = isinstance(exc, (UpstreamUnavailableError, UpstreamTimeoutError))
+        await record.refused(method, self.scrub_error(exc), upstream_failed=upstream_failed)
 
     async def _failed(self, record: CallRecord, method: str, exc: MCPError) -> NoReturn:
         """Record a call's error and raise it, scrubbed (`scrub.errors`) for the trail and the client alike."""
@@ -762,17 +789,25 @@ class DownstreamSession:
         context = self.context(upstream)
         governor = self.gateway.governor
         record = self.gateway.new_record(context)
-        if method in GOVERNED_EVENTS:
+        governed = method in GOVERNED_EVENTS
+        if governed:
             params = await governor.govern_request(method, params, context, record)
-            sent = {"method": method, "params": _recorded(params)}
-            await record.dispatched(executed=sent, intent=sent)
         target = self.inflight[-1] if self.inflight else self.standalone
         if target is None:
-            raise MCPError(INVALID_REQUEST, "no downstream client is connected to answer " + method)
+            refused = MCPError(INVALID_REQUEST, "no downstream client is connected to answer " + method)
+            if governed:
+                await record.refused(method, refused)  # never sent: recorded as the gateway's refusal, not left open
+            raise refused
+        if governed:
+            sent = {"method": method, "params": _recorded(params)}
+            await record.dispatched(executed=sent, intent=sent)
         try:
             result = await target.request(method, params)
         except MCPError as exc:
             await self._failed(record, method, exc)  # the client's error answer, for the upstream
+        except anyio.get_cancelled_exc_class():
+            await record.cancelled(method)  # the upstream gave up on it, or the gateway is stopping
+            raise
         if method in GOVERNED_EVENTS:
             result = await governor.govern_response(method, result, context, record)
         await record.settle()

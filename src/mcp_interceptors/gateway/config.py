@@ -326,7 +326,14 @@ class ScrubConfig(_Model):
     errors: bool = Field(
         True, description="Redact upstream JSON-RPC errors (message, data) and clients' error answers."
     )
-    notifications: bool = Field(True, description="Redact relayed log lines and progress messages.")
+    notifications: bool = Field(
+        True, description="Redact relayed notifications (log lines, progress, updates) but their identifiers."
+    )
+    results: bool = Field(
+        True,
+        description="Redact what results no event covers: completion/complete values, the results of methods"
+        " passed through, an upstream's `instructions`.",
+    )
 
 
 class JwtConfig(_Model):

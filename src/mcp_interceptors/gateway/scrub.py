@@ -1,5 +1,6 @@
-"""[OURS] The operator-level scrub: what no interceptor event carries (JSON-RPC errors, log lines, progress
-messages), redacted with the configured `secrets` and `pii` guards' own scanners and placeholders.
+"""[OURS] The operator-level scrub: what no interceptor event carries (JSON-RPC errors, notifications, the
+results of `completion/complete` and of methods passed through, an upstream's `instructions`), redacted with
+the configured `secrets` and `pii` guards' own scanners and placeholders.
 
 The spec intercepts neither errors nor notifications (§1.2), so this is no event and no chain: the gateway
 (`session`, `upstream`) calls it where it relays those messages. Below it, `guards._scanning` does the work.
@@ -8,8 +9,9 @@ The spec intercepts neither errors nor notifications (§1.2), so this is no even
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any
+from weakref import WeakSet
 
 from mcp import MCPError
 
@@ -17,9 +19,10 @@ if TYPE_CHECKING:
     from mcp_interceptors.gateway.config import GatewayConfig
     from mcp_interceptors.guards._scanning import TextScanner
 
-#: Notifications whose text is scrubbed: log lines (all of `params`) and progress (its `message`).
-LOG_METHOD = "notifications/message"
-PROGRESS_METHOD = "notifications/progress"
+RESOURCE_UPDATED_METHOD = "notifications/resources/updated"
+#: Top-level notification params relayed verbatim: ids the client matches against its own (a progress token,
+#: a request or elicitation id), never text an upstream wrote.
+_IDENTIFIERS = ("progressToken", "requestId", "elicitationId")
 
 
 @dataclass(frozen=True, slots=True)
@@ -29,11 +32,15 @@ class Scrubber:
     scanners: tuple[tuple[TextScanner, str], ...]
     errors: bool = True
     notifications: bool = True
+    results: bool = True
+    #: Errors already scrubbed (or found clean): an error crossing several handlers is scanned once.
+    _clean: WeakSet[MCPError] = field(default_factory=WeakSet, init=False, repr=False, compare=False)
 
     @classmethod
     def from_config(cls, config: GatewayConfig) -> Scrubber | None:
         """None when nothing is to be scrubbed: no `secrets` or `pii` guard, or `scrub` turned off."""
-        if not (config.scrub.errors or config.scrub.notifications):
+        scrub = config.scrub
+        if not (scrub.errors or scrub.notifications or scrub.results):
             return None
         found: list[tuple[TextScanner, str]] = []
         for guard in config.interceptors.guards:
@@ -50,7 +57,7 @@ class Scrubber:
             return None
         # Only strings change: a number stays a number (the pii scanner reads integers as digits).
         scanners = tuple((replace(scanner, integers=False), placeholder) for scanner, placeholder in found)
-        return cls(scanners, config.scrub.errors, config.scrub.notifications)
+        return cls(scanners, scrub.errors, scrub.notifications, scrub.results)
 
     def value(self, value: Any) -> Any:
         """`value` with every finding in its strings replaced; the same object when nothing was found."""
@@ -64,23 +71,32 @@ class Scrubber:
     def error(self, exc: MCPError) -> MCPError:
         """`exc` with its `message` and `data` redacted (code, type and the shape of `data` kept); `exc`
         itself when there is nothing to redact or errors are not scrubbed."""
-        if not self.errors:
+        if not self.errors or exc in self._clean:
             return exc
         message, data = self.value(exc.error.message), self.value(exc.error.data)
-        if message is exc.error.message and data is exc.error.data:
-            return exc
-        return type(exc)(exc.error.code, message, data)
+        scrubbed = exc
+        if message is not exc.error.message or data is not exc.error.data:
+            scrubbed = type(exc)(exc.error.code, message, data)
+        self._clean.add(scrubbed)
+        return scrubbed
 
     def notification(self, method: str, params: Mapping[str, Any] | None) -> Any:
-        """A log line's `params` redacted (its `data` and `logger`), or a progress notification's `message`."""
+        """A relayed notification's `params` with every string redacted but its identifiers, and but the
+        `uri` of a resource update: the client reads the resource by it (a `resources/read` the chain governs),
+        so a redacted one would name nothing."""
         if not self.notifications or params is None:
             return params
-        if method == LOG_METHOD:
-            return self.value(params)
-        if method == PROGRESS_METHOD and isinstance(params.get("message"), str):
-            message = self.value(params["message"])
-            return params if message is params["message"] else {**params, "message": message}
-        return params
+        kept = (*_IDENTIFIERS, "uri") if method == RESOURCE_UPDATED_METHOD else _IDENTIFIERS
+        text = {key: value for key, value in params.items() if key not in kept}
+        scrubbed = self.value(text)
+        if scrubbed is text:
+            return params
+        return {**params, **scrubbed}
+
+    def result(self, result: Any) -> Any:
+        """What a result no event covers carries (`completion/complete`'s, a method's passed through, an
+        upstream's `instructions`), its strings redacted."""
+        return self.value(result) if self.results else result
 
     def progress_relay(self, relay: Any) -> Any:
         """A progress relay (`progress, total, message`) passing the message on scrubbed."""

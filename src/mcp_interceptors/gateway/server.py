@@ -753,7 +753,9 @@ class Gateway:
         # Never tasks, whatever an upstream advertises: the gateway refuses them (gateway/tasks.py).
         result["capabilities"] = without_tasks(capabilities)
         if only is not None and only.instructions:
-            result["instructions"] = only.instructions
+            # No event carries the handshake: the scrub (D18) stands in for the guards.
+            scrubber = self.scrubber
+            result["instructions"] = only.instructions if scrubber is None else scrubber.result(only.instructions)
 
     def _unrelayed_subscribe(self, upstream: str, legacy: bool) -> bool:
         """Whether `upstream`'s `resources.subscribe` would promise the client what the gateway cannot relay.

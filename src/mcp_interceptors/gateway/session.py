@@ -223,12 +223,9 @@ class DownstreamSession:
             else:
                 result = await self._passthrough(method, params, downstream)
         except MCPError as exc:
-            # Calls and listings recorded theirs scrubbed already; the rest (an upstream's error to a method
-            # passed through, a listing fetched to route a call) are scrubbed here.
-            scrubbed = self.scrub_error(exc)
-            if scrubbed is exc:
-                raise
-            raise scrubbed from None
+            # Calls and listings raise theirs scrubbed already (and the scrubber knows them: not scanned again);
+            # the rest (an upstream's error to a method passed through, to `logging/setLevel`) are scrubbed here.
+            _reraise(exc, self.scrub_error(exc))
         finally:
             self.inflight.remove(downstream)
         if self.era == "2026-07-28":
@@ -254,7 +251,6 @@ class DownstreamSession:
             await record.dispatched(executed=sent, intent=sent)
         except MCPError as exc:
             await self._refused(record, method, exc, request_id)
-            raise
         try:
             if len(conns) == 1:
                 name, conn = next(iter(conns.items()))
@@ -395,7 +391,6 @@ class DownstreamSession:
             await record.dispatched(executed=sent, intent=approved)
         except MCPError as exc:
             await self._refused(record, method, exc, request_id)
-            raise
         try:
             headers = self._param_headers(conn, method, (params or {}).get("name"), upstream_params.get("arguments"))
             result = await self._forward(
@@ -408,28 +403,35 @@ class DownstreamSession:
             raise
         return await self._settled(result, record)
 
-    async def _refused(self, record: CallRecord | None, method: str, exc: MCPError, request_id: Any) -> None:
+    async def _refused(self, record: CallRecord | None, method: str, exc: MCPError, request_id: Any) -> NoReturn:
         """Record a governed request the gateway refused before dispatching it (unknown, not advertised,
-        malformed, a task, an upstream it needed being down), unless a chain's verdict recorded it already."""
-        if record is None:
-            if self.gateway.audit_writer is None:
-                return
+        malformed, a task, an upstream it needed being down), unless a chain's verdict recorded it already,
+        and raise it, scrubbed (`scrub.errors`: a listing fetched to route a call may have failed upstream)."""
+        scrubbed = self.scrub_error(exc)
+        if record is None and self.gateway.audit_writer is not None:
             record = self.gateway.new_record(self.context(None, request_id))
-        upstream_failed = isinstance(exc, (UpstreamUnavailableError, UpstreamTimeoutError))
-        await record.refused(method, self.scrub_error(exc), upstream_failed=upstream_failed)
+        if record is not None:
+            upstream_failed = isinstance(exc, (UpstreamUnavailableError, UpstreamTimeoutError))
+            await record.refused(method, scrubbed, upstream_failed=upstream_failed)
+        _reraise(exc, scrubbed)
 
     async def _failed(self, record: CallRecord, method: str, exc: MCPError) -> NoReturn:
         """Record a call's error and raise it, scrubbed (`scrub.errors`) for the trail and the client alike."""
         scrubbed = self.scrub_error(exc)
         await record.failed(method, scrubbed.code, scrubbed.message)
         await record.settle()
-        if scrubbed is exc:
-            raise exc
-        raise scrubbed from None  # the original, chained, would carry what was scrubbed into tracebacks
+        _reraise(exc, scrubbed)
 
     def scrub_error(self, exc: MCPError) -> MCPError:
         scrubber = self.gateway.scrubber
         return exc if scrubber is None else scrubber.error(exc)
+
+    def scrub_result(self, result: dict[str, Any]) -> dict[str, Any]:
+        scrubber = self.gateway.scrubber
+        if scrubber is None:
+            return result
+        scrubbed: dict[str, Any] = scrubber.result(result)
+        return scrubbed
 
     async def _forward(
         self,
@@ -456,6 +458,8 @@ class DownstreamSession:
             )
         for _ in range(MAX_INPUT_ROUNDS):
             if result.get("resultType") != "input_required":
+                if method == "completion/complete":  # no event: no guard sees the values (D18)
+                    result = self.scrub_result(result)
                 return await governor.govern_response(method, result, context, record)
             try:
                 governed = await self._govern_input_requests(result, context, record)
@@ -561,9 +565,10 @@ class DownstreamSession:
             try:
                 answer = await downstream.request(method, params)
             except MCPError as exc:
+                scrubbed = self.scrub_error(exc)
                 if opened is not None:
-                    await answer_record.failed(method, exc.code, exc.message)
-                raise
+                    await answer_record.failed(method, scrubbed.code, scrubbed.message)
+                _reraise(exc, scrubbed)
             if method in GOVERNED_EVENTS:
                 answer = await self.gateway.governor.govern_response(method, answer, context, answer_record)
             answers[key] = answer
@@ -778,9 +783,10 @@ class DownstreamSession:
                 method,
             )
         conn = next(iter(conns.values()))
-        return await conn.request(
+        result = await conn.request(
             method, params, on_progress=_relay(downstream, params), on_notify=downstream.notify_related
         )
+        return self.scrub_result(result)  # no event: no guard sees it (D18)
 
     # ------------------------------------------------------------------ from the upstreams
 
@@ -830,6 +836,13 @@ class DownstreamSession:
             return
         for conn in (await self.connections()).values():
             await conn.notify(method, params)
+
+
+def _reraise(exc: MCPError, scrubbed: MCPError) -> NoReturn:
+    """Raise `scrubbed` in place of `exc`, which is being handled."""
+    if scrubbed is exc:
+        raise exc
+    raise scrubbed from None  # the original, chained, would carry what was scrubbed into tracebacks
 
 
 #: `_meta` keys each connection sets for itself, so they are not part of the payload the audit trail hashes.

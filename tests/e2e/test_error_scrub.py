@@ -1,7 +1,8 @@
 """[OURS] The gateway scrubs what no interceptor sees (docs/guards.md, "What no guard sees"): an upstream's
-JSON-RPC error, its log lines and progress messages, and a client's error answer to an upstream's request
-are redacted with the chain's `secrets` and `pii` scanners, in both eras, over stdio and HTTP upstreams,
-whether the guards redact or deny (an error cannot be blocked). Codes and the shape of `data` are kept.
+JSON-RPC error, its notifications (log lines, progress messages, resource updates, `list_changed`, its own),
+its completion values and `instructions`, and a client's error answer to an upstream's request are redacted
+with the chain's `secrets` and `pii` scanners, in both eras, over stdio and HTTP upstreams, whether the guards
+redact or deny (an error cannot be blocked). Codes, identifiers and the shape of `data` are kept.
 """
 
 from __future__ import annotations
@@ -18,12 +19,15 @@ import pytest
 from e2e_support import E2E_DIR, ERAS, ConfigWriter, fresh_gateway
 from helpers import free_tcp_port, running
 from mcp import MCPError
+from test_tasks import raw_gateway
 
 from mcp_interceptors.audit import SqliteStore
 
 pytestmark = [pytest.mark.anyio, pytest.mark.e2e]
 
 LEAKY = str(E2E_DIR / "leaky_upstream.py")
+#: `leaky_upstream.UPDATED_URI`: an email in it, kept verbatim (the client reads the resource by it).
+UPDATED_URI = "file:///reports/bob@" + "example.com.txt"
 #: What `leaky_upstream.LEAK` becomes through the scrub.
 SCRUBBED = "[REDACTED:aws_access_key] at postgres://app:[REDACTED:generic_secret]@db.internal, ask [REDACTED:email]"
 #: `leaky_upstream.LEAK`, assembled so that this file holds no credential-looking literal.
@@ -121,3 +125,29 @@ async def test_scrub_can_be_turned_off(write_config: ConfigWriter) -> None:
                 await client.call_tool("fail", {}, progress_callback=on_progress)
     assert failed.value.error.message == "boom: " + LEAK_SENT
     assert progress == ["progress: " + LEAK_SENT]
+
+
+@pytest.mark.parametrize("era", ERAS)
+async def test_completion_values_instructions_and_notifications_are_scrubbed(
+    write_config: ConfigWriter, era: str
+) -> None:
+    """None of these is an event: `completion/complete` is not one (§1.2), nor the handshake, nor any
+    notification; the scrub redacts their strings but the identifiers a client matches or uses as sent."""
+    config = write_config(
+        {
+            "upstreams": {"leaky": {"command": sys.executable, "args": [LEAKY]}},
+            "interceptors": {"guards": guards("deny")},
+        }
+    )
+    completion = {"ref": {"type": "ref/prompt", "name": "greet"}, "argument": {"name": "name", "value": "b"}}
+    with anyio.fail_after(60):
+        async with raw_gateway("stdio", config, era) as client:
+            assert await client.call_text("notify") == "notified"
+            completed = await client.request("completion/complete", completion)
+    assert client.opened["instructions"] == "Instructions: " + SCRUBBED
+    assert completed["completion"] == {"values": ["plain", "path/" + SCRUBBED], "total": 2, "hasMore": False}
+    relayed = dict(client.notified)
+    assert relayed["notifications/leaky/status"] == {"status": SCRUBBED, "count": 3}
+    if era == "legacy":  # a 2026-07-28 client hears of resources and listings on its subscriptions/listen stream
+        assert relayed["notifications/resources/updated"] == {"uri": UPDATED_URI, "title": "Updated: " + SCRUBBED}
+        assert relayed["notifications/tools/list_changed"] == {"_meta": {"why": SCRUBBED}}

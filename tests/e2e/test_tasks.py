@@ -43,6 +43,8 @@ class RawClient:
         self.notified: list[tuple[str, Any]] = []
         self.logged = anyio.Event()
         self.capabilities: dict[str, Any] = {}
+        #: The handshake's result (`initialize`, or `server/discover`).
+        self.opened: dict[str, Any] = {}
 
     async def request(self, method: str, params: dict[str, Any] | None = None) -> dict[str, Any]:
         body = dict(params or {})
@@ -102,6 +104,7 @@ async def raw_gateway(transport: str, config: Path, era: str) -> AsyncIterator[R
         else:
             opened = await client.request("server/discover")
         client.capabilities = opened["capabilities"]
+        client.opened = opened
         yield client
 
 

@@ -33,9 +33,18 @@ CONTEXT_PATTERN = (
 
 _GLUED_BEFORE = frozenset("ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789._-/+@$%&")
 _GLUED_AFTER = frozenset("ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789_%")
-_DATE = re.compile(r"^(?:[0-9]{4}[-/.][0-9]{1,2}[-/.][0-9]{1,2}|[0-9]{1,2}[-/.][0-9]{1,2}[-/.][0-9]{2,4})(?:$|[ T])")
-_DOTTED_QUAD = re.compile(r"^[0-9]{1,3}(?:\.[0-9]{1,3}){3}")
-_SSN_SHAPE = re.compile(r"^[0-9]{3}-[0-9]{2}-[0-9]{4}$")
+# Dates, dotted quads and SSN-shaped runs, which the candidate patterns admit: one match for the three.
+_NOT_PHONE_SHAPE = re.compile(
+    r"(?:[0-9]{4}[-/.][0-9]{1,2}[-/.][0-9]{1,2}|[0-9]{1,2}[-/.][0-9]{1,2}[-/.][0-9]{2,4})(?:$|[ T])"
+    r"|[0-9]{1,3}(?:\.[0-9]{1,3}){3}"
+    r"|[0-9]{3}-[0-9]{2}-[0-9]{4}$"
+)
+# `bytes.translate(None, _NOT_DIGITS)` keeps a candidate's ASCII digits, what `[0-9]` matches (in C, where
+# `"".join(re.findall("[0-9]+", ...))` made a list first).
+_NOT_DIGITS = bytes(b for b in range(256) if not 0x30 <= b <= 0x39)
+_DROP_DIGITS = str.maketrans("", "", "0123456789")
+# What the candidate patterns put between digits.
+_PUNCTUATION = " ./()-"
 _NON_SPACE = re.compile(r"\S+")
 _DIGIT_GROUPS = re.compile(r"[0-9]+")
 _MAX_CACHE = 65536
@@ -60,8 +69,8 @@ class PhoneJudge:
         candidate = text[start:end]
         if self._is_phone(candidate, in_context):
             return start, end
-        if " " not in candidate:
-            return None
+        if " " not in candidate or candidate.replace(" ", "").isdigit():
+            return None  # one group, or groups of digits only: `_group_windows` offers nothing to try
         # A number next to another digit group ("415-555-2671 2 items"): try narrower runs of groups.
         for left, right in _group_windows(candidate)[:_MAX_PARSES]:
             if self._is_phone(candidate[left:right], in_context):
@@ -84,19 +93,23 @@ class PhoneJudge:
         return verdict
 
     def _decide(self, candidate: str, in_context: bool) -> bool:
-        digits = "".join(_DIGIT_GROUPS.findall(candidate))
+        digits = candidate.encode("utf-8", "surrogatepass").translate(None, _NOT_DIGITS).decode()
         if not 7 <= len(digits) <= 15:
             return False
+        separators = _separators(candidate)
         if candidate[0] == "+" or candidate.startswith("00"):
-            if [c for c in candidate[1:] if not c.isdigit()] == ["."]:
+            if separators == ("+." if candidate[0] == "+" else "."):
                 return False  # a signed decimal: +35236450.6
             if candidate[0] == "+":
-                return _is_valid_international(digits, candidate)
-            return _is_valid_international(digits[2:], "+" + candidate[2:])
+                return _is_valid_international(digits, "+" + digits if _is_plain(separators[1:]) else candidate)
+            return _is_valid_international(digits[2:], "+" + (digits[2:] if _is_plain(separators) else candidate[2:]))
         formatted = len(digits) != len(candidate)
-        if not (formatted or in_context) or not _has_phone_shape(candidate):
+        if not (formatted or in_context) or not _has_phone_shape(candidate, separators):
             return False
-        return any(shape.is_valid(digits, candidate) for shape in self._shapes)
+        for shape in self._shapes:
+            if shape.is_valid(digits, candidate):
+                return True
+        return False
 
 
 class _NationalShape:
@@ -256,14 +269,27 @@ def _is_glued_after(text: str, end: int) -> bool:
     return char in ".-/:" and end + 1 < len(text) and text[end + 1].isdigit()
 
 
-def _has_phone_shape(candidate: str) -> bool:
+def _separators(candidate: str) -> str:
+    """The candidate's chars that are not digits (`str.isdigit`), in order."""
+    if candidate.isascii():
+        return candidate.translate(_DROP_DIGITS)
+    return "".join(c for c in candidate if not c.isdigit())
+
+
+def _is_plain(separators: str) -> bool:
+    """True when a "+" number's separators after the "+" are the candidate patterns' punctuation only: `parse`
+    then reads it as it reads "+" and the digits alone (nothing is an extension, a letter or a second number),
+    which it parses a third faster."""
+    return not separators.strip(_PUNCTUATION)
+
+
+def _has_phone_shape(candidate: str, separators: str) -> bool:
     """False for dates, decimals, dotted quads and SSN-shaped runs, which the candidate regex admits."""
-    if _DATE.match(candidate) or _DOTTED_QUAD.match(candidate) or _SSN_SHAPE.match(candidate):
+    if _NOT_PHONE_SHAPE.match(candidate):
         return False
-    separators = [c for c in candidate if not c.isdigit()]
     # A lone "." is a decimal; "." mixed with other separators is a table of decimals ("1.520 993 1551")
     # or a timestamp ("06.111111-0400"): dotted numbers use dots only.
-    return separators != ["."] and not ("." in separators and set(separators) & {" ", "-", "/"})
+    return separators != "." and not ("." in separators and (" " in separators or "-" in separators or "/" in separators))
 
 
 def _group_windows(candidate: str) -> list[tuple[int, int]]:

@@ -76,6 +76,16 @@ class ScanText:
         # Encoded at once: every scan reads it (the sets do), and an attribute is cheaper than a property.
         self.data = text.encode("utf-8", "surrogatepass")
 
+    @staticmethod
+    def of(text: str) -> ScanText:
+        """The `ScanText` of `text`, shared with the scan just before when it read the same str (a payload's
+        strings go through the secrets scanner, then the PII scanner)."""
+        last = _last_scanned[0]
+        if last is not None and last.text is text:
+            return last
+        scan = _last_scanned[0] = ScanText(text)
+        return scan
+
     def char_spans(self, byte_spans: list[tuple[int, int]]) -> list[tuple[int, int]]:
         """`byte_spans` (offsets into `data`) as char offsets into `text`.
 
@@ -100,6 +110,10 @@ class ScanText:
             last_byte = end
             char_spans.append((start_char, last_char))
         return char_spans
+
+
+# One slot, replaced whole: a thread reading it holds its own reference, so sharing it needs no lock.
+_last_scanned: list[ScanText | None] = [None]
 
 
 class CompiledPattern:
@@ -156,6 +170,13 @@ class CompiledPattern:
                 while pos < endpos and 0x80 <= data[pos] < 0xC0:
                     pos += 1
         return found if scan.is_ascii or not found else scan.char_spans(found)
+
+
+    def occurs_in(self, scan: ScanText) -> bool:
+        """True when the pattern matches somewhere in the text (one call, no spans converted)."""
+        if self._match is not None:
+            return bool(self._match(_UNANCHORED, scan.data, 0, len(scan.data))[0][0] >= 0)
+        return self._compiled.search(scan.text if self.engine == "re" else scan.data) is not None
 
 
 def _spans_of(matches: Iterator[Any], groups: tuple[int, ...]) -> list[tuple[int, int]]:

@@ -306,7 +306,7 @@ class SecretScanner:
         """Return the credentials found in `text`."""
         if not self._extras and len(text) < _SHORTEST:
             return []
-        scan = ScanText(text)
+        scan = ScanText.of(text)
         rules = self._triggered_rules(scan)
         found: list[tuple[int, int, str]] = []
         for rule, pattern in rules:

@@ -92,3 +92,28 @@ def test_a_number_after_a_phone_keyword_is_judged_once() -> None:
     assert decided.count(("+44 20 7946 0692", False)) + decided.count(("+44 20 7946 0692", True)) == 1
     # A bare run keeps a verdict per context: without a keyword it is no number, after one it is.
     assert PiiScanner(kinds=["phone"]).scan("id 2025550143") == []
+
+
+def test_a_number_inside_a_finding_already_made_is_not_judged() -> None:
+    """The IBAN's digit groups and the card's are phone candidates too; inside a finding of a kind that ranks
+    before phone, no verdict can change the result, so the judge is not asked."""
+    from mcp_interceptors.guards._detectors import PiiScanner
+
+    scanner = PiiScanner()
+    judge = scanner._phone_judge
+    decided: list[str] = []
+    decide = judge._decide
+
+    def counting(candidate: str, in_context: bool) -> bool:
+        decided.append(candidate)
+        return decide(candidate, in_context)
+
+    judge._decide = counting  # type: ignore[method-assign]
+    text = "iban DE89 3704 0044 0532 0130 00, card 4111 1111 1111 1111, call +44 20 7946 0692"
+    found = scanner.scan(text)
+    assert [(f.kind, text[f.start : f.end]) for f in found] == [
+        ("iban", "DE89 3704 0044 0532 0130 00"),
+        ("credit_card", "4111 1111 1111 1111"),
+        ("phone", "+44 20 7946 0692"),
+    ]
+    assert decided == ["+44 20 7946 0692"]

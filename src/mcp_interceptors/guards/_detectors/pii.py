@@ -18,7 +18,7 @@ from typing import Literal
 from ._checksums import IBAN_LENGTHS, is_card_number, is_iban, is_us_ssn
 from ._engine import CompiledPattern, ScanText, compile_prefilter, compile_set, engine_for, re2, resolve_engine
 from ._phone import CONTEXT_PATTERN, FORMATTED_PATTERN, PhoneJudge
-from .findings import Finding, merge_spans
+from .findings import Finding, inside_any, merge_spans
 
 __all__ = ["DEFAULT_PHONE_REGIONS", "PII_KINDS", "PiiScanner"]
 
@@ -349,7 +349,13 @@ class PiiScanner:
             plan = [entry for entry in self._plan if digits >= entry[6] and (not entry[5] or entry[5] in text)]
         found: list[tuple[int, int, str]] = []
         for _, kind, pattern, groups, check, _, _ in plan:
+            # Phones rank last and their judge answers the candidate or part of it: one inside a finding
+            # already made (an IBAN's or a card's digit groups, a number both phone patterns find) is not
+            # worth judging.
+            inside = inside_any(found) if kind == "phone" and found else None
             for start, end in pattern.spans(scan, groups):
+                if inside is not None and inside(start, end):
+                    continue
                 span = check(text, start, end)
                 if span is not None:
                     found.append((*span, kind))

@@ -27,7 +27,7 @@ from ._engine import (
     resolve_engine,
 )
 from ._entropy import has_entropy_at_least, is_placeholder, is_random_value
-from .findings import Finding, merge_spans
+from .findings import Finding, inside_any, merge_spans
 
 __all__ = ["SECRET_KINDS", "SecretScanner"]
 
@@ -311,7 +311,12 @@ class SecretScanner:
         found: list[tuple[int, int, str]] = []
         for rule, pattern in rules:
             kind, check = rule.kind, rule.check
+            # Generic secrets rank last and their checks answer the candidate or nothing: one inside a
+            # finding already made (`token = ghp_...` inside the GitHub token) is not worth its entropy check.
+            inside = inside_any(found) if kind == "generic_secret" and found else None
             for start, end in pattern.spans(scan, rule.groups):
+                if inside is not None and inside(start, end):
+                    continue
                 span = check(text, start, end) if check else (start, end)
                 if span is not None:
                     found.append((*span, kind))

@@ -100,13 +100,9 @@ class ScanText:
             if start < last_byte:
                 last_byte = last_char = 0
             before = data[last_byte:start]
-            if not before.isascii():
-                last_char -= len(before.translate(None, _NOT_CONTINUATION))
-            start_char = last_char = last_char + start - last_byte
+            start_char = last_char = last_char + len(before) - _continuation_bytes(before)
             inside = data[start:end]
-            if not inside.isascii():
-                last_char -= len(inside.translate(None, _NOT_CONTINUATION))
-            last_char += end - start
+            last_char += len(inside) - _continuation_bytes(inside)
             last_byte = end
             char_spans.append((start_char, last_char))
         return char_spans
@@ -114,6 +110,16 @@ class ScanText:
 
 # One slot, replaced whole: a thread reading it holds its own reference, so sharing it needs no lock.
 _last_scanned: list[ScanText | None] = [None]
+
+
+def _continuation_bytes(chunk: bytes) -> int:
+    """How many bytes of `chunk` continue a UTF-8 char rather than start one."""
+    if chunk.isascii():
+        return 0
+    try:  # bytes less chars, when the chunk holds whole chars (decoding beats building a translate table)
+        return len(chunk) - len(chunk.decode("utf-8", "surrogatepass"))
+    except UnicodeDecodeError:
+        return len(chunk.translate(None, _NOT_CONTINUATION))
 
 
 class CompiledPattern:

@@ -39,10 +39,10 @@ _NOT_PHONE_SHAPE = re.compile(
     r"|[0-9]{1,3}(?:\.[0-9]{1,3}){3}"
     r"|[0-9]{3}-[0-9]{2}-[0-9]{4}$"
 )
-# `bytes.translate(None, _NOT_DIGITS)` keeps a candidate's ASCII digits, what `[0-9]` matches (in C, where
-# `"".join(re.findall("[0-9]+", ...))` made a list first).
-_NOT_DIGITS = bytes(b for b in range(256) if not 0x30 <= b <= 0x39)
-_DROP_DIGITS = str.maketrans("", "", "0123456789")
+# An ASCII candidate's digits and its other chars, each by one `str.translate`. The tables map every ASCII
+# char (to itself or to nothing): a char missing from a table costs the lookup a raised KeyError.
+_ASCII_DIGITS_ONLY = {code: chr(code) if chr(code) in "0123456789" else None for code in range(128)}
+_ASCII_NON_DIGITS_ONLY = {code: None if chr(code) in "0123456789" else chr(code) for code in range(128)}
 # What the candidate patterns put between digits.
 _PUNCTUATION = " ./()-"
 _NON_SPACE = re.compile(r"\S+")
@@ -93,7 +93,10 @@ class PhoneJudge:
         return verdict
 
     def _decide(self, candidate: str, in_context: bool) -> bool:
-        digits = candidate.encode("utf-8", "surrogatepass").translate(None, _NOT_DIGITS).decode()
+        if candidate.isascii():  # always, from the candidate patterns
+            digits = candidate.translate(_ASCII_DIGITS_ONLY)
+        else:
+            digits = "".join(_DIGIT_GROUPS.findall(candidate))
         if not 7 <= len(digits) <= 15:
             return False
         separators = _separators(candidate)
@@ -272,7 +275,7 @@ def _is_glued_after(text: str, end: int) -> bool:
 def _separators(candidate: str) -> str:
     """The candidate's chars that are not digits (`str.isdigit`), in order."""
     if candidate.isascii():
-        return candidate.translate(_DROP_DIGITS)
+        return candidate.translate(_ASCII_NON_DIGITS_ONLY)
     return "".join(c for c in candidate if not c.isdigit())
 
 

@@ -73,16 +73,21 @@ def inside_any(spans: Sequence[tuple[int, int, str]]) -> Callable[[int, int], bo
     longer, or as long and ranked first. So a scanner need not check a candidate of its lowest-ranked kind
     that lies inside a finding it already has, when the check can only answer the candidate or part of it.
     """
-    ordered = sorted(spans)
-    starts = [start for start, _, _ in ordered]
+    if not spans:
+        return _nowhere
+    starts, ends, _ = zip(*sorted(spans))
     # The furthest end among the spans starting at or before each one: the span that could cover a later one.
-    reach = list(accumulate((end for _, end, _ in ordered), max))
+    reach = list(accumulate(ends, max))
 
     def inside(start: int, end: int) -> bool:
         before = bisect_right(starts, start)
         return before > 0 and reach[before - 1] >= end
 
     return inside
+
+
+def _nowhere(start: int, end: int) -> bool:
+    return False
 
 
 def _default_placeholder(finding: Finding) -> str:

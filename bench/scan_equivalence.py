@@ -22,7 +22,7 @@ from scan_throughput import load_generator
 from mcp_interceptors.guards._detectors import PiiScanner, SecretScanner
 
 TESTS = Path(__file__).resolve().parents[1] / "tests" / "guards"
-SEAMS = ["é", "\u0663", "１", " ", "\n", "🙂", "\ud800"]
+SEAMS = ["é", "\u0663", "\uff11", " ", "\n", "🙂", "\ud800"]
 
 
 def inputs() -> dict[str, list[str]]:
@@ -63,10 +63,8 @@ def dump(path: str) -> None:
 
 def compare(old_path: str, new_path: str) -> int:
     with open(old_path, "rb") as old_file, open(new_path, "rb") as new_file:
-        old, new = pickle.load(old_file), pickle.load(new_file)  # noqa: S301 - our own dumps
-    differences = [
-        (key, i) for key in old for i, (a, b) in enumerate(zip(old[key], new[key], strict=True)) if a != b
-    ]
+        old, new = pickle.load(old_file), pickle.load(new_file)
+    differences = [(key, i) for key in old for i, (a, b) in enumerate(zip(old[key], new[key], strict=True)) if a != b]
     for key, i in differences[:10]:
         print("differs:", key, i, old[key][i], new[key][i])
     print(f"{len(differences)} of {sum(map(len, old.values()))} texts differ")

@@ -80,7 +80,7 @@ def test_plain_punctuation_parses_as_the_digits_alone() -> None:
 
 @pytest.mark.parametrize("country_code", sorted(phonenumbers.COUNTRY_CODE_TO_REGION_CODE))
 def test_a_national_number_after_the_trunk_zero_gets_parses_verdict(country_code: int) -> None:
-    """"+44 (0) 20 ...": the trunk prefix is stripped as `parse` strips it, without calling it."""
+    """In "+44 (0) 20 ..." the trunk prefix is stripped as `parse` strips it, without calling it."""
     rnd = random.Random(country_code)
     nationals = ["0" + "".join(rnd.choice("0123456789") for _ in range(rnd.randint(1, 14))) for _ in range(40)]
     for region in phonenumbers.COUNTRY_CODE_TO_REGION_CODE[country_code]:

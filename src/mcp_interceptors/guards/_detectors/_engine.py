@@ -177,7 +177,6 @@ class CompiledPattern:
                     pos += 1
         return found if scan.is_ascii or not found else scan.char_spans(found)
 
-
     def occurs_in(self, scan: ScanText) -> bool:
         """True when the pattern matches somewhere in the text (one call, no spans converted)."""
         if self._match is not None:

@@ -109,10 +109,7 @@ class PhoneJudge:
         formatted = len(digits) != len(candidate)
         if not (formatted or in_context) or not _has_phone_shape(candidate, separators):
             return False
-        for shape in self._shapes:
-            if shape.is_valid(digits, candidate):
-                return True
-        return False
+        return any(shape.is_valid(digits, candidate) for shape in self._shapes)
 
 
 class _NationalShape:
@@ -175,21 +172,19 @@ class _TrunkPrefix:
         region = phonenumbers.region_code_for_country_code(country_code)
         metadata = phonenumbers.PhoneMetadata.metadata_for_region(region, None)
         general = metadata.general_desc if metadata is not None else None
-        # Non-geographic codes, and plans with no general pattern: `parse` decides (`verdict` gives None).
-        self._usable = bool(
-            region != phonenumbers.REGION_CODE_FOR_NON_GEO_ENTITY
-            and metadata is not None
-            and general is not None
-            and general.national_number_pattern
-            and general.possible_length
-        )
-        if not self._usable or metadata is None or general is None:
+        pattern = general.national_number_pattern if general is not None else None
+        # Non-geographic codes, and plans without a general pattern and lengths: `parse` decides.
+        self._usable = False
+        if region == phonenumbers.REGION_CODE_FOR_NON_GEO_ENTITY or metadata is None or general is None:
             return
+        if not pattern or not general.possible_length:
+            return
+        self._usable = True
         self._country_code = country_code
         prefix = metadata.national_prefix_for_parsing
         self._prefix = re.compile(prefix) if prefix else None
         self._transform = metadata.national_prefix_transform_rule
-        self._general = re.compile(general.national_number_pattern)
+        self._general = re.compile(pattern)
         self._lengths = tuple(general.possible_length)
         self._local_lengths = tuple(general.possible_length_local_only or ())
 
@@ -353,7 +348,9 @@ def _has_phone_shape(candidate: str, separators: str) -> bool:
         return False
     # A lone "." is a decimal; "." mixed with other separators is a table of decimals ("1.520 993 1551")
     # or a timestamp ("06.111111-0400"): dotted numbers use dots only.
-    return separators != "." and not ("." in separators and (" " in separators or "-" in separators or "/" in separators))
+    return separators != "." and not (
+        "." in separators and (" " in separators or "-" in separators or "/" in separators)
+    )
 
 
 def _group_windows(candidate: str) -> list[tuple[int, int]]:

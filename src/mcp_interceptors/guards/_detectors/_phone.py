@@ -3,8 +3,9 @@
 `PhoneNumberMatcher` walks every character and gets slow on big text, so the scanner finds candidates with
 a regex and this module rejects cheap shapes (dates, decimals, dotted quads, glued ids, odd groupings),
 then checks each configured region's numbering plan and validates as `phonenumbers.is_valid_number` does,
-from its metadata compiled once per country code (`parse` only for leading-zero plans). `+`/`00` numbers
-are international.
+from its metadata compiled once per country code; a trunk "0" after the country code ("+44 (0) 20 ...") is
+stripped as `parse` strips it (`parse` itself only for leading-zero plans and rewriting rules). `+`/`00`
+numbers are international.
 """
 
 from __future__ import annotations

@@ -110,7 +110,10 @@ class PhoneJudge:
         formatted = len(digits) != len(candidate)
         if not (formatted or in_context) or not _has_phone_shape(candidate, separators):
             return False
-        return any(shape.is_valid(digits, candidate) for shape in self._shapes)
+        for shape in self._shapes:  # noqa: SIM110 - any() over a generator costs ~0.5 % of a first-sight scan
+            if shape.is_valid(digits, candidate):
+                return True
+        return False
 
 
 class _NationalShape:

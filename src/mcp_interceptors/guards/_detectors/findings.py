@@ -75,7 +75,7 @@ def inside_any(spans: Sequence[tuple[int, int, str]]) -> Callable[[int, int], bo
     """
     if not spans:
         return _nowhere
-    starts, ends, _ = zip(*sorted(spans), strict=True)
+    starts, ends, _ = zip(*sorted(spans), strict=False)
     # The furthest end among the spans starting at or before each one: the span that could cover a later one.
     reach = list(accumulate(ends, max))
 

@@ -11,7 +11,7 @@ from hypothesis import strategies as st
 
 from mcp_interceptors.guards._detectors import Finding, merge_findings, redact
 from mcp_interceptors.guards._detectors._engine import CompiledPattern, ScanText, re2, re2_binding, resolve_engine
-from mcp_interceptors.guards._detectors.findings import merge_spans
+from mcp_interceptors.guards._detectors.findings import inside_any, merge_spans
 from mcp_interceptors.guards._detectors.presidio import PresidioPiiScanner, load_presidio_scanner
 
 RANK = {"generic_secret": 1}
@@ -161,3 +161,22 @@ def test_merge_matches_the_reference_merge(findings: list[Finding], ranks: dict[
     expected = _reference_merge(spans, ranks)
     assert merge_findings(findings, ranks) == expected
     assert merge_spans([(f.start, f.end, f.kind) for f in spans], ranks) == expected
+
+
+@given(
+    st.lists(st.tuples(st.integers(0, 12), st.integers(1, 5), st.sampled_from(["jwt", "email", "phone"])), max_size=10),
+    st.integers(0, 14),
+    st.integers(1, 6),
+)
+def test_inside_any_answers_for_each_candidate_and_a_lowest_ranked_one_inside_changes_no_merge(
+    triples: list[tuple[int, int, str]], start: int, length: int
+) -> None:
+    """The scanners skip a candidate of their lowest-ranked kind inside a finding they already have: what
+    they return must be what adding it would have given (ranks as the PII scanner's, phone last)."""
+    ranks = {"phone": 2, "email": 1}
+    found = [(s, s + n, kind) for s, n, kind in triples]
+    end = start + length
+    inside = inside_any(found)(start, end)
+    assert inside == any(s <= start and end <= e for s, e, _ in found)
+    if inside:
+        assert merge_spans([*found, (start, end, "phone")], ranks) == merge_spans(found, ranks)

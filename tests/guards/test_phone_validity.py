@@ -59,6 +59,57 @@ def test_random_national_numbers_get_phonenumbers_verdict(country_code: int) -> 
         assert _phone._is_valid_number(country_code, national) == _phonenumbers_says(country_code, national), national
 
 
+def _parse_says(number: str) -> bool:
+    try:
+        return bool(phonenumbers.is_valid_number(phonenumbers.parse(number, None)))
+    except phonenumbers.NumberParseException:
+        return False
+
+
+def test_plain_punctuation_parses_as_the_digits_alone() -> None:
+    """The judge gives `parse` "+" and the digits of a "+" number written with the candidate patterns'
+    punctuation (spaces, dots, slashes, dashes, parentheses): parse must read both alike."""
+    rnd = random.Random(11)
+    for _ in range(3000):
+        digits = "".join(rnd.choice("0123456789") for _ in range(rnd.randint(7, 15)))
+        cuts = sorted(rnd.sample(range(1, len(digits)), rnd.randint(0, 4)))
+        pieces = [digits[a:b] for a, b in zip([0, *cuts], [*cuts, len(digits)], strict=True)]
+        written = "+" + "".join(piece + rnd.choice([" ", ".", "/", "-", " (", ") ", ""]) for piece in pieces)
+        assert _parse_says(written) == _parse_says("+" + digits), written
+
+
+@pytest.mark.parametrize("country_code", sorted(phonenumbers.COUNTRY_CODE_TO_REGION_CODE))
+def test_a_national_number_after_the_trunk_zero_gets_parses_verdict(country_code: int) -> None:
+    """In "+44 (0) 20 ..." the trunk prefix is stripped as `parse` strips it, without calling it."""
+    rnd = random.Random(country_code)
+    nationals = ["0" + "".join(rnd.choice("0123456789") for _ in range(rnd.randint(1, 14))) for _ in range(40)]
+    for region in phonenumbers.COUNTRY_CODE_TO_REGION_CODE[country_code]:
+        for number_type in range(12):
+            example = phonenumbers.example_number_for_type(region, number_type)
+            if example is not None and example.country_code == country_code:
+                nationals.append("0" + str(example.national_number))
+    trunk = _phone._TrunkPrefix(country_code)
+    for national in nationals:
+        verdict = trunk.verdict(national)
+        if verdict is not None:
+            assert verdict == _parse_says(f"+{country_code}{national}"), national
+
+
+def test_a_number_with_its_trunk_zero_in_brackets_is_not_parsed(monkeypatch: pytest.MonkeyPatch) -> None:
+    parsed: list[str] = []
+    parse = phonenumbers.parse
+
+    def counting(number: str, region: str | None = None) -> phonenumbers.PhoneNumber:
+        parsed.append(number)
+        return parse(number, region)
+
+    monkeypatch.setattr(phonenumbers, "parse", counting)
+    judge = _phone.PhoneJudge(("US",))
+    for text in ("+44 (0) 20 7946 0958", "+33 (0)1 99 00 92 36", "+49 (0)30 1234567"):
+        assert judge.judge(text, 0, len(text), in_context=False) == (0, len(text))
+    assert parsed == []
+
+
 def test_forgetting_the_verdicts_judges_numbers_anew() -> None:
     from mcp_interceptors.guards._detectors import PiiScanner
 
@@ -92,3 +143,28 @@ def test_a_number_after_a_phone_keyword_is_judged_once() -> None:
     assert decided.count(("+44 20 7946 0692", False)) + decided.count(("+44 20 7946 0692", True)) == 1
     # A bare run keeps a verdict per context: without a keyword it is no number, after one it is.
     assert PiiScanner(kinds=["phone"]).scan("id 2025550143") == []
+
+
+def test_a_number_inside_a_finding_already_made_is_not_judged() -> None:
+    """The IBAN's digit groups and the card's are phone candidates too; inside a finding of a kind that ranks
+    before phone, no verdict can change the result, so the judge is not asked."""
+    from mcp_interceptors.guards._detectors import PiiScanner
+
+    scanner = PiiScanner()
+    judge = scanner._phone_judge
+    decided: list[str] = []
+    decide = judge._decide
+
+    def counting(candidate: str, in_context: bool) -> bool:
+        decided.append(candidate)
+        return decide(candidate, in_context)
+
+    judge._decide = counting  # type: ignore[method-assign]
+    text = "iban DE89 3704 0044 0532 0130 00, card 4111 1111 1111 1111, call +44 20 7946 0692"
+    found = scanner.scan(text)
+    assert [(f.kind, text[f.start : f.end]) for f in found] == [
+        ("iban", "DE89 3704 0044 0532 0130 00"),
+        ("credit_card", "4111 1111 1111 1111"),
+        ("phone", "+44 20 7946 0692"),
+    ]
+    assert decided == ["+44 20 7946 0692"]

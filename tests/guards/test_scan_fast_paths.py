@@ -8,6 +8,7 @@ labelled corpus, on the hostile inputs and on case-folding and non-ASCII edge ca
 from __future__ import annotations
 
 import importlib.util
+import random
 import sys
 from pathlib import Path
 from typing import Any
@@ -151,6 +152,35 @@ def test_pii_rule_set_reporting_nothing_on_a_long_text_runs_every_rule(texts: li
     assert len(long_texts) >= 20
     for text in long_texts:
         assert gave_up.scan(text) == plain.scan(text), text[:200]
+
+
+def _fragments(texts: list[str], count: int) -> list[str]:
+    """Seeded slices of the texts and splices of two, so findings sit next to, across and inside others."""
+    rng = random.Random(20261130)
+    out = []
+    for _ in range(count):
+        a, b = rng.choice(texts), rng.choice(texts)
+        i, j = sorted(rng.randrange(len(a) + 1) for _ in range(2))
+        k, m = sorted(rng.randrange(len(b) + 1) for _ in range(2))
+        out.append(a[i:j] + rng.choice(["", " ", "\n", "é", "\u0663"]) + b[k:m])
+    return out
+
+
+def test_candidates_inside_findings_are_skipped_only_where_checking_them_changes_nothing(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Phone and generic-secret candidates inside a finding already made are not checked: every text must
+    give what checking every candidate gives."""
+    from mcp_interceptors.guards._detectors import pii, secrets
+
+    corpus = _corpus_texts()
+    inputs = [*corpus, *EDGE_TEXTS, *_fragments(corpus, 1000)]
+    secrets_scanner, pii_scanner = SecretScanner(), PiiScanner()
+    skipping = [(secrets_scanner.scan(text), pii_scanner.scan(text)) for text in inputs]
+    for module in (pii, secrets):
+        monkeypatch.setattr(module, "inside_any", lambda spans: lambda start, end: False)
+    checking = [(secrets_scanner.scan(text), pii_scanner.scan(text)) for text in inputs]
+    assert skipping == checking
 
 
 @pytest.mark.parametrize("kinds", [["email"], ["phone", "us_ssn"], ["credit_card", "iban", "ip_address"]])

@@ -257,3 +257,24 @@ def test_private_key_body_checks_match_the_reference(body: str, pos: int, cut: i
     assert bool(secrets._PEM_KEY_MATERIAL.match(body, pos, endpos)) == (
         len(_REFERENCE_PEM_KEY_CHARS.findall(body, pos, endpos)) >= 16
     )
+
+
+def test_an_assigned_token_a_specific_rule_found_gets_no_entropy_check(monkeypatch: pytest.MonkeyPatch) -> None:
+    """`token = ghp_...` is a generic secret whose value is the GitHub token already found: a generic finding
+    inside it changes nothing, so its value is not judged; a value no other rule knows still is."""
+    judged: list[str] = []
+    is_random_value = secrets.is_random_value
+
+    def counting(value: str, *, min_length: int = 8) -> bool:
+        judged.append(value)
+        return is_random_value(value, min_length=min_length)
+
+    monkeypatch.setattr(secrets, "is_random_value", counting)
+    token = "ghp_" + "aB3dE5fG7hJ9kL2mN4pQ6rS8tU0vW1xY3zA5"
+    text = f"token = {token}\npassword = Zr8vQ2pLx9aB3cD4"
+    found = SecretScanner().scan(text)
+    assert [(f.kind, text[f.start : f.end]) for f in found] == [
+        ("github_token", token),
+        ("generic_secret", "Zr8vQ2pLx9aB3cD4"),
+    ]
+    assert judged == ["Zr8vQ2pLx9aB3cD4"]

@@ -45,12 +45,16 @@ IBAN_LENGTHS: dict[str, int] = {
     "SV": 28, "TL": 23, "TN": 24, "TR": 26, "UA": 29, "VA": 22, "VG": 24, "XK": 20, "YE": 30,
 }  # fmt: skip
 
-# Each letter as its base-36 value ("A" -> "10"), in either case.
+# Each letter as its base-36 value ("A" -> "10"), in either case; digits as themselves (listed, since a
+# char missing from the table costs `str.translate` a raised KeyError).
 _BASE36_VALUES = str.maketrans(
     {
-        letter: str(value)
-        for letters in (string.ascii_uppercase, string.ascii_lowercase)
-        for value, letter in enumerate(letters, 10)
+        **{digit: digit for digit in string.digits},
+        **{
+            letter: str(value)
+            for letters in (string.ascii_uppercase, string.ascii_lowercase)
+            for value, letter in enumerate(letters, 10)
+        },
     }
 )
 

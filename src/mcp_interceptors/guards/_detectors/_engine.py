@@ -76,6 +76,16 @@ class ScanText:
         # Encoded at once: every scan reads it (the sets do), and an attribute is cheaper than a property.
         self.data = text.encode("utf-8", "surrogatepass")
 
+    @staticmethod
+    def of(text: str) -> ScanText:
+        """The `ScanText` of `text`, shared with the scan just before when it read the same str (a payload's
+        strings go through the secrets scanner, then the PII scanner)."""
+        last = _last_scanned[0]
+        if last is not None and last.text is text:
+            return last
+        scan = _last_scanned[0] = ScanText(text)
+        return scan
+
     def char_spans(self, byte_spans: list[tuple[int, int]]) -> list[tuple[int, int]]:
         """`byte_spans` (offsets into `data`) as char offsets into `text`.
 
@@ -90,16 +100,26 @@ class ScanText:
             if start < last_byte:
                 last_byte = last_char = 0
             before = data[last_byte:start]
-            if not before.isascii():
-                last_char -= len(before.translate(None, _NOT_CONTINUATION))
-            start_char = last_char = last_char + start - last_byte
+            start_char = last_char = last_char + len(before) - _continuation_bytes(before)
             inside = data[start:end]
-            if not inside.isascii():
-                last_char -= len(inside.translate(None, _NOT_CONTINUATION))
-            last_char += end - start
+            last_char += len(inside) - _continuation_bytes(inside)
             last_byte = end
             char_spans.append((start_char, last_char))
         return char_spans
+
+
+# One slot, replaced whole: a thread reading it holds its own reference, so sharing it needs no lock.
+_last_scanned: list[ScanText | None] = [None]
+
+
+def _continuation_bytes(chunk: bytes) -> int:
+    """How many bytes of `chunk` continue a UTF-8 char rather than start one."""
+    if chunk.isascii():
+        return 0
+    try:  # bytes less chars, when the chunk holds whole chars (decoding beats building a translate table)
+        return len(chunk) - len(chunk.decode("utf-8", "surrogatepass"))
+    except UnicodeDecodeError:
+        return len(chunk.translate(None, _NOT_CONTINUATION))
 
 
 class CompiledPattern:
@@ -156,6 +176,12 @@ class CompiledPattern:
                 while pos < endpos and 0x80 <= data[pos] < 0xC0:
                     pos += 1
         return found if scan.is_ascii or not found else scan.char_spans(found)
+
+    def occurs_in(self, scan: ScanText) -> bool:
+        """True when the pattern matches somewhere in the text (one call, no spans converted)."""
+        if self._match is not None:
+            return bool(self._match(_UNANCHORED, scan.data, 0, len(scan.data))[0][0] >= 0)
+        return self._compiled.search(scan.text if self.engine == "re" else scan.data) is not None
 
 
 def _spans_of(matches: Iterator[Any], groups: tuple[int, ...]) -> list[tuple[int, int]]:

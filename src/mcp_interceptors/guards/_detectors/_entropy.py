@@ -44,7 +44,22 @@ _PLACEHOLDER_FRAGMENTS = (
     "null",
     "test",
 )
-_PLACEHOLDER = re.compile("|".join(re.escape(fragment) for fragment in _PLACEHOLDER_FRAGMENTS))
+
+
+def _literal_trie(words: list[str]) -> str:
+    """A pattern matching exactly `words`, as a trie: `re` tries one branch per position instead of each word."""
+    by_first: dict[str, list[str]] = {}
+    for word in words:
+        if word:
+            by_first.setdefault(word[0], []).append(word[1:])
+    branches = [re.escape(first) + _literal_trie(rests) for first, rests in sorted(by_first.items())]
+    body = branches[0] if len(branches) == 1 else "(?:" + "|".join(branches) + ")"
+    if not by_first:
+        return ""
+    return f"(?:{body})?" if "" in words else body
+
+
+_PLACEHOLDER = re.compile(_literal_trie(list(_PLACEHOLDER_FRAGMENTS)))
 _LOWER = frozenset(string.ascii_lowercase)
 _UPPER = frozenset(string.ascii_uppercase)
 _DIGITS = frozenset(string.digits)

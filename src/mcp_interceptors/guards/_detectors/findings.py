@@ -5,10 +5,12 @@ Both scanners (`secrets`, `pii`) return merged findings, so redaction over them 
 
 from __future__ import annotations
 
+from bisect import bisect_right
 from collections.abc import Callable, Iterable, Mapping, Sequence
+from itertools import accumulate
 from typing import NamedTuple
 
-__all__ = ["Finding", "merge_findings", "merge_spans", "redact"]
+__all__ = ["Finding", "inside_any", "merge_findings", "merge_spans", "redact"]
 
 
 class Finding(NamedTuple):
@@ -61,6 +63,31 @@ def merge_spans(spans: Sequence[tuple[int, int, str]], rank: Mapping[str, int] |
         merged_start, end, best_kind, best_length = start, stop, kind, stop - start
     merged.append(_new_finding(Finding, (best_kind, merged_start, end)))
     return merged
+
+
+def inside_any(spans: Sequence[tuple[int, int, str]]) -> Callable[[int, int], bool]:
+    """A test of whether `start:end` lies inside one of `spans` (`(start, end, kind)` triples).
+
+    What it is for: a span inside a finding changes nothing `merge_spans` returns when its kind ranks after
+    every other (or is the finding's own kind), since the finding's fused span covers it and the finding is
+    longer, or as long and ranked first. So a scanner need not check a candidate of its lowest-ranked kind
+    that lies inside a finding it already has, when the check can only answer the candidate or part of it.
+    """
+    if not spans:
+        return _nowhere
+    starts, ends, _ = zip(*sorted(spans), strict=False)
+    # The furthest end among the spans starting at or before each one: the span that could cover a later one.
+    reach = list(accumulate(ends, max))
+
+    def inside(start: int, end: int) -> bool:
+        before = bisect_right(starts, start)
+        return before > 0 and reach[before - 1] >= end
+
+    return inside
+
+
+def _nowhere(start: int, end: int) -> bool:
+    return False
 
 
 def _default_placeholder(finding: Finding) -> str:

@@ -12,12 +12,13 @@ import ipaddress
 import re
 from collections.abc import Callable, Iterable, Sequence
 from functools import cache, partial
+from itertools import accumulate
 from typing import Literal
 
 from ._checksums import IBAN_LENGTHS, is_card_number, is_iban, is_us_ssn
 from ._engine import CompiledPattern, ScanText, compile_prefilter, compile_set, engine_for, re2, resolve_engine
 from ._phone import CONTEXT_PATTERN, FORMATTED_PATTERN, PhoneJudge
-from .findings import Finding, merge_spans
+from .findings import Finding, inside_any, merge_spans
 
 __all__ = ["DEFAULT_PHONE_REGIONS", "PII_KINDS", "PiiScanner"]
 
@@ -29,12 +30,12 @@ _SHORTEST = 6
 #: model take for digits: folded one character for one to ASCII before matching, so spans stay valid.
 _OTHER_DIGITS = re.compile(r"[^\D0-9]")
 # On the UTF-8 bytes the scan has anyway, RE2's DFA looks for one 4x faster than `re` on the str.
-_OTHER_DIGITS_UTF8 = re2.compile(rb"[^\P{Nd}0-9]") if re2 is not None else None
+_OTHER_DIGITS_UTF8 = CompiledPattern(r"[^\P{Nd}0-9]", "re2") if re2 is not None else None
 
 
 def _has_other_digits(scan: ScanText) -> bool:
     if _OTHER_DIGITS_UTF8 is not None:
-        return _OTHER_DIGITS_UTF8.search(scan.data) is not None
+        return _OTHER_DIGITS_UTF8.occurs_in(scan)
     return _OTHER_DIGITS.search(scan.text) is not None
 
 
@@ -150,20 +151,21 @@ def _check_card(text: str, start: int, end: int) -> tuple[int, int] | None:
     run_end = run.end() if run else end
     if (run_end < len(text) and text[run_end] in _WORD) or _digit_follows(text, run_end, ". -"):
         return None
-    groups = [(m.start(), m.end()) for m in _DIGIT_GROUP.finditer(text, start, run_end)]
+    groups = [m.span() for m in _DIGIT_GROUP.finditer(text, start, run_end)]
+    sizes = [end - start for start, end in groups]
+    # Digits before each group, so a window's digit count is known before its layout is looked at.
+    before = [0, *accumulate(sizes)]
     # Longest window of whole groups first: the full run, then runs that drop leading/trailing groups.
     for size in range(min(len(groups), 5), 0, -1):
+        # Ungrouped, only the common 14-16-digit lengths: other long integers (seeds, ids) pass Luhn
+        # and an issuer prefix by chance about once in thirty.
+        lengths = range(14, 17) if size == 1 else range(13, 20)
         for i in range(len(groups) - size + 1):
-            window = groups[i : i + size]
-            if not _is_card_layout([e - s for s, e in window]):
+            if before[i + size] - before[i] not in lengths or not _is_card_layout(sizes[i : i + size]):
                 continue
-            left, right = window[0][0], window[-1][1]
-            digits = "".join(text[s:e] for s, e in window)
-            # Ungrouped, only the common 14-16-digit lengths: other long integers (seeds, ids) pass Luhn
-            # and an issuer prefix by chance about once in thirty.
-            lengths = range(14, 17) if size == 1 else range(13, 20)
-            if len(digits) in lengths and is_card_number(digits):
-                return left, right
+            digits = "".join(text[s:e] for s, e in groups[i : i + size])
+            if is_card_number(digits):
+                return groups[i][0], groups[i + size - 1][1]
     return None
 
 
@@ -335,7 +337,7 @@ class PiiScanner:
         """Return the personal data found in `text`."""
         if len(text) < _SHORTEST:
             return []
-        scan = ScanText(text)
+        scan = ScanText.of(text)
         if not scan.is_ascii and _has_other_digits(scan):
             text = text.translate(_digit_fold())  # same length: the findings' spans are the original's
             scan = ScanText(text)
@@ -347,7 +349,13 @@ class PiiScanner:
             plan = [entry for entry in self._plan if digits >= entry[6] and (not entry[5] or entry[5] in text)]
         found: list[tuple[int, int, str]] = []
         for _, kind, pattern, groups, check, _, _ in plan:
+            # Phones rank last and their judge answers the candidate or part of it: one inside a finding
+            # already made (an IBAN's or a card's digit groups, a number both phone patterns find) is not
+            # worth judging.
+            inside = inside_any(found) if kind == "phone" and found else None
             for start, end in pattern.spans(scan, groups):
+                if inside is not None and inside(start, end):
+                    continue
                 span = check(text, start, end)
                 if span is not None:
                     found.append((*span, kind))

@@ -13,7 +13,8 @@ from typing import Any
 import anyio
 import pytest
 from e2e_hosts import FORBIDDEN_QUESTION, HOLD_TEXT
-from e2e_support import E2E_DIR, ConfigWriter, Sampler, fresh_gateway, raw_request, text_of
+from e2e_support import E2E_DIR, ConfigWriter, Sampler, fresh_gateway, gateway_env, raw_request, text_of
+from helpers import run_cli
 from mcp import MCPError
 from test_audit_call_ends import Asked, audited, calls
 
@@ -50,6 +51,9 @@ async def test_an_input_request_never_answered_is_closed_when_the_gateway_stops(
         "reason": "input_unanswered",
     }
     assert sampling[-1]["receipt"]
+    verified = await run_cli("audit", "verify", "--config", str(config), env=gateway_env())
+    assert verified.returncode == 0
+    assert "open calls" not in verified.stdout.decode()  # the note on calls left open (docs/audit.md)
 
 
 async def test_a_bridged_input_request_the_client_is_cancelled_answering_is_closed(

@@ -99,6 +99,26 @@ async def test_without_trust_anchors_genesis_keys_are_trusted_on_first_use(
     assert "trusted on first use" in report.notes[0]
 
 
+async def test_open_calls_are_a_note_not_a_finding(
+    sqlite_store: SqliteStore, key: SigningKey, make_decision: Make
+) -> None:
+    """A call whose request record no closing record follows is in flight, or was left open by a gateway that
+    ended without closing it: verification names it in a note (the trail is intact), oldest first."""
+    async with open_audit_writer(sqlite_store, key) as writer:
+        for call in ("open-1", "closed", "open-2"):
+            await writer.append(make_decision(call_id=call))
+        await writer.append(make_decision(phase="response", direction="receiving", call_id="closed"))
+        await writer.append(make_decision(decision="deny", status="refused", call_id="denied"))
+        opened = [f"{writer.segment_id}-1", f"{writer.segment_id}-3"]
+    report = _check(sqlite_store, key.trusted())
+    assert report.ok
+    assert report.notes == (
+        "open calls, with a request record and no record closing them: 2 (in flight as the trail was read, or left "
+        f"open by a gateway that ended without closing them, killed say): open-1 (request {opened[0]}), "
+        f"open-2 (request {opened[1]})",
+    )
+
+
 async def test_edited_field_is_named(sqlite_store: SqliteStore, key: SigningKey, trail: dict[int, str]) -> None:
     tamper = Tamper(sqlite_store.path)
     record = tamper.record(trail[4])

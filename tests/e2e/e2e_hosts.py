@@ -12,6 +12,8 @@ import json
 import re
 from typing import Any
 
+import anyio
+
 from mcp_interceptors import InterceptorHost, Invocation, ValidationMessage, ValidationResult
 
 SECRET = re.compile(r"sk-live-[A-Za-z0-9]{8,}")
@@ -152,4 +154,16 @@ async def deny_answers(inv: Invocation) -> ValidationResult:
     if FORBIDDEN_QUESTION in str(inv.payload):
         message = ValidationMessage(path="$.content", message="not this answer", severity="error")
         return ValidationResult(valid=False, severity="error", messages=[message])
+    return ValidationResult(valid=True)
+
+
+#: A host whose request validator on tools/call holds an `echo` of `HOLD_TEXT` until the call is cancelled.
+hold_guard = InterceptorHost("e2e-hold-guard")
+HOLD_TEXT = "hold-in-chain-7d1e"
+
+
+@hold_guard.validator("hold-calls", events=["tools/call"], phase="request", description="Holds one call.")
+async def hold_calls(inv: Invocation) -> ValidationResult:
+    if HOLD_TEXT in str(inv.payload):
+        await anyio.sleep(30)
     return ValidationResult(valid=True)

@@ -163,6 +163,24 @@ async def ask(question: str, answer: Annotated[CreateMessageResult, Resolve(ask_
     return f"model says: {content.text if isinstance(content, TextContent) else content}"
 
 
+def ask_first(first: str) -> Sample:
+    return ask_model(first)
+
+
+def ask_second(second: str) -> Sample:
+    return ask_model(second)
+
+
+@server.tool(description="Ask the client's model two questions at once (one `input_required` round).")
+async def ask_two(
+    first: str,
+    second: str,
+    one: Annotated[CreateMessageResult, Resolve(ask_first)],
+    two: Annotated[CreateMessageResult, Resolve(ask_second)],
+) -> str:
+    return "answered both"
+
+
 @server.tool(description="Once the `sleep` call with `token` runs, ask the client's model (sampling).")
 async def ask_after(question: str, token: str, ctx: Context) -> str:
     started(f"asking:{token}").set()

@@ -11,8 +11,12 @@ import orjson
 import pytest
 from mcp import MCPError
 
-from mcp_interceptors.audit import AuditWriteError, SqliteStore, load_or_create_key, open_audit_writer
-from mcp_interceptors.gateway.recording import CallRecord, Leg
+from mcp_interceptors import Chain
+from mcp_interceptors.audit import AuditWriteError, SqliteStore, load_or_create_key, open_audit_writer, verify_source
+from mcp_interceptors.gateway import server
+from mcp_interceptors.gateway.config import parse_config
+from mcp_interceptors.gateway.recording import CallRecord, Leg, OpenInput
+from mcp_interceptors.gateway.server import Gateway
 from mcp_interceptors.protocol.invoke import InvocationContext
 from mcp_interceptors.protocol.results import same_json
 
@@ -133,3 +137,43 @@ async def test_an_unwritten_record_fails_the_call_naming_the_leg_not_the_store_i
     }
     assert "SQL" not in error.message and "secret-session" not in error.message, error.message
     assert error.message == "tools/call request: the audit record was not written"
+
+
+async def test_an_input_request_pushed_out_of_those_kept_is_closed_as_never_answered(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The gateway keeps a bounded number of input requests awaiting a 2026-07-28 client's answer: the oldest,
+    forgotten, gets a `cancelled` record (its call was left open); the newer one stays open, linkable."""
+    monkeypatch.setattr(server, "_OPEN_INPUTS_KEPT", 1)
+    store = SqliteStore(tmp_path / "audit.db")
+    key = load_or_create_key(tmp_path / "audit-key")
+    config = parse_config({"upstreams": {"a": {"command": "python", "args": ["server.py"]}}})
+    request = {"method": "sampling/createMessage", "params": {"messages": [], "maxTokens": 5}}
+    try:
+        with anyio.fail_after(10):
+            async with open_audit_writer(store, key) as writer:
+                gateway = Gateway(config, Chain(role="server"), audit_writer=writer)
+                context = InvocationContext(session_id="s", server="a")
+                records = [CallRecord(writer, context) for _ in range(2)]
+                for index, record in enumerate(records):
+                    record.approved_request(Leg("sampling/createMessage", "request", None, request))
+                    await record.dispatched(executed=request, intent=request)
+                    opened = OpenInput("sampling/createMessage", record.call_id, context)
+                    await gateway.open_input("state", f"q{index}", opened)
+                assert gateway.close_input("state", "q0") is None
+                assert gateway.close_input("state", "q1") is not None
+        bodies = [orjson.loads(raw)["body"] for _, raw in store.iter_records()]
+        report = verify_source(store, key.trusted())
+    finally:
+        store.close()
+    closing = [body for body in bodies if body.get("phase") == "response"]
+    assert [(body["call_id"], body["decision"], body["status"]) for body in closing] == [
+        (records[0].call_id, "error", "cancelled")
+    ]
+    assert closing[0]["error"] == {
+        "code": -32800,
+        "message": "never answered: 1 newer input requests were awaiting answers",
+        "reason": "input_unanswered",
+    }
+    assert report.ok
+    assert records[1].call_id in report.notes[0]  # the one still awaiting its answer is open

@@ -28,6 +28,10 @@ class Problem(StrEnum):
     BROKEN_LINK = "broken_link"  # validly signed but prev_hash does not match what it follows
 
 
+#: How many open calls the note on them names (the oldest first).
+_OPEN_CALLS_NAMED = 5
+
+
 @dataclass(frozen=True)
 class Finding:
     record_id: str
@@ -102,6 +106,8 @@ class _Walk:
         self.findings: list[tuple[int, Finding | _Gap]] = []
         self.flagged: set[int] = set()
         self.closing: dict[str, tuple[int, str]] = {}
+        #: call id -> the id of its request record, until a record closing the call is read
+        self.open_calls: dict[str, str] = {}
         self.count = 0
         self.last_id: str | None = None  # the last record read that had an id
         # the row just read, for the store's "index" item after it: (position, name, what its JSON says)
@@ -194,8 +200,12 @@ class _Walk:
         body = record.get("body")
         if record.get("kind") != "decision" or not isinstance(body, dict) or body.get("call_id") is None:
             return
+        call_id = str(body["call_id"])
         if body.get("phase") == "response" or body.get("decision") != "allow":
-            self.closing[record["id"]] = (position, str(body["call_id"]))
+            self.closing[record["id"]] = (position, call_id)
+            self.open_calls.pop(call_id, None)
+        elif position not in self.flagged:  # a record found bad says nothing about its call
+            self.open_calls[call_id] = str(record["id"])
 
     # -- after the pass -------------------------------------------------------------------------------
 
@@ -329,6 +339,21 @@ class _Walk:
             if record_id not in seen:
                 self.flag(position, record_id, Problem.DELETED, f"the compound receipt of call {call_id} is missing")
 
+    def open_calls_note(self) -> str | None:
+        """A note, not a finding: a call is open while it is in flight, and a live trail always has some."""
+        if not self.open_calls:
+            return None
+        named = ", ".join(
+            f"{call_id} (request {record_id})"
+            for call_id, record_id in list(self.open_calls.items())[:_OPEN_CALLS_NAMED]
+        )
+        more = len(self.open_calls) - _OPEN_CALLS_NAMED
+        return (
+            f"open calls, with a request record and no record closing them: {len(self.open_calls)} (in flight as "
+            f"the trail was read, or left open by a gateway that ended without closing them, killed say): "
+            f"{named}{f', and {more} more' if more > 0 else ''}"
+        )
+
     def check_anchors(self, anchors: Iterable[Anchor], position: int) -> None:
         """Each anchored record must be in the trail with the anchored hash; `position` orders these
         findings after every stored item."""
@@ -435,8 +460,10 @@ def verify_records(
     walk.missing_receipts(seen)
     check_signatures(anchors, held_receipts, walk.known_keys())
     walk.check_anchors(anchors, position + 1)
-    notes = () if trusted is not None else ("no trusted keys given: genesis segment keys were trusted on first use",)
-    return VerifyReport(walk.count, len(walk.segments), receipt_count, walk.result(), notes)
+    notes = [] if trusted is not None else ["no trusted keys given: genesis segment keys were trusted on first use"]
+    if (open_calls := walk.open_calls_note()) is not None:
+        notes.append(open_calls)
+    return VerifyReport(walk.count, len(walk.segments), receipt_count, walk.result(), tuple(notes))
 
 
 def verify_source(

@@ -306,4 +306,6 @@ async def _run_gateway(
                 print(f"gateway listening on {url}", file=sys.stderr, flush=True)
 
             await serve_http(gateway, host, port, insecure_no_auth=insecure_no_auth, on_ready=ready)
+        with anyio.CancelScope(shield=True):  # before the audit writer stops: their records go with its flush
+            await gateway.forget_inputs("the gateway stopped")
         tg.cancel_scope.cancel()

@@ -179,9 +179,11 @@ class BridgedCall:
 class Bridges:
     """Bridged calls in flight, by token and by upstream (newest first for routing requests)."""
 
-    def __init__(self) -> None:
+    def __init__(self, on_end: Callable[[str], Awaitable[None]] | None = None) -> None:
         self.by_token: dict[str, BridgedCall] = {}
         self.by_upstream: dict[str, list[BridgedCall]] = {}
+        #: Told each call's token once it is over: a retry with it is refused from then on.
+        self.on_end = on_end
 
     def start(
         self,
@@ -218,6 +220,9 @@ class Bridges:
             )
             bridged.send.close()  # a client request still waiting gets an error, not a hang
             bridged.receive.close()
+            if self.on_end is not None:
+                with anyio.CancelScope(shield=True):
+                    await self.on_end(bridged.token)
 
     def _leave_upstream(self, bridged: BridgedCall) -> None:
         calls = self.by_upstream.get(bridged.upstream, [])

@@ -21,7 +21,7 @@ from mcp import MCPError
 
 from mcp_interceptors.canonical import CanonicalizationError
 from mcp_interceptors.executor import ChainResult
-from mcp_interceptors.protocol.errors import INTERNAL_ERROR, INVALID_PARAMS, REQUEST_CANCELLED
+from mcp_interceptors.protocol.errors import INTERNAL_ERROR, INVALID_PARAMS, REQUEST_CANCELLED, InterceptorsError
 from mcp_interceptors.protocol.events import Phase
 from mcp_interceptors.protocol.invoke import InvocationContext
 from mcp_interceptors.protocol.results import MutationResult, ValidationResult, same_json
@@ -82,6 +82,16 @@ class Leg:
     payload_in: Any
 
 
+@dataclass(frozen=True)
+class OpenInput:
+    """An input request sent to a 2026-07-28 client, its answer awaited in a retry: its method (whose response
+    chain the answer runs) and its audit call (none, `call_id` empty, when auditing is off)."""
+
+    method: str
+    call_id: str = ""
+    context: InvocationContext | None = None
+
+
 @dataclass
 class CallRecord:
     """The audit side of one governed call. All methods are no-ops without a writer."""
@@ -113,7 +123,7 @@ class CallRecord:
             return self
         if call_id is None:
             return CallRecord(self.writer, self.context, pending=self.pending, parent=self)
-        return CallRecord(self.writer, self.context, call_id=call_id, pending=self.pending, parent=self)
+        return CallRecord(self.writer, self.context, call_id=call_id, pending=self.pending, parent=self, opened=True)
 
     def for_server(self, server: str) -> CallRecord:
         """The same call, attributed to one upstream (a merged listing's per-upstream response)."""
@@ -183,32 +193,68 @@ class CallRecord:
         if isinstance(data, Mapping):  # only the gateway's own words: an upstream's data may not be recordable
             error.update({key: data[key] for key in ("reason", "field") if isinstance(data.get(key), str)})
         decision, status = ("error", "upstream_error") if upstream_failed else ("deny", "refused")
-        leg = self.request or Leg(event, "request", None, None)
-        try:
-            await self._submit(leg, intent=None, executed=None, decision=decision, status=status, error=error)
-        except MCPError:  # the chain's entries hold a payload with no canonical form: recorded without them
-            leg = Leg(event, "request", None, None)
-            await self._submit(leg, intent=None, executed=None, decision=decision, status=status, error=error)
+        await self._close(self.request or Leg(event, "request", None, None), decision, status, error)
+        await self.settle()
+
+    async def withheld(self, event: str, stopped_by: CallRecord, why: MCPError | InterceptorsError) -> None:
+        """An approved input request that never reached the client: `stopped_by`, another request of its
+        `input_required` round, was denied or failed, and the round ended there. A refusal closes it, naming
+        that call, with the interceptors of its own request chain."""
+        if self.writer is None or self.opened or self.ended or self.closed:
+            return
+        error: dict[str, Any] = {
+            "code": why.code if isinstance(why, InterceptorsError) else why.error.code,
+            "message": f"not sent: its input_required round ended when another request in it was "
+            f"{'denied' if stopped_by.closed else 'refused'}",
+            "reason": "input_request_withheld",
+        }
+        if stopped_by.ended:  # else nothing of it is in the trail to name
+            error["call_id"] = stopped_by.call_id
+        await self._close(self.request or Leg(event, "request", None, None), "deny", "refused", error)
         await self.settle()
 
     async def cancelled(self, event: str, answered: MCPError | None = None) -> None:
-        """The client cancelled the call after its request was recorded (or ended its session, and was
-        `answered` this error): a `cancelled` error record closes the call, so the trail shows what was started
-        and not finished. Shielded (the caller is being cancelled) and not awaited to durability: the writer
-        commits it within its `max_delay`."""
-        if self.writer is None or not self.opened or self.ended or self.closed:
+        """The client cancelled the call (or ended its session, and was `answered` this error): a `cancelled`
+        error record closes the call, so the trail shows what was started and not finished. After dispatch it
+        is the response's record; before (the request chain ran, or was running), the request's, with the
+        chain's interceptors if it finished. Shielded (the caller is being cancelled) and not awaited to
+        durability: the writer commits it within its `max_delay`."""
+        if self.writer is None or self.ended or self.closed:
             return
         from mcp_interceptors.audit import AuditWriteError
 
         leg = Leg(event=event, phase="response", result=None, payload_in=None)
-        error = {"code": REQUEST_CANCELLED, "message": "Request cancelled"}
+        if not self.opened:
+            leg = self.request or Leg(event, "request", None, None)
+        error: dict[str, Any] = {"code": REQUEST_CANCELLED, "message": "Request cancelled"}
         if answered is not None:
             error = {"code": answered.code, "message": answered.message}
+            if isinstance(answered.error.data, Mapping) and isinstance(
+                reason := answered.error.data.get("reason"), str
+            ):
+                error["reason"] = reason
         with anyio.CancelScope(shield=True), anyio.move_on_after(_CANCEL_RECORD_S):
             try:
-                await self._submit(leg, intent=None, executed=None, decision="error", status="cancelled", error=error)
+                await self._close(leg, "error", "cancelled", error)
             except AuditWriteError as exc:  # the writer is gone (shutdown): the call stays open in the trail
                 logger.warning("%s: the record of a cancelled call was not written: %s", event, exc)
+
+    async def _close(self, leg: Leg, decision: str, status: str, error: Mapping[str, Any]) -> None:
+        """Submit the record closing the call. A request leg whose chain entries hold a payload with no
+        canonical form is recorded without them, rather than not at all."""
+        try:
+            await self._submit(leg, intent=None, executed=None, decision=decision, status=status, error=error)
+        except MCPError:
+            if leg.phase != "request" or leg.result is None:
+                raise
+            await self._submit(
+                Leg(leg.event, "request", None, None),
+                intent=None,
+                executed=None,
+                decision=decision,
+                status=status,
+                error=error,
+            )
 
     async def settle(self) -> list[AuditReceipt]:
         """Wait until every record of this call is durable; returns their receipts.

@@ -39,13 +39,13 @@ from pydantic import ConfigDict, ValidationError
 
 from mcp_interceptors.executor import Call
 from mcp_interceptors.gateway.auth import current_principal
-from mcp_interceptors.gateway.bridge import Bridges
+from mcp_interceptors.gateway.bridge import BRIDGE_TIMEOUT_S, Bridges
 from mcp_interceptors.gateway.config import GatewayConfig
 from mcp_interceptors.gateway.host_input import chain_body, result_body, vouched_context
 from mcp_interceptors.gateway.jsonrpc import INTERNAL_ERROR, INVALID_REQUEST, too_many_in_flight
 from mcp_interceptors.gateway.legs import Governor
 from mcp_interceptors.gateway.metrics import GatewayMetrics, serve_metrics
-from mcp_interceptors.gateway.recording import RECEIPT_META_KEY, CallRecord, Leg, receipt_meta
+from mcp_interceptors.gateway.recording import RECEIPT_META_KEY, CallRecord, Leg, OpenInput, receipt_meta
 from mcp_interceptors.gateway.routing import CALLS, LISTS, Catalog
 from mcp_interceptors.gateway.scrub import Scrubber
 from mcp_interceptors.gateway.session import STDIO_SESSION_KEY, DownstreamSession, Era
@@ -60,6 +60,7 @@ from mcp_interceptors.planning import direction_for
 from mcp_interceptors.protocol.chain import ChainExecutionParams
 from mcp_interceptors.protocol.descriptors import InterceptorDescriptor, supported_events
 from mcp_interceptors.protocol.errors import (
+    REQUEST_CANCELLED,
     HookMismatchError,
     InterceptorNotFoundError,
     InterceptorsError,
@@ -164,7 +165,7 @@ class Gateway:
         self.scrubber = Scrubber.from_config(config)
         self.prefixes = {name: config.prefix_for(name) for name in config.upstreams}
         self.shared: dict[str, UpstreamConnection] = {}
-        self._open_inputs: OrderedDict[tuple[str, str], tuple[str, str]] = OrderedDict()
+        self._open_inputs: OrderedDict[tuple[str, str], OpenInput] = OrderedDict()
         self.sessions: dict[str, DownstreamSession] = {}
         #: session key -> its HTTP requests in flight (`http.max_requests_in_flight`); gone at 0
         self._in_flight: dict[str, int] = {}
@@ -175,7 +176,7 @@ class Gateway:
         #: The `sessionId` guards see for the stdio client (see `STDIO_SESSION_KEY`).
         self.stdio_session_id = f"stdio:{uuid.uuid4().hex}"
         self.bus = InMemorySubscriptionBus()
-        self.bridges = Bridges()
+        self.bridges = Bridges(on_end=self._bridged_call_ended)
         #: (upstream, uri) -> listen streams of 2026-07-28 clients subscribed to it there
         self._listen_subscriptions: dict[tuple[str, str], int] = {}
         self.startup_catalog: Catalog | None = None
@@ -217,16 +218,39 @@ class Gateway:
             return CallRecord(None, context, call_id="")
         return CallRecord(self.audit_writer, context)
 
-    def open_input(self, request_state: str, key: str, call_id: str, method: str) -> None:
-        """Remember an input request sent to a 2026-07-28 client, until its answer comes: its method (whose
-        response chain the answer runs) and its audit call (empty when auditing is off)."""
-        self._open_inputs[(request_state, key)] = (call_id, method)
+    async def open_input(self, request_state: str, key: str, opened: OpenInput) -> None:
+        """Remember an input request sent to a 2026-07-28 client, until its answer comes. The oldest is
+        forgotten past `_OPEN_INPUTS_KEPT`, its audit call closed (an answer to it opens a call of its own)."""
+        self._open_inputs[(request_state, key)] = opened
         while len(self._open_inputs) > _OPEN_INPUTS_KEPT:
-            self._open_inputs.popitem(last=False)
+            _, oldest = self._open_inputs.popitem(last=False)
+            await self._unanswered(oldest, f"{_OPEN_INPUTS_KEPT} newer input requests were awaiting answers")
 
-    def close_input(self, request_state: str, key: str) -> tuple[str, str] | None:
-        """The `(call id, method)` of the input request an answer in a retry responds to, if one is open."""
+    def close_input(self, request_state: str, key: str) -> OpenInput | None:
+        """The input request an answer in a retry responds to, if one is open."""
         return self._open_inputs.pop((request_state, key), None)
+
+    async def forget_inputs(self, why: str, keys: Iterable[tuple[str, str]] | None = None) -> None:
+        """Forget input requests still awaiting answers (those `(request_state, key)` names, else all): they
+        will not be answered (`why`: their call ended, the gateway stops), so their audit calls are closed."""
+        for key in list(self._open_inputs) if keys is None else keys:
+            opened = self._open_inputs.pop(key, None)
+            if opened is not None:
+                await self._unanswered(opened, why)
+
+    async def _bridged_call_ended(self, token: str) -> None:
+        """A bridged call is over (its result taken, or it expired): its questions can no longer be answered."""
+        if self._open_inputs:
+            ended = [key for key in self._open_inputs if key[0] == token]
+            await self.forget_inputs(
+                f"the bridged call ended (bridged calls last at most {BRIDGE_TIMEOUT_S:g} s)", ended
+            )
+
+    async def _unanswered(self, opened: OpenInput, why: str) -> None:
+        if self.audit_writer is not None and opened.call_id and opened.context is not None:
+            record = CallRecord(self.audit_writer, opened.context, call_id=opened.call_id, opened=True)
+            message = f"never answered: {why}"
+            await record.cancelled(opened.method, MCPError(REQUEST_CANCELLED, message, {"reason": "input_unanswered"}))
 
     async def start(self, tg: anyio.abc.TaskGroup, *, connect: bool = True) -> None:
         """Start the audit writer and, unless `connect` is false (a stdio gateway waits for its client

@@ -23,7 +23,7 @@ from mcp_interceptors.gateway.auth import current_principal
 from mcp_interceptors.gateway.bridge import BridgedCall
 from mcp_interceptors.gateway.legs import GOVERNED_EVENTS, BlockedError
 from mcp_interceptors.gateway.metrics import Outcome
-from mcp_interceptors.gateway.recording import RECEIPT_META_KEY, CallRecord, Leg, receipt_meta
+from mcp_interceptors.gateway.recording import RECEIPT_META_KEY, CallRecord, Leg, OpenInput, receipt_meta
 from mcp_interceptors.gateway.routing import (
     CALLS,
     LISTS,
@@ -251,6 +251,9 @@ class DownstreamSession:
             await record.dispatched(executed=sent, intent=sent)
         except MCPError as exc:
             await self._refused(record, method, exc, request_id)
+        except anyio.get_cancelled_exc_class():
+            await record.cancelled(method, self._ended_error())
+            raise
         try:
             if len(conns) == 1:
                 name, conn = next(iter(conns.items()))
@@ -391,6 +394,10 @@ class DownstreamSession:
             await record.dispatched(executed=sent, intent=approved)
         except MCPError as exc:
             await self._refused(record, method, exc, request_id)
+        except anyio.get_cancelled_exc_class():
+            if record is not None:  # cancelled while its request chain ran, or after: closed before dispatch
+                await record.cancelled(method, self._ended_error())
+            raise
         try:
             headers = self._param_headers(conn, method, (params or {}).get("name"), upstream_params.get("arguments"))
             result = await self._forward(
@@ -558,20 +565,32 @@ class DownstreamSession:
         Each answer closes the audit call its request opened (`_govern_input_requests`), as a 2026-07-28
         client's retry does, so request and answer make one compound receipt."""
         answers: dict[str, Any] = {}
-        for key, request in requests.items():
-            method, params = request.get("method"), request.get("params")
-            opened = self.gateway.close_input(state, str(key)) if record.enabled and isinstance(state, str) else None
-            answer_record = record.embedded(opened[0] if opened is not None and opened[1] == method else None)
-            try:
-                answer = await downstream.request(method, params)
-            except MCPError as exc:
-                scrubbed = self.scrub_error(exc)
-                if opened is not None:
-                    await answer_record.failed(method, scrubbed.code, scrubbed.message)
-                _reraise(exc, scrubbed)
-            if method in GOVERNED_EVENTS:
-                answer = await self.gateway.governor.govern_response(method, answer, context, answer_record)
-            answers[key] = answer
+        try:
+            for key, request in requests.items():
+                method, params = request.get("method"), request.get("params")
+                opened = self.gateway.close_input(state, str(key)) if isinstance(state, str) else None
+                linked = opened is not None and opened.method == method and bool(opened.call_id)
+                answer_record = record.embedded(opened.call_id if opened is not None and linked else None)
+                try:
+                    answer = await downstream.request(method, params)
+                except MCPError as exc:
+                    scrubbed = self.scrub_error(exc)
+                    if linked:
+                        await answer_record.failed(method, scrubbed.code, scrubbed.message)
+                    _reraise(exc, scrubbed)
+                except anyio.get_cancelled_exc_class():
+                    if linked:
+                        await answer_record.cancelled(method)
+                    raise
+                if method in GOVERNED_EVENTS:
+                    answer = await self.gateway.governor.govern_response(method, answer, context, answer_record)
+                answers[key] = answer
+        except BaseException:
+            if isinstance(state, str):  # the requests not asked yet never will be
+                unasked = [(state, str(key)) for key in requests if key not in answers]
+                with anyio.CancelScope(shield=True):
+                    await self.gateway.forget_inputs("the call ended before the client was asked it", unasked)
+            raise
         return answers
 
     async def _route(self, method: str, params: Mapping[str, Any] | None, *, check: bool = False) -> Route:
@@ -691,21 +710,31 @@ class DownstreamSession:
             return result
         governed: dict[str, Any] = {}
         state = result.get("requestState")
-        for key, request in requests.items():
-            method = request.get("method") if isinstance(request, Mapping) else None
-            if isinstance(method, str) and method in GOVERNED_EVENTS:
-                embedded = record.embedded()
-                params = request.get("params")
-                if self.era == "legacy":  # bridged to a handshake-era client: what it is sent is what is governed
-                    params = _for_handshake_client(method, params)
-                params = await self.gateway.governor.govern_request(method, params, context, embedded)
-                sent = {"method": method, "params": _recorded(params)}
-                await embedded.dispatched(executed=sent, intent=sent)
-                if isinstance(state, str):  # its answer comes with the retry
-                    self.gateway.open_input(state, str(key), embedded.call_id if record.enabled else "", method)
-                governed[key] = {**request, "params": params}
-            else:
-                governed[key] = request
+        # Recorded as sent once every one is approved: a denied one stops the round, and its siblings with it.
+        approved: list[tuple[str, str, CallRecord, dict[str, Any]]] = []
+        current: tuple[str, CallRecord] | None = None
+        try:
+            for key, request in requests.items():
+                method = request.get("method") if isinstance(request, Mapping) else None
+                if isinstance(method, str) and method in GOVERNED_EVENTS:
+                    embedded = record.embedded()
+                    current = (method, embedded)
+                    params = request.get("params")
+                    if self.era == "legacy":  # bridged to a handshake-era client: what it is sent is governed
+                        params = _for_handshake_client(method, params)
+                    params = await self.gateway.governor.govern_request(method, params, context, embedded)
+                    approved.append((str(key), method, embedded, {"method": method, "params": _recorded(params)}))
+                    governed[key] = {**request, "params": params}
+                else:
+                    governed[key] = request
+        except BaseException as exc:
+            await _withheld(approved, current, exc)
+            raise
+        for key, method, embedded, sent in approved:
+            await embedded.dispatched(executed=sent, intent=sent)
+            if isinstance(state, str):  # its answer comes with the retry
+                opened = OpenInput(method, embedded.call_id, context) if record.enabled else OpenInput(method)
+                await self.gateway.open_input(state, key, opened)
         return {**result, "inputRequests": governed}
 
     async def _govern_input_responses(
@@ -722,8 +751,9 @@ class DownstreamSession:
             # The request it answers; its audit call, so request and answer make one compound receipt.
             opened = self.gateway.close_input(state, str(key)) if isinstance(state, str) else None
             methods = input_response_methods(value)
-            if opened is not None and opened[1] not in methods:
-                methods = (opened[1], *methods)
+            if opened is not None and opened.method not in methods:
+                methods = (opened.method, *methods)
+            answer_record: CallRecord | None = None
             try:
                 if methods and not isinstance(value, dict):
                     raise MCPError(
@@ -732,12 +762,14 @@ class DownstreamSession:
                         {"field": f"inputResponses.{key}"},
                     )
                 for method in methods:
-                    linked = opened is not None and opened[1] == method and bool(opened[0])
-                    answer_record = record.embedded(opened[0] if opened is not None and linked else None)
+                    linked = opened is not None and opened.method == method and bool(opened.call_id)
+                    answer_record = record.embedded(opened.call_id if opened is not None and linked else None)
                     value = await self.gateway.governor.govern_response(method, value, context, answer_record)
             except BaseException:
                 if opened is not None and isinstance(state, str):  # still unanswered: a later retry is governed alike
-                    self.gateway.open_input(state, str(key), "", opened[1])
+                    if answer_record is not None and answer_record.ended:  # its audit call is closed (denied)
+                        opened = OpenInput(opened.method)
+                    await self.gateway.open_input(state, str(key), opened)
                 raise
             responses[key] = value
 
@@ -797,7 +829,11 @@ class DownstreamSession:
         record = self.gateway.new_record(context)
         governed = method in GOVERNED_EVENTS
         if governed:
-            params = await governor.govern_request(method, params, context, record)
+            try:
+                params = await governor.govern_request(method, params, context, record)
+            except anyio.get_cancelled_exc_class():
+                await record.cancelled(method)  # the upstream gave up on it while its request chain ran
+                raise
         target = self.inflight[-1] if self.inflight else self.standalone
         if target is None:
             refused = MCPError(INVALID_REQUEST, "no downstream client is connected to answer " + method)
@@ -859,6 +895,29 @@ def _recorded(params: Mapping[str, Any] | None) -> dict[str, Any]:
     if meta:
         body["_meta"] = meta
     return body
+
+
+async def _withheld(
+    approved: list[tuple[str, str, CallRecord, dict[str, Any]]],
+    current: tuple[str, CallRecord] | None,
+    exc: BaseException,
+) -> None:
+    """Close the audit calls of an `input_required` round that ended before it was sent: the `current`
+    request's (refused, unless its chain's denial closed it; cancelled, if the call was) and those of the
+    requests approved before it, none of which was sent."""
+    why = exc if isinstance(exc, (MCPError, InterceptorsError)) else None
+    stopped = current[1] if current is not None and why is not None else None
+    if current is not None:
+        method, embedded = current
+        if isinstance(exc, MCPError):
+            await embedded.refused(method, exc)
+        elif stopped is None:
+            await embedded.cancelled(method)
+    for _, method, embedded, _ in approved:
+        if stopped is not None and why is not None:
+            await embedded.withheld(method, stopped, why)
+        else:
+            await embedded.cancelled(method)
 
 
 def _for_handshake_client(method: str, params: Any) -> Any:

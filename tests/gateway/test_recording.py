@@ -159,9 +159,10 @@ async def test_an_input_request_pushed_out_of_those_kept_is_closed_as_never_answ
                     record.approved_request(Leg("sampling/createMessage", "request", None, request))
                     await record.dispatched(executed=request, intent=request)
                     opened = OpenInput("sampling/createMessage", record.call_id, context)
-                    await gateway.open_input("state", f"q{index}", opened)
-                assert gateway.close_input("state", "q0") is None
-                assert gateway.close_input("state", "q1") is not None
+                    await gateway.open_input("s", "state", f"q{index}", opened)
+                assert gateway.close_input("s", "state", "q0") is None
+                assert gateway.close_input("other", "state", "q1") is None  # another session's
+                assert gateway.close_input("s", "state", "q1") is not None
         bodies = [orjson.loads(raw)["body"] for _, raw in store.iter_records()]
         report = verify_source(store, key.trusted())
     finally:

@@ -165,7 +165,8 @@ class Gateway:
         self.scrubber = Scrubber.from_config(config)
         self.prefixes = {name: config.prefix_for(name) for name in config.upstreams}
         self.shared: dict[str, UpstreamConnection] = {}
-        self._open_inputs: OrderedDict[tuple[str, str], OpenInput] = OrderedDict()
+        # keyed by downstream session too: an upstream's requestState may be the same for every call (a constant)
+        self._open_inputs: OrderedDict[tuple[str, str, str], OpenInput] = OrderedDict()
         self.sessions: dict[str, DownstreamSession] = {}
         #: session key -> its HTTP requests in flight (`http.max_requests_in_flight`); gone at 0
         self._in_flight: dict[str, int] = {}
@@ -218,20 +219,22 @@ class Gateway:
             return CallRecord(None, context, call_id="")
         return CallRecord(self.audit_writer, context)
 
-    async def open_input(self, request_state: str, key: str, opened: OpenInput) -> None:
-        """Remember an input request sent to a 2026-07-28 client, until its answer comes. The oldest is
-        forgotten past `_OPEN_INPUTS_KEPT`, its audit call closed (an answer to it opens a call of its own)."""
-        self._open_inputs[(request_state, key)] = opened
+    async def open_input(self, session: str, request_state: str, key: str, opened: OpenInput) -> None:
+        """Remember an input request sent to a 2026-07-28 client of downstream `session`, until its answer
+        comes. The oldest is forgotten past `_OPEN_INPUTS_KEPT`, its audit call closed (an answer to it opens a
+        call of its own)."""
+        self._open_inputs[(session, request_state, key)] = opened
         while len(self._open_inputs) > _OPEN_INPUTS_KEPT:
             _, oldest = self._open_inputs.popitem(last=False)
             await self._unanswered(oldest, f"{_OPEN_INPUTS_KEPT} newer input requests were awaiting answers")
 
-    def close_input(self, request_state: str, key: str) -> OpenInput | None:
-        """The input request an answer in a retry responds to, if one is open."""
-        return self._open_inputs.pop((request_state, key), None)
+    def close_input(self, session: str, request_state: str, key: str) -> OpenInput | None:
+        """The input request an answer in a retry of downstream `session` responds to, if one is open: never
+        another session's, whose upstream call may have been given the same `requestState`."""
+        return self._open_inputs.pop((session, request_state, key), None)
 
-    async def forget_inputs(self, why: str, keys: Iterable[tuple[str, str]] | None = None) -> None:
-        """Forget input requests still awaiting answers (those `(request_state, key)` names, else all): they
+    async def forget_inputs(self, why: str, keys: Iterable[tuple[str, str, str]] | None = None) -> None:
+        """Forget input requests still awaiting answers (those `(session, request_state, key)` names, else all): they
         will not be answered (`why`: their call ended, the gateway stops), so their audit calls are closed."""
         for key in list(self._open_inputs) if keys is None else keys:
             opened = self._open_inputs.pop(key, None)
@@ -241,7 +244,7 @@ class Gateway:
     async def _bridged_call_ended(self, token: str) -> None:
         """A bridged call is over (its result taken, or it expired): its questions can no longer be answered."""
         if self._open_inputs:
-            ended = [key for key in self._open_inputs if key[0] == token]
+            ended = [key for key in self._open_inputs if key[1] == token]
             await self.forget_inputs(
                 f"the bridged call ended (bridged calls last at most {BRIDGE_TIMEOUT_S:g} s)", ended
             )

@@ -568,7 +568,7 @@ class DownstreamSession:
         try:
             for key, request in requests.items():
                 method, params = request.get("method"), request.get("params")
-                opened = self.gateway.close_input(state, str(key)) if isinstance(state, str) else None
+                opened = self.gateway.close_input(self.key, state, str(key)) if isinstance(state, str) else None
                 linked = opened is not None and opened.method == method and bool(opened.call_id)
                 answer_record = record.embedded(opened.call_id if opened is not None and linked else None)
                 try:
@@ -587,7 +587,7 @@ class DownstreamSession:
                 answers[key] = answer
         except BaseException:
             if isinstance(state, str):  # the requests not asked yet never will be
-                unasked = [(state, str(key)) for key in requests if key not in answers]
+                unasked = [(self.key, state, str(key)) for key in requests if key not in answers]
                 with anyio.CancelScope(shield=True):
                     await self.gateway.forget_inputs("the call ended before the client was asked it", unasked)
             raise
@@ -734,7 +734,7 @@ class DownstreamSession:
             await embedded.dispatched(executed=sent, intent=sent)
             if isinstance(state, str):  # its answer comes with the retry
                 opened = OpenInput(method, embedded.call_id, context) if record.enabled else OpenInput(method)
-                await self.gateway.open_input(state, key, opened)
+                await self.gateway.open_input(self.key, state, key, opened)
         return {**result, "inputRequests": governed}
 
     async def _govern_input_responses(
@@ -749,7 +749,7 @@ class DownstreamSession:
         state = (params or {}).get("requestState")
         for key, value in list(responses.items()):
             # The request it answers; its audit call, so request and answer make one compound receipt.
-            opened = self.gateway.close_input(state, str(key)) if isinstance(state, str) else None
+            opened = self.gateway.close_input(self.key, state, str(key)) if isinstance(state, str) else None
             methods = input_response_methods(value)
             if opened is not None and opened.method not in methods:
                 methods = (opened.method, *methods)
@@ -769,7 +769,7 @@ class DownstreamSession:
                 if opened is not None and isinstance(state, str):  # still unanswered: a later retry is governed alike
                     if answer_record is not None and answer_record.ended:  # its audit call is closed (denied)
                         opened = OpenInput(opened.method)
-                    await self.gateway.open_input(state, str(key), opened)
+                    await self.gateway.open_input(self.key, state, str(key), opened)
                 raise
             responses[key] = value
 

@@ -741,16 +741,29 @@ _SUSPENDING_OPS = frozenset({"GET_AWAITABLE", "GET_AITER", "GET_ANEXT", "BEFORE_
 
 
 def _may_suspend(handler: Handler) -> bool:
-    """Whether an async handler's own code can suspend; True when its code cannot be found."""
-    function: Any = inspect.unwrap(handler)
-    while isinstance(function, functools.partial):
-        function = function.func
-    code = getattr(function, "__code__", None)
-    if code is None:  # an async callable object: its class's `__call__`
-        code = getattr(type(function).__call__, "__code__", None)
-    if code is None:
-        return True
-    return any(instruction.opname in _SUSPENDING_OPS for instruction in dis.get_instructions(code))
+    """Whether an async handler's code can suspend; True when its code cannot be found.
+
+    Every layer counts, not only the innermost: a decorator's wrapper (`functools.wraps`) may await
+    before calling a handler that never does, and the executor drops its cancel scope for chains of
+    handlers that cannot suspend.
+    """
+    function: Any = handler
+    seen: set[int] = set()
+    while id(function) not in seen:
+        seen.add(id(function))
+        if isinstance(function, functools.partial):
+            function = function.func
+            continue
+        code = getattr(function, "__code__", None)
+        if code is None:  # an async callable object: its class's `__call__`
+            code = getattr(type(function).__call__, "__code__", None)
+        if code is None or any(instruction.opname in _SUSPENDING_OPS for instruction in dis.get_instructions(code)):
+            return True
+        inner = getattr(function, "__wrapped__", None)
+        if inner is None:
+            return False
+        function = inner
+    return False
 
 
 def _check_handler(name: str, handler: Any) -> None:

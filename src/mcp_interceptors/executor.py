@@ -161,10 +161,9 @@ async def execute_plan(
     clock = _clock()
     deadline = clock() + timeout_ms / 1000 if timeout_ms is not None else None
     run = ChainRun(plan, payload, severity_rule=severity_rule, deadline_always_blocks=deadline_always_blocks)
-    invoker = _Invoker(plan, sources, config or {}, context, deadline, clock)
+    invoker = _Invoker(plan, sources, config or {}, context, deadline, clock, _never_suspends(plan, sources))
     cut: tuple[Batch, list[Outcome | None]] | None = None
-    scoped = deadline is not None and not _never_suspends(plan, sources)
-    with anyio.CancelScope(deadline=deadline) if scoped else _NO_SCOPE:
+    with anyio.CancelScope(deadline=deadline) if deadline is not None and not invoker.still else _NO_SCOPE:
         while (batch := run.next_batch()) is not None:
             outcomes: list[Any] = [None] * len(batch.steps)  # an Outcome per step once filled
             cut = (batch, outcomes)
@@ -205,13 +204,12 @@ def _clock() -> Callable[[], float]:
 
 def _never_suspends(plan: Plan, sources: Mapping[str, Source]) -> bool:
     """Whether every invocation of `plan` is an in-process handler that cannot suspend (see `Source`)."""
-    for _, batch in plan.batches:
-        for step in batch.steps:
-            source = sources.get(step.source)
-            if step.policy.timeout_ms is not None or getattr(source, "concurrent", True) or source is None:
-                return False
-            if not getattr(source, "local", False):
-                return False
+    if plan.timed:
+        return False
+    for name in plan.sources:
+        source = sources.get(name)
+        if source is None or not getattr(source, "local", False) or getattr(source, "concurrent", True):
+            return False
     return True
 
 #: The outcome of an invocation the chain deadline cut short or never started.
@@ -226,6 +224,8 @@ class _Invoker:
     context: InvocationContext | None
     deadline: float | None
     clock: Callable[[], float]
+    #: No invocation of the plan can suspend: every batch runs in turn, with no scope (see `execute_plan`).
+    still: bool
 
     async def fill(self, batch: Batch, snapshot: Any, outcomes: list[Outcome | None]) -> None:
         """Invoke every step of `batch`, writing each outcome at its step's index (R43).
@@ -234,7 +234,11 @@ class _Invoker:
         async handlers): then they run one after another, which is cheaper than a task group.
         """
         steps = batch.steps
-        if len(steps) == 1 or not any(getattr(self.sources.get(step.source), "concurrent", True) for step in steps):
+        if (
+            self.still
+            or len(steps) == 1
+            or not any(getattr(self.sources.get(step.source), "concurrent", True) for step in steps)
+        ):
             for index, step in enumerate(steps):
                 outcomes[index] = await self.invoke(step, snapshot)
             return

@@ -394,6 +394,8 @@ class InterceptorHost(Extension):
             raise
         except (TypeError, ValueError) as exc:  # pydantic's ValidationError too: the handler's return, not the params
             raise _malformed_return(registered.descriptor, exc) from None
+        if outcome is None or type(outcome) is bool:  # the result holds only our stamps and the input payload
+            return result
         # In-process as over a transport: a datetime, set or NaN in a new payload fails the invocation (R25).
         problem = result_json_problem(result, call.payload)
         if problem is not None:

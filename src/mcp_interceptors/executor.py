@@ -89,8 +89,10 @@ class Call:
 class Source(Protocol):
     """Where interceptors run: an in-process host or a remote MCP host connection.
 
-    A source may set `concurrent = False` to say parallel invocation gains nothing (all its handlers
-    are in-process coroutines); the executor then runs its validators one after another.
+    A source may set `concurrent = False` to say its invocations never suspend (in-process coroutines
+    with no `await` that can yield, as `InterceptorHost.concurrent` tells), so parallel invocation gains
+    nothing: the executor then runs its validators one after another, and a run of such sources alone
+    (`local = True`, no timeout of their own) without a cancel scope, which could never fire in it.
 
     `call.payload` is the chain's own object, shared with the validators of its pass and the caller, and
     not copied for a source of your own (an `InterceptorHost` copies it for its handlers): a source must
@@ -211,6 +213,7 @@ def _never_suspends(plan: Plan, sources: Mapping[str, Source]) -> bool:
         if source is None or not getattr(source, "local", False) or getattr(source, "concurrent", True):
             return False
     return True
+
 
 #: The outcome of an invocation the chain deadline cut short or never started.
 DEADLINE = Outcome(code=TIMEOUT_G4, reason="chain deadline exceeded", timeout=True, deadline=True)

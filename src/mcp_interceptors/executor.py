@@ -9,6 +9,7 @@ from __future__ import annotations
 import asyncio
 import math
 import time
+import weakref
 from collections.abc import Callable, Mapping
 from contextlib import nullcontext
 from dataclasses import dataclass, field
@@ -200,8 +201,19 @@ _NO_SCOPE = nullcontext()
 def _clock() -> Callable[[], float]:
     """The clock `anyio.current_time` reads, resolved once per run: on asyncio the loop's own `time`,
     which the cancel scopes' deadlines are in; `anyio.current_time` looks the backend up on every call."""
-    loop = anyio.lowlevel.current_token().native_token
-    return loop.time if isinstance(loop, asyncio.AbstractEventLoop) else anyio.current_time
+    try:
+        loop = asyncio.get_running_loop()
+    except RuntimeError:  # not asyncio (trio)
+        return anyio.current_time
+    if loop not in _ANYIO_LOOPS:
+        if anyio.lowlevel.current_token().native_token is not loop:  # an asyncio loop anyio does not run on
+            return anyio.current_time
+        _ANYIO_LOOPS.add(loop)
+    return loop.time
+
+
+#: The asyncio loops `_clock` found anyio running on: asking anyio costs more than all of a run's clock reads.
+_ANYIO_LOOPS: weakref.WeakSet[asyncio.AbstractEventLoop] = weakref.WeakSet()
 
 
 def _never_suspends(plan: Plan, sources: Mapping[str, Source]) -> bool:

@@ -5,6 +5,7 @@ In-memory in both eras, plus one real stdio subprocess and one real Streamable H
 
 from __future__ import annotations
 
+import functools
 import logging
 import sys
 import tracemalloc
@@ -375,6 +376,34 @@ async def test_r42_r43_in_process_validators_that_await_run_concurrently() -> No
     cpu_only = InterceptorHost("cpu")
     cpu_only.validator("scan", events=["tools/call"])(releases)
     assert not cpu_only.concurrent  # never suspends: nothing to gain from a task group
+
+
+async def test_r60_the_chain_deadline_cancels_a_decorated_handler_whose_wrapper_awaits() -> None:
+    """A `functools.wraps` wrapper that awaits around a handler that never does: the host read only the
+    inner code, called itself unable to suspend, and the executor ran the chain without a cancel scope."""
+    host = InterceptorHost("wrapped")
+
+    def throttled(handler: Any) -> Any:
+        @functools.wraps(handler)
+        async def wrapper(inv: Invocation) -> Any:
+            await anyio.sleep(5)  # the deadline below is 50x shorter
+            return await handler(inv)
+
+        return wrapper
+
+    @host.validator("slow", events=["tools/call"])
+    @throttled
+    async def slow(inv: Invocation) -> bool:
+        return True
+
+    assert host.concurrent
+    chain = Chain(role="client")
+    chain.add_local(host)
+    with anyio.fail_after(2):
+        result = await chain.execute("tools/call", "request", SHELL, timeout_ms=100)
+    assert result.status == "timeout"
+    assert result.aborted_at is not None
+    assert (result.aborted_at.interceptor, result.aborted_at.type) == ("slow", "timeout")
 
 
 async def test_r36_a_chain_does_not_keep_a_plan_for_every_event_it_is_asked_about() -> None:

@@ -6,14 +6,17 @@ one-method `Source` protocol, so the same loop drives in-process hosts and remot
 
 from __future__ import annotations
 
+import asyncio
 import math
 import time
-from collections.abc import Mapping
+import weakref
+from collections.abc import Callable, Mapping
 from contextlib import nullcontext
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 import anyio
+import anyio.lowlevel
 
 from mcp_interceptors.planning import Batch, ChainRun, Outcome, Plan, SeverityRule, Step
 from mcp_interceptors.protocol.chain import (
@@ -87,8 +90,10 @@ class Call:
 class Source(Protocol):
     """Where interceptors run: an in-process host or a remote MCP host connection.
 
-    A source may set `concurrent = False` to say parallel invocation gains nothing (all its handlers
-    are in-process coroutines); the executor then runs its validators one after another.
+    A source may set `concurrent = False` to say its invocations never suspend (in-process coroutines
+    with no `await` that can yield, as `InterceptorHost.concurrent` tells), so parallel invocation gains
+    nothing: the executor then runs its validators one after another, and a run of such sources alone
+    (`local = True`, no timeout of their own) without a cancel scope, which could never fire in it.
 
     `call.payload` is the chain's own object, shared with the validators of its pass and the caller, and
     not copied for a source of your own (an `InterceptorHost` copies it for its handlers): a source must
@@ -151,13 +156,17 @@ async def execute_plan(
     One cancel scope carries the deadline for the whole run. When it fires, the invocations in
     flight and every one not yet started resolve as deadline failures, routed by their own mode
     and failOpen (G5); a per-invocation scope exists only for an interceptor's own, shorter timeout.
+    A run whose every invocation is an in-process handler that never suspends needs no scope: nothing
+    in it reaches a checkpoint where one could cancel, and the clock checks around each invocation
+    decide the deadline (R60).
     """
     started = time.perf_counter()
-    deadline = anyio.current_time() + timeout_ms / 1000 if timeout_ms is not None else None
+    clock = _clock()
+    deadline = clock() + timeout_ms / 1000 if timeout_ms is not None else None
     run = ChainRun(plan, payload, severity_rule=severity_rule, deadline_always_blocks=deadline_always_blocks)
-    invoker = _Invoker(plan, sources, config or {}, context, deadline)
+    invoker = _Invoker(plan, sources, config or {}, context, deadline, clock, _never_suspends(plan, sources))
     cut: tuple[Batch, list[Outcome | None]] | None = None
-    with anyio.CancelScope(deadline=deadline) if deadline is not None else _NO_SCOPE:
+    with anyio.CancelScope(deadline=deadline) if deadline is not None and not invoker.still else _NO_SCOPE:
         while (batch := run.next_batch()) is not None:
             outcomes: list[Any] = [None] * len(batch.steps)  # an Outcome per step once filled
             cut = (batch, outcomes)
@@ -185,8 +194,38 @@ async def execute_plan(
     )
 
 
-#: Stands in for the chain's cancel scope when it has no deadline (reusable: it does nothing).
+#: Stands in for the chain's cancel scope when it needs none (reusable: it does nothing).
 _NO_SCOPE = nullcontext()
+
+
+def _clock() -> Callable[[], float]:
+    """The clock `anyio.current_time` reads, resolved once per run: on asyncio the loop's own `time`,
+    which the cancel scopes' deadlines are in; `anyio.current_time` looks the backend up on every call."""
+    try:
+        loop = asyncio.get_running_loop()
+    except RuntimeError:  # not asyncio (trio)
+        return anyio.current_time
+    if loop not in _ANYIO_LOOPS:
+        if anyio.lowlevel.current_token().native_token is not loop:  # an asyncio loop anyio does not run on
+            return anyio.current_time
+        _ANYIO_LOOPS.add(loop)
+    return loop.time
+
+
+#: The asyncio loops `_clock` found anyio running on: asking anyio costs more than all of a run's clock reads.
+_ANYIO_LOOPS: weakref.WeakSet[asyncio.AbstractEventLoop] = weakref.WeakSet()
+
+
+def _never_suspends(plan: Plan, sources: Mapping[str, Source]) -> bool:
+    """Whether every invocation of `plan` is an in-process handler that cannot suspend (see `Source`)."""
+    if plan.timed:
+        return False
+    for name in plan.sources:
+        source = sources.get(name)
+        if source is None or not getattr(source, "local", False) or getattr(source, "concurrent", True):
+            return False
+    return True
+
 
 #: The outcome of an invocation the chain deadline cut short or never started.
 DEADLINE = Outcome(code=TIMEOUT_G4, reason="chain deadline exceeded", timeout=True, deadline=True)
@@ -199,6 +238,9 @@ class _Invoker:
     config: Mapping[str, Mapping[str, Any]]
     context: InvocationContext | None
     deadline: float | None
+    clock: Callable[[], float]
+    #: No invocation of the plan can suspend: every batch runs in turn, with no scope (see `execute_plan`).
+    still: bool
 
     async def fill(self, batch: Batch, snapshot: Any, outcomes: list[Outcome | None]) -> None:
         """Invoke every step of `batch`, writing each outcome at its step's index (R43).
@@ -207,7 +249,11 @@ class _Invoker:
         async handlers): then they run one after another, which is cheaper than a task group.
         """
         steps = batch.steps
-        if len(steps) == 1 or not any(getattr(self.sources.get(step.source), "concurrent", True) for step in steps):
+        if (
+            self.still
+            or len(steps) == 1
+            or not any(getattr(self.sources.get(step.source), "concurrent", True) for step in steps)
+        ):
             for index, step in enumerate(steps):
                 outcomes[index] = await self.invoke(step, snapshot)
             return
@@ -236,7 +282,7 @@ class _Invoker:
                 answer = _failure(exc, self.deadline is not None, None)
             return DEADLINE if self._passed() else answer
         own = step.policy.timeout_ms / 1000 if step.policy.timeout_ms is not None else None
-        remaining = self.deadline - anyio.current_time() if self.deadline is not None else None
+        remaining = self.deadline - self.clock() if self.deadline is not None else None
         if remaining is not None and remaining <= 0:
             return DEADLINE
         chain_bound = remaining is not None and (own is None or remaining <= own)
@@ -262,7 +308,7 @@ class _Invoker:
             outcome = await _attempt(source, call, False, scope)
         # A handler that never awaits cannot be cancelled: its answer, when it comes after the timeout,
         # is a timeout all the same (as a host answers a late result, R26).
-        if scope.cancelled_caught or outcome is None or anyio.current_time() > scope.deadline:
+        if scope.cancelled_caught or outcome is None or self.clock() > scope.deadline:
             return Outcome(code=TIMEOUT_G4, reason="timeout", timeout=True)
         return outcome
 
@@ -270,7 +316,7 @@ class _Invoker:
         """Whether the chain deadline has passed. Its scope cancels only at a checkpoint, so an in-process
         handler that never awaits finishes past it: that answer is a deadline failure all the same (R60),
         as a late answer past an interceptor's own timeout is (below), and nothing starts after it."""
-        return self.deadline is not None and anyio.current_time() > self.deadline
+        return self.deadline is not None and self.clock() > self.deadline
 
 
 async def _attempt(source: Source, call: Call, chain_bound: bool, scope: anyio.CancelScope | None) -> Outcome:

@@ -245,6 +245,10 @@ class Plan:
     skipped: tuple[Skip, ...] = ()
     #: `(pass index, batch)` in invocation order, derived once so a run never rebuilds it.
     batches: tuple[tuple[int, Batch], ...] = field(init=False, repr=False, compare=False)
+    #: The sources the steps are routed to, each once, in step order (derived).
+    sources: tuple[str, ...] = field(init=False, repr=False, compare=False)
+    #: Whether some step has a timeout of its own (derived).
+    timed: bool = field(init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
         batches: list[tuple[int, Batch]] = []
@@ -254,6 +258,9 @@ class Plan:
             elif steps:
                 batches.append((index, Batch(kind, steps)))
         object.__setattr__(self, "batches", tuple(batches))
+        steps = self.steps
+        object.__setattr__(self, "sources", tuple(dict.fromkeys(step.source for step in steps)))
+        object.__setattr__(self, "timed", any(step.policy.timeout_ms is not None for step in steps))
 
     @property
     def passes(self) -> tuple[tuple[BatchKind, tuple[Step, ...]], ...]:

@@ -51,7 +51,7 @@ class Governor:
         """Whether any interceptor would run: lets the hot path skip building payloads."""
         if event not in GOVERNED_EVENTS:
             return False
-        return any(self.chain.plan(event, phase, direction=direction).steps for direction in self.directions)
+        return any(self.chain.plan(event, phase, direction=direction).batches for direction in self.directions)
 
     async def govern_request(
         self,

@@ -56,12 +56,16 @@ async def test_an_input_request_never_answered_is_closed_when_the_gateway_stops(
     assert "open calls" not in verified.stdout.decode()  # the note on calls left open (docs/audit.md)
 
 
-async def test_a_bridged_input_request_the_client_is_cancelled_answering_is_closed(
-    write_config: ConfigWriter, tmp_path: Path
+@pytest.mark.parametrize("bridged", [False, True], ids=["handshake-era upstream", "2026-07-28 upstream, bridged"])
+async def test_a_sampling_request_the_client_is_cancelled_answering_is_closed(
+    write_config: ConfigWriter, tmp_path: Path, bridged: bool
 ) -> None:
-    """A handshake-era client asked a 2026-07-28 upstream's question (the bridge) cancels the call while it
-    answers: the question's call, recorded as sent, gets a `cancelled` record (it was left open)."""
-    config = audited(write_config, tmp_path, upstreams={"e2e": upstream("modern_upstream.py", era="2026-07-28")})
+    """A handshake-era client cancels a tool call while it answers the upstream's sampling request (a server
+    request of a handshake-era upstream, or a 2026-07-28 upstream's question asked through the bridge): the
+    sampling call, recorded as sent, gets a `cancelled` record (it was left open). Written once the cancellation
+    reaches the gateway, or as the gateway stops: either way, by the time it has exited (the writer flushes)."""
+    extra = {"upstreams": {"e2e": upstream("modern_upstream.py", era="2026-07-28")}} if bridged else {}
+    config = audited(write_config, tmp_path, **extra)
     sampler = Asked()
     with anyio.fail_after(60):
         async with fresh_gateway("stdio", config, "legacy", sampling_callback=sampler) as client:

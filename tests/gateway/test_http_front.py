@@ -77,16 +77,21 @@ async def test_an_answered_requests_id_may_be_used_again_while_mcp_finishes_with
     assert app.served == [7, 7]
 
 
-async def test_a_request_reusing_an_unanswered_id_is_refused() -> None:
-    answered = anyio.Event()
+def holding_app(answered: anyio.Event, served: list[Any]) -> Any:
+    """An ASGI app that notes each request's JSON-RPC id in `served` and answers once `answered` is set."""
 
     async def holding(scope: Any, receive: Any, send: Any) -> None:
-        await receive()
+        served.append(orjson.loads((await receive())["body"])["id"])
         await answered.wait()
         await send({"type": "http.response.start", "status": 200, "headers": []})
         await send({"type": "http.response.body", "body": b"answer", "more_body": False})
 
-    guard = guarding(holding)
+    return holding
+
+
+async def test_a_request_reusing_an_unanswered_id_is_refused() -> None:
+    answered = anyio.Event()
+    guard = guarding(holding_app(answered, []))
     with anyio.fail_after(5):
         async with anyio.create_task_group() as tg:
             tg.start_soon(post, guard, 7)
@@ -106,14 +111,7 @@ async def test_a_2026_request_carrying_a_session_header_is_not_checked_against_t
     carries: it was refused -32600 when its id matched one of that session's requests in flight."""
     answered = anyio.Event()
     served: list[Any] = []
-
-    async def holding(scope: Any, receive: Any, send: Any) -> None:
-        served.append(orjson.loads((await receive())["body"])["id"])
-        await answered.wait()
-        await send({"type": "http.response.start", "status": 200, "headers": []})
-        await send({"type": "http.response.body", "body": b"answer", "more_body": False})
-
-    guard = guarding(holding)
+    guard = guarding(holding_app(answered, served))
     with anyio.fail_after(5):
         async with anyio.create_task_group() as tg:
             tg.start_soon(post, guard, 7)

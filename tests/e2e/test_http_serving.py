@@ -1139,7 +1139,7 @@ async def test_deleting_a_session_answers_its_call_in_flight_with_an_error_and_c
     legs = [(b["phase"], b["decision"], b["status"], b["error"]) for b in bodies if b.get("event") == "tools/call"]
     assert legs == [
         ("request", "allow", "success", None),
-        ("response", "error", "cancelled", {"code": -32000, "message": message}),
+        ("response", "error", "cancelled", {"code": -32000, "message": message, "reason": "session_ended"}),
     ]
 
 

@@ -37,6 +37,16 @@ RECEIPT_META_KEY = "io.github.mcp-interceptors/receipt"
 _CANCEL_RECORD_S = 5.0
 
 
+def _error_entry(exc: MCPError, *data_keys: str) -> dict[str, Any]:
+    """The `error` of a record for `exc`: its code and message, and those of `data_keys` whose value in its
+    `data` is a string (only the gateway's own words: an upstream's data may not be recordable)."""
+    error: dict[str, Any] = {"code": exc.error.code, "message": exc.error.message}
+    data = exc.error.data
+    if isinstance(data, Mapping):
+        error.update({key: data[key] for key in data_keys if isinstance(data.get(key), str)})
+    return error
+
+
 def interceptor_entries(result: ChainResult, payload_in: Any) -> list[dict[str, Any]]:
     """Per-interceptor audit entries; mutators carry the payload before and after (the record keeps a diff)."""
     entries: list[dict[str, Any]] = []
@@ -188,10 +198,7 @@ class CallRecord:
         """
         if self.writer is None or self.opened or self.ended or self.closed:
             return
-        error: dict[str, Any] = {"code": exc.error.code, "message": exc.error.message}
-        data = exc.error.data
-        if isinstance(data, Mapping):  # only the gateway's own words: an upstream's data may not be recordable
-            error.update({key: data[key] for key in ("reason", "field") if isinstance(data.get(key), str)})
+        error = _error_entry(exc, "reason", "field")
         decision, status = ("error", "upstream_error") if upstream_failed else ("deny", "refused")
         await self._close(self.request or Leg(event, "request", None, None), decision, status, error)
         await self.settle()
@@ -228,11 +235,7 @@ class CallRecord:
             leg = self.request or Leg(event, "request", None, None)
         error: dict[str, Any] = {"code": REQUEST_CANCELLED, "message": "Request cancelled"}
         if answered is not None:
-            error = {"code": answered.code, "message": answered.message}
-            if isinstance(answered.error.data, Mapping) and isinstance(
-                reason := answered.error.data.get("reason"), str
-            ):
-                error["reason"] = reason
+            error = _error_entry(answered, "reason")
         with anyio.CancelScope(shield=True), anyio.move_on_after(_CANCEL_RECORD_S):
             try:
                 await self._close(leg, "error", "cancelled", error)

@@ -39,6 +39,7 @@ from mcp_interceptors.invoker import (
 from mcp_interceptors.planning import Overrides
 from mcp_interceptors.protocol.descriptors import InterceptorDescriptor, parse_list_result
 from mcp_interceptors.protocol.errors import (
+    INVALID_PARAMS,
     HostConnectionError,
     InterceptorsError,
     InterceptorTimeoutError,
@@ -306,7 +307,7 @@ def _stale_listing(exc: MCPError, name: str) -> bool:
     """Whether a host's error says `name` is not (or no longer so) in its listing: -32602, unknown interceptor
     or not hooked to the event (`advertisedHooks`), as `InterceptorNotFoundError` and `HookMismatchError`."""
     data = exc.data if isinstance(exc.data, Mapping) else {}
-    if exc.code != -32602 or name not in (data.get("interceptor"), data.get("name")):
+    if exc.code != INVALID_PARAMS or name not in (data.get("interceptor"), data.get("name")):
         return False
     return "advertisedHooks" in data or exc.message.startswith("Unknown interceptor")
 

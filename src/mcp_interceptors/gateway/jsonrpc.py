@@ -7,6 +7,7 @@ gateway uses (`run`, `send_raw_request`, `notify`), with ids, progress and cance
 
 from __future__ import annotations
 
+import asyncio
 import json
 import logging
 from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
@@ -162,6 +163,27 @@ class _Pending:
     outcome: Message | None = None
     on_progress: Any = None
 
+    def settle(self, outcome: Message) -> None:
+        """End the wait with `outcome`; the first one stands (an answer, the deadline or the connection closing)."""
+        if not self.done.is_set():
+            self.outcome = outcome
+            self.done.set()
+
+    def time_out(self) -> None:
+        self.settle(_TIMED_OUT)
+
+
+#: The outcome of a request whose deadline passed first (its identity is what counts).
+_TIMED_OUT: Message = {"error": {"code": REQUEST_TIMEOUT, "message": "timed out"}}
+
+
+def _asyncio_loop() -> asyncio.AbstractEventLoop | None:
+    """The running asyncio loop, or None on another backend (trio)."""
+    try:
+        return asyncio.get_running_loop()
+    except RuntimeError:
+        return None
+
 
 class JsonRpcPeer:
     """One side of a JSON-RPC connection. Our request ids are strings (`<prefix>-N`) so they never
@@ -231,8 +253,7 @@ class JsonRpcPeer:
         finally:
             self._closed = True
             for pending in self._pending.values():
-                pending.outcome = {"error": {"code": CONNECTION_CLOSED, "message": "Connection closed"}}
-                pending.done.set()
+                pending.settle({"error": {"code": CONNECTION_CLOSED, "message": "Connection closed"}})
 
     async def _refuse_too_long(self, exc: LineTooLongError) -> None:
         """Answer a message over the line limit (its id unread, so with id null) and close: its end
@@ -274,8 +295,7 @@ class JsonRpcPeer:
         if not isinstance(method, str):
             pending = self._pending.get(message.get("id"))
             if pending is not None:
-                pending.outcome = message
-                pending.done.set()
+                pending.settle(message)
             elif on_foreign is not None:
                 await on_foreign(message)
             return
@@ -366,11 +386,22 @@ class JsonRpcPeer:
         if body is not None:
             message["params"] = body
         self._pending[request_id] = pending
+        timer: asyncio.TimerHandle | None = None
         try:
             await self._send(message)
             timeout = opts.get("timeout")
-            with anyio.fail_after(timeout) if timeout is not None else anyio.CancelScope():
+            if timeout is None:
                 await pending.done.wait()
+            elif (loop := _asyncio_loop()) is not None:
+                # A timer that answers the request itself: a deadline cancel scope costs several times as much
+                # (its own timer, task bookkeeping and a scope on each side of the wait), on every call.
+                timer = loop.call_later(timeout, pending.time_out)
+                await pending.done.wait()
+            else:
+                with anyio.fail_after(timeout):
+                    await pending.done.wait()
+            if pending.outcome is _TIMED_OUT:
+                raise TimeoutError
         except TimeoutError:
             await self._cancel_remote(request_id, "timed out", opts)
             raise MCPError(REQUEST_TIMEOUT, f"Request {method!r} timed out") from None
@@ -379,6 +410,8 @@ class JsonRpcPeer:
                 await self._cancel_remote(request_id, "caller cancelled", opts)
             raise
         finally:
+            if timer is not None:
+                timer.cancel()
             self._pending.pop(request_id, None)
         outcome = pending.outcome or {}
         error = outcome.get("error")

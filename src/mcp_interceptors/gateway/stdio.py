@@ -37,6 +37,7 @@ from mcp_interceptors.gateway.jsonrpc import (
     is_request_id,
     loads,
     refusal,
+    write_all,
 )
 from mcp_interceptors.gateway.server import LOCAL_METHODS
 from mcp_interceptors.protocol.errors import InterceptorsError
@@ -144,7 +145,7 @@ async def _write_lines(fd: int, source: MemoryObjectReceiveStream[SessionMessage
         async for session_message in source:
             data = session_message.message.model_dump_json(by_alias=True, exclude_unset=True).encode() + b"\n"
             try:
-                await _write_all(fd, data)
+                await write_all(fd, data)
             except BrokenPipeError:
                 return
 
@@ -334,10 +335,10 @@ async def serve_stdio_fast(gateway: Gateway, stdin_fd: int = 0, stdout_fd: int =
     try:
         read: Callable[[], Awaitable[bytes]] = partial(_read_chunk, read_fd)
         if not gateway.connected:
-            read = await connect_for_first_message(gateway, read, partial(_write_all, write_fd))
+            read = await connect_for_first_message(gateway, read, partial(write_all, write_fd))
         peer = JsonRpcPeer(
             read,
-            partial(_write_all, write_fd),
+            partial(write_all, write_fd),
             id_prefix="gw",
             max_line_bytes=gateway.config.stdio.max_message_bytes,
             limit_setting="stdio.max_message_bytes",
@@ -364,13 +365,3 @@ async def _read_chunk(fd: int) -> bytes:
             return os.read(fd, _CHUNK)
         except BlockingIOError:
             await anyio.wait_readable(fd)
-
-
-async def _write_all(fd: int, data: bytes) -> None:
-    while data:
-        try:
-            written = os.write(fd, data)
-        except BlockingIOError:
-            await anyio.wait_writable(fd)
-            continue
-        data = data[written:]

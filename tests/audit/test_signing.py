@@ -78,6 +78,14 @@ def test_signature_verifies_only_for_its_digest(tmp_path: Path) -> None:
     assert not key.public.verify("not-base64!", digest)
 
 
+def test_signatures_are_the_rfc_8032_bytes_openssl_makes(tmp_path: Path) -> None:
+    """The writer signs through libsodium; trails written before (OpenSSL) and verifiers using OpenSSL
+    must see the same deterministic Ed25519 signature for the same key and digest."""
+    key = load_or_create_key(tmp_path / "audit-key")
+    for digest in (bytes(32), hashlib.sha256(b"record").digest(), os.urandom(32)):
+        assert b64decode(key.sign(digest)) == key.private_key.sign(digest)
+
+
 def test_rotation_endorses_the_new_key_and_keeps_the_old_public_key(tmp_path: Path) -> None:
     path = tmp_path / "audit-key"
     old = load_or_create_key(path)

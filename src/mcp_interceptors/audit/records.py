@@ -244,9 +244,9 @@ def seal_record(
     }
     # Every envelope key is ASCII and every value an int or a string, so sorted orjson is RFC 8785 here.
     digest = hashlib.sha256(orjson.dumps(unsigned, option=orjson.OPT_SORT_KEYS)).digest()
-    signature = sign(digest)
-    stored = orjson.dumps({**unsigned, "hash": digest.hex(), "signature": signature})
-    return SealedRecord(id=str(unsigned["id"]), hash=digest.hex(), signature=signature, json=stored)
+    record_hash, signature = digest.hex(), sign(digest)
+    unsigned["hash"], unsigned["signature"] = record_hash, signature
+    return SealedRecord(id=str(unsigned["id"]), hash=record_hash, signature=signature, json=orjson.dumps(unsigned))
 
 
 def hash_of(sealed: Mapping[str, Any]) -> str:

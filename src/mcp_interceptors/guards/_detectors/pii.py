@@ -33,14 +33,7 @@ _OTHER_DIGITS = re.compile(r"[^\D0-9]")
 _OTHER_DIGITS_UTF8 = CompiledPattern(r"[^\P{Nd}0-9]", "re2") if re2 is not None else None
 
 
-# Every UTF-8 byte below 0xD9, the lead byte of U+0640-U+067F: the first decimal digit past ASCII is U+0660,
-# so a text whose bytes are all below it (Latin, Greek, Cyrillic, Hebrew...) has none.
-_BELOW_OTHER_DIGITS = bytes(range(0xD9))
-
-
 def _has_other_digits(scan: ScanText) -> bool:
-    if not scan.data.translate(None, _BELOW_OTHER_DIGITS):
-        return False
     if _OTHER_DIGITS_UTF8 is not None:
         return _OTHER_DIGITS_UTF8.occurs_in(scan)
     return _OTHER_DIGITS.search(scan.text) is not None

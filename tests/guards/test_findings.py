@@ -164,9 +164,10 @@ def test_merge_matches_the_reference_merge(findings: list[Finding], ranks: dict[
 
 
 @given(
-    st.lists(st.tuples(st.integers(0, 12), st.integers(1, 5), st.sampled_from(["jwt", "email", "phone"])), max_size=10),
-    st.integers(0, 14),
-    st.integers(1, 6),
+    # Up to 40 spans: `inside_any` compares a candidate with each of a few spans and bisects many.
+    st.lists(st.tuples(st.integers(0, 40), st.integers(1, 8), st.sampled_from(["jwt", "email", "phone"])), max_size=40),
+    st.integers(0, 44),
+    st.integers(1, 8),
 )
 def test_inside_any_answers_for_each_candidate_and_a_lowest_ranked_one_inside_changes_no_merge(
     triples: list[tuple[int, int, str]], start: int, length: int
@@ -180,3 +181,15 @@ def test_inside_any_answers_for_each_candidate_and_a_lowest_ranked_one_inside_ch
     assert inside == any(s <= start and end <= e for s, e, _ in found)
     if inside:
         assert merge_spans([*found, (start, end, "phone")], ranks) == merge_spans(found, ranks)
+
+
+@pytest.mark.parametrize("count", [1, 40])
+def test_inside_any_answers_for_the_spans_it_was_given(count: int) -> None:
+    # The scanners append to the list while testing candidates against it: the answer stays the one for the
+    # spans given, whichever way (few or many spans) it is worked out.
+    found = [(i * 10, i * 10 + 5, "email") for i in range(count)]
+    inside = inside_any(found)
+    found.append((1000, 1020, "iban"))
+    assert inside(0, 5)
+    assert not inside(1005, 1010)
+    assert not inside(3, 8)

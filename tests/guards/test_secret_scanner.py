@@ -278,3 +278,16 @@ def test_an_assigned_token_a_specific_rule_found_gets_no_entropy_check(monkeypat
         ("generic_secret", "Zr8vQ2pLx9aB3cD4"),
     ]
     assert judged == ["Zr8vQ2pLx9aB3cD4"]
+
+
+@pytest.mark.parametrize("engine", ENGINES)
+def test_jwt_headers_are_judged_alike_when_remembered_and_when_too_long_to_remember(engine: str) -> None:
+    scanner = SecretScanner(kinds=["jwt"], engine=engine)  # type: ignore[arg-type]
+    long_valid = jwt({"alg": "HS256", "kid": "FAKE" * 80})  # a header past secrets._MAX_REMEMBERED_HEADER
+    long_invalid = jwt({"typ": "JWT", "kid": "FAKE" * 80})
+    assert len(long_valid.split(".")[0]) > secrets._MAX_REMEMBERED_HEADER
+    for _ in range(2):  # the second time, short headers' verdicts come from memory
+        assert [f.kind for f in scanner.scan(f"t {JWT} x")] == ["jwt"]
+        assert scanner.scan(f"t {jwt({'typ': 'JWT'})} x") == []
+        assert [f.kind for f in scanner.scan(f"t {long_valid} x")] == ["jwt"]
+        assert scanner.scan(f"t {long_invalid} x") == []

@@ -99,10 +99,12 @@ class ScanText:
         for start, end in byte_spans:
             if start < last_byte:
                 last_byte = last_char = 0
+            # Most chunks are ASCII: tested inline, they cost no call.
             before = data[last_byte:start]
-            start_char = last_char = last_char + len(before) - _continuation_bytes(before)
+            last_char += len(before) if before.isascii() else len(before) - _continuation_bytes(before)
+            start_char = last_char
             inside = data[start:end]
-            last_char += len(inside) - _continuation_bytes(inside)
+            last_char += len(inside) if inside.isascii() else len(inside) - _continuation_bytes(inside)
             last_byte = end
             char_spans.append((start_char, last_char))
         return char_spans
@@ -114,8 +116,6 @@ _last_scanned: list[ScanText | None] = [None]
 
 def _continuation_bytes(chunk: bytes) -> int:
     """How many bytes of `chunk` continue a UTF-8 char rather than start one."""
-    if chunk.isascii():
-        return 0
     try:  # bytes less chars, when the chunk holds whole chars (decoding beats building a translate table)
         return len(chunk) - len(chunk.decode("utf-8", "surrogatepass"))
     except UnicodeDecodeError:

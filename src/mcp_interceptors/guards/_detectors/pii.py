@@ -151,6 +151,9 @@ def _check_card(text: str, start: int, end: int) -> tuple[int, int] | None:
     run_end = run.end() if run else end
     if (run_end < len(text) and text[run_end] in _WORD) or _digit_follows(text, run_end, ". -"):
         return None
+    run_text = text[start:run_end]
+    if run_text.isdigit():  # one group (the run holds ASCII digits, spaces and dashes): the loop's only window
+        return (start, run_end) if 14 <= len(run_text) <= 16 and is_card_number(run_text) else None
     groups = [m.span() for m in _DIGIT_GROUP.finditer(text, start, run_end)]
     sizes = [end - start for start, end in groups]
     # Digits before each group, so a window's digit count is known before its layout is looked at.

@@ -14,6 +14,7 @@ import json
 import re
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
+from functools import lru_cache
 from typing import Any, Literal
 
 from ._engine import (
@@ -116,11 +117,25 @@ def _check_jwt(text: str, start: int, end: int) -> tuple[int, int] | None:
     if _fence_jwt(text, start, end) is None:
         return None
     header = text[start : text.index(".", start)]
+    is_header = _is_known_jwt_header(header) if len(header) <= _MAX_REMEMBERED_HEADER else _is_jwt_header(header)
+    return (start, end) if is_header else None
+
+
+# Tokens of one issuer share their header (a handful of algorithms and types), so verdicts are remembered,
+# for headers of a real token's size only (~36-120 chars): the memory stays bounded whatever the input.
+_MAX_REMEMBERED_HEADER = 256
+
+
+def _is_jwt_header(header: str) -> bool:
+    """True when `header` is base64url of a JSON object naming an `alg`."""
     try:
         decoded = json.loads(base64.urlsafe_b64decode(header + "=" * (-len(header) % 4)))
     except (binascii.Error, ValueError):
-        return None
-    return (start, end) if isinstance(decoded, dict) and "alg" in decoded else None
+        return False
+    return isinstance(decoded, dict) and "alg" in decoded
+
+
+_is_known_jwt_header = lru_cache(maxsize=1024)(_is_jwt_header)
 
 
 # Between BEGIN and END: base64, whitespace, `Proc-Type:`-style headers, JSON-escaped newlines. (Runs of

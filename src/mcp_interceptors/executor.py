@@ -10,7 +10,7 @@ import asyncio
 import math
 import time
 import weakref
-from collections.abc import Callable, Mapping
+from collections.abc import Awaitable, Callable, Mapping
 from contextlib import nullcontext
 from dataclasses import dataclass, field
 from typing import Any, Protocol
@@ -18,7 +18,16 @@ from typing import Any, Protocol
 import anyio
 import anyio.lowlevel
 
-from mcp_interceptors.planning import Batch, ChainRun, Outcome, Plan, SeverityRule, Step
+from mcp_interceptors.planning import (
+    Batch,
+    ChainRun,
+    Outcome,
+    Plan,
+    SeverityRule,
+    Step,
+    is_blocking_verdict,
+    summary_of,
+)
 from mcp_interceptors.protocol.chain import (
     AbortedAt,
     ChainExecutionResult,
@@ -29,7 +38,7 @@ from mcp_interceptors.protocol.chain import (
 from mcp_interceptors.protocol.errors import TIMEOUT_G4, InterceptorsError, MalformedResultError, is_timeout_error
 from mcp_interceptors.protocol.events import Direction, Phase
 from mcp_interceptors.protocol.invoke import InvocationContext, InvokeParams
-from mcp_interceptors.protocol.results import InterceptorResult
+from mcp_interceptors.protocol.results import InterceptorResult, MutationResult, ValidationResult, same_json
 
 
 @dataclass(frozen=True, init=False)
@@ -87,6 +96,11 @@ class Call:
         )
 
 
+#: A local source's invocation of one interceptor at one point, prepared once per plan (see `Source`):
+#: called with the payload, the interceptor's config and the context, it answers as `Source.invoke` does.
+Runner = Callable[[Any, Mapping[str, Any] | None, InvocationContext | None], Awaitable[InterceptorResult]]
+
+
 class Source(Protocol):
     """Where interceptors run: an in-process host or a remote MCP host connection.
 
@@ -98,6 +112,10 @@ class Source(Protocol):
     `call.payload` is the chain's own object, shared with the validators of its pass and the caller, and
     not copied for a source of your own (an `InterceptorHost` copies it for its handlers): a source must
     not change it in place; a mutation answers with a new payload.
+
+    A local source may also offer `prepare(name, event, phase) -> Runner | None`: the invocation of an
+    interceptor whose handler never suspends, looked up once per plan. A plan whose every step has one
+    runs in one loop (`_StillPlan`); None leaves that step to `invoke`.
     """
 
     async def invoke(self, call: Call) -> InterceptorResult:
@@ -163,8 +181,33 @@ async def execute_plan(
     started = time.perf_counter()
     clock = _clock()
     deadline = clock() + timeout_ms / 1000 if timeout_ms is not None else None
+    still = _still_plan(plan, sources)
+    handover = None
+    if still is not None:
+        ran = await still.run(payload, config or {}, context, deadline, clock, severity_rule)
+        if isinstance(ran, _Handover):
+            handover = ran
+        else:  # nothing blocked, failed or was malformed
+            final_payload, results = ran
+            return ChainResult(
+                status="success",
+                event=plan.event,
+                phase=plan.phase,
+                direction=plan.direction,
+                final_payload=final_payload,
+                results=results,
+                failures=[],
+                validation_summary=summary_of(results),
+                aborted_at=None,
+                total_duration_ms=(time.perf_counter() - started) * 1000,
+                plan=plan,
+            )
     run = ChainRun(plan, payload, severity_rule=severity_rule, deadline_always_blocks=deadline_always_blocks)
-    invoker = _Invoker(plan, sources, config or {}, context, deadline, clock, _never_suspends(plan, sources))
+    invoker = _Invoker(
+        plan, sources, config or {}, context, deadline, clock, still is not None or _never_suspends(plan, sources)
+    )
+    if handover is not None:
+        await handover.replay(run, invoker)
     cut: tuple[Batch, list[Outcome | None]] | None = None
     with anyio.CancelScope(deadline=deadline) if deadline is not None and not invoker.still else _NO_SCOPE:
         while (batch := run.next_batch()) is not None:
@@ -225,6 +268,146 @@ def _never_suspends(plan: Plan, sources: Mapping[str, Source]) -> bool:
         if source is None or not getattr(source, "local", False) or getattr(source, "concurrent", True):
             return False
     return True
+
+
+@dataclass(frozen=True, slots=True)
+class _StillStep:
+    step: Step
+    run: Runner
+    mutates: bool
+    #: An active validator: its verdict may block (an audit one's result is recorded as audit).
+    judges: bool
+
+
+@dataclass(frozen=True, slots=True)
+class _StillPlan:
+    """A plan whose every step is an in-process handler that never suspends, each with its prepared runner.
+
+    `run` takes the common path in one loop: invoke each step in plan order and apply what cannot
+    change the decision (a mutation applied, a verdict that does not block). At the first outcome
+    that needs the spec's tables (a failure, a block, an audit mutator, a malformed or late result) it
+    hands the outcomes so far to a `ChainRun`, which replays them and finishes the run: no interceptor
+    is invoked twice, and every decision is still `ChainRun`'s.
+    """
+
+    sources: Mapping[str, Source]
+    batches: tuple[tuple[_StillStep, ...], ...]
+    #: Some validator runs in audit mode (its results are recorded marked as such).
+    audits: bool
+
+    async def run(
+        self,
+        payload: Any,
+        config: Mapping[str, Mapping[str, Any]],
+        context: InvocationContext | None,
+        deadline: float | None,
+        clock: Callable[[], float],
+        rule: SeverityRule,
+    ) -> tuple[Any, list[InterceptorResult]] | _Handover:
+        """`(final payload, results)` of a run that took the common path throughout, else its handover."""
+        current = payload
+        answers: list[InterceptorResult] = []
+        for batch in self.batches:
+            for item in batch:
+                if deadline is not None and clock() > deadline:  # nothing starts past the deadline (R60)
+                    return _Handover(answers, DEADLINE)
+                started = time.perf_counter()
+                result: Any
+                try:
+                    result = await item.run(current, config.get(item.step.name), context)
+                except Exception as exc:  # never a cancellation
+                    result = exc
+                if deadline is not None and clock() > deadline:  # a handler that never awaits finished late
+                    return _Handover(answers, DEADLINE)
+                if item.mutates:
+                    if (
+                        type(result) is not MutationResult
+                        or result.mode is not None
+                        or result.duration_ms is None
+                        or not (result.modified or same_json(result.payload, current))
+                    ):
+                        return _Handover(answers, _outcome(result, started, item.step.name, deadline is not None))
+                    if result.modified:
+                        current = result.payload  # R37: the next step sees it
+                elif (
+                    type(result) is not ValidationResult
+                    or result.duration_ms is None
+                    or (item.judges and is_blocking_verdict(result, rule))
+                ):
+                    return _Handover(answers, _outcome(result, started, item.step.name, deadline is not None))
+                answers.append(result)
+        if not self.audits:
+            return current, answers
+        steps = [item for batch in self.batches for item in batch]
+        marked = [
+            answer if item.mutates or item.judges else answer.model_copy(update={"mode": "audit"})
+            for item, answer in zip(steps, answers, strict=True)
+        ]
+        return current, marked
+
+
+def _outcome(answer: Any, started: float, name: str, chain_bound: bool) -> Outcome:
+    """The outcome of an invocation that answered `answer` (or raised it), as `_Invoker.invoke` makes it."""
+    if isinstance(answer, Exception):
+        return _failure(answer, chain_bound, None)
+    try:
+        return Outcome(_timed(answer, started, name))
+    except Exception as exc:  # not a result at all (`_attempt` makes the same failure of it)
+        return _failure(exc, chain_bound, None)
+
+
+@dataclass(frozen=True, slots=True)
+class _Handover:
+    """Where a `_StillPlan` run left the common path: the results of the steps before, then one outcome."""
+
+    answers: list[InterceptorResult]
+    outcome: Outcome
+
+    async def replay(self, run: ChainRun, invoker: _Invoker) -> None:
+        """Record every outcome so far into `run`, invoking the rest of the batch where it stopped."""
+        done = iter(self.answers)
+        pending = len(self.answers)
+        while (batch := run.next_batch()) is not None:
+            if pending >= len(batch.steps):
+                run.record(batch, [Outcome(next(done)) for _ in batch.steps])
+                pending -= len(batch.steps)
+                continue
+            outcomes = [Outcome(next(done)) for _ in range(pending)]
+            outcomes.append(self.outcome)
+            snapshot = run.snapshot(batch)
+            for step in batch.steps[len(outcomes) :]:
+                outcomes.append(await invoker.invoke(step, snapshot))
+            run.record(batch, outcomes)
+            return
+
+
+def _still_plan(plan: Plan, sources: Mapping[str, Source]) -> _StillPlan | None:
+    """`plan`'s `_StillPlan` for `sources`, derived once (kept on the plan), or None when some step has
+    no prepared runner or a timeout of its own."""
+    cached = plan.prepared
+    if cached is not None and cached[0] is sources:
+        return cached[1]  # type: ignore[no-any-return]
+    still = None if plan.timed else _derive_still_plan(plan, sources)
+    plan.prepare_with((sources, still))
+    return still
+
+
+def _derive_still_plan(plan: Plan, sources: Mapping[str, Source]) -> _StillPlan | None:
+    batches = []
+    audits = False
+    for _, batch in plan.batches:
+        items = []
+        for step in batch.steps:
+            if step.type == "sink":
+                return None
+            prepare = getattr(sources.get(step.source), "prepare", None)
+            runner = prepare(step.name, plan.event, plan.phase) if prepare is not None else None
+            if runner is None:
+                return None
+            items.append(_StillStep(step, runner, step.type == "mutation", step.type == "validation" and step.active))
+            audits = audits or (step.type == "validation" and not step.active)
+        batches.append(tuple(items))
+    return _StillPlan(sources, tuple(batches), audits)
 
 
 #: The outcome of an invocation the chain deadline cut short or never started.

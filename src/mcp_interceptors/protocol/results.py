@@ -11,7 +11,7 @@ import math
 from collections.abc import Mapping
 from typing import Annotated, Any, ClassVar, Literal, Self
 
-from pydantic import Strict, ValidationError, ValidatorFunctionWrapHandler, field_validator
+from pydantic import BaseModel, Strict, ValidationError, ValidatorFunctionWrapHandler, field_validator
 
 from mcp_interceptors.protocol._base import WireModel
 from mcp_interceptors.protocol.errors import MalformedResultError
@@ -23,7 +23,12 @@ MAX_JSON_DEPTH = 254
 Severity = Literal["info", "warn", "error"]
 KNOWN_SEVERITIES: frozenset[str] = frozenset({"info", "warn", "error"})
 _new = object.__new__
-_set = object.__setattr__  # models are frozen: `trusted` fills them the way pydantic itself does
+# Models are frozen: `trusted` fills them the way pydantic itself does, through BaseModel's slots
+# (their descriptors set a slot several times faster than `object.__setattr__` looks it up).
+_set_dict = object.__setattr__
+_set_fields_set = BaseModel.__dict__["__pydantic_fields_set__"].__set__
+_set_extra = BaseModel.__dict__["__pydantic_extra__"].__set__
+_set_private = BaseModel.__dict__["__pydantic_private__"].__set__
 
 
 class ValidationMessage(WireModel):
@@ -74,11 +79,22 @@ class _ResultBase(WireModel):
         For the host's own stamps on a handler's bool or payload; equal to the validated result, and
         about twice as fast to build (`model_construct` is slower than validating).
         """
+        return cls.filled(cls.template(values), set(values))
+
+    @classmethod
+    def template(cls, values: Mapping[str, Any]) -> dict[str, Any]:
+        """Every field, in declaration order (as validation gives), at `values` or its default: a copy of
+        it with the rest of the fields set is what `filled` takes."""
+        return {**cls._defaults, **values}
+
+    @classmethod
+    def filled(cls, fields: dict[str, Any], given: set[str]) -> Self:
+        """`trusted` from a complete `template` copy (owned by the result from now on) and the names given."""
         result = _new(cls)
-        _set(result, "__dict__", {**cls._defaults, **values})  # declaration order, as validation gives
-        _set(result, "__pydantic_fields_set__", set(values))
-        _set(result, "__pydantic_extra__", None)
-        _set(result, "__pydantic_private__", None)
+        _set_dict(result, "__dict__", fields)
+        _set_fields_set(result, given)
+        _set_extra(result, None)
+        _set_private(result, None)
         return result
 
     def to_wire(self) -> dict[str, Any]:

@@ -275,7 +275,7 @@ class _StillStep:
     step: Step
     run: Runner
     mutates: bool
-    #: An active validator: its verdict may block (an audit one's result is recorded as audit).
+    #: Active: a mutator's change is applied, a validator's verdict may block (an audit one is recorded as such).
     judges: bool
 
 
@@ -321,8 +321,8 @@ class _StillPlan:
                     return _Handover(answers, DEADLINE)
                 if item.mutates:
                     if (
-                        type(result) is not MutationResult
-                        or result.mode is not None
+                        not item.judges  # an audit mutator: its result is recorded as a shadow (R50)
+                        or type(result) is not MutationResult
                         or result.duration_ms is None
                         or not (result.modified or same_json(result.payload, current))
                     ):
@@ -340,7 +340,7 @@ class _StillPlan:
             return current, answers
         steps = [item for batch in self.batches for item in batch]
         marked = [
-            answer if item.mutates or item.judges else answer.model_copy(update={"mode": "audit"})
+            answer if item.judges else answer.model_copy(update={"mode": "audit"})
             for item, answer in zip(steps, answers, strict=True)
         ]
         return current, marked
@@ -404,7 +404,7 @@ def _derive_still_plan(plan: Plan, sources: Mapping[str, Source]) -> _StillPlan 
             runner = prepare(step.name, plan.event, plan.phase) if prepare is not None else None
             if runner is None:
                 return None
-            items.append(_StillStep(step, runner, step.type == "mutation", step.type == "validation" and step.active))
+            items.append(_StillStep(step, runner, step.type == "mutation", step.active))
             audits = audits or (step.type == "validation" and not step.active)
         batches.append(tuple(items))
     return _StillPlan(sources, tuple(batches), audits)

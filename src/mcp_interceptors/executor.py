@@ -252,7 +252,8 @@ def _clock() -> Callable[[], float]:
         if anyio.lowlevel.current_token().native_token is not loop:  # an asyncio loop anyio does not run on
             return anyio.current_time
         _ANYIO_LOOPS.add(loop)
-    return loop.time
+    # asyncio's own `time` is `time.monotonic()` behind a Python frame; a loop of another kind keeps its own.
+    return time.monotonic if type(loop).time is asyncio.BaseEventLoop.time else loop.time
 
 
 #: The asyncio loops `_clock` found anyio running on: asking anyio costs more than all of a run's clock reads.
@@ -272,7 +273,7 @@ def _never_suspends(plan: Plan, sources: Mapping[str, Source]) -> bool:
 
 @dataclass(frozen=True, slots=True)
 class _StillStep:
-    step: Step
+    name: str
     run: Runner
     mutates: bool
     #: Active: a mutator's change is applied, a validator's verdict may block (an audit one is recorded as such).
@@ -291,7 +292,8 @@ class _StillPlan:
     """
 
     sources: Mapping[str, Source]
-    batches: tuple[tuple[_StillStep, ...], ...]
+    #: Every step, in plan order.
+    steps: tuple[_StillStep, ...]
     #: Some validator runs in audit mode (its results are recorded marked as such).
     audits: bool
 
@@ -307,41 +309,40 @@ class _StillPlan:
         """`(final payload, results)` of a run that took the common path throughout, else its handover."""
         current = payload
         answers: list[InterceptorResult] = []
-        for batch in self.batches:
-            for item in batch:
-                if deadline is not None and clock() > deadline:  # nothing starts past the deadline (R60)
-                    return _Handover(answers, DEADLINE)
-                started = time.perf_counter()
-                result: Any
-                try:
-                    result = await item.run(current, config.get(item.step.name), context)
-                except Exception as exc:  # never a cancellation
-                    result = exc
-                if deadline is not None and clock() > deadline:  # a handler that never awaits finished late
-                    return _Handover(answers, DEADLINE)
-                if item.mutates:
-                    if (
-                        not item.judges  # an audit mutator: its result is recorded as a shadow (R50)
-                        or type(result) is not MutationResult
-                        or result.duration_ms is None
-                        or not (result.modified or same_json(result.payload, current))
-                    ):
-                        return _Handover(answers, _outcome(result, started, item.step.name, deadline is not None))
-                    if result.modified:
-                        current = result.payload  # R37: the next step sees it
-                elif (
-                    type(result) is not ValidationResult
+        # Validators of a pass all see its input: with mutations applied in turn, plan order is all it takes.
+        for item in self.steps:
+            if deadline is not None and clock() > deadline:  # nothing starts past the deadline (R60)
+                return _Handover(answers, DEADLINE)
+            started = time.perf_counter()
+            result: Any
+            try:
+                result = await item.run(current, config.get(item.name), context)
+            except Exception as exc:  # never a cancellation
+                result = exc
+            if deadline is not None and clock() > deadline:  # a handler that never awaits finished late
+                return _Handover(answers, DEADLINE)
+            if item.mutates:
+                if (
+                    not item.judges  # an audit mutator: its result is recorded as a shadow (R50)
+                    or type(result) is not MutationResult
                     or result.duration_ms is None
-                    or (item.judges and is_blocking_verdict(result, rule))
+                    or not (result.modified or result.payload is current or same_json(result.payload, current))
                 ):
-                    return _Handover(answers, _outcome(result, started, item.step.name, deadline is not None))
-                answers.append(result)
+                    return _Handover(answers, _outcome(result, started, item.name, deadline is not None))
+                if result.modified:
+                    current = result.payload  # R37: the next step sees it
+            elif (
+                type(result) is not ValidationResult
+                or result.duration_ms is None
+                or (item.judges and not result.valid and is_blocking_verdict(result, rule))
+            ):
+                return _Handover(answers, _outcome(result, started, item.name, deadline is not None))
+            answers.append(result)
         if not self.audits:
             return current, answers
-        steps = [item for batch in self.batches for item in batch]
         marked = [
             answer if item.judges else answer.model_copy(update={"mode": "audit"})
-            for item, answer in zip(steps, answers, strict=True)
+            for item, answer in zip(self.steps, answers, strict=True)
         ]
         return current, marked
 
@@ -393,21 +394,15 @@ def _still_plan(plan: Plan, sources: Mapping[str, Source]) -> _StillPlan | None:
 
 
 def _derive_still_plan(plan: Plan, sources: Mapping[str, Source]) -> _StillPlan | None:
-    batches = []
-    audits = False
-    for _, batch in plan.batches:
-        items = []
-        for step in batch.steps:
-            if step.type == "sink":
-                return None
-            prepare = getattr(sources.get(step.source), "prepare", None)
-            runner = prepare(step.name, plan.event, plan.phase) if prepare is not None else None
-            if runner is None:
-                return None
-            items.append(_StillStep(step, runner, step.type == "mutation", step.active))
-            audits = audits or (step.type == "validation" and not step.active)
-        batches.append(tuple(items))
-    return _StillPlan(sources, tuple(batches), audits)
+    items = []
+    for step in plan.steps:
+        prepare = getattr(sources.get(step.source), "prepare", None)
+        runner = prepare(step.name, plan.event, plan.phase) if prepare is not None and step.type != "sink" else None
+        if runner is None:
+            return None
+        items.append(_StillStep(step.name, runner, step.type == "mutation", step.active))
+    audits = any(step.type == "validation" and not step.active for step in plan.steps)
+    return _StillPlan(sources, tuple(items), audits)
 
 
 #: The outcome of an invocation the chain deadline cut short or never started.

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from mcp_interceptors import InvocationContext
+from mcp_interceptors.protocol.invoke import Principal
 
 
 def test_reserved_interceptor_state_is_never_sent() -> None:
@@ -11,3 +12,23 @@ def test_reserved_interceptor_state_is_never_sent() -> None:
     assert "interceptorState" not in wire
     assert wire["sessionId"] == "s"
     assert wire["custom"] == 1  # unknown fields still travel: hosts ignore what they do not know
+
+
+def test_a_trusted_context_is_the_validated_context() -> None:
+    """The gateway builds one per message from its own values without validating them (`trusted`): it must
+    equal, dump and copy as the validated one, `model_extra` included (the model keeps unknown keys)."""
+    values = {
+        "principal": Principal(type="user", id="ana", claims={"scope": "read"}),
+        "session_id": "s-1",
+        "server": None,
+        "trace_id": "7",
+        "timestamp": "2026-01-01T00:00:00.000Z",
+    }
+    trusted, validated = InvocationContext.trusted(values), InvocationContext(**values)
+    assert trusted == validated
+    assert repr(trusted) == repr(validated)
+    assert trusted.model_fields_set == validated.model_fields_set
+    assert trusted.model_extra == validated.model_extra == {}
+    assert trusted.to_wire() == validated.to_wire()
+    assert trusted.stamped() is trusted
+    assert trusted.model_copy(update={"span_id": "x"}) == validated.model_copy(update={"span_id": "x"})

@@ -9,9 +9,9 @@ from __future__ import annotations
 
 import math
 from collections.abc import Mapping
-from typing import Annotated, Any, ClassVar, Literal, Self
+from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, Strict, ValidationError, ValidatorFunctionWrapHandler, field_validator
+from pydantic import Strict, ValidationError, ValidatorFunctionWrapHandler, field_validator
 
 from mcp_interceptors.protocol._base import WireModel
 from mcp_interceptors.protocol.errors import MalformedResultError
@@ -22,13 +22,6 @@ from mcp_interceptors.protocol.events import Phase
 MAX_JSON_DEPTH = 254
 Severity = Literal["info", "warn", "error"]
 KNOWN_SEVERITIES: frozenset[str] = frozenset({"info", "warn", "error"})
-_new = object.__new__
-# Models are frozen: `trusted` fills them the way pydantic itself does, through BaseModel's slots
-# (their descriptors set a slot several times faster than `object.__setattr__` looks it up).
-_set_dict = object.__setattr__
-_set_fields_set = BaseModel.__dict__["__pydantic_fields_set__"].__set__
-_set_extra = BaseModel.__dict__["__pydantic_extra__"].__set__
-_set_private = BaseModel.__dict__["__pydantic_private__"].__set__
 
 
 class ValidationMessage(WireModel):
@@ -62,40 +55,6 @@ class _ResultBase(WireModel):
     info: dict[str, Any] | None = None
     #: SDK aggregate marker for results of audit-mode interceptors; never sent by a host.
     mode: Literal["audit"] | None = None
-
-    #: Every field in declaration order, at its default (None for required ones), for `trusted`.
-    _defaults: ClassVar[dict[str, Any]] = {}
-
-    @classmethod
-    def __pydantic_init_subclass__(cls, **kwargs: Any) -> None:
-        super().__pydantic_init_subclass__(**kwargs)
-        cls._defaults = {name: None if info.is_required() else info.default for name, info in cls.model_fields.items()}
-
-    @classmethod
-    def trusted(cls, values: dict[str, Any]) -> Self:
-        """A result from field values the caller already knows are valid (snake_case names, every
-        required field given): no validation.
-
-        For the host's own stamps on a handler's bool or payload; equal to the validated result, and
-        about twice as fast to build (`model_construct` is slower than validating).
-        """
-        return cls.filled(cls.template(values), set(values))
-
-    @classmethod
-    def template(cls, values: Mapping[str, Any]) -> dict[str, Any]:
-        """Every field, in declaration order (as validation gives), at `values` or its default: a copy of
-        it with the rest of the fields set is what `filled` takes."""
-        return {**cls._defaults, **values}
-
-    @classmethod
-    def filled(cls, fields: dict[str, Any], given: set[str]) -> Self:
-        """`trusted` from a complete `template` copy (owned by the result from now on) and the names given."""
-        result = _new(cls)
-        _set_dict(result, "__dict__", fields)
-        _set_fields_set(result, given)
-        _set_extra(result, None)
-        _set_private(result, None)
-        return result
 
     def to_wire(self) -> dict[str, Any]:
         """The flat JSON body; echo fields and `type` are always present once stamped."""

@@ -150,7 +150,7 @@ class _Registered:
     config_validator: Draft202012Validator | None
     #: An async handler that never suspends (see `_may_suspend`): a chain may run it without a cancel scope.
     still: bool
-    #: By phase, its result's fields with our stamps that never change (`_ResultBase.template`).
+    #: By phase, its result's fields with our stamps that never change (`WireModel.template`).
     stamps: Mapping[str, dict[str, Any]]
 
 
@@ -428,9 +428,12 @@ class InterceptorHost(Extension):
         """The host processing order past lookup and hook check (§2.2): config, handler, result."""
         name = registered.descriptor.name
         payload = fast_copy(given) if self.copy_payloads else given
-        config = dict(given_config) if given_config is not None else {}
-        if given_config is not None and registered.config_validator is not None:
-            self._check_config(name, registered.config_validator, config)  # R23
+        if given_config is None:
+            config: dict[str, Any] = {}
+        else:
+            config = dict(given_config)
+            if registered.config_validator is not None:
+                self._check_config(name, registered.config_validator, config)  # R23
         invocation = _invocation(name, event, phase, payload, config, context)
         started = time.perf_counter()
         if timeout_ms is None and registered.is_async:  # the hot path: no scope, no thread, one frame
@@ -449,6 +452,20 @@ class InterceptorHost(Extension):
             # A handler that never yields (CPU-bound work, a blocking call in `async def`) cannot be
             # preempted by the cancel scope: its result arrived past the deadline and is discarded (R26).
             raise InterceptorTimeoutError(name, timeout_ms, phase, style=self.timeout_code)
+        # The common returns, a validator's bool and a mutator's None (unchanged), are filled in from the
+        # interceptor's stamps: they are ours and the value's type was just checked.
+        if type(outcome) is bool and registered.descriptor.type == "validation":
+            fields = registered.stamps[phase].copy()
+            fields["duration_ms"] = duration_ms
+            fields["valid"] = outcome
+            fields["severity"] = None if outcome else "error"
+            return ValidationResult.filled(fields, {"interceptor", "phase", "duration_ms", "valid", "severity"})
+        if outcome is None and registered.descriptor.type == "mutation":
+            fields = registered.stamps[phase].copy()
+            fields["duration_ms"] = duration_ms
+            fields["modified"] = False
+            fields["payload"] = given
+            return MutationResult.filled(fields, {"interceptor", "phase", "duration_ms", "modified", "payload"})
         try:
             result = _normalise(registered, outcome, given, phase, duration_ms)
         except InterceptorsError:
@@ -681,18 +698,13 @@ def _normalise(
 ) -> InterceptorResult:
     """Turn a handler's return into the stamped result of its declared type, or fail with -32603.
 
-    The common returns (a bool, a new payload, None) are filled in from the interceptor's stamps: they are
-    ours and the value's type was just checked, so validating them again would only cost time.
+    A new payload is filled in from the interceptor's stamps (as `_run` fills a validator's bool and a
+    mutator's None): they are ours and the value's type was just checked, so validating them again would
+    only cost time.
     """
     descriptor = registered.descriptor
     name = descriptor.name
     if descriptor.type == "validation":
-        if isinstance(value, bool):
-            fields = registered.stamps[phase].copy()
-            fields["duration_ms"] = duration_ms
-            fields["valid"] = value
-            fields["severity"] = None if value else "error"
-            return ValidationResult.filled(fields, {"interceptor", "phase", "duration_ms", "valid", "severity"})
         result = _as_validation(name, value, {"interceptor": name, "phase": phase, "duration_ms": duration_ms})
         _check_severities(name, result)
         return result

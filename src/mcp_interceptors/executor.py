@@ -19,6 +19,7 @@ import anyio
 import anyio.lowlevel
 
 from mcp_interceptors.planning import (
+    NO_FINDINGS,
     Batch,
     ChainRun,
     Outcome,
@@ -188,7 +189,7 @@ async def execute_plan(
         if isinstance(ran, _Handover):
             handover = ran
         else:  # nothing blocked, failed or was malformed
-            final_payload, results = ran
+            final_payload, results, findings = ran
             return ChainResult(
                 status="success",
                 event=plan.event,
@@ -197,7 +198,7 @@ async def execute_plan(
                 final_payload=final_payload,
                 results=results,
                 failures=[],
-                validation_summary=summary_of(results),
+                validation_summary=summary_of(results) if findings else NO_FINDINGS,
                 aborted_at=None,
                 total_duration_ms=(time.perf_counter() - started) * 1000,
                 plan=plan,
@@ -248,16 +249,25 @@ def _clock() -> Callable[[], float]:
         loop = asyncio.get_running_loop()
     except RuntimeError:  # not asyncio (trio)
         return anyio.current_time
-    if loop not in _ANYIO_LOOPS:
-        if anyio.lowlevel.current_token().native_token is not loop:  # an asyncio loop anyio does not run on
-            return anyio.current_time
-        _ANYIO_LOOPS.add(loop)
+    global _last_clock
+    known, clock = _last_clock
+    if known() is loop:
+        return clock
+    if anyio.lowlevel.current_token().native_token is not loop:  # an asyncio loop anyio does not run on
+        return anyio.current_time
     # asyncio's own `time` is `time.monotonic()` behind a Python frame; a loop of another kind keeps its own.
-    return time.monotonic if type(loop).time is asyncio.BaseEventLoop.time else loop.time
+    clock = time.monotonic if type(loop).time is asyncio.BaseEventLoop.time else loop.time
+    _last_clock = (weakref.ref(loop), clock)
+    return clock
 
 
-#: The asyncio loops `_clock` found anyio running on: asking anyio costs more than all of a run's clock reads.
-_ANYIO_LOOPS: weakref.WeakSet[asyncio.AbstractEventLoop] = weakref.WeakSet()
+def _no_loop() -> None:
+    return None
+
+
+#: The asyncio loop `_clock` last found anyio running on (held weakly), and its clock: asking anyio again
+#: costs more than all of a run's clock reads.
+_last_clock: tuple[Callable[[], asyncio.AbstractEventLoop | None], Callable[[], float]] = (_no_loop, time.monotonic)
 
 
 def _never_suspends(plan: Plan, sources: Mapping[str, Source]) -> bool:
@@ -305,10 +315,12 @@ class _StillPlan:
         deadline: float | None,
         clock: Callable[[], float],
         rule: SeverityRule,
-    ) -> tuple[Any, list[InterceptorResult]] | _Handover:
-        """`(final payload, results)` of a run that took the common path throughout, else its handover."""
+    ) -> tuple[Any, list[InterceptorResult], bool] | _Handover:
+        """`(final payload, results, whether a verdict has findings)` of a run that took the common path
+        throughout, else its handover."""
         current = payload
         answers: list[InterceptorResult] = []
+        findings = False  # whether the validation summary counts anything (`planning.summary_of`)
         # Validators of a pass all see its input: with mutations applied in turn, plan order is all it takes.
         for item in self.steps:
             if deadline is not None and clock() > deadline:  # nothing starts past the deadline (R60)
@@ -337,14 +349,16 @@ class _StillPlan:
                 or (item.judges and not result.valid and is_blocking_verdict(result, rule))
             ):
                 return _Handover(answers, _outcome(result, started, item.name, deadline is not None))
+            else:
+                findings = findings or not result.valid or bool(result.messages) or result.severity is not None
             answers.append(result)
         if not self.audits:
-            return current, answers
+            return current, answers, findings
         marked = [
             answer if item.judges else answer.model_copy(update={"mode": "audit"})
             for item, answer in zip(self.steps, answers, strict=True)
         ]
-        return current, marked
+        return current, marked, findings
 
 
 def _outcome(answer: Any, started: float, name: str, chain_bound: bool) -> Outcome:

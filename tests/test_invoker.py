@@ -39,8 +39,9 @@ from mcp_interceptors import (
     invoke_interceptor,
     list_interceptors,
 )
+from mcp_interceptors.host import hooks_for
 from mcp_interceptors.invoker import invocation_error
-from mcp_interceptors.protocol.descriptors import HookEntry
+from mcp_interceptors.protocol.descriptors import HookEntry, InterceptorDescriptor
 from mcp_interceptors.protocol.errors import InvalidParamsError, is_timeout_error
 from mcp_interceptors.signatures import generate_signing_key
 
@@ -1266,3 +1267,21 @@ async def test_a_mutators_output_in_a_still_chain_is_isolated_from_the_intercept
     assert isinstance(result.results[0], MutationResult)
     assert result.results[0].payload == tagged
     assert payload == {"method": "tools/call", "params": {"name": "send"}}
+
+
+async def test_r22_a_chain_told_of_hooks_its_host_lacks_still_gets_the_hosts_hook_error() -> None:
+    """A still chain prepares each step's runner once: a step whose host does not hook its event gets
+    none, and `invoke` answers it with -32602 as before (a guard: the old code passes it too)."""
+    host = InterceptorHost("h")
+
+    @host.validator("narrow", events=["tools/list"])
+    async def narrow(inv: Invocation) -> bool:
+        return True
+
+    claimed = InterceptorDescriptor(name="narrow", type="validation", hooks=hooks_for(["tools/call"], "request"))
+    chain = Chain(role="client")
+    chain.add_source(host, [claimed], name="h")
+    result = await chain.execute("tools/call", "request", CALL)
+    assert chain.plan("tools/call", "request").prepared[1] is None
+    assert result.status == "validation_failed"
+    assert [(f.interceptor, f.code) for f in result.failures] == [("narrow", -32602)]

@@ -8,6 +8,7 @@ from __future__ import annotations
 import functools
 import logging
 import sys
+import time
 import tracemalloc
 from pathlib import Path
 from typing import Any
@@ -38,8 +39,9 @@ from mcp_interceptors import (
     invoke_interceptor,
     list_interceptors,
 )
+from mcp_interceptors.host import hooks_for
 from mcp_interceptors.invoker import invocation_error
-from mcp_interceptors.protocol.descriptors import HookEntry
+from mcp_interceptors.protocol.descriptors import HookEntry, InterceptorDescriptor
 from mcp_interceptors.protocol.errors import InvalidParamsError, is_timeout_error
 from mcp_interceptors.signatures import generate_signing_key
 
@@ -1082,3 +1084,204 @@ async def test_r66_replace_discovered_swaps_a_hosts_listing_between_calls_and_pi
 
 async def _listed(host: InterceptorHost) -> list[Any]:
     return list(host.descriptors)
+
+
+# --------------------------------------------------------------------------- chains of handlers that never suspend
+
+
+def _busy(seconds: float) -> None:
+    done = time.perf_counter() + seconds
+    while time.perf_counter() < done:  # no await: nothing can cancel it
+        pass
+
+
+#: name -> (type, options, what the handler returns for the payload it sees, or raises)
+Behaviour = dict[str, tuple[str, dict[str, Any], Any]]
+
+
+def _with_key(key: str) -> Any:
+    def answer(payload: Any) -> Any:
+        return {**payload, "params": {**payload["params"], key: True}}
+
+    return answer
+
+
+def _raise(payload: Any) -> Any:
+    raise RuntimeError("boom")
+
+
+STILL_SCENARIOS: dict[str, Behaviour] = {
+    "all pass, two mutations": {
+        "m1": ("mutation", {"priority": 1}, _with_key("m1")),
+        "m2": ("mutation", {"priority": 2}, lambda payload: None),
+        "m3": ("mutation", {"priority": 3}, _with_key("m3")),
+        "v1": ("validation", {}, lambda payload: True),
+        "v2": ("validation", {}, lambda payload: ValidationResult(valid=False, severity="warn")),
+        "v3": ("validation", {"mode": "audit"}, lambda payload: False),
+    },
+    "a validator blocks after a mutation": {
+        "m1": ("mutation", {"priority": 1}, _with_key("m1")),
+        "v1": ("validation", {}, lambda payload: True),
+        "v2": ("validation", {}, lambda payload: (False, "no")),
+        "v3": ("validation", {}, lambda payload: bool(payload["params"].get("m1"))),
+        "v4": ("validation", {"mode": "audit"}, lambda payload: False),
+    },
+    "a mutator crashes fail-closed, audit observers still run": {
+        "m1": ("mutation", {"priority": 1}, _with_key("m1")),
+        "m2": ("mutation", {"priority": 2}, _raise),
+        "m3": ("mutation", {"priority": 3, "mode": "audit"}, _with_key("m3")),
+        "v1": ("validation", {}, lambda payload: True),
+        "v2": ("validation", {"mode": "audit"}, lambda payload: True),
+    },
+    "fail-open crashes, an audit mutator, a malformed and a non-JSON mutation": {
+        "m1": ("mutation", {"priority": 1, "failOpen": True}, _raise),
+        "m2": ("mutation", {"priority": 2, "mode": "audit"}, _with_key("m2")),
+        "m3": ("mutation", {"priority": 3, "failOpen": True}, lambda _: MutationResult(modified=False, payload={})),
+        "m4": ("mutation", {"priority": 4, "failOpen": True}, lambda payload: {**payload, "x": {1, 2}}),
+        "m5": ("mutation", {"priority": 5}, _with_key("m5")),
+        "v1": ("validation", {"failOpen": True}, _raise),
+        "v2": ("validation", {}, lambda payload: True),
+    },
+    "an audit mutator first": {
+        "m1": ("mutation", {"priority": 1, "mode": "audit"}, _with_key("m1")),
+        "m2": ("mutation", {"priority": 2}, _with_key("m2")),
+        "v1": ("validation", {}, lambda payload: "m1" not in payload["params"]),
+    },
+    "a validator answers a mutation result": {
+        "v1": ("validation", {}, lambda payload: True),
+        "v2": ("validation", {}, lambda payload: MutationResult(modified=False, payload=payload)),
+        "v3": ("validation", {}, lambda payload: True),
+    },
+}
+
+
+def _scenario_host(behaviour: Behaviour, seen: list[str], *, awaits: bool) -> InterceptorHost:
+    """The scenario's interceptors, whose handlers await (the general path) or never do (a still plan)."""
+    host = InterceptorHost("awaits" if awaits else "still")
+    for name, (kind, options, answer) in behaviour.items():
+        register = host.mutator if kind == "mutation" else host.validator
+        mode = options.get("mode", "active")
+        fail_open = options.get("failOpen", False)
+
+        def handler(answer: Any = answer, name: str = name) -> Any:
+            if awaits:
+
+                async def awaiting(inv: Invocation) -> Any:
+                    await anyio.lowlevel.checkpoint()
+                    seen.append(name)
+                    return answer(inv.payload)
+
+                return awaiting
+
+            async def still(inv: Invocation) -> Any:
+                seen.append(name)
+                return answer(inv.payload)
+
+            return still
+
+        register(name, events=["tools/call"], mode=mode, fail_open=fail_open, priority=options.get("priority"))(
+            handler()
+        )
+    return host
+
+
+@pytest.mark.parametrize("scenario", STILL_SCENARIOS)
+async def test_a_chain_of_handlers_that_never_suspend_decides_as_the_general_path_does(scenario: str) -> None:
+    """Such a chain runs in one loop that hands over to `ChainRun` at the first outcome needing the spec's
+    tables (a failure, a block, an audit mutator, a malformed result): everything but timings must be
+    what the same interceptors give when they await."""
+    outcomes = []
+    for awaits in (True, False):
+        seen: list[str] = []
+        chain = Chain(role="client")
+        chain.add_local(_scenario_host(STILL_SCENARIOS[scenario], seen, awaits=awaits))
+        with anyio.fail_after(5):
+            result = await chain.execute("tools/call", "request", CALL, timeout_ms=5000)
+        outcomes.append((summary(result), [f.to_wire() for f in result.failures], seen))
+        still = chain.plan("tools/call", "request").prepared[1]
+        assert (still is None) == awaits  # the still host's chain took the one-loop path
+    assert outcomes[0] == outcomes[1]
+
+
+async def test_r60_a_late_handler_that_never_awaits_in_a_still_chain_is_a_deadline_failure() -> None:
+    """No cancel scope runs such a chain: the clock read after each invocation decides the deadline, and
+    nothing starts past it."""
+    seen: list[str] = []
+    host = InterceptorHost("cpu")
+
+    @host.mutator("busy", events=["tools/call"], priority=1, fail_open=True)
+    async def busy(inv: Invocation) -> Any:
+        seen.append("busy")
+        _busy(0.2)
+        return None
+
+    @host.mutator("after", events=["tools/call"], priority=2)
+    async def after(inv: Invocation) -> Any:
+        seen.append("after")
+        return None
+
+    @host.validator("v", events=["tools/call"])
+    async def v(inv: Invocation) -> bool:
+        seen.append("v")
+        return True
+
+    chain = Chain(role="client")
+    chain.add_local(host)
+    with anyio.fail_after(5):
+        result = await chain.execute("tools/call", "request", CALL, timeout_ms=50)
+    assert chain.plan("tools/call", "request").prepared[1] is not None
+    assert seen == ["busy"]
+    assert (result.status, result.final_payload) == ("timeout", None)
+    assert result.aborted_at is not None
+    assert (result.aborted_at.interceptor, result.aborted_at.type) == ("after", "timeout")
+    assert [(f.interceptor, f.timeout) for f in result.failures] == [("busy", True), ("after", True)]
+
+
+async def test_a_mutators_output_in_a_still_chain_is_isolated_from_the_interceptors_after_it() -> None:
+    """A validator that changes what it is shown must corrupt neither the committed payload nor the
+    mutator's recorded result, nor what the validators beside it see, nor the caller's payload."""
+    host = InterceptorHost("h")
+
+    @host.mutator("tag", events=["tools/call"])
+    async def tag(inv: Invocation) -> Any:
+        return {**inv.payload, "params": {**inv.payload["params"], "tagged": True}}
+
+    @host.validator("vandal", events=["tools/call"])
+    async def vandal(inv: Invocation) -> bool:
+        inv.payload["params"]["tagged"] = "vandalised"
+        inv.payload["params"].pop("name")
+        return True
+
+    @host.validator("witness", events=["tools/call"])
+    async def witness(inv: Invocation) -> bool:
+        return bool(inv.payload["params"].get("tagged") is True and "name" in inv.payload["params"])
+
+    chain = Chain(role="client")
+    chain.add_local(host)
+    payload = {"method": "tools/call", "params": {"name": "send"}}
+    result = await chain.execute("tools/call", "request", payload)
+    assert chain.plan("tools/call", "request").prepared[1] is not None
+    assert result.allowed
+    tagged = {"method": "tools/call", "params": {"name": "send", "tagged": True}}
+    assert result.final_payload == tagged
+    assert isinstance(result.results[0], MutationResult)
+    assert result.results[0].payload == tagged
+    assert payload == {"method": "tools/call", "params": {"name": "send"}}
+
+
+async def test_r22_a_chain_told_of_hooks_its_host_lacks_still_gets_the_hosts_hook_error() -> None:
+    """A still chain prepares each step's runner once: a step whose host does not hook its event gets
+    none, and `invoke` answers it with -32602 as before (a guard: the old code passes it too)."""
+    host = InterceptorHost("h")
+
+    @host.validator("narrow", events=["tools/list"])
+    async def narrow(inv: Invocation) -> bool:
+        return True
+
+    claimed = InterceptorDescriptor(name="narrow", type="validation", hooks=hooks_for(["tools/call"], "request"))
+    chain = Chain(role="client")
+    chain.add_source(host, [claimed], name="h")
+    result = await chain.execute("tools/call", "request", CALL)
+    assert chain.plan("tools/call", "request").prepared[1] is None
+    assert result.status == "validation_failed"
+    assert [(f.interceptor, f.code) for f in result.failures] == [("narrow", -32602)]

@@ -10,7 +10,7 @@ import asyncio
 import math
 import time
 import weakref
-from collections.abc import Callable, Mapping
+from collections.abc import Awaitable, Callable, Mapping
 from contextlib import nullcontext
 from dataclasses import dataclass, field
 from typing import Any, Protocol
@@ -18,7 +18,17 @@ from typing import Any, Protocol
 import anyio
 import anyio.lowlevel
 
-from mcp_interceptors.planning import Batch, ChainRun, Outcome, Plan, SeverityRule, Step
+from mcp_interceptors.planning import (
+    NO_FINDINGS,
+    Batch,
+    ChainRun,
+    Outcome,
+    Plan,
+    SeverityRule,
+    Step,
+    is_blocking_verdict,
+    summary_of,
+)
 from mcp_interceptors.protocol.chain import (
     AbortedAt,
     ChainExecutionResult,
@@ -29,7 +39,7 @@ from mcp_interceptors.protocol.chain import (
 from mcp_interceptors.protocol.errors import TIMEOUT_G4, InterceptorsError, MalformedResultError, is_timeout_error
 from mcp_interceptors.protocol.events import Direction, Phase
 from mcp_interceptors.protocol.invoke import InvocationContext, InvokeParams
-from mcp_interceptors.protocol.results import InterceptorResult
+from mcp_interceptors.protocol.results import InterceptorResult, MutationResult, ValidationResult, same_json
 
 
 @dataclass(frozen=True, init=False)
@@ -87,6 +97,11 @@ class Call:
         )
 
 
+#: A local source's invocation of one interceptor at one point, prepared once per plan (see `Source`):
+#: called with the payload, the interceptor's config and the context, it answers as `Source.invoke` does.
+Runner = Callable[[Any, Mapping[str, Any] | None, InvocationContext | None], Awaitable[InterceptorResult]]
+
+
 class Source(Protocol):
     """Where interceptors run: an in-process host or a remote MCP host connection.
 
@@ -98,6 +113,10 @@ class Source(Protocol):
     `call.payload` is the chain's own object, shared with the validators of its pass and the caller, and
     not copied for a source of your own (an `InterceptorHost` copies it for its handlers): a source must
     not change it in place; a mutation answers with a new payload.
+
+    A local source may also offer `prepare(name, event, phase) -> Runner | None`: the invocation of an
+    interceptor whose handler never suspends, looked up once per plan. A plan whose every step has one
+    runs in one loop (`_StillPlan`); None leaves that step to `invoke`.
     """
 
     async def invoke(self, call: Call) -> InterceptorResult:
@@ -163,8 +182,33 @@ async def execute_plan(
     started = time.perf_counter()
     clock = _clock()
     deadline = clock() + timeout_ms / 1000 if timeout_ms is not None else None
+    still = _still_plan(plan, sources)
+    handover = None
+    if still is not None:
+        ran = await still.run(payload, config or {}, context, deadline, clock, severity_rule)
+        if isinstance(ran, _Handover):
+            handover = ran
+        else:  # nothing blocked, failed or was malformed
+            final_payload, results, findings = ran
+            return ChainResult(
+                status="success",
+                event=plan.event,
+                phase=plan.phase,
+                direction=plan.direction,
+                final_payload=final_payload,
+                results=results,
+                failures=[],
+                validation_summary=summary_of(results) if findings else NO_FINDINGS,
+                aborted_at=None,
+                total_duration_ms=(time.perf_counter() - started) * 1000,
+                plan=plan,
+            )
     run = ChainRun(plan, payload, severity_rule=severity_rule, deadline_always_blocks=deadline_always_blocks)
-    invoker = _Invoker(plan, sources, config or {}, context, deadline, clock, _never_suspends(plan, sources))
+    invoker = _Invoker(
+        plan, sources, config or {}, context, deadline, clock, still is not None or _never_suspends(plan, sources)
+    )
+    if handover is not None:
+        await handover.replay(run, invoker)
     cut: tuple[Batch, list[Outcome | None]] | None = None
     with anyio.CancelScope(deadline=deadline) if deadline is not None and not invoker.still else _NO_SCOPE:
         while (batch := run.next_batch()) is not None:
@@ -205,15 +249,25 @@ def _clock() -> Callable[[], float]:
         loop = asyncio.get_running_loop()
     except RuntimeError:  # not asyncio (trio)
         return anyio.current_time
-    if loop not in _ANYIO_LOOPS:
-        if anyio.lowlevel.current_token().native_token is not loop:  # an asyncio loop anyio does not run on
-            return anyio.current_time
-        _ANYIO_LOOPS.add(loop)
-    return loop.time
+    global _last_clock
+    known, clock = _last_clock
+    if known() is loop:
+        return clock
+    if anyio.lowlevel.current_token().native_token is not loop:  # an asyncio loop anyio does not run on
+        return anyio.current_time
+    # asyncio's own `time` is `time.monotonic()` behind a Python frame; a loop of another kind keeps its own.
+    clock = time.monotonic if type(loop).time is asyncio.BaseEventLoop.time else loop.time
+    _last_clock = (weakref.ref(loop), clock)
+    return clock
 
 
-#: The asyncio loops `_clock` found anyio running on: asking anyio costs more than all of a run's clock reads.
-_ANYIO_LOOPS: weakref.WeakSet[asyncio.AbstractEventLoop] = weakref.WeakSet()
+def _no_loop() -> None:
+    return None
+
+
+#: The asyncio loop `_clock` last found anyio running on (held weakly), and its clock: asking anyio again
+#: costs more than all of a run's clock reads.
+_last_clock: tuple[Callable[[], asyncio.AbstractEventLoop | None], Callable[[], float]] = (_no_loop, time.monotonic)
 
 
 def _never_suspends(plan: Plan, sources: Mapping[str, Source]) -> bool:
@@ -225,6 +279,144 @@ def _never_suspends(plan: Plan, sources: Mapping[str, Source]) -> bool:
         if source is None or not getattr(source, "local", False) or getattr(source, "concurrent", True):
             return False
     return True
+
+
+@dataclass(frozen=True, slots=True)
+class _StillStep:
+    name: str
+    run: Runner
+    mutates: bool
+    #: Active: a mutator's change is applied, a validator's verdict may block (an audit one is recorded as such).
+    judges: bool
+
+
+@dataclass(frozen=True, slots=True)
+class _StillPlan:
+    """A plan whose every step is an in-process handler that never suspends, each with its prepared runner.
+
+    `run` takes the common path in one loop: invoke each step in plan order and apply what cannot
+    change the decision (a mutation applied, a verdict that does not block). At the first outcome
+    that needs the spec's tables (a failure, a block, an audit mutator, a malformed or late result) it
+    hands the outcomes so far to a `ChainRun`, which replays them and finishes the run: no interceptor
+    is invoked twice, and every decision is still `ChainRun`'s.
+    """
+
+    sources: Mapping[str, Source]
+    #: Every step, in plan order.
+    steps: tuple[_StillStep, ...]
+    #: Some validator runs in audit mode (its results are recorded marked as such).
+    audits: bool
+
+    async def run(
+        self,
+        payload: Any,
+        config: Mapping[str, Mapping[str, Any]],
+        context: InvocationContext | None,
+        deadline: float | None,
+        clock: Callable[[], float],
+        rule: SeverityRule,
+    ) -> tuple[Any, list[InterceptorResult], bool] | _Handover:
+        """`(final payload, results, whether a verdict has findings)` of a run that took the common path
+        throughout, else its handover."""
+        current = payload
+        answers: list[InterceptorResult] = []
+        findings = False  # whether the validation summary counts anything (`planning.summary_of`)
+        # Validators of a pass all see its input: with mutations applied in turn, plan order is all it takes.
+        for item in self.steps:
+            if deadline is not None and clock() > deadline:  # nothing starts past the deadline (R60)
+                return _Handover(answers, DEADLINE)
+            started = time.perf_counter()
+            result: Any
+            try:
+                result = await item.run(current, config.get(item.name), context)
+            except Exception as exc:  # never a cancellation
+                result = exc
+            if deadline is not None and clock() > deadline:  # a handler that never awaits finished late
+                return _Handover(answers, DEADLINE)
+            if item.mutates:
+                if (
+                    not item.judges  # an audit mutator: its result is recorded as a shadow (R50)
+                    or type(result) is not MutationResult
+                    or result.duration_ms is None
+                    or not (result.modified or result.payload is current or same_json(result.payload, current))
+                ):
+                    return _Handover(answers, _outcome(result, started, item.name, deadline is not None))
+                if result.modified:
+                    current = result.payload  # R37: the next step sees it
+            elif (
+                type(result) is not ValidationResult
+                or result.duration_ms is None
+                or (item.judges and not result.valid and is_blocking_verdict(result, rule))
+            ):
+                return _Handover(answers, _outcome(result, started, item.name, deadline is not None))
+            else:
+                findings = findings or not result.valid or bool(result.messages) or result.severity is not None
+            answers.append(result)
+        if not self.audits:
+            return current, answers, findings
+        marked = [
+            answer if item.judges else answer.model_copy(update={"mode": "audit"})
+            for item, answer in zip(self.steps, answers, strict=True)
+        ]
+        return current, marked, findings
+
+
+def _outcome(answer: Any, started: float, name: str, chain_bound: bool) -> Outcome:
+    """The outcome of an invocation that answered `answer` (or raised it), as `_Invoker.invoke` makes it."""
+    if isinstance(answer, Exception):
+        return _failure(answer, chain_bound, None)
+    try:
+        return Outcome(_timed(answer, started, name))
+    except Exception as exc:  # not a result at all (`_attempt` makes the same failure of it)
+        return _failure(exc, chain_bound, None)
+
+
+@dataclass(frozen=True, slots=True)
+class _Handover:
+    """Where a `_StillPlan` run left the common path: the results of the steps before, then one outcome."""
+
+    answers: list[InterceptorResult]
+    outcome: Outcome
+
+    async def replay(self, run: ChainRun, invoker: _Invoker) -> None:
+        """Record every outcome so far into `run`, invoking the rest of the batch where it stopped."""
+        done = iter(self.answers)
+        pending = len(self.answers)
+        while (batch := run.next_batch()) is not None:
+            if pending >= len(batch.steps):
+                run.record(batch, [Outcome(next(done)) for _ in batch.steps])
+                pending -= len(batch.steps)
+                continue
+            outcomes = [Outcome(next(done)) for _ in range(pending)]
+            outcomes.append(self.outcome)
+            snapshot = run.snapshot(batch)
+            for step in batch.steps[len(outcomes) :]:
+                outcomes.append(await invoker.invoke(step, snapshot))
+            run.record(batch, outcomes)
+            return
+
+
+def _still_plan(plan: Plan, sources: Mapping[str, Source]) -> _StillPlan | None:
+    """`plan`'s `_StillPlan` for `sources`, derived once (kept on the plan), or None when some step has
+    no prepared runner or a timeout of its own."""
+    cached = plan.prepared
+    if cached is not None and cached[0] is sources:
+        return cached[1]  # type: ignore[no-any-return]
+    still = None if plan.timed else _derive_still_plan(plan, sources)
+    plan.prepare_with((sources, still))
+    return still
+
+
+def _derive_still_plan(plan: Plan, sources: Mapping[str, Source]) -> _StillPlan | None:
+    items = []
+    for step in plan.steps:
+        prepare = getattr(sources.get(step.source), "prepare", None)
+        runner = prepare(step.name, plan.event, plan.phase) if prepare is not None and step.type != "sink" else None
+        if runner is None:
+            return None
+        items.append(_StillStep(step.name, runner, step.type == "mutation", step.active))
+    audits = any(step.type == "validation" and not step.active for step in plan.steps)
+    return _StillPlan(sources, tuple(items), audits)
 
 
 #: The outcome of an invocation the chain deadline cut short or never started.

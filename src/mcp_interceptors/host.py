@@ -31,7 +31,7 @@ from mcp.server.extension import Extension, MethodBinding
 from pydantic import ValidationError
 
 from mcp_interceptors.canonical import CanonicalizationError
-from mcp_interceptors.executor import Call
+from mcp_interceptors.executor import Call, Runner
 from mcp_interceptors.protocol.descriptors import (
     Compat,
     HookEntry,
@@ -69,6 +69,7 @@ from mcp_interceptors.protocol.invoke import (
 )
 from mcp_interceptors.protocol.results import (
     KNOWN_SEVERITIES,
+    RESULT_MODELS,
     InterceptorResult,
     MutationResult,
     SinkResult,
@@ -115,9 +116,8 @@ class Invocation:
         config: Mapping[str, Any],
         context: InvocationContext | None,
     ) -> None:
-        object.__setattr__(
+        _set_invocation_fields(
             self,
-            "__dict__",
             {"name": name, "event": event, "phase": phase, "payload": payload, "config": config, "context": context},
         )
 
@@ -126,12 +126,32 @@ class Invocation:
         return self.context.session_id if self.context is not None else None
 
 
+#: Fills an `Invocation`'s `__dict__` (the slot's descriptor: faster than `object.__setattr__` finding it).
+_set_invocation_fields = Invocation.__dict__["__dict__"].__set__
+
+
+def _invocation(
+    name: str, event: str, phase: Phase, payload: Any, config: Mapping[str, Any], context: InvocationContext | None
+) -> Invocation:
+    """`Invocation(...)` for the host's hot path, without the class call's and `__init__`'s frames."""
+    invocation: Invocation = object.__new__(Invocation)
+    _set_invocation_fields(
+        invocation,
+        {"name": name, "event": event, "phase": phase, "payload": payload, "config": config, "context": context},
+    )
+    return invocation
+
+
 @dataclass(frozen=True, slots=True)
 class _Registered:
     descriptor: InterceptorDescriptor
     handler: Handler
     is_async: bool
     config_validator: Draft202012Validator | None
+    #: An async handler that never suspends (see `_may_suspend`): a chain may run it without a cancel scope.
+    still: bool
+    #: By phase, its result's fields with our stamps that never change (`WireModel.template`).
+    stamps: Mapping[str, dict[str, Any]]
 
 
 def hooks_for(events: Iterable[str], phase: PhaseSpec) -> tuple[HookEntry, ...]:
@@ -200,15 +220,21 @@ class InterceptorHost(Extension):
             except SchemaError as exc:  # a nested schema: the envelope was checked by the descriptor model
                 at = " at " + "/".join(str(part) for part in exc.path) if exc.path else ""
                 raise ValueError(f"interceptor {descriptor.name!r}: invalid configSchema{at}: {exc.message}") from None
+        is_async = _is_async(handler)
         registered = _Registered(
             descriptor=descriptor,
             handler=handler,
-            is_async=_is_async(handler),
+            is_async=is_async,
             config_validator=Draft202012Validator(schema) if schema is not None else None,
+            still=is_async and not _may_suspend(handler),
+            stamps={
+                phase: RESULT_MODELS[descriptor.type].template({"interceptor": descriptor.name, "phase": phase})
+                for phase in PHASES
+            },
         )
         self._registry[descriptor.name] = registered
-        self._has_sync = self._has_sync or not registered.is_async
-        self._may_suspend = self._may_suspend or (registered.is_async and _may_suspend(handler))
+        self._has_sync = self._has_sync or not is_async
+        self._may_suspend = self._may_suspend or (is_async and not registered.still)
         self._wire_list = None
 
     def validator(
@@ -360,7 +386,6 @@ class InterceptorHost(Extension):
 
     async def invoke(self, call: Call) -> InterceptorResult:
         """Run one interceptor (the `Source` protocol used by `Chain.add_local`, and the wire handler)."""
-        payload = fast_copy(call.payload) if self.copy_payloads else call.payload
         registered = self._lookup(call.name)  # R21
         key = (call.name, call.event, call.phase)
         covered = self._covered.get(key)
@@ -374,12 +399,44 @@ class InterceptorHost(Extension):
         if not covered:
             advertised = [entry.to_wire() for entry in registered.descriptor.hooks]
             raise HookMismatchError(call.name, call.event, call.phase, advertised)  # R22
-        config = dict(call.config) if call.config is not None else {}
-        if call.config is not None and registered.config_validator is not None:
-            self._check_config(call.name, registered.config_validator, config)  # R23
-        invocation = Invocation(call.name, call.event, call.phase, payload, config, call.context)
+        return await self._run(
+            registered, call.event, call.phase, call.payload, call.config, call.context, call.timeout_ms
+        )
+
+    def prepare(self, name: str, event: str, phase: Phase) -> Runner | None:
+        """`invoke` of `name` at `(event, phase)` with the lookup and hook check done once, for a chain that
+        runs it on every message (the `Source` protocol's optional seam). Only for a handler that never
+        suspends; None when `invoke` must run it, or answer it: an unknown name (R21), an event it does
+        not hook (R22), a handler that may await or runs in a thread."""
+        registered = self._registry.get(name)
+        if registered is None or not registered.still or not event or is_pattern(event):
+            return None
+        if not registered.descriptor.covers(event, phase):
+            return None
+        return functools.partial(self._run, registered, event, phase)
+
+    async def _run(
+        self,
+        registered: _Registered,
+        event: str,
+        phase: Phase,
+        given: Any,
+        given_config: Mapping[str, Any] | None,
+        context: InvocationContext | None,
+        timeout_ms: float | None = None,
+    ) -> InterceptorResult:
+        """The host processing order past lookup and hook check (§2.2): config, handler, result."""
+        name = registered.descriptor.name
+        payload = fast_copy(given) if self.copy_payloads else given
+        if given_config is None:
+            config: dict[str, Any] = {}
+        else:
+            config = dict(given_config)
+            if registered.config_validator is not None:
+                self._check_config(name, registered.config_validator, config)  # R23
+        invocation = _invocation(name, event, phase, payload, config, context)
         started = time.perf_counter()
-        if call.timeout_ms is None and registered.is_async:  # the hot path: no scope, no thread, one frame
+        if timeout_ms is None and registered.is_async:  # the hot path: no scope, no thread, one frame
             try:
                 outcome = await registered.handler(invocation)
             except InterceptorsError:
@@ -389,14 +446,28 @@ class InterceptorHost(Extension):
             except anyio.get_cancelled_exc_class() as exc:
                 raise await self._stray_cancellation(invocation, exc) from None
         else:
-            outcome = await self._call_handler(registered, invocation, call.timeout_ms)
+            outcome = await self._call_handler(registered, invocation, timeout_ms)
         duration_ms = (time.perf_counter() - started) * 1000
-        if call.timeout_ms is not None and duration_ms > call.timeout_ms:
+        if timeout_ms is not None and duration_ms > timeout_ms:
             # A handler that never yields (CPU-bound work, a blocking call in `async def`) cannot be
             # preempted by the cancel scope: its result arrived past the deadline and is discarded (R26).
-            raise InterceptorTimeoutError(call.name, call.timeout_ms, call.phase, style=self.timeout_code)
+            raise InterceptorTimeoutError(name, timeout_ms, phase, style=self.timeout_code)
+        # The common returns, a validator's bool and a mutator's None (unchanged), are filled in from the
+        # interceptor's stamps: they are ours and the value's type was just checked.
+        if type(outcome) is bool and registered.descriptor.type == "validation":
+            fields = registered.stamps[phase].copy()
+            fields["duration_ms"] = duration_ms
+            fields["valid"] = outcome
+            fields["severity"] = None if outcome else "error"
+            return ValidationResult.filled(fields, {"interceptor", "phase", "duration_ms", "valid", "severity"})
+        if outcome is None and registered.descriptor.type == "mutation":
+            fields = registered.stamps[phase].copy()
+            fields["duration_ms"] = duration_ms
+            fields["modified"] = False
+            fields["payload"] = given
+            return MutationResult.filled(fields, {"interceptor", "phase", "duration_ms", "modified", "payload"})
         try:
-            result = _normalise(registered.descriptor, outcome, call.payload, call.phase, duration_ms)
+            result = _normalise(registered, outcome, given, phase, duration_ms)
         except InterceptorsError:
             raise
         except (TypeError, ValueError) as exc:  # pydantic's ValidationError too: the handler's return, not the params
@@ -404,9 +475,9 @@ class InterceptorHost(Extension):
         if outcome is None or type(outcome) is bool:  # the result holds only our stamps and the input payload
             return result
         # In-process as over a transport: a datetime, set or NaN in a new payload fails the invocation (R25).
-        problem = result_json_problem(result, call.payload)
+        problem = result_json_problem(result, given)
         if problem is not None:
-            raise InterceptorExecutionError(call.name, f"result is not JSON-serialisable: {problem}")
+            raise InterceptorExecutionError(name, f"result is not JSON-serialisable: {problem}")
         return result
 
     def _check_config(self, name: str, validator: Draft202012Validator, config: Mapping[str, Any]) -> None:
@@ -623,20 +694,17 @@ def _config_key(config: Mapping[str, Any]) -> bytes | None:
 
 
 def _normalise(
-    descriptor: InterceptorDescriptor, value: Any, original_payload: Any, phase: Phase, duration_ms: float
+    registered: _Registered, value: Any, original_payload: Any, phase: Phase, duration_ms: float
 ) -> InterceptorResult:
     """Turn a handler's return into the stamped result of its declared type, or fail with -32603.
 
-    The common returns (a bool, a new payload, None) are built with `trusted`: the stamps are ours and
-    the value's type was just checked, so validating them again would only cost time.
+    A new payload is filled in from the interceptor's stamps (as `_run` fills a validator's bool and a
+    mutator's None): they are ours and the value's type was just checked, so validating them again would
+    only cost time.
     """
+    descriptor = registered.descriptor
     name = descriptor.name
     if descriptor.type == "validation":
-        if isinstance(value, bool):
-            severity = None if value else "error"
-            return ValidationResult.trusted(
-                {"interceptor": name, "phase": phase, "duration_ms": duration_ms, "valid": value, "severity": severity}
-            )
         result = _as_validation(name, value, {"interceptor": name, "phase": phase, "duration_ms": duration_ms})
         _check_severities(name, result)
         return result
@@ -645,17 +713,11 @@ def _normalise(
             modified = value is not None and value != original_payload
             if type(modified) is bool:  # else an exotic payload's comparison: let the model judge it
                 # Python's == says `True == 1`: an equal-looking payload is checked as JSON (R20)
-                modified = modified or (value is not None and not same_json(value, original_payload))
-                payload = original_payload if value is None else value
-                return MutationResult.trusted(
-                    {
-                        "interceptor": name,
-                        "phase": phase,
-                        "duration_ms": duration_ms,
-                        "modified": modified,
-                        "payload": payload,
-                    }
-                )
+                fields = registered.stamps[phase].copy()
+                fields["duration_ms"] = duration_ms
+                fields["modified"] = modified or (value is not None and not same_json(value, original_payload))
+                fields["payload"] = original_payload if value is None else value
+                return MutationResult.filled(fields, {"interceptor", "phase", "duration_ms", "modified", "payload"})
         return _as_mutation(name, value, original_payload, phase, duration_ms)
     stamp = {"interceptor": name, "phase": phase, "duration_ms": duration_ms}
     if value is None or isinstance(value, bool):

@@ -249,6 +249,8 @@ class Plan:
     sources: tuple[str, ...] = field(init=False, repr=False, compare=False)
     #: Whether some step has a timeout of its own (derived).
     timed: bool = field(init=False, repr=False, compare=False)
+    #: What the executor derived once to run this plan on a mapping of sources (`prepare_with`).
+    prepared: Any = field(init=False, repr=False, compare=False, default=None)
 
     def __post_init__(self) -> None:
         batches: list[tuple[int, Batch]] = []
@@ -261,6 +263,10 @@ class Plan:
         steps = self.steps
         object.__setattr__(self, "sources", tuple(dict.fromkeys(step.source for step in steps)))
         object.__setattr__(self, "timed", any(step.policy.timeout_ms is not None for step in steps))
+
+    def prepare_with(self, prepared: Any) -> None:
+        """Keep what the executor derived to run this plan (the plan's own fields never change)."""
+        object.__setattr__(self, "prepared", prepared)
 
     @property
     def passes(self) -> tuple[tuple[BatchKind, tuple[Step, ...]], ...]:
@@ -392,6 +398,19 @@ def failure_blocks(policy: Policy) -> bool:
     return policy.mode == "active" and not policy.fail_open
 
 
+def summary_of(results: Iterable[InterceptorResult]) -> ValidationSummary:
+    """The validation summary of a run's results (§5.10)."""
+    counts = [0, 0, 0]  # errors, warnings, infos
+    for result in results:
+        if not isinstance(result, ValidationResult):
+            continue
+        if result.valid and not result.messages and result.severity is None:
+            continue  # a bare `valid: true` counts nothing
+        for severity in message_severities(result):
+            counts[_SUMMARY_SLOT.get(severity, 0)] += 1
+    return summary_for(*counts) if any(counts) else NO_FINDINGS
+
+
 # --------------------------------------------------------------------------- the run (§5.3-§5.11)
 
 
@@ -503,20 +522,12 @@ class ChainRun:
                 self._record_sink(step, outcome)
 
     def result(self) -> RunResult:
-        counts = [0, 0, 0]  # errors, warnings, infos
-        for result in self._results:
-            if not isinstance(result, ValidationResult):
-                continue
-            if result.valid and not result.messages and result.severity is None:
-                continue  # a bare `valid: true` counts nothing
-            for severity in message_severities(result):
-                counts[_SUMMARY_SLOT.get(severity, 0)] += 1
         return RunResult(
             self._status,
             None if self.blocked else self._current,
             self._results,
             self._failures,
-            summary_for(*counts) if any(counts) else NO_FINDINGS,
+            summary_of(self._results),
             self._aborted_at,
         )
 

@@ -90,7 +90,9 @@ class Governor:
         self, event: str, phase: Phase, payload: Any, context: InvocationContext, record: CallRecord | None
     ) -> Any:
         """The chain at each configured point in turn; the first block stops the message."""
+        given = payload
         for direction in self.directions:
+            given = payload
             result = await self.chain.execute(
                 event,
                 phase,
@@ -102,18 +104,21 @@ class Governor:
             )
             if self.metrics is not None:
                 self.metrics.chain_ran(result)
-            leg = Leg(event, phase, result, payload)
             if not result.allowed:
                 if record is not None:
-                    await record.denied(leg)
+                    await record.denied(Leg(event, phase, result, payload))
                 raise BlockedError.of(chain_error(result, include_details=self.include_details))
-            problem = payload_problem(event, phase, result.final_payload)
+            # The payload a leg is given is one of its event (the gateway builds it): only a replacement is checked.
+            problem = (
+                payload_problem(event, phase, result.final_payload) if result.final_payload is not payload else None
+            )
             if problem is not None:  # a mutator's replacement must be a payload of the same event and phase
                 if record is not None:
-                    await record.denied(leg)
+                    await record.denied(Leg(event, phase, result, payload))
                 raise BlockedError.of(invalid_payload_error(result, problem))
             payload = result.final_payload
         if record is not None:
+            leg = Leg(event, phase, result, given)
             if phase == "request":
                 record.approved_request(leg)
             else:

@@ -128,13 +128,16 @@ class DownstreamSession:
         return self.upstreams
 
     def context(self, upstream: str | None, request_id: Any = None) -> InvocationContext:
-        return InvocationContext(
-            # The request's own token: a session outlives tokens, and a later one may carry other claims.
-            principal=current_principal() or self.principal,
-            session_id=self.gateway.stdio_session_id if self.key == STDIO_SESSION_KEY else self.key,
-            server=upstream,
-            trace_id=None if request_id is None else str(request_id),
-            timestamp=now_iso(),  # stamped once here rather than copied per chain
+        # Every value is ours and of its field's type already: built without validation, one per message.
+        return InvocationContext.trusted(
+            {
+                # The request's own token: a session outlives tokens, and a later one may carry other claims.
+                "principal": current_principal() or self.principal,
+                "session_id": self.gateway.stdio_session_id if self.key == STDIO_SESSION_KEY else self.key,
+                "server": upstream,
+                "trace_id": None if request_id is None else str(request_id),
+                "timestamp": now_iso(),  # stamped once here rather than copied per chain
+            }
         )
 
     def invalidate(self, list_method: str | None = None) -> None:

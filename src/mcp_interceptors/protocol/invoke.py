@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+import time
 from datetime import UTC, datetime
 from typing import Annotated, Any, Literal
 
@@ -62,7 +63,22 @@ class InvocationContext(WireModel):
 
 
 def now_iso() -> str:
-    return datetime.now(UTC).isoformat(timespec="milliseconds").replace("+00:00", "Z")
+    """The UTC time now to the millisecond, as `2026-07-28T12:00:00.123Z`.
+
+    One per message in a gateway: the date and time to the second are formatted once per second
+    (`datetime.isoformat` cost ~1.5 us a call; this ~0.3 us).
+    """
+    global _second_text
+    seconds, nanos = divmod(time.time_ns(), 1_000_000_000)
+    second, text = _second_text
+    if seconds != second:
+        text = datetime.fromtimestamp(seconds, UTC).strftime("%Y-%m-%dT%H:%M:%S")
+        _second_text = (seconds, text)
+    return f"{text}.{nanos // 1_000_000:03d}Z"
+
+
+#: The last second `now_iso` formatted, and its text.
+_second_text: tuple[int, str] = (-1, "")
 
 
 class InvokeParams(WireModel):

@@ -169,6 +169,8 @@ class DownstreamSession:
         self, method: str, params: dict[str, Any] | None, downstream: Downstream, request_id: Any
     ) -> dict[str, Any]:
         """Serve one forwarded request; raises `MCPError` for the client."""
+        if self.era != "legacy":  # only a handshake-era client ends its session's calls (`end_calls`)
+            return await self._measured(method, params, downstream, request_id)
         if self.end_reason is None:
             with anyio.CancelScope() as scope:
                 self._call_scopes.add(scope)

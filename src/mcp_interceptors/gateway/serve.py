@@ -331,6 +331,8 @@ async def serve_http(
         host=host,
         port=port,
         log_level="warning",
+        # httptools (a dependency) parses requests where it is installed, else h11, as uvicorn chooses by default.
+        http="auto",
         # Its access lines are INFO, below that level: off, uvicorn does not build each request's line either.
         access_log=False,
         lifespan="on",

@@ -1,5 +1,6 @@
 """`SessionRequests` (gateway/http_front.py): a handshake-era request reusing an id in flight is refused, and an
-id is free for the client's next request as soon as its answer is out."""
+id is free for the client's next request as soon as its answer is out. Also the HTTP path's per-call shortcuts:
+`McpPathFirst`, the tool schemas given to mcp's `Mcp-Param-*` check, the serverInfo stamp made only when needed."""
 
 from __future__ import annotations
 
@@ -9,11 +10,14 @@ import anyio
 import orjson
 import pytest
 from mcp.server.transport_security import TransportSecuritySettings
+from mcp_types import SERVER_INFO_META_KEY
 
 from mcp_interceptors import Chain
 from mcp_interceptors.gateway.config import parse_config
-from mcp_interceptors.gateway.http_front import SessionRequests
+from mcp_interceptors.gateway.http_front import McpPathFirst, SessionRequests
+from mcp_interceptors.gateway.routing import build_catalog
 from mcp_interceptors.gateway.server import Gateway
+from mcp_interceptors.gateway.session import shape_modern
 
 pytestmark = pytest.mark.anyio
 
@@ -120,3 +124,63 @@ async def test_a_2026_request_carrying_a_session_header_is_not_checked_against_t
             await anyio.wait_all_tasks_blocked()
             answered.set()
     assert served == [7, 7]
+
+
+async def test_only_an_http_request_for_exactly_the_mcp_path_skips_starlette() -> None:
+    """`McpPathFirst` hands the MCP path's requests to its endpoint; the lifespan, other paths and `/mcp/` (which
+    Starlette redirects) still go to the Starlette app."""
+    seen: list[tuple[str, str]] = []
+
+    def recording(name: str) -> Any:
+        async def app(scope: Any, receive: Any, send: Any) -> None:
+            seen.append((name, scope.get("path", scope["type"])))
+
+        return app
+
+    front = McpPathFirst(recording("starlette"), "/mcp", recording("endpoint"))  # type: ignore[arg-type]
+    scopes: list[dict[str, Any]] = [
+        {"type": "http", "path": "/mcp"},
+        {"type": "http", "path": "/mcp/"},
+        {"type": "http", "path": "/healthz"},
+        {"type": "http", "path": "/mcp", "root_path": "/prefix"},
+        {"type": "lifespan"},
+    ]
+    for scope in scopes:
+        await front(scope, None, None)
+    assert seen == [
+        ("endpoint", "/mcp"),
+        ("starlette", "/mcp/"),
+        ("starlette", "/healthz"),
+        ("starlette", "/mcp"),
+        ("starlette", "lifespan"),
+    ]
+
+
+def test_a_tool_schema_without_x_mcp_header_is_not_handed_to_mcps_header_check() -> None:
+    """mcp walks the schema `get_tool_input_schema` gives on every `tools/call` with arguments; one declaring no
+    `x-mcp-header` cannot fail that check, so None (no check) is given instead. A declaring one still is."""
+    config = parse_config({"upstreams": {"a": {"command": "python", "args": ["server.py"]}}})
+    gateway = Gateway(config, Chain(role="server"))
+    plain = {"type": "object", "properties": {"text": {"type": "string"}}}
+    declaring = {"type": "object", "properties": {"where": {"anyOf": [{"type": "string", "x-mcp-header": "Where"}]}}}
+    tools = [{"name": "echo", "inputSchema": plain}, {"name": "route", "inputSchema": declaring}]
+    gateway.startup_catalog = build_catalog({"a": {"tools/list": tools}}, {"a": ""})
+    assert gateway.tool_input_schema("echo") is None
+    assert gateway.tool_input_schema("echo") is None  # remembered: the same answer
+    assert gateway.tool_input_schema("route") == declaring
+    assert gateway.tool_input_schema("missing") is None
+
+
+def test_a_2026_result_without_a_server_info_stamp_gets_a_fresh_one_made_only_then() -> None:
+    stamps: list[dict[str, Any]] = []
+
+    def stamp() -> dict[str, Any]:
+        stamps.append({"name": "gateway"})
+        return stamps[-1]
+
+    stamped = {"content": [], "_meta": {SERVER_INFO_META_KEY: {"name": "upstream"}}}
+    assert shape_modern("tools/call", stamped, stamp)["_meta"][SERVER_INFO_META_KEY] == {"name": "upstream"}
+    assert stamps == []
+    shaped = shape_modern("tools/call", {"content": []}, stamp)
+    assert shaped["_meta"][SERVER_INFO_META_KEY] == {"name": "gateway"}
+    assert stamps == [{"name": "gateway"}]

@@ -49,7 +49,7 @@ def streamable_http_app(
     auth: AuthSettings | None,
     verifier: TokenVerifier | None,
     routes: list[BaseRoute],
-) -> Starlette:
+) -> McpPathFirst:
     """`Server.streamable_http_app` assembled from the same public parts, with `SessionRequests` inside the auth
     check: there, nothing of an unauthenticated request's body is read (it gets its 401 at once), and the
     checks know who is asking. mcp's own assembly admits nothing between its auth and its transport."""
@@ -64,14 +64,14 @@ def streamable_http_app(
     endpoint: Any = SessionRequests(StreamableHTTPASGIApp(manager), gateway, security)
     middleware: list[Middleware] = []
     extra: list[BaseRoute] = []
+    direct = endpoint
     if auth is not None and verifier is not None:
         # The verifier checks `aud` itself (see `auth.build_auth`): no resource check here.
-        middleware = [
-            Middleware(AuthenticationMiddleware, backend=BearerAuthBackend(verifier)),
-            Middleware(AuthContextMiddleware),
-        ]
+        backend = BearerAuthBackend(verifier)
+        middleware = [Middleware(AuthenticationMiddleware, backend=backend), Middleware(AuthContextMiddleware)]
         metadata = build_resource_metadata_url(auth.resource_server_url) if auth.resource_server_url else None
         endpoint = RequireAuthMiddleware(endpoint, auth.required_scopes or [], metadata)
+        direct = AuthenticationMiddleware(AuthContextMiddleware(endpoint), backend=backend)
         if auth.resource_server_url:
             extra = list(
                 create_protected_resource_routes(
@@ -80,11 +80,32 @@ def streamable_http_app(
                     scopes_supported=auth.required_scopes,
                 )
             )
-    return Starlette(
+    app = Starlette(
         routes=[Route(http.path, endpoint=endpoint), *extra, *routes],
         middleware=middleware,
         lifespan=lambda app: manager.run(),
     )
+    return McpPathFirst(app, http.path, direct)
+
+
+class McpPathFirst:
+    """ASGI app: an HTTP request for exactly the MCP path goes to its endpoint (behind the same auth middleware),
+    everything else (the lifespan, the other routes, `/mcp/`'s redirect) to the Starlette app.
+
+    Starlette's layers (its error and exception middleware, the router's matching, a wrapper around every `send`)
+    cost a measurable share of each call and do nothing there: the endpoint accepts every method and raises no
+    `HTTPException`, and an exception it raises still gets uvicorn's bare 500, as Starlette's would be."""
+
+    def __init__(self, app: Starlette, path: str, endpoint: Any) -> None:
+        self.app = app
+        self.path = path
+        self.endpoint = endpoint
+
+    async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
+        if scope["type"] == "http" and scope["path"] == self.path and not scope.get("root_path"):
+            await self.endpoint(scope, receive, send)
+        else:
+            await self.app(scope, receive, send)
 
 
 class SessionRequests:

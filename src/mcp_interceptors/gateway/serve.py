@@ -331,6 +331,10 @@ async def serve_http(
         host=host,
         port=port,
         log_level="warning",
+        # httptools (a dependency) parses requests where it is installed, else h11, as uvicorn chooses by default.
+        http="auto",
+        # Its access lines are INFO, below that level: off, uvicorn does not build each request's line either.
+        access_log=False,
         lifespan="on",
         timeout_keep_alive=gateway.config.http.keep_alive_s,
         # A request's address is its connection's: uvicorn would take it from the `X-Forwarded-For` of any

@@ -95,6 +95,8 @@ _STDIO_CLIENT_WAIT_S = 30.0
 #: Input requests awaiting a 2026-07-28 client's answer that the audit trail keeps linkable (oldest go first).
 _OPEN_INPUTS_KEPT = 10_000
 _CAPABILITY_KEYS = ("tools", "prompts", "resources", "logging", "completions")
+#: Tool schemas whose `x-mcp-header` check is remembered (all are forgotten past it: listings are refreshed).
+_HEADER_SCHEMAS_KEPT = 4096
 
 
 class RawRequest(Request[dict[str, Any] | None, str]):
@@ -168,6 +170,8 @@ class Gateway:
         # keyed by downstream session too: an upstream's requestState may be the same for every call (a constant)
         self._open_inputs: OrderedDict[tuple[str, str, str], OpenInput] = OrderedDict()
         self.sessions: dict[str, DownstreamSession] = {}
+        #: id(inputSchema) -> (that schema, whether it declares an `x-mcp-header`): see `tool_input_schema`
+        self._header_schemas: dict[int, tuple[Mapping[str, Any], bool]] = {}
         #: session key -> its HTTP requests in flight (`http.max_requests_in_flight`); gone at 0
         self._in_flight: dict[str, int] = {}
         #: sessions refused since they were last under the cap: one warning each time a session reaches it
@@ -204,14 +208,27 @@ class Gateway:
     # ------------------------------------------------------------------ lifecycle
 
     def tool_input_schema(self, name: str) -> Mapping[str, Any] | None:
-        """The `inputSchema` of an exposed tool, from the freshest listing any session holds."""
+        """The `inputSchema` of an exposed tool, from the freshest listing any session holds; None when it
+        declares no `x-mcp-header` (mcp then has no header to check, and skips walking the schema)."""
         catalogs = [session.catalog for session in reversed(self.sessions.values())] + [self.startup_catalog]
         for catalog in catalogs:
             tool = catalog.item("tools/list", name) if catalog is not None else None
             if tool is not None and isinstance(tool.get("inputSchema"), Mapping):
                 schema: Mapping[str, Any] = tool["inputSchema"]
-                return schema
+                return schema if self._declares_headers(schema) else None
         return None
+
+    def _declares_headers(self, schema: Mapping[str, Any]) -> bool:
+        """Whether `x-mcp-header` appears anywhere in `schema`, remembered per listed schema (by identity:
+        a listing's items are not changed in place, only replaced)."""
+        known = self._header_schemas.get(id(schema))
+        if known is not None and known[0] is schema:
+            return known[1]
+        if len(self._header_schemas) >= _HEADER_SCHEMAS_KEPT:
+            self._header_schemas.clear()
+        declares = _mentions(schema, "x-mcp-header")
+        self._header_schemas[id(schema)] = (schema, declares)
+        return declares
 
     def new_record(self, context: InvocationContext) -> CallRecord:
         """The audit record of one call (inert when auditing is off)."""
@@ -631,9 +648,12 @@ class Gateway:
 
     def session_for(self, ctx: ServerRequestContext[Any, Any]) -> DownstreamSession:
         era, header = self._era_and_transport_session(ctx)
-        client_params = ctx.session.client_params
-        params = client_params.model_dump(by_alias=True, mode="json", exclude_none=True) if client_params else None
-        return self.session(era, header, current_principal(), params)
+        principal = current_principal()
+        params = None
+        if session_key(era, header, principal) not in self.sessions:  # the client's params count when it opens
+            client_params = ctx.session.client_params
+            params = client_params.model_dump(by_alias=True, mode="json", exclude_none=True) if client_params else None
+        return self.session(era, header, principal, params)
 
     @staticmethod
     def _era_and_transport_session(ctx: ServerRequestContext[Any, Any]) -> tuple[Era, str | None]:
@@ -975,6 +995,20 @@ def session_key(era: Era, transport_session: str | None, principal: Principal | 
 def _owner(principal: Principal | None) -> tuple[str, str | None] | None:
     """Who a session belongs to: a principal's type and id (its claims may differ from token to token)."""
     return (principal.type, principal.id) if principal is not None else None
+
+
+def _mentions(value: Any, key: str) -> bool:
+    """Whether a mapping with `key` appears anywhere in the JSON value `value`."""
+    stack = [value]
+    while stack:
+        node = stack.pop()
+        if isinstance(node, Mapping):
+            if key in node:
+                return True
+            stack.extend(node.values())
+        elif isinstance(node, list):
+            stack.extend(node)
+    return False
 
 
 def _bus_event(method: str, params: Mapping[str, Any] | None) -> ServerEvent | None:

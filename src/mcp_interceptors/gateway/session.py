@@ -172,6 +172,8 @@ class DownstreamSession:
         self, method: str, params: dict[str, Any] | None, downstream: Downstream, request_id: Any
     ) -> dict[str, Any]:
         """Serve one forwarded request; raises `MCPError` for the client."""
+        if self.era != "legacy":  # only a handshake-era client ends its session's calls (`end_calls`)
+            return await self._measured(method, params, downstream, request_id)
         if self.end_reason is None:
             with anyio.CancelScope() as scope:
                 self._call_scopes.add(scope)
@@ -232,7 +234,7 @@ class DownstreamSession:
         finally:
             self.inflight.remove(downstream)
         if self.era == "2026-07-28":
-            return shape_modern(method, result, self.gateway.server.server_info_stamp)
+            return shape_modern(method, result, lambda: self.gateway.server.server_info_stamp)
         return shape_handshake(result)
 
     async def _list(self, method: str, params: dict[str, Any] | None, request_id: Any) -> dict[str, Any]:
@@ -991,11 +993,14 @@ async def fetch_all_pages(conn: UpstreamConnection, method: str) -> list[dict[st
     return items
 
 
-def shape_modern(method: str, result: dict[str, Any], server_info: dict[str, Any] | None = None) -> dict[str, Any]:
+def shape_modern(
+    method: str, result: dict[str, Any], server_info: Callable[[], dict[str, Any]] | None = None
+) -> dict[str, Any]:
     """Fill the 2026-07-28 envelope a result may lack (merged listings, handshake-era upstreams).
 
     A merged or bridged listing has no single upstream's cache hint, so it is marked uncacheable; a result
-    without a `serverInfo` stamp gets `server_info` (the gateway's), as mcp's server stamps its own.
+    without a `serverInfo` stamp gets `server_info()` (the gateway's, a fresh copy: made only when needed),
+    as mcp's server stamps its own.
     """
     result_type = result.get("resultType")
     needs_hints = method in CACHEABLE_METHODS and result_type in (None, "complete")
@@ -1007,7 +1012,7 @@ def shape_modern(method: str, result: dict[str, Any], server_info: dict[str, Any
             shaped.setdefault("cacheScope", "private")
     meta = shaped.get("_meta", {})
     if server_info is not None and isinstance(meta, dict) and meta.get(SERVER_INFO_META_KEY) is None:
-        shaped = {**shaped, "_meta": {**meta, SERVER_INFO_META_KEY: server_info}}
+        shaped = {**shaped, "_meta": {**meta, SERVER_INFO_META_KEY: server_info()}}
     return shaped
 
 

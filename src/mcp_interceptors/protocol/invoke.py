@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import math
-import time
 from datetime import UTC, datetime
 from typing import Annotated, Any, Literal
 
@@ -66,15 +65,17 @@ def now_iso() -> str:
     """The UTC time now to the millisecond, as `2026-07-28T12:00:00.123Z`.
 
     One per message in a gateway: the date and time to the second are formatted once per second
-    (`datetime.isoformat` cost ~1.5 us a call; this ~0.3 us).
+    (`datetime.isoformat` cost ~1.5 us a call; this ~0.9 us). The clock is read through `datetime`,
+    as before: the protocol layer imports no `time` (tests/test_layering.py).
     """
     global _second_text
-    seconds, nanos = divmod(time.time_ns(), 1_000_000_000)
+    now = datetime.now(UTC)
+    seconds = int(now.timestamp())
     second, text = _second_text
     if seconds != second:
-        text = datetime.fromtimestamp(seconds, UTC).strftime("%Y-%m-%dT%H:%M:%S")
+        text = now.strftime("%Y-%m-%dT%H:%M:%S")
         _second_text = (seconds, text)
-    return f"{text}.{nanos // 1_000_000:03d}Z"
+    return f"{text}.{now.microsecond // 1000:03d}Z"
 
 
 #: The last second `now_iso` formatted, and its text.

@@ -286,6 +286,20 @@ async def test_guard_shortcut_fronts_one_stdio_server_without_a_config(era: str)
     assert text_of(result) == "key [REDACTED:aws_access_key]"
 
 
+@pytest.mark.parametrize(("choice", "expected"), [("auto", "uvloop"), ("uvloop", "uvloop"), ("asyncio", "asyncio")])
+async def test_gateway_runs_on_the_event_loop_loop_names(choice: str, expected: str) -> None:
+    """uvloop by default where it is installed (it is a dependency here); `--loop asyncio` opts out."""
+    argv = cli_argv(
+        "gateway", "--loop", choice, "--log-level", "INFO", "--guard", "secrets", "--", sys.executable, UPSTREAM
+    )
+    with anyio.fail_after(30), stderr_log("gateway") as log:
+        async with Client(stdio_transport(argv, log)) as client:
+            result = await client.call_tool("echo", {"text": "key AKIAZ7QH4XK2M9PL3TWB"})
+        started = log.tail(200)
+    assert text_of(result) == "key [REDACTED:aws_access_key]"
+    assert f"gateway starting on the {expected} event loop" in started
+
+
 async def test_stdio_gateway_exits_0_on_end_of_input_and_stops_its_upstreams(
     write_config: ConfigWriter, tmp_path: Path
 ) -> None:

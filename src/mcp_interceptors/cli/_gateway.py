@@ -13,7 +13,14 @@ from typing import Any
 
 import anyio
 
-from mcp_interceptors.cli._common import CommandError, add_log_level_argument, print_json
+from mcp_interceptors.cli._common import (
+    CommandError,
+    add_log_level_argument,
+    add_loop_argument,
+    loop_name,
+    print_json,
+    run_on_loop,
+)
 from mcp_interceptors.gateway.auth import check_auth
 from mcp_interceptors.gateway.check import check_report, missing_commands, render_check
 from mcp_interceptors.gateway.config import (
@@ -39,6 +46,8 @@ from mcp_interceptors.gateway.upstream import UpstreamUnavailableError
 from mcp_interceptors.invoker import Chain
 from mcp_interceptors.protocol.errors import InterceptorsError
 
+_log = logging.getLogger("mcp_interceptors.gateway")
+
 
 def register(subcommands: Any) -> None:
     gateway = subcommands.add_parser(
@@ -60,6 +69,7 @@ def register(subcommands: Any) -> None:
         "--json", action="store_true", help="with --check: print the upstreams, deadline and plan as JSON"
     )
     add_log_level_argument(gateway)
+    add_loop_argument(gateway)
     gateway.set_defaults(handler=run_gateway)
 
     schema = subcommands.add_parser("config-schema", help="print the JSON Schema of gateway.yaml")
@@ -147,7 +157,7 @@ def _run_command(args: argparse.Namespace, config: GatewayConfig, file: str) -> 
         if http is not None:
             check_listen(*http)  # before any upstream starts
         _check_metrics_listen(config, file, http)
-        anyio.run(_serve, config, file, http, args.insecure_no_auth)
+        run_on_loop(args.loop, _serve, config, file, http, args.insecure_no_auth)
         return 0
     except ConfigError as exc:
         raise _config_error(exc) from None
@@ -265,6 +275,7 @@ def _check_audit_store(config: GatewayConfig, file: str, *, create: bool) -> Non
 
 
 async def _serve(config: GatewayConfig, file: str, http: tuple[str, int] | None, insecure_no_auth: bool) -> None:
+    _log.info("gateway starting on the %s event loop", loop_name())
     _check_audit_store(config, file, create=True)
     chain = chain_for(config)
     try:

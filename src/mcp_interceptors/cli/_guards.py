@@ -24,9 +24,11 @@ from mcp_interceptors import __version__, guards
 from mcp_interceptors.cli._common import (
     CommandError,
     add_log_level_argument,
+    add_loop_argument,
     add_target_arguments,
     build_client,
     read_json_argument,
+    run_on_loop,
 )
 from mcp_interceptors.cli._core import _run
 from mcp_interceptors.cli._gateway import _parse_http
@@ -60,6 +62,7 @@ def register(subcommands: Any) -> None:
     serve.add_argument("--http", metavar="HOST:PORT", help="serve Streamable HTTP at http://HOST:PORT/mcp")
     serve.add_argument("--insecure-no-auth", action="store_true", help="allow a non-loopback HTTP bind")
     add_log_level_argument(serve)
+    add_loop_argument(serve)
     serve.set_defaults(handler=run_serve)
 
     pin = subcommands.add_parser(
@@ -129,7 +132,7 @@ def run_serve(args: argparse.Namespace) -> int:
         raise CommandError("serve takes no command after --", 2)
     host = combined_host(args.guard, parse_guard_configs(args.config_json, args.guard))
     if args.http is None:
-        anyio.run(_serve_stdio, interceptor_server(host))
+        run_on_loop(args.loop, _serve_stdio, interceptor_server(host))
         return 0
     server = interceptor_server(host)  # the same surface as over stdio: only the extension
     bind, port = _parse_http(args.http)
@@ -141,7 +144,7 @@ def run_serve(args: argparse.Namespace) -> int:
         raise CommandError(str(exc)) from None
     app = server.streamable_http_app(host=bind)
     ready = f"serving {', '.join(args.guard)} on http://{authority(bind, port)}/mcp"
-    anyio.run(_serve_http, app, bind, port, ready)
+    run_on_loop(args.loop, _serve_http, app, bind, port, ready)
     return 0
 
 

@@ -9,6 +9,7 @@ import signal
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 import anyio
 import pytest
@@ -312,6 +313,83 @@ async def test_stdio_gateway_exits_0_on_end_of_input_and_stops_its_upstreams(
     assert done.returncode == 0, done.stderr.decode()
     assert len(upstream_pids) == 1  # started before serving, so the catalog could be checked
     assert [pid for pid in upstream_pids if pid_alive(pid)] == []
+
+
+def _lines(*messages: dict[str, Any]) -> bytes:
+    return b"".join(json.dumps(message).encode() + b"\n" for message in messages)
+
+
+def _answers(stdout: bytes) -> dict[Any, dict[str, Any]]:
+    return {answer["id"]: answer for answer in map(json.loads, stdout.splitlines()) if "id" in answer}
+
+
+_INITIALIZE = {
+    "jsonrpc": "2.0",
+    "id": 1,
+    "method": "initialize",
+    "params": {"protocolVersion": "2025-11-25", "capabilities": {}, "clientInfo": {"name": "t", "version": "1"}},
+}
+_MODERN_META = {
+    "io.modelcontextprotocol/protocolVersion": "2026-07-28",
+    "io.modelcontextprotocol/clientInfo": {"name": "t", "version": "1"},
+    "io.modelcontextprotocol/clientCapabilities": {},
+}
+
+
+def _call(request_id: int, name: str, arguments: dict[str, Any], meta: dict[str, Any] | None = None) -> dict[str, Any]:
+    params: dict[str, Any] = {"name": name, "arguments": arguments}
+    if meta is not None:
+        params["_meta"] = meta
+    return {"jsonrpc": "2.0", "id": request_id, "method": "tools/call", "params": params}
+
+
+@pytest.mark.parametrize("era", ["legacy", "2026-07-28"])
+async def test_stdio_gateway_answers_the_requests_read_before_end_of_input(era: str) -> None:
+    """`printf requests | gateway`: every request written before stdin closed gets its real answer,
+    even one still running upstream at end of input (before: the gateway exited and answered none)."""
+    if era == "legacy":
+        batch = [_INITIALIZE, {"jsonrpc": "2.0", "method": "notifications/initialized"}]
+        meta = None
+    else:
+        batch, meta = [], _MODERN_META
+    batch += [
+        _call(2, "sleep", {"seconds": 1.0}, meta),
+        _call(3, "echo", {"text": "key AKIAZ7QH4XK2M9PL3TWB"}, meta),
+    ]
+    argv = cli_argv("gateway", "--guard", "secrets", "--", sys.executable, UPSTREAM)
+    with anyio.fail_after(60):
+        done = await anyio.run_process(argv, input=_lines(*batch), env=gateway_env(), check=False)
+    answers = _answers(done.stdout)
+    assert done.returncode == 0, done.stderr.decode()
+    assert sorted(answers) == ([1, 2, 3] if era == "legacy" else [2, 3])
+    assert answers[2]["result"]["content"][0]["text"] == "awake"
+    assert answers[3]["result"]["content"][0]["text"] == "key [REDACTED:aws_access_key]"
+
+
+async def test_stdio_gateway_answers_32000_when_a_request_outlasts_the_drain_timeout(
+    write_config: ConfigWriter, tmp_path: Path
+) -> None:
+    """`stdio.drain_timeout_ms` bounds the wait: a request still running then is answered with -32000
+    naming the timeout, the gateway exits 0 and stops its upstream."""
+    pid_dir = tmp_path / "pids"
+    pid_dir.mkdir()
+    config = write_config(
+        {
+            "upstreams": {"e2e": upstream_entry(env={"E2E_PID_DIR": str(pid_dir)})},
+            "stdio": {"drain_timeout_ms": 500},
+        }
+    )
+    batch = [_call(7, "sleep", {"seconds": 30}, _MODERN_META), _call(8, "echo", {"text": "quick"}, _MODERN_META)]
+    with anyio.fail_after(20):
+        done = await anyio.run_process(
+            cli_argv("gateway", "--config", str(config)), input=_lines(*batch), env=gateway_env(), check=False
+        )
+    answers = _answers(done.stdout)
+    assert done.returncode == 0, done.stderr.decode()
+    assert answers[8]["result"]["content"][0]["text"] == "quick"
+    assert answers[7]["error"]["code"] == -32000
+    assert "did not finish within 0.5 s" in answers[7]["error"]["message"]
+    assert [pid for pid in (int(path.stem) for path in pid_dir.glob("*.pid")) if pid_alive(pid)] == []
 
 
 @pytest.mark.parametrize("signum", [signal.SIGTERM, signal.SIGINT])

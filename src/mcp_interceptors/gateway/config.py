@@ -450,6 +450,14 @@ class StdioConfig(_Model):
             "-32603 (`data.reason: too_many_requests_in_flight`) instead of being queued."
         ),
     )
+    drain_timeout_ms: Annotated[int, Field(ge=0)] = Field(
+        10_000,
+        description=(
+            "When the stdio client closes its input, how long the requests it sent before may still take: each "
+            "gets its answer, and what has not finished by then is answered with -32000. 0 stops at once. "
+            "SIGTERM and SIGINT always stop at once."
+        ),
+    )
 
 
 class AuditConfig(_Model):

@@ -219,6 +219,11 @@ class JsonRpcPeer:
         self.close_reason: str | None = None
         self._max_in_flight = max_in_flight
         self._in_flight_setting = in_flight_setting
+        #: Set while the requests read before end of input finish (`_drain`); `_idle` when none is left.
+        self._draining = False
+        self._idle: anyio.Event | None = None
+        #: When a drained run read end of input (`anyio.current_time()`), else None.
+        self.input_ended_at: float | None = None
 
     @property
     def closed(self) -> bool:
@@ -231,9 +236,14 @@ class JsonRpcPeer:
         *,
         on_foreign: OnForeign | None = None,
         divert: Divert | None = None,
+        drain_s: float = 0.0,
         task_status: anyio.abc.TaskStatus[None] = anyio.TASK_STATUS_IGNORED,
     ) -> None:
-        """Read and dispatch until end of input; then every pending request fails as closed."""
+        """Read and dispatch until end of input; then every pending request fails as closed.
+
+        With `drain_s`, the peer's requests already read at end of input have that long to finish and
+        be answered (see `_drain`); otherwise they are cancelled unanswered.
+        """
         try:
             async with anyio.create_task_group() as tg:
                 self._tg = tg
@@ -242,6 +252,8 @@ class JsonRpcPeer:
                 while True:
                     chunk = await self._read()
                     if not chunk:
+                        if drain_s > 0:
+                            await self._drain(drain_s)
                         break
                     lines, too_long = buffer.take(chunk)
                     for line in lines:
@@ -252,9 +264,33 @@ class JsonRpcPeer:
                         break
                 tg.cancel_scope.cancel()
         finally:
-            self._closed = True
-            for pending in self._pending.values():
-                pending.settle({"error": {"code": CONNECTION_CLOSED, "message": "Connection closed"}})
+            self._close_pending()
+
+    def _close_pending(self) -> None:
+        """Nothing more can be read: our requests still waiting fail as closed, and so does any new one."""
+        self._closed = True
+        for pending in self._pending.values():
+            pending.settle({"error": {"code": CONNECTION_CLOSED, "message": "Connection closed"}})
+
+    async def _drain(self, seconds: float) -> None:
+        """End of input with the peer's requests in flight: a client that writes its requests and closes its
+        input still gets every answer. What has not finished within `seconds` is cancelled and answered
+        with -32000. Our own requests to the peer (a sampling request for one of its calls) fail at once:
+        their answers could only come on the input that just ended."""
+        self._close_pending()
+        self._draining = True
+        self.input_ended_at = anyio.current_time()
+        if self._handlers:
+            self._idle = anyio.Event()
+            with anyio.move_on_after(seconds):
+                await self._idle.wait()
+        unfinished = list(self._handlers.items())
+        self._handlers.clear()
+        for request_id, scope in unfinished:
+            scope.cancel()
+            message = f"Connection closed: the input ended and this request did not finish within {seconds:g} s"
+            with suppress(MCPError):
+                await self._send(error_response(request_id, CONNECTION_CLOSED, message))
 
     async def _refuse_too_long(self, exc: LineTooLongError) -> None:
         """Answer a message over the line limit (its id unread, so with id null) and close: its end
@@ -365,8 +401,14 @@ class JsonRpcPeer:
             finally:
                 if self._handlers.get(request_id) is scope:  # not a later request that reuses the id
                     del self._handlers[request_id]
+                if self._idle is not None and not self._handlers:
+                    self._idle.set()
         if scope.cancelled_caught:
-            return  # cancelled by the peer: it expects no answer
+            return  # cancelled by the peer (it expects no answer), or at the end of a drain (answered there)
+        if self._draining:  # the peer may have closed its output too: nobody is left to tell
+            with suppress(MCPError):
+                await self._send(reply)
+            return
         await self._send(reply)
 
     async def send_raw_request(

@@ -193,6 +193,9 @@ class StdioFront:
         self.era: str | None = None
         self.client_params: dict[str, Any] | None = None
         self._initialize_id: Any = None
+        #: Ids of the client's requests handed to the mcp server and not answered yet.
+        self._held_by_server: set[Any] = set()
+        self._server_idle: anyio.Event | None = None
 
     async def divert(self, message: dict[str, Any]) -> bool:
         method = message.get("method")
@@ -230,6 +233,13 @@ class StdioFront:
         return self.era
 
     async def _to_server(self, message: dict[str, Any]) -> bool:
+        if "method" in message and is_request_id(message.get("id")):
+            self._held_by_server.add(message["id"])
+        elif message.get("method") == "notifications/cancelled":  # mcp's server answers a cancelled request never
+            params = message.get("params")
+            cancelled = params.get("requestId") if isinstance(params, dict) else None
+            if is_request_id(cancelled):
+                self._held_by_server.discard(cancelled)
         try:
             parsed: Any = SessionMessage(types.jsonrpc_message_adapter.validate_python(message, by_name=False))
         except Exception as exc:  # let mcp answer malformed input the way it always does
@@ -245,6 +255,17 @@ class StdioFront:
                 if self._initialize_id is not None and body.get("id") == self._initialize_id and "result" in body:
                     self.era = "legacy"
                 await self.peer.send_line(encode_line(body))
+                if "method" not in body and is_request_id(body.get("id")):
+                    self._held_by_server.discard(body["id"])
+                    if self._server_idle is not None and not self._held_by_server:
+                        self._server_idle.set()
+
+    async def server_answered(self, seconds: float) -> None:
+        """Wait up to `seconds` for the mcp server to answer every request handed to it."""
+        if self._held_by_server:
+            self._server_idle = anyio.Event()
+            with anyio.move_on_after(seconds):
+                await self._server_idle.wait()
 
     async def on_request(self, request_id: Any, method: str, params: dict[str, Any] | None) -> Any:
         self.gateway.stdio_client_ready()  # a 2026-07-28 client makes no handshake: its first request counts
@@ -349,10 +370,27 @@ async def serve_stdio_fast(gateway: Gateway, stdin_fd: int = 0, stdout_fd: int =
         server_out, from_server = anyio.create_memory_object_stream[SessionMessage](32)
         front = StdioFront(gateway, peer, to_server)
         server = gateway.server
+        relayed = anyio.Event()
+
+        async def run_server() -> None:
+            async with server_out:  # its end ends the relay, once the relay has written everything
+                await server.run(server_in, server_out, server.create_initialization_options())
+
+        async def relay() -> None:
+            await front.from_server(from_server)
+            relayed.set()
+
+        drain_s = gateway.config.stdio.drain_timeout_ms / 1000
         async with anyio.create_task_group() as tg:
-            tg.start_soon(server.run, server_in, server_out, server.create_initialization_options())
-            tg.start_soon(front.from_server, from_server)
-            await peer.run(front.on_request, front.on_notify, divert=front.divert)
+            tg.start_soon(run_server)
+            tg.start_soon(relay)
+            await peer.run(front.on_request, front.on_notify, divert=front.divert, drain_s=drain_s)
+            if peer.input_ended_at is not None:  # the same time budget for what mcp's server holds
+                await front.server_answered(peer.input_ended_at + drain_s - anyio.current_time())
+            # End of input for mcp's server too: it answers what it still holds with an error.
+            await to_server.aclose()
+            with anyio.move_on_after(drain_s):
+                await relayed.wait()
             tg.cancel_scope.cancel()
     finally:
         restore_in()

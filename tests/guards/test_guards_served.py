@@ -229,6 +229,31 @@ async def test_served_over_http_offers_only_the_extension_as_over_stdio() -> Non
     assert caught.value.code == -32601
 
 
+async def test_serve_answers_the_requests_piped_in_before_its_input_ends() -> None:
+    """`printf requests | mcp-interceptors serve`: before, the answers still queued when stdin closed were
+    dropped (here the `interceptors/list` and the invocation got nothing)."""
+    initialize = {"protocolVersion": "2025-11-25", "capabilities": {}, "clientInfo": {"name": "raw", "version": "1"}}
+    invoke = {
+        "name": "secrets",
+        "event": "tools/call",
+        "phase": "request",
+        "payload": {"method": "tools/call", "params": {"name": "t", "arguments": {"k": "AKIAZ7QH4XK2M9PL3TWB"}}},
+    }
+    messages = [
+        {"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": initialize},
+        {"jsonrpc": "2.0", "method": "notifications/initialized"},
+        {"jsonrpc": "2.0", "id": 2, "method": "interceptors/list", "params": {}},
+        {"jsonrpc": "2.0", "id": 3, "method": "interceptor/invoke", "params": invoke},
+    ]
+    lines = b"".join(json.dumps(message).encode() + b"\n" for message in messages)
+    with anyio.fail_after(E2E_TIMEOUT_S):
+        done = await anyio.run_process(cli_argv("serve", "--guard", "secrets"), input=lines, env=child_env())
+    answers = {answer["id"]: answer for answer in map(json.loads, done.stdout.splitlines())}
+    assert sorted(answers) == [1, 2, 3]
+    assert [entry["name"] for entry in answers[2]["result"]["interceptors"]] == ["secrets"]
+    assert "[REDACTED:aws_access_key]" in json.dumps(answers[3]["result"])
+
+
 @pytest.mark.parametrize(
     ("args", "error"),
     [

@@ -48,6 +48,47 @@ if TYPE_CHECKING:
 _CHUNK = 1 << 16
 #: How long a stdio gateway waits for its client's first message before connecting its upstreams.
 FIRST_MESSAGE_WAIT_S = 2.0
+#: How long `serve` lets the requests read before end of input finish (the gateway's is `stdio.drain_timeout_ms`).
+SERVE_DRAIN_S = 10.0
+#: How long the answers already made may take to be written out once the server has stopped.
+_FLUSH_S = 5.0
+
+
+class HeldRequests:
+    """The client's requests handed to an mcp `Server` and not answered yet.
+
+    At end of input the server's own input stays open until they are answered: mcp's server answers
+    what it still holds when its input ends with an error, and a client that writes its requests and
+    closes its input (`printf ... | serve`) expects their results.
+    """
+
+    def __init__(self) -> None:
+        self._ids: set[Any] = set()
+        self._idle: anyio.Event | None = None
+
+    def handed(self, message: dict[str, Any]) -> None:
+        if message.get("method") == "subscriptions/listen":  # a stream that lasts as long as the input: not awaited
+            return
+        if "method" in message and is_request_id(message.get("id")):
+            self._ids.add(message["id"])
+        elif message.get("method") == "notifications/cancelled":  # mcp's server never answers those
+            params = message.get("params")
+            cancelled = params.get("requestId") if isinstance(params, dict) else None
+            if is_request_id(cancelled):
+                self._ids.discard(cancelled)
+
+    def answered(self, request_id: Any) -> None:
+        if is_request_id(request_id):
+            self._ids.discard(request_id)
+            if self._idle is not None and not self._ids:
+                self._idle.set()
+
+    async def wait(self, seconds: float) -> None:
+        """Until every request handed over is answered, for at most `seconds`."""
+        if self._ids and seconds > 0:
+            self._idle = anyio.Event()
+            with anyio.move_on_after(seconds):
+                await self._idle.wait()
 
 
 @asynccontextmanager
@@ -63,11 +104,16 @@ async def fd_stdio_server(
     write_fd, restore_out = _divert(stdout_fd, os.dup(2))
     read_send, read_receive = anyio.create_memory_object_stream[SessionMessage | Exception](16)
     write_send, write_receive = anyio.create_memory_object_stream[SessionMessage](16)
+    held = HeldRequests()
+    flushed = anyio.Event()
     try:
         async with anyio.create_task_group() as tg:
-            tg.start_soon(_read_lines, read_fd, read_send, write_send.clone())
-            tg.start_soon(_write_lines, write_fd, write_receive)
+            tg.start_soon(_read_lines, read_fd, read_send, write_send.clone(), held)
+            tg.start_soon(_write_lines, write_fd, write_receive, held, flushed)
             yield read_receive, write_send
+            await write_send.aclose()  # the server has stopped: write out what it answered
+            with anyio.move_on_after(_FLUSH_S):
+                await flushed.wait()
             tg.cancel_scope.cancel()
     finally:
         restore_in()
@@ -91,15 +137,18 @@ def _divert(fd: int, replacement: int) -> tuple[int, Callable[[], None]]:
 
 
 async def _read_lines(
-    fd: int, sink: MemoryObjectSendStream[SessionMessage | Exception], replies: MemoryObjectSendStream[SessionMessage]
+    fd: int,
+    sink: MemoryObjectSendStream[SessionMessage | Exception],
+    replies: MemoryObjectSendStream[SessionMessage],
+    held: HeldRequests,
 ) -> None:
     buffer = LineBuffer(DEFAULT_MAX_LINE_BYTES)
     async with sink, replies:
-        while chunk := await _read_chunk(fd):  # b"" at EOF: the client went away
+        while chunk := await _read_chunk(fd):  # b"" at EOF: the client is done sending
             lines, too_long = buffer.take(chunk)
             for line in lines:
                 if line.strip():
-                    await _read_line(line, sink, replies)
+                    await _read_line(line, sink, replies, held)
             if too_long is not None:  # its end cannot be found without reading it all: hang up
                 message = f"Invalid Request: {too_long}"
                 await replies.send(
@@ -107,12 +156,14 @@ async def _read_lines(
                 )
                 await sink.send(too_long)
                 return
+        await held.wait(SERVE_DRAIN_S)
 
 
 async def _read_line(
     line: bytes,
     sink: MemoryObjectSendStream[SessionMessage | Exception],
     replies: MemoryObjectSendStream[SessionMessage],
+    held: HeldRequests,
 ) -> None:
     """Hand one line to mcp's server; answer here what its models would drop or misread, so no client
     waits forever for a reply that mcp's server would only log."""
@@ -133,6 +184,7 @@ async def _read_line(
             await replies.send(_as_session_message(error_response(raw["id"], INVALID_REQUEST, "Invalid Request")))
         await sink.send(exc)
         return
+    held.handed(raw)
     await sink.send(SessionMessage(message))
 
 
@@ -140,14 +192,20 @@ def _as_session_message(body: dict[str, Any]) -> SessionMessage:
     return SessionMessage(types.jsonrpc_message_adapter.validate_python(body, by_name=False))
 
 
-async def _write_lines(fd: int, source: MemoryObjectReceiveStream[SessionMessage]) -> None:
+async def _write_lines(
+    fd: int, source: MemoryObjectReceiveStream[SessionMessage], held: HeldRequests, flushed: anyio.Event
+) -> None:
     async with source:
         async for session_message in source:
-            data = session_message.message.model_dump_json(by_alias=True, exclude_unset=True).encode() + b"\n"
+            message = session_message.message
+            data = message.model_dump_json(by_alias=True, exclude_unset=True).encode() + b"\n"
             try:
                 await write_all(fd, data)
             except BrokenPipeError:
                 return
+            if isinstance(message, types.JSONRPCResponse | types.JSONRPCError):
+                held.answered(message.id)
+    flushed.set()
 
 
 class PeerDownstream:
@@ -193,9 +251,7 @@ class StdioFront:
         self.era: str | None = None
         self.client_params: dict[str, Any] | None = None
         self._initialize_id: Any = None
-        #: Ids of the client's requests handed to the mcp server and not answered yet.
-        self._held_by_server: set[Any] = set()
-        self._server_idle: anyio.Event | None = None
+        self.held_by_server = HeldRequests()
 
     async def divert(self, message: dict[str, Any]) -> bool:
         method = message.get("method")
@@ -233,13 +289,7 @@ class StdioFront:
         return self.era
 
     async def _to_server(self, message: dict[str, Any]) -> bool:
-        if "method" in message and is_request_id(message.get("id")):
-            self._held_by_server.add(message["id"])
-        elif message.get("method") == "notifications/cancelled":  # mcp's server answers a cancelled request never
-            params = message.get("params")
-            cancelled = params.get("requestId") if isinstance(params, dict) else None
-            if is_request_id(cancelled):
-                self._held_by_server.discard(cancelled)
+        self.held_by_server.handed(message)
         try:
             parsed: Any = SessionMessage(types.jsonrpc_message_adapter.validate_python(message, by_name=False))
         except Exception as exc:  # let mcp answer malformed input the way it always does
@@ -255,17 +305,8 @@ class StdioFront:
                 if self._initialize_id is not None and body.get("id") == self._initialize_id and "result" in body:
                     self.era = "legacy"
                 await self.peer.send_line(encode_line(body))
-                if "method" not in body and is_request_id(body.get("id")):
-                    self._held_by_server.discard(body["id"])
-                    if self._server_idle is not None and not self._held_by_server:
-                        self._server_idle.set()
-
-    async def server_answered(self, seconds: float) -> None:
-        """Wait up to `seconds` for the mcp server to answer every request handed to it."""
-        if self._held_by_server:
-            self._server_idle = anyio.Event()
-            with anyio.move_on_after(seconds):
-                await self._server_idle.wait()
+                if "method" not in body:
+                    self.held_by_server.answered(body.get("id"))
 
     async def on_request(self, request_id: Any, method: str, params: dict[str, Any] | None) -> Any:
         self.gateway.stdio_client_ready()  # a 2026-07-28 client makes no handshake: its first request counts
@@ -386,7 +427,7 @@ async def serve_stdio_fast(gateway: Gateway, stdin_fd: int = 0, stdout_fd: int =
             tg.start_soon(relay)
             await peer.run(front.on_request, front.on_notify, divert=front.divert, drain_s=drain_s)
             if peer.input_ended_at is not None:  # the same time budget for what mcp's server holds
-                await front.server_answered(peer.input_ended_at + drain_s - anyio.current_time())
+                await front.held_by_server.wait(peer.input_ended_at + drain_s - anyio.current_time())
             # End of input for mcp's server too: it answers what it still holds with an error.
             await to_server.aclose()
             with anyio.move_on_after(drain_s):

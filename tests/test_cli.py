@@ -10,12 +10,14 @@ import subprocess
 import sys
 import time
 from collections.abc import Iterator
+from importlib.metadata import version
 from pathlib import Path
 from typing import Any
 
 import pytest
 from fakes import free_port
 
+import mcp_interceptors
 from mcp_interceptors.audit import SqliteStore
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -85,6 +87,14 @@ def http_url() -> Iterator[str]:
 
 
 # --------------------------------------------------------------------------- stdio
+
+
+def test_version_prints_ours_and_mcps_on_one_line() -> None:
+    done = cli("--version")
+    assert done.returncode == 0, done.stderr
+    assert done.stdout == f"mcp-interceptors {mcp_interceptors.__version__} (mcp {version('mcp')}, extension " + (
+        f"{mcp_interceptors.EXTENSION_ID}, Python {sys.version.split()[0]})\n"
+    )
 
 
 def test_list_over_stdio_prints_descriptors_as_json() -> None:

@@ -17,10 +17,32 @@ def build_parser() -> argparse.ArgumentParser:
         prog="mcp-interceptors",
         description="SDK and gateway for the MCP Interceptors extension (SEP-2624).",
     )
+    parser.add_argument("--version", action=_PrintVersion, help="print the versions of this package and mcp, then exit")
     subcommands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
     for module in _modules():
         module.register(subcommands)
     return parser
+
+
+class _PrintVersion(argparse.Action):
+    """Like argparse's `version` action, but printed as one line (argparse wraps it to the terminal)."""
+
+    def __init__(self, option_strings: Sequence[str], dest: str, **kwargs: Any) -> None:
+        super().__init__(option_strings, dest, nargs=0, **kwargs)
+
+    def __call__(self, parser: argparse.ArgumentParser, *_: Any) -> None:
+        print(_version())
+        parser.exit()
+
+
+def _version() -> str:
+    """Ours, and the versions of mcp and the extension: what a bug report needs."""
+    from importlib.metadata import version
+
+    from mcp_interceptors import EXTENSION_ID, __version__
+
+    python = sys.version.split()[0]
+    return f"mcp-interceptors {__version__} (mcp {version('mcp')}, extension {EXTENSION_ID}, Python {python})"
 
 
 def _modules() -> list[Any]:

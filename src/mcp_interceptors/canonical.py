@@ -62,6 +62,10 @@ def _prepare(value: Any) -> Any:
                 raise CanonicalizationError(f"object key {key!r} is not a string")
             if not key.isascii() and max(key) > "\uffff":
                 raise _AstralKeyError
+            leaf = type(item)
+            # Inline, not a call: most of a payload is leaves orjson already writes as RFC 8785 does.
+            if leaf is str or item is None or leaf is bool or (leaf is int and -_MAX_SAFE_INT <= item <= _MAX_SAFE_INT):
+                continue
             try:
                 new = _prepare(item)
             except CanonicalizationError as exc:
@@ -74,6 +78,9 @@ def _prepare(value: Any) -> Any:
     if kind is list or kind is tuple:
         items: list[Any] | None = None
         for index, item in enumerate(value):
+            leaf = type(item)
+            if leaf is str or item is None or leaf is bool or (leaf is int and -_MAX_SAFE_INT <= item <= _MAX_SAFE_INT):
+                continue
             try:
                 new = _prepare(item)
             except CanonicalizationError as exc:

@@ -23,7 +23,7 @@ from mcp_interceptors.audit.records import (
     hash_of,
     payload_hash,
     prepare_entry,
-    seal_receipt,
+    receipt_for,
     seal_record,
 )
 
@@ -272,20 +272,16 @@ def test_sealed_record_hash_is_the_canonical_hash_of_its_content(make_decision: 
 def test_compound_receipt_binds_both_records_and_times() -> None:
     request = CallEnd(id="s-1", hash="1" * 64, time="2026-09-01T10:00:00.000000Z")
     response = CallEnd(id="s-2", hash="2" * 64, time="2026-09-01T10:00:01.000000Z")
-    receipt = seal_receipt(
-        call_id="c-1", request=request, response=response, closing_id="s-2", key_id="k", sign=_fake_sign
-    )
+    receipt = receipt_for(call_id="c-1", request=request, response=response, closing_id="s-2", key_id="k")
     document = receipt.to_dict()
     assert document["request"] == {"id": "s-1", "hash": "1" * 64, "time": "2026-09-01T10:00:00.000000Z"}
     assert document["response"]["hash"] == "2" * 64
     assert hash_of(document) == receipt.hash
-    assert receipt.signature == _fake_sign(bytes.fromhex(receipt.hash))
-    later = seal_receipt(
+    later = receipt_for(
         call_id="c-1",
         request=request,
         response=CallEnd(id="s-2", hash="2" * 64, time="2026-09-01T10:00:02.000000Z"),
         closing_id="s-2",
         key_id="k",
-        sign=_fake_sign,
     )
     assert later.hash != receipt.hash

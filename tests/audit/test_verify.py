@@ -452,3 +452,102 @@ async def test_receipt_index_columns_edited_without_the_json_are_named(
     )
     findings = [(f.record_id, f.problem, f.detail) for f in _check(sqlite_store, key.trusted()).findings]
     assert findings == [(f"receipt:{trail[4]}", Problem.EDITED, "its index columns call_id, hash differ from its JSON")]
+
+
+# -- compound receipts: derived from their records (format 2), signed before (format 1) --------------------
+
+#: A trail written by the writer of 2026-11-30 (receipts of format 1, each with its own signature): call c1
+#: allowed and answered, call c2 denied. Its signing key's public half:
+SIGNED_RECEIPTS_TRAIL = Path(__file__).parent.parent / "data" / "audit" / "trail-v1-signed-receipts.jsonl"
+SIGNED_RECEIPTS_KEY = PublicKey.from_b64("gTRKY6zvGwt6W3kI-AKNUwSz-llhBZGedkh6h-nNcZA")
+
+
+def _receipt(tamper: Tamper, receipt_id: str) -> dict[str, Any]:
+    return next(doc for _, rid, doc in tamper.rows("audit_receipts") if rid == receipt_id)
+
+
+def _rehashed(receipt: dict[str, Any]) -> dict[str, Any]:
+    """A receipt edited by someone who recomputed its hash, as anyone can: it has no signature."""
+    return {**receipt, "hash": hash_of(receipt)}
+
+
+async def test_receipts_are_derived_unsigned_and_name_both_records(
+    sqlite_store: SqliteStore, key: SigningKey, trail: dict[int, str]
+) -> None:
+    receipt = _receipt(Tamper(sqlite_store.path), trail[2])
+    assert receipt["v"] == 2
+    assert "signature" not in receipt
+    request, response = Tamper(sqlite_store.path).record(trail[1]), Tamper(sqlite_store.path).record(trail[2])
+    assert receipt["request"] == {"id": trail[1], "hash": request["hash"], "time": request["body"]["time"]}
+    assert receipt["response"] == {"id": trail[2], "hash": response["hash"], "time": response["body"]["time"]}
+    assert (receipt["call_id"], receipt["key_id"]) == ("c0", key.key_id)
+    assert hash_of(receipt) == receipt["hash"]
+
+
+@pytest.mark.parametrize(
+    ("edit", "detail"),
+    [
+        (lambda r, t: {**r, "call_id": "c9"}, "its call_id or key_id is not its closing record's"),
+        (lambda r, t: {**r, "key_id": "0" * 16}, "its call_id or key_id is not its closing record's"),
+        (lambda r, t: {**r, "request": None, "response": None}, "its response side is not its closing record"),
+        (lambda r, t: {**r, "request": {**r["request"], "time": "2020-01-01T00:00:00.000000Z"}}, "its request side"),
+        (lambda r, t: {**r, "request": r["response"]}, "its request side is not a request record of its call"),
+        (lambda r, t: {**r, "id": t[3]}, "record {} closes no call"),
+    ],
+)
+async def test_a_receipt_edited_and_rehashed_is_named_edited(
+    sqlite_store: SqliteStore,
+    key: SigningKey,
+    trail: dict[int, str],
+    edit: Callable[[dict[str, Any], dict[int, str]], dict[str, Any]],
+    detail: str,
+) -> None:
+    tamper = Tamper(sqlite_store.path)
+    edited = _rehashed(edit(_receipt(tamper, trail[4]), trail))
+    tamper.put(trail[4], edited, table="audit_receipts")
+    tamper.conn.execute(
+        "UPDATE audit_receipts SET call_id = json_extract(receipt, '$.call_id'),"
+        " key_id = json_extract(receipt, '$.key_id') WHERE id = ?",
+        (trail[4],),
+    )
+    report = _check(sqlite_store, key.trusted())
+    (finding,) = [f for f in report.findings if f.record_id == f"receipt:{edited['id']}"]
+    assert finding.problem is Problem.EDITED
+    assert finding.detail.startswith(detail.format(trail[3]))
+
+
+async def test_a_denials_receipt_names_the_denied_request_and_no_response(
+    sqlite_store: SqliteStore, key: SigningKey, make_decision: Make
+) -> None:
+    async with open_audit_writer(sqlite_store, key) as writer:
+        denied = await writer.append(make_decision(call_id="d", decision="deny", status="validation_failed"))
+    assert denied.compound is not None
+    assert denied.compound.request is not None and denied.compound.request.id == denied.id
+    assert denied.compound.response is None
+    assert _check(sqlite_store, key.trusted()).ok
+    tamper = Tamper(sqlite_store.path)
+    receipt = _receipt(tamper, denied.id)
+    tamper.put(denied.id, _rehashed({**receipt, "response": receipt["request"]}), table="audit_receipts")
+    report = _check(sqlite_store, key.trusted())
+    assert [(f.record_id, f.problem, f.detail) for f in report.findings] == [
+        (f"receipt:{denied.id}", Problem.EDITED, "its response side is not null")
+    ]
+
+
+def test_a_trail_with_signed_receipts_still_verifies() -> None:
+    report = verify_source(JsonlSource(SIGNED_RECEIPTS_TRAIL), {SIGNED_RECEIPTS_KEY.key_id: SIGNED_RECEIPTS_KEY})
+    assert report.ok, report.findings
+    assert (report.records, report.receipts) == (4, 2)
+
+
+def test_a_signed_receipt_edited_and_rehashed_is_forged(tmp_path: Path) -> None:
+    lines = SIGNED_RECEIPTS_TRAIL.read_bytes().splitlines()
+    receipt = orjson.loads(lines[-2])
+    assert (receipt["v"], receipt["call_id"]) == (1, "c1") and "signature" in receipt
+    lines[-2] = orjson.dumps(_rehashed({**receipt, "call_id": "c9"}))
+    edited = tmp_path / "edited.jsonl"
+    edited.write_bytes(b"\n".join(lines) + b"\n")
+    report = verify_source(JsonlSource(edited), {SIGNED_RECEIPTS_KEY.key_id: SIGNED_RECEIPTS_KEY})
+    assert [(f.record_id, f.problem, f.detail) for f in report.findings] == [
+        (f"receipt:{receipt['id']}", Problem.FORGED, "signature does not verify")
+    ]

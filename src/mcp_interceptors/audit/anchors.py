@@ -15,7 +15,7 @@ from typing import Any
 
 import orjson
 
-from mcp_interceptors.audit.records import AuditError, hash_of
+from mcp_interceptors.audit.records import SIGNED_RECEIPT_VERSION, AuditError, hash_of
 from mcp_interceptors.audit.signing import PublicKey
 from mcp_interceptors.audit.store import split_record_id
 from mcp_interceptors.canonical import CanonicalizationError
@@ -41,7 +41,7 @@ class Anchor:
 
 @dataclass(frozen=True)
 class HeldReceipt:
-    """A compound receipt an anchor line carried: its signature vouches for the records it names."""
+    """A compound receipt an anchor line carried: it names records, each of which must be in the trail."""
 
     receipt: Mapping[str, Any]
     origin: str
@@ -145,8 +145,8 @@ def check_signatures(anchors: Sequence[Anchor], receipts: Sequence[HeldReceipt],
             raise AnchorError(f"{held.origin}: {name} is not a well-formed receipt ({exc})") from None
         if recomputed != receipt.get("hash"):
             raise AnchorError(f"{held.origin}: {name} does not match its hash; it was altered")
-        key_id, signature = receipt.get("key_id"), receipt.get("signature")
-        _check(held.origin, name, key_id, signature, recomputed, keys)
+        if receipt.get("v") == SIGNED_RECEIPT_VERSION:  # later receipts are derived, unsigned
+            _check(held.origin, name, receipt.get("key_id"), receipt.get("signature"), recomputed, keys)
 
 
 def _check(origin: str, name: str, key_id: Any, signature: Any, digest: str, keys: Mapping[str, PublicKey]) -> None:

@@ -22,6 +22,10 @@ from mcp_interceptors.protocol.errors import InterceptorsError
 from mcp_interceptors.protocol.events import Direction, Phase
 
 FORMAT_VERSION: Final = 1
+#: Compound receipts are derived from the records they name, unsigned (`audit verify` recomputes them)...
+RECEIPT_FORMAT_VERSION: Final = 2
+#: ...since format 2; before, each carried an Ed25519 signature of its own.
+SIGNED_RECEIPT_VERSION: Final = 1
 GENESIS_HASH: Final = "0" * 64
 
 Decision = Literal["allow", "deny", "error"]
@@ -257,7 +261,10 @@ def hash_of(sealed: Mapping[str, Any]) -> str:
 
 @dataclass(frozen=True)
 class CompoundReceipt:
-    """A signed receipt binding a call's request and response records; either side may be absent."""
+    """A receipt binding a call's request and response records; either side may be absent.
+
+    Derived, not signed: every field it holds is in the two signed, chained records it names, so a
+    signature of its own would attest nothing they do not (receipts before format 2 carried one)."""
 
     id: str
     call_id: str
@@ -265,11 +272,10 @@ class CompoundReceipt:
     request: CallEnd | None
     response: CallEnd | None
     hash: str
-    signature: str
 
-    def unsigned_dict(self) -> dict[str, Any]:
+    def unhashed_dict(self) -> dict[str, Any]:
         return {
-            "v": FORMAT_VERSION,
+            "v": RECEIPT_FORMAT_VERSION,
             "kind": "receipt",
             "id": self.id,
             "call_id": self.call_id,
@@ -279,23 +285,15 @@ class CompoundReceipt:
         }
 
     def to_dict(self) -> dict[str, Any]:
-        """The receipt as stored, exported and (later) handed to clients."""
-        return {**self.unsigned_dict(), "hash": self.hash, "signature": self.signature}
+        """The receipt as stored, exported and handed to clients."""
+        return {**self.unhashed_dict(), "hash": self.hash}
 
 
-def seal_receipt(
-    *,
-    call_id: str,
-    request: CallEnd | None,
-    response: CallEnd | None,
-    closing_id: str,
-    key_id: str,
-    sign: Callable[[bytes], str],
+def receipt_for(
+    *, call_id: str, request: CallEnd | None, response: CallEnd | None, closing_id: str, key_id: str
 ) -> CompoundReceipt:
-    """Sign a compound receipt; its id is the id of the record that closed the call."""
-    draft = CompoundReceipt(
-        id=closing_id, call_id=call_id, key_id=key_id, request=request, response=response, hash="", signature=""
-    )
+    """A call's compound receipt; its id is the id of the record that closed the call."""
+    draft = CompoundReceipt(id=closing_id, call_id=call_id, key_id=key_id, request=request, response=response, hash="")
     # As in `seal_record`: ASCII keys, and values that are strings, ints or null, so sorted orjson is RFC 8785.
-    digest = hashlib.sha256(orjson.dumps(draft.unsigned_dict(), option=orjson.OPT_SORT_KEYS)).digest()
-    return CompoundReceipt(closing_id, call_id, key_id, request, response, digest.hex(), sign(digest))
+    digest = hashlib.sha256(orjson.dumps(draft.unhashed_dict(), option=orjson.OPT_SORT_KEYS)).hexdigest()
+    return CompoundReceipt(closing_id, call_id, key_id, request, response, digest)

@@ -10,12 +10,19 @@ import json
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from enum import StrEnum
-from typing import Any
+from typing import Any, NamedTuple
 
 import orjson
 
 from mcp_interceptors.audit.anchors import Anchor, HeldReceipt, check_signatures
-from mcp_interceptors.audit.records import FORMAT_VERSION, GENESIS_HASH, hash_of, record_id_for
+from mcp_interceptors.audit.records import (
+    FORMAT_VERSION,
+    GENESIS_HASH,
+    RECEIPT_FORMAT_VERSION,
+    SIGNED_RECEIPT_VERSION,
+    hash_of,
+    record_id_for,
+)
 from mcp_interceptors.audit.signing import PublicKey, is_endorsed_by
 from mcp_interceptors.audit.store import RECEIPT_INDEX_COLUMNS, ItemKind, RecordSource, split_record_id
 
@@ -85,6 +92,15 @@ class _Gap:
         return ", ".join(str(s.start) if len(s) == 1 else f"{s.start}-{s.stop - 1}" for s in self.missing)
 
 
+class _CallSide(NamedTuple):
+    """What a receipt may say of a decision record of a call: its call, phase, time and key."""
+
+    call_id: str
+    phase: object
+    time: object
+    key_id: object
+
+
 @dataclass
 class _Segment:
     segment_id: str
@@ -108,6 +124,8 @@ class _Walk:
         self.closing: dict[str, tuple[int, str]] = {}
         #: call id -> the id of its request record, until a record closing the call is read
         self.open_calls: dict[str, str] = {}
+        #: record id -> what a receipt naming it must say, for every decision record of a call
+        self.call_sides: dict[str, _CallSide] = {}
         self.count = 0
         self.last_id: str | None = None  # the last record read that had an id
         # the row just read, for the store's "index" item after it: (position, name, what its JSON says)
@@ -201,6 +219,7 @@ class _Walk:
         if record.get("kind") != "decision" or not isinstance(body, dict) or body.get("call_id") is None:
             return
         call_id = str(body["call_id"])
+        self.call_sides[record["id"]] = _CallSide(call_id, body.get("phase"), body.get("time"), record.get("key_id"))
         if body.get("phase") == "response" or body.get("decision") != "allow":
             self.closing[record["id"]] = (position, call_id)
             self.open_calls.pop(call_id, None)
@@ -297,12 +316,17 @@ class _Walk:
         if hash_of(receipt) != claimed:
             self.flag(position, name, Problem.EDITED, "content does not match its hash")
             return
-        key = self.known_keys().get(str(receipt.get("key_id")))
-        if key is None:
-            self.flag(position, name, Problem.FORGED, f"signed by unknown key id {receipt.get('key_id')}")
-            return
-        if not _signature_ok(key, receipt):
-            self.flag(position, name, Problem.FORGED, "signature does not verify")
+        version = receipt.get("v")
+        if version == SIGNED_RECEIPT_VERSION:
+            key = self.known_keys().get(str(receipt.get("key_id")))
+            if key is None:
+                self.flag(position, name, Problem.FORGED, f"signed by unknown key id {receipt.get('key_id')}")
+                return
+            if not _signature_ok(key, receipt):
+                self.flag(position, name, Problem.FORGED, "signature does not verify")
+                return
+        elif version != RECEIPT_FORMAT_VERSION:
+            self.flag(position, name, Problem.EDITED, f"unknown receipt format version {version!r}")
             return
         for side in ("request", "response"):
             end = receipt.get(side)
@@ -313,6 +337,35 @@ class _Walk:
                 self.flag(position, name, Problem.DELETED, f"its {side} record {end.get('id')} is missing")
             elif stored != end.get("hash"):
                 self.flag(position, name, Problem.EDITED, f"its {side} record {end.get('id')} has another hash")
+        if version == RECEIPT_FORMAT_VERSION and (wrong := self._underived(receipt_id, receipt)) is not None:
+            self.flag(position, name, Problem.EDITED, wrong)
+
+    def _underived(self, receipt_id: str, receipt: Mapping[str, Any]) -> str | None:
+        """Why an unsigned receipt is not what its records make of it, if it is not: only its signed records
+        vouch for it, so every field must be theirs (the hashes of its sides are checked already)."""
+        closing = self.call_sides.get(receipt_id)
+        if receipt_id not in self.closing or closing is None:
+            return f"record {receipt_id} closes no call"
+        if receipt.get("call_id") != closing.call_id or receipt.get("key_id") != closing.key_id:
+            return f"its call_id or key_id is not its closing record's ({closing.call_id}, {closing.key_id})"
+        closed_by_response = closing.phase == "response"
+        if receipt.get("response") != (self._side(receipt_id) if closed_by_response else None):
+            return f"its response side is not {'its closing record' if closed_by_response else 'null'}"
+        request = receipt.get("request")
+        wanted: dict[str, Any] | None
+        if not closed_by_response:
+            wanted = self._side(receipt_id)
+        elif request is None:  # the response of a call whose request record was never written
+            return None
+        else:
+            request_id = str(request.get("id")) if isinstance(request, dict) else ""
+            side = self.call_sides.get(request_id)
+            matches = side is not None and side.phase == "request" and side.call_id == closing.call_id
+            wanted = self._side(request_id) if matches else None
+        return None if request == wanted else "its request side is not a request record of its call"
+
+    def _side(self, record_id: str) -> dict[str, Any]:
+        return {"id": record_id, "hash": self.hashes.get(record_id), "time": self.call_sides[record_id].time}
 
     def index(self, raw: bytes) -> None:
         """The store's index columns of the row just read: they must say what its JSON says, or a lookup

@@ -35,7 +35,7 @@ from mcp_interceptors.audit.records import (
     PreparedEntry,
     format_time,
     prepare_entry,
-    seal_receipt,
+    receipt_for,
     seal_record,
     segment_body_for,
 )
@@ -434,13 +434,8 @@ class AuditWriter:
         if entry.phase == "response":
             request = opened.get(call_id) or self._open_calls.get(call_id) or self.store.find_request(call_id)
             response = end
-        return seal_receipt(
-            call_id=call_id,
-            request=request,
-            response=response,
-            closing_id=end.id,
-            key_id=self.key.key_id,
-            sign=self.key.sign,
+        return receipt_for(
+            call_id=call_id, request=request, response=response, closing_id=end.id, key_id=self.key.key_id
         )
 
     def _remember_calls(self, opened: Mapping[str, CallEnd], closed: Sequence[str]) -> None:

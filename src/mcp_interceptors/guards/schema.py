@@ -120,7 +120,7 @@ def _errors(schema: CompiledSchema, instance: Any, base: tuple[str, ...], tool: 
     ref = schema.unresolvable
     if ref is None:
         try:
-            if schema.validator.is_valid(instance):
+            if schema.is_valid(instance):
                 return []
             errors: list[ValidationError] = sorted(schema.validator.iter_errors(instance), key=relevance)
         except Unresolvable as exc:

@@ -134,9 +134,16 @@ def _quick_check(schema: Any, depth: int = 0) -> Check | None:
         if check is None:
             return None
         checks.append(check)
+    return _all_of(checks) if checks else _always
+
+
+def _all_of(checks: list[Check]) -> Check:
+    # Nested `and`s: a generator for `all()` costs more than the few checks a schema has.
+    first = checks[0]
     if len(checks) == 1:
-        return checks[0]
-    return lambda instance: all(check(instance) for check in checks)
+        return first
+    rest = _all_of(checks[1:])
+    return lambda instance: first(instance) and rest(instance)
 
 
 def _keyword_check(keyword: str, value: Any, schema: dict[str, Any], depth: int) -> Check | None:
@@ -188,7 +195,10 @@ def _properties_check(subchecks: dict[str, Check]) -> Check:
     def check(instance: Any) -> bool:
         if not isinstance(instance, dict):
             return True
-        return all(sub(instance[name]) for name, sub in pairs if name in instance)
+        for name, sub in pairs:  # noqa: SIM110 - all() over a generator costs more than the check itself
+            if name in instance and not sub(instance[name]):
+                return False
+        return True
 
     return check
 

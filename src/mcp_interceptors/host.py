@@ -131,8 +131,6 @@ _set_invocation_fields = Invocation.__dict__["__dict__"].__set__
 _new_object = object.__new__
 
 
-
-
 @dataclass(frozen=True, slots=True)
 class _Registered:
     descriptor: InterceptorDescriptor

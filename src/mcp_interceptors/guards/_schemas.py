@@ -161,8 +161,8 @@ def _keyword_check(keyword: str, value: Any, schema: dict[str, Any], depth: int)
             return None
         return _properties_check(subchecks)  # type: ignore[arg-type]  # no None left
     if keyword == "required":
-        required = tuple(value)
-        return lambda instance: not isinstance(instance, dict) or all(name in instance for name in required)
+        required = frozenset(value)
+        return lambda instance: not isinstance(instance, dict) or instance.keys() >= required
     if keyword == "additionalProperties":
         if "patternProperties" in schema:
             return None
@@ -204,6 +204,11 @@ def _properties_check(subchecks: dict[str, Check]) -> Check:
 
 
 def _additional_check(declared: frozenset[str], extra: Check) -> Check:
+    if extra is _always:
+        return _always
+    if extra is _never:  # `additionalProperties: false`
+        return lambda instance: not isinstance(instance, dict) or instance.keys() <= declared
+
     def check(instance: Any) -> bool:
         if not isinstance(instance, dict):
             return True

@@ -128,18 +128,7 @@ class Invocation:
 
 #: Fills an `Invocation`'s `__dict__` (the slot's descriptor: faster than `object.__setattr__` finding it).
 _set_invocation_fields = Invocation.__dict__["__dict__"].__set__
-
-
-def _invocation(
-    name: str, event: str, phase: Phase, payload: Any, config: Mapping[str, Any], context: InvocationContext | None
-) -> Invocation:
-    """`Invocation(...)` for the host's hot path, without the class call's and `__init__`'s frames."""
-    invocation: Invocation = object.__new__(Invocation)
-    _set_invocation_fields(
-        invocation,
-        {"name": name, "event": event, "phase": phase, "payload": payload, "config": config, "context": context},
-    )
-    return invocation
+_new_object = object.__new__
 
 
 @dataclass(frozen=True, slots=True)
@@ -434,7 +423,12 @@ class InterceptorHost(Extension):
             config = dict(given_config)
             if registered.config_validator is not None:
                 self._check_config(name, registered.config_validator, config)  # R23
-        invocation = _invocation(name, event, phase, payload, config, context)
+        # `Invocation(...)` without the class call's and `__init__`'s frames (one is built per invocation).
+        invocation: Invocation = _new_object(Invocation)
+        _set_invocation_fields(
+            invocation,
+            {"name": name, "event": event, "phase": phase, "payload": payload, "config": config, "context": context},
+        )
         started = time.perf_counter()
         if timeout_ms is None and registered.is_async:  # the hot path: no scope, no thread, one frame
             try:

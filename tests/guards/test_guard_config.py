@@ -228,6 +228,27 @@ def test_ttl_map_bounds_size_and_time() -> None:
     assert len(items) == 0
 
 
+def test_ttl_map_expires_entries_after_pops_emptying_and_refills() -> None:
+    """Expiry skips its scan while the oldest use is within the TTL: that bound must follow pops and refills."""
+    clock = FakeClock()
+    items: TtlMap[str, int] = TtlMap(max_items=10, ttl_s=10, clock=clock)
+    items.set("a", 1)
+    clock.now = 8
+    items.set("b", 2)
+    assert items.pop("a") == 1
+    clock.now = 15
+    assert items.get("b") == 2  # used at 15 now
+    clock.now = 26
+    assert items.get("b") is None and len(items) == 0  # idle 11 s
+    items.set("c", 3)  # refilled at 26
+    clock.now = 31
+    assert items.get("c") == 3
+    clock.now = 41
+    assert items.get("c") == 3  # used at 31: idle exactly the TTL
+    clock.now = 51.5
+    assert "c" not in items
+
+
 def test_session_state_keys_by_session_with_an_anonymous_fallback() -> None:
     clock = FakeClock()
     state: SessionState[list[str]] = SessionState(list, max_sessions=2, ttl_s=60, clock=clock)

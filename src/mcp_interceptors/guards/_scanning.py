@@ -111,13 +111,20 @@ class TextScanner:
         if not self.batchable:
             return {i: found for i, text in enumerate(texts) if (found := self.findings(text))}
         minimum = self.min_length
-        picked_texts = [text for text in texts if len(text) >= minimum]
-        if len(picked_texts) < 2:
-            return {i: found for i, text in enumerate(texts) if len(text) >= minimum and (found := self.findings(text))}
+        # A loop, not two comprehensions: each of those costs a function call, more than the loop does.
+        picked: list[int] = []
+        picked_texts: list[str] = []
+        for i, text in enumerate(texts):
+            if len(text) >= minimum:
+                picked.append(i)
+                picked_texts.append(text)
+        if len(picked) < 2:  # one string or none: nothing to join
+            if not picked or not (found := self.findings(picked_texts[0])):
+                return {}
+            return {picked[0]: found}
         found_all = self.scanner.scan(SEPARATOR.join(picked_texts))
         if not found_all:
             return {}
-        picked = [i for i, text in enumerate(texts) if len(text) >= minimum]
         starts = list(accumulate((len(text) + len(SEPARATOR) for text in picked_texts[:-1]), initial=0))
         result: dict[int, list[Finding]] = {}
         rescan: set[int] = set()
@@ -184,9 +191,13 @@ def encoded_like(original: str, text: str) -> str:
 def _findings_of(scanner: TextScanner, texts: list[str]) -> dict[int, tuple[str, list[Finding], bool]]:
     """`{i: (text read, findings, decoded?)}` for the strings with findings, read as they are or, failing
     that, base64-decoded."""
-    found = {index: (texts[index], findings, False) for index, findings in scanner.findings_by_index(texts).items()}
+    by_index = scanner.findings_by_index(texts)
+    found = {index: (texts[index], findings, False) for index, findings in by_index.items()} if by_index else {}
     for index, text in enumerate(texts):
-        decoded = decoded_base64(text) if index not in found else None
+        # The length test spares most strings (keys, names, short values) the call.
+        if len(text) < _MIN_BASE64_LENGTH or index in found:
+            continue
+        decoded = decoded_base64(text)
         if decoded is not None and (findings := scanner.findings(decoded)):
             found[index] = (decoded, findings, True)
     return found
@@ -273,19 +284,19 @@ def find_in_payload(payload: Any, scanner: TextScanner, *, include_keys: bool = 
         yield Hit(crossing.pieces[0][0], crossing.kind, crossing.value)
 
 
-def redact_payload(payload: Any, scanner: TextScanner, placeholder: str) -> tuple[Any, Counter[str], list[str]]:
+def redact_payload(payload: Any, scanner: TextScanner, placeholder: str) -> tuple[Any, dict[str, int], list[str]]:
     """`(new_payload, counts by kind, paths)`; the payload is returned as is when nothing was found.
 
     Strings are read without their paths; the paths of the strings with findings come from a second
     walk, which only a payload that needs redacting pays for.
     """
-    counts: Counter[str] = Counter()
     integers = scanner.integers
     texts = string_values(payload, include_integers=integers)
     found = _findings_of(scanner, texts)
-    crossings = _crossings(scanner, payload, texts)
+    crossings = _crossings(scanner, payload, texts) if scanner.across_blocks else ()
     if not found and not crossings:
-        return payload, counts, []
+        return payload, {}, []
+    counts: Counter[str] = Counter()
 
     def fill(finding: Finding) -> str:
         return "" if finding.kind == _ERASED else placeholder.replace("{kind}", finding.kind)

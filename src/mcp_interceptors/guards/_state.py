@@ -6,6 +6,7 @@ Guards are long-lived and see untrusted traffic, so nothing they remember may gr
 
 from __future__ import annotations
 
+import math
 import time
 from collections import OrderedDict
 from collections.abc import Callable
@@ -28,15 +29,22 @@ class TtlMap(Generic[K, V]):
         self.ttl_s = ttl_s
         self._clock = clock
         self._items: OrderedDict[K, tuple[float, V]] = OrderedDict()
+        #: No entry was last used before this (the clock never steps back, so a use only raises a stamp):
+        #: while it is within the TTL, nothing can have expired.
+        self._floor = math.inf
 
     def _expire(self, now: float) -> None:
+        if now - self._floor <= self.ttl_s:  # the common case, without looking at any entry
+            return
         # Entries are ordered by last use, so expired ones are at the front.
         items = self._items
         while items:
             key, (stamp, _) = next(iter(items.items()))
             if now - stamp <= self.ttl_s:
-                break
+                self._floor = stamp
+                return
             del items[key]
+        self._floor = math.inf
 
     def get(self, key: K) -> V | None:
         now = self._clock()
@@ -51,6 +59,8 @@ class TtlMap(Generic[K, V]):
     def set(self, key: K, value: V) -> None:
         now = self._clock()
         self._expire(now)
+        if now < self._floor:  # the map was empty
+            self._floor = now
         self._items[key] = (now, value)
         self._items.move_to_end(key)
         while len(self._items) > self.max_items:

@@ -128,14 +128,18 @@ def string_values(payload: Any, *, include_keys: bool = False, include_integers:
     Index `i` of the result is the `i`-th string `walk_strings` yields, so a caller that finds something
     in a few strings can recover their paths with one `walk_strings` pass.
     """
-    if isinstance(payload, str):
+    if type(payload) is dict and not include_keys:  # what payloads are: spared the tests below
+        values: Iterable[Any] = payload.values()
+    elif isinstance(payload, str):
         return [payload]
-    if include_keys or not isinstance(payload, dict | list):
+    elif include_keys or not isinstance(payload, dict | list):
         walk = walk_strings(payload, include_keys=include_keys, include_integers=include_integers)
         return [value for _, value in walk]
+    else:
+        values = payload.values() if isinstance(payload, dict) else payload
     out: list[str] = []
     try:
-        _collect(payload.values() if isinstance(payload, dict) else payload, out.append, 0, include_integers)
+        _collect(values, out.append, 0, include_integers)
     except _TooDeep:
         return [value for _, value in walk_strings(payload, include_integers=include_integers)]
     return out

@@ -16,7 +16,7 @@ import orjson
 from jsonschema.exceptions import SchemaError, ValidationError, relevance
 
 from mcp_interceptors.guards._config import GuardSchema, SettingsCache
-from mcp_interceptors.guards._names import params_of, tool_name_of
+from mcp_interceptors.guards._names import params_of
 from mcp_interceptors.guards._schemas import (
     CompiledSchema,
     Unresolvable,
@@ -120,7 +120,7 @@ def _errors(schema: CompiledSchema, instance: Any, base: tuple[str, ...], tool: 
     ref = schema.unresolvable
     if ref is None:
         try:
-            if schema.validator.is_valid(instance):
+            if schema.is_valid(instance):
                 return []
             errors: list[ValidationError] = sorted(schema.validator.iter_errors(instance), key=relevance)
         except Unresolvable as exc:
@@ -158,8 +158,9 @@ class SchemaGuard:
         return True
 
     def check_arguments(self, settings: _Settings, inv: Invocation) -> ValidationResult | bool:
-        name = tool_name_of(inv.payload)
-        if name is None:
+        params = params_of(inv.payload)
+        name = params.get("name")
+        if not isinstance(name, str):
             return True
         session = self.sessions.get(inv.session_id)
         trace = inv.context.trace_id if inv.context is not None else None
@@ -174,7 +175,6 @@ class SchemaGuard:
             return True
         if not settings.validate_arguments or schemas.input is None:
             return True
-        params = params_of(inv.payload)
         base = ("arguments",) if params is inv.payload else ("params", "arguments")
         arguments = params.get("arguments")
         messages = _errors(schemas.input, {} if arguments is None else arguments, base, name)

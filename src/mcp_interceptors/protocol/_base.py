@@ -13,7 +13,7 @@ INT32_MAX = 2**31 - 1
 _new = object.__new__
 # Models are frozen: `trusted` fills them the way pydantic itself does, through BaseModel's slots
 # (their descriptors set a slot several times faster than `object.__setattr__` looks it up).
-_set_dict = object.__setattr__
+_set_dict = BaseModel.__dict__["__dict__"].__set__
 _set_fields_set = BaseModel.__dict__["__pydantic_fields_set__"].__set__
 _set_extra = BaseModel.__dict__["__pydantic_extra__"].__set__
 _set_private = BaseModel.__dict__["__pydantic_private__"].__set__
@@ -62,7 +62,7 @@ class WireModel(BaseModel):
     def filled(cls, fields: dict[str, Any], given: set[str]) -> Self:
         """`trusted` from a complete `template` copy (owned by the model from now on) and the names given."""
         model = _new(cls)
-        _set_dict(model, "__dict__", fields)
+        _set_dict(model, fields)
         _set_fields_set(model, given)
         _set_extra(model, {} if cls._keeps_extra else None)
         _set_private(model, None)

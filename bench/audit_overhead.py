@@ -27,7 +27,7 @@ from pathlib import Path
 from typing import Any
 
 import anyio
-from gateway_overhead import Cell, free_port, gateway_argv, http_process, measure, warm
+from gateway_overhead import GATEWAY_OPTIONS, Cell, free_port, gateway_argv, http_process, measure, warm
 from mcp import Client
 
 HERE = Path(__file__).resolve()
@@ -164,7 +164,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--concurrency", nargs="+", type=int, default=[8])
     parser.add_argument("--variants", nargs="+", default=list(VARIANTS), choices=VARIANTS)
     parser.add_argument("--quick", action="store_true", help="200 calls, 2 repeats")
+    parser.add_argument("--loop", choices=["auto", "uvloop", "asyncio"], default="auto", help="the gateways' --loop")
     args = parser.parse_args(argv)
+    GATEWAY_OPTIONS[:] = ["--loop", args.loop]
     if "audit off" not in args.variants:
         args.variants.insert(0, "audit off")
     if args.quick:

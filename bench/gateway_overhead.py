@@ -111,8 +111,12 @@ def write_configs(folder: Path) -> dict[str, Path]:
     return paths
 
 
+#: Options every gateway of the run gets (`--loop`, from the bench's own `--loop`).
+GATEWAY_OPTIONS: list[str] = []
+
+
 def gateway_argv(config: Path, *extra: str) -> list[str]:
-    return [sys.executable, "-m", "mcp_interceptors", "gateway", "--config", str(config), *extra]
+    return [sys.executable, "-m", "mcp_interceptors", "gateway", "--config", str(config), *GATEWAY_OPTIONS, *extra]
 
 
 @contextmanager
@@ -310,7 +314,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--concurrency", nargs="+", type=int, default=[1, 8, 32])
     parser.add_argument("--variants", nargs="+", default=list(VARIANTS), choices=VARIANTS)
     parser.add_argument("--quick", action="store_true", help="100 calls, 2 repeats")
+    parser.add_argument("--loop", choices=["auto", "uvloop", "asyncio"], default="auto", help="the gateways' --loop")
     args = parser.parse_args(argv)
+    GATEWAY_OPTIONS[:] = ["--loop", args.loop]
     if "direct" not in args.variants:
         args.variants.insert(0, "direct")
     if args.quick:

@@ -1,4 +1,4 @@
-"""`JsonRpcPeer`'s requests past their deadline."""
+"""`JsonRpcPeer`: requests past their deadline, and the drain at end of input."""
 
 from __future__ import annotations
 
@@ -40,3 +40,42 @@ async def test_a_request_past_its_timeout_fails_and_the_peer_is_told() -> None:
             assert written[1]["params"] == {"requestId": written[0]["id"], "reason": "timed out"}
             assert not peer.is_pending(written[0]["id"])
             tg.cancel_scope.cancel()
+
+
+async def test_at_end_of_input_a_drain_answers_requests_read_and_fails_ours_to_the_peer_at_once() -> None:
+    """With `drain_s`, requests read before end of input are answered; one that asks the peer something
+    while draining gets `Connection closed` at once (the answer could only come on the input that ended)."""
+    written: list[dict[str, Any]] = []
+    lines = [
+        b'{"jsonrpc": "2.0", "id": 1, "method": "quick", "params": {}}\n',
+        b'{"jsonrpc": "2.0", "id": 2, "method": "asks-back", "params": {}}\n',
+        b'{"jsonrpc": "2.0", "id": 3, "method": "stuck", "params": {}}\n',
+    ]
+    peer: JsonRpcPeer
+
+    async def write(data: bytes) -> None:
+        written.append(loads(data))
+
+    async def read() -> bytes:
+        return lines.pop(0) if lines else b""
+
+    async def on_request(request_id: Any, method: str, params: dict[str, Any] | None) -> Any:
+        await anyio.sleep(0.05)  # still running when end of input is read
+        if method == "asks-back":
+            try:
+                await peer.send_raw_request("sampling/createMessage", {})
+            except MCPError as exc:
+                return {"asked": exc.error.message}
+        if method == "stuck":
+            await anyio.sleep_forever()
+        return {"done": method}
+
+    peer = JsonRpcPeer(read, write)
+    with anyio.fail_after(5):
+        await peer.run(on_request, _ignore, drain_s=0.5)
+    answers = {message["id"]: message for message in written if "id" in message}
+    assert answers[1]["result"] == {"done": "quick"}
+    assert answers[2]["result"] == {"asked": "Connection closed"}
+    assert answers[3]["error"]["code"] == -32000
+    assert "did not finish within 0.5 s" in answers[3]["error"]["message"]
+    assert not [message for message in written if message.get("method") == "sampling/createMessage"]

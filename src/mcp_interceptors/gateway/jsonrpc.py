@@ -12,7 +12,7 @@ import json
 import logging
 import os
 from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
-from contextlib import asynccontextmanager, suppress
+from contextlib import asynccontextmanager, nullcontext, suppress
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -405,11 +405,9 @@ class JsonRpcPeer:
                     self._idle.set()
         if scope.cancelled_caught:
             return  # cancelled by the peer (it expects no answer), or at the end of a drain (answered there)
-        if self._draining:  # the peer may have closed its output too: nobody is left to tell
-            with suppress(MCPError):
-                await self._send(reply)
-            return
-        await self._send(reply)
+        # While draining, the peer may have closed its output too: nobody is left to tell.
+        with suppress(MCPError) if self._draining else nullcontext():
+            await self._send(reply)
 
     async def send_raw_request(
         self, method: str, params: Mapping[str, Any] | None, opts: CallOptions | None = None

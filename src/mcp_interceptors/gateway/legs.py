@@ -94,9 +94,8 @@ class Governor:
         self, event: str, phase: Phase, payload: Any, context: InvocationContext, record: CallRecord | None
     ) -> Any:
         """The chain at each configured point in turn; the first block stops the message."""
-        given = payload
         for direction in self.directions:
-            given = payload
+            given = payload  # what the last point's chain was given: the leg's recorded input
             result = await self.chain.execute(
                 event,
                 phase,

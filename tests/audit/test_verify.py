@@ -492,6 +492,7 @@ async def test_receipts_are_derived_unsigned_and_name_both_records(
         (lambda r, t: {**r, "request": None, "response": None}, "its response side is not its closing record"),
         (lambda r, t: {**r, "request": {**r["request"], "time": "2020-01-01T00:00:00.000000Z"}}, "its request side"),
         (lambda r, t: {**r, "request": r["response"]}, "its request side is not a request record of its call"),
+        (lambda r, t: {**r, "request": None}, "its request side is null, but request record {} is its call's"),
         (lambda r, t: {**r, "id": t[3]}, "record {} closes no call"),
     ],
 )

@@ -126,6 +126,8 @@ class _Walk:
         self.open_calls: dict[str, str] = {}
         #: record id -> what a receipt naming it must say, for every decision record of a call
         self.call_sides: dict[str, _CallSide] = {}
+        #: call id -> the id of its allowed request record, once read (the call may be closed since)
+        self.requests: dict[str, str] = {}
         self.count = 0
         self.last_id: str | None = None  # the last record read that had an id
         # the row just read, for the store's "index" item after it: (position, name, what its JSON says)
@@ -224,7 +226,7 @@ class _Walk:
             self.closing[record["id"]] = (position, call_id)
             self.open_calls.pop(call_id, None)
         elif position not in self.flagged:  # a record found bad says nothing about its call
-            self.open_calls[call_id] = str(record["id"])
+            self.open_calls[call_id] = self.requests[call_id] = str(record["id"])
 
     # -- after the pass -------------------------------------------------------------------------------
 
@@ -355,8 +357,9 @@ class _Walk:
         wanted: dict[str, Any] | None
         if not closed_by_response:
             wanted = self._side(receipt_id)
-        elif request is None:  # the response of a call whose request record was never written
-            return None
+        elif request is None:  # only for the response of a call whose request record was never written
+            written = self.requests.get(closing.call_id)
+            return None if written is None else f"its request side is null, but request record {written} is its call's"
         else:
             request_id = str(request.get("id")) if isinstance(request, dict) else ""
             side = self.call_sides.get(request_id)

@@ -11,10 +11,12 @@ import asyncio
 import json
 import logging
 import os
+from collections import deque
 from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
 from contextlib import asynccontextmanager, nullcontext, suppress
 from dataclasses import dataclass, field
-from typing import Any
+from functools import partial
+from typing import Any, cast
 
 import anyio
 import anyio.abc
@@ -46,6 +48,7 @@ INTERNAL_ERROR = -32603
 DEFAULT_MAX_LINE_BYTES = 64 * 1024 * 1024
 #: How many of the peer's requests we serve at once unless told otherwise; more are refused, not queued.
 DEFAULT_MAX_IN_FLIGHT = 1000
+_CHUNK = 1 << 16
 
 
 def loads(line: bytes) -> Any:
@@ -526,26 +529,23 @@ async def stdio_peer(
     then terminated, then killed, each step bounded. A line from it longer than `max_line_bytes` ends
     the connection (see `JsonRpcPeer`)."""
     environment = {**get_default_environment(), **(env or {})}
-    # Its stdin is a pipe we write with `write_all`: anyio's process stream adds a checkpoint and a
-    # scheduling round trip to every write, a measurable share of each forwarded call.
+    # Its stdin and stdout are pipes of ours: anyio's process streams add a checkpoint and a scheduling round
+    # trip to every write, and layers of stream wrappers to every read, a measurable share of each call.
     child_stdin, stdin_fd = os.pipe()
+    stdout_fd, child_stdout = os.pipe()
     try:
-        process = await anyio.open_process([command, *args], stdin=child_stdin, env=environment, cwd=cwd, stderr=None)
+        process = await anyio.open_process(
+            [command, *args], stdin=child_stdin, stdout=child_stdout, env=environment, cwd=cwd, stderr=None
+        )
     except BaseException:
         os.close(stdin_fd)
+        os.close(stdout_fd)
         raise
     finally:
         os.close(child_stdin)
+        os.close(child_stdout)
     os.set_blocking(stdin_fd, False)
-    assert process.stdout is not None
-    stdout = process.stdout
-
-    async def read() -> bytes:
-        try:
-            return await stdout.receive(1 << 16)
-        except (anyio.EndOfStream, anyio.ClosedResourceError, anyio.BrokenResourceError):
-            return b""
-
+    os.set_blocking(stdout_fd, False)
     stdin_open = True
 
     async def write(data: bytes) -> None:
@@ -554,13 +554,113 @@ async def stdio_peer(
         await write_all(stdin_fd, data)
 
     try:
-        yield JsonRpcPeer(read, write, id_prefix="gw", max_line_bytes=max_line_bytes, limit_setting=limit_setting)
+        async with pipe_reader(stdout_fd) as fast_read:
+            read = fast_read or partial(read_chunk, stdout_fd)
+            yield JsonRpcPeer(read, write, id_prefix="gw", max_line_bytes=max_line_bytes, limit_setting=limit_setting)
     finally:
         stdin_open = False
         anyio.notify_closing(stdin_fd)  # a write waiting on a full pipe ends as closed
         os.close(stdin_fd)  # its end of input: a polite server exits
+        anyio.notify_closing(stdout_fd)  # a fallback read waiting on it ends
+        os.close(stdout_fd)
         with anyio.CancelScope(shield=True):
             await _stop(process)
+
+
+async def read_chunk(fd: int) -> bytes:
+    """What the non-blocking `fd` has (b"" at end of input), waiting until it has something."""
+    while True:
+        try:
+            return os.read(fd, _CHUNK)
+        except BlockingIOError:
+            await anyio.wait_readable(fd)
+
+
+#: How much a pipe reader holds unread before it stops reading the pipe (the writer then waits on it).
+_PAUSE_READING_AT = 1 << 20
+
+
+class _PipeChunks(asyncio.Protocol):
+    """What the loop reads from a pipe, held until `read` takes it."""
+
+    def __init__(self, loop: asyncio.AbstractEventLoop) -> None:
+        self._loop = loop
+        self._chunks: deque[bytes] = deque()
+        self._held = 0
+        self._ended = False
+        self._waiter: asyncio.Future[None] | None = None
+        self._transport: asyncio.ReadTransport | None = None
+        self._paused = False
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        self._transport = cast(asyncio.ReadTransport, transport)  # uvloop's is one, though not a subclass
+
+    def data_received(self, data: bytes) -> None:
+        self._chunks.append(data)
+        self._held += len(data)
+        if self._held > _PAUSE_READING_AT and not self._paused and self._transport is not None:
+            self._paused = True  # a reader that falls behind holds the writer back, as the pipe itself would
+            self._transport.pause_reading()
+        self._wake()
+
+    def eof_received(self) -> bool:
+        self._ended = True
+        self._wake()
+        return False
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self._ended = True
+        self._wake()
+
+    def _wake(self) -> None:
+        waiter = self._waiter
+        if waiter is not None and not waiter.done():
+            waiter.set_result(None)
+
+    async def read(self) -> bytes:
+        """All that arrived since the last read (b"" at end of input), waiting for some if there is none."""
+        while not self._chunks:
+            if self._ended:
+                return b""
+            self._waiter = self._loop.create_future()
+            try:
+                await self._waiter
+            finally:
+                self._waiter = None
+        chunk = self._chunks.popleft() if len(self._chunks) == 1 else b"".join(self._chunks)
+        self._chunks.clear()
+        self._held = 0
+        if self._paused and self._transport is not None:
+            self._paused = False
+            self._transport.resume_reading()
+        return chunk
+
+
+@asynccontextmanager
+async def pipe_reader(fd: int) -> AsyncIterator[ReadChunk | None]:
+    """A `ReadChunk` for the pipe `fd` (left open: the reader works on a duplicate), or None where the loop
+    cannot watch it that way (a regular file, a loop other than asyncio's or uvloop).
+
+    The loop reads the pipe as data comes and hands it over in one step: waiting with `anyio.wait_readable`
+    instead registers and unregisters the descriptor with the loop on every read, and anyio's process
+    streams add their own layers, a measurable share of each message a gateway forwards.
+    """
+    loop = _asyncio_loop()
+    if loop is None:
+        yield None
+        return
+    chunks = _PipeChunks(loop)
+    pipe = os.fdopen(os.dup(fd), "rb", buffering=0)
+    try:
+        transport, _ = await loop.connect_read_pipe(lambda: chunks, pipe)
+    except (ValueError, OSError):  # not a pipe, socket or character device
+        pipe.close()
+        yield None
+        return
+    try:
+        yield chunks.read
+    finally:
+        transport.close()
 
 
 async def write_all(fd: int, data: bytes) -> None:

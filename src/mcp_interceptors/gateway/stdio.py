@@ -36,6 +36,8 @@ from mcp_interceptors.gateway.jsonrpc import (
     error_response,
     is_request_id,
     loads,
+    pipe_reader,
+    read_chunk,
     refusal,
     write_all,
 )
@@ -45,7 +47,6 @@ from mcp_interceptors.protocol.errors import InterceptorsError
 if TYPE_CHECKING:
     from mcp_interceptors.gateway.server import Gateway
 
-_CHUNK = 1 << 16
 #: How long a stdio gateway waits for its client's first message before connecting its upstreams.
 FIRST_MESSAGE_WAIT_S = 2.0
 #: How long `serve` lets the requests read before end of input finish (the gateway's is `stdio.drain_timeout_ms`).
@@ -144,7 +145,7 @@ async def _read_lines(
 ) -> None:
     buffer = LineBuffer(DEFAULT_MAX_LINE_BYTES)
     async with sink, replies:
-        while chunk := await _read_chunk(fd):  # b"" at EOF: the client is done sending
+        while chunk := await read_chunk(fd):  # b"" at EOF: the client is done sending
             lines, too_long = buffer.take(chunk)
             for line in lines:
                 if line.strip():
@@ -395,52 +396,49 @@ async def serve_stdio_fast(gateway: Gateway, stdin_fd: int = 0, stdout_fd: int =
     read_fd, restore_in = _divert(stdin_fd, os.open(os.devnull, os.O_RDONLY))
     write_fd, restore_out = _divert(stdout_fd, os.dup(2))
     try:
-        read: Callable[[], Awaitable[bytes]] = partial(_read_chunk, read_fd)
-        if not gateway.connected:
-            read = await connect_for_first_message(gateway, read, partial(write_all, write_fd))
-        peer = JsonRpcPeer(
-            read,
-            partial(write_all, write_fd),
-            id_prefix="gw",
-            max_line_bytes=gateway.config.stdio.max_message_bytes,
-            limit_setting="stdio.max_message_bytes",
-            max_in_flight=gateway.config.stdio.max_requests_in_flight,
-            in_flight_setting="stdio.max_requests_in_flight",
-        )
-        to_server, server_in = anyio.create_memory_object_stream[Any](32)
-        server_out, from_server = anyio.create_memory_object_stream[SessionMessage](32)
-        front = StdioFront(gateway, peer, to_server)
-        server = gateway.server
-        relayed = anyio.Event()
-
-        async def run_server() -> None:
-            async with server_out:  # its end ends the relay, once the relay has written everything
-                await server.run(server_in, server_out, server.create_initialization_options())
-
-        async def relay() -> None:
-            await front.from_server(from_server)
-            relayed.set()
-
-        drain_s = gateway.config.stdio.drain_timeout_ms / 1000
-        async with anyio.create_task_group() as tg:
-            tg.start_soon(run_server)
-            tg.start_soon(relay)
-            await peer.run(front.on_request, front.on_notify, divert=front.divert, drain_s=drain_s)
-            if peer.input_ended_at is not None:  # the same time budget for what mcp's server holds
-                await front.held_by_server.wait(peer.input_ended_at + drain_s - anyio.current_time())
-            # End of input for mcp's server too: it answers what it still holds with an error.
-            await to_server.aclose()
-            with anyio.move_on_after(drain_s):
-                await relayed.wait()
-            tg.cancel_scope.cancel()
+        async with pipe_reader(read_fd) as fast_read:
+            await _serve_fast(gateway, fast_read or partial(read_chunk, read_fd), write_fd)
     finally:
         restore_in()
         restore_out()
 
 
-async def _read_chunk(fd: int) -> bytes:
-    while True:
-        try:
-            return os.read(fd, _CHUNK)
-        except BlockingIOError:
-            await anyio.wait_readable(fd)
+async def _serve_fast(gateway: Gateway, read: Callable[[], Awaitable[bytes]], write_fd: int) -> None:
+    """Serve on `read` and the non-blocking `write_fd` until end of input (see `serve_stdio_fast`)."""
+    if not gateway.connected:
+        read = await connect_for_first_message(gateway, read, partial(write_all, write_fd))
+    peer = JsonRpcPeer(
+        read,
+        partial(write_all, write_fd),
+        id_prefix="gw",
+        max_line_bytes=gateway.config.stdio.max_message_bytes,
+        limit_setting="stdio.max_message_bytes",
+        max_in_flight=gateway.config.stdio.max_requests_in_flight,
+        in_flight_setting="stdio.max_requests_in_flight",
+    )
+    to_server, server_in = anyio.create_memory_object_stream[Any](32)
+    server_out, from_server = anyio.create_memory_object_stream[SessionMessage](32)
+    front = StdioFront(gateway, peer, to_server)
+    server = gateway.server
+    relayed = anyio.Event()
+
+    async def run_server() -> None:
+        async with server_out:  # its end ends the relay, once the relay has written everything
+            await server.run(server_in, server_out, server.create_initialization_options())
+
+    async def relay() -> None:
+        await front.from_server(from_server)
+        relayed.set()
+
+    drain_s = gateway.config.stdio.drain_timeout_ms / 1000
+    async with anyio.create_task_group() as tg:
+        tg.start_soon(run_server)
+        tg.start_soon(relay)
+        await peer.run(front.on_request, front.on_notify, divert=front.divert, drain_s=drain_s)
+        if peer.input_ended_at is not None:  # the same time budget for what mcp's server holds
+            await front.held_by_server.wait(peer.input_ended_at + drain_s - anyio.current_time())
+        # End of input for mcp's server too: it answers what it still holds with an error.
+        await to_server.aclose()
+        with anyio.move_on_after(drain_s):
+            await relayed.wait()
+        tg.cancel_scope.cancel()

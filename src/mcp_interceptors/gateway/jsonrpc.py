@@ -132,6 +132,11 @@ class LineBuffer:
         self._size = 0
         self._max = max_line_bytes
 
+    @property
+    def empty(self) -> bool:
+        """Whether no part of a line is held (the next chunk starts a line)."""
+        return not self._parts
+
     def take(self, chunk: bytes) -> tuple[list[bytes], LineTooLongError | None]:
         """`feed`, for a reader that serves the complete lines before it hangs up on one too long."""
         try:
@@ -214,6 +219,8 @@ class JsonRpcPeer:
         # scheduling round trip on each of the two sends every forwarded call makes).
         self._write_lock = anyio.Lock(fast_acquire=True)
         self._closed = False
+        self._buffer = LineBuffer(max_line_bytes)
+        self._diverting = False
         self._tg: anyio.abc.TaskGroup | None = None
         self._max_line_bytes = max_line_bytes
         #: The configuration key that sets `max_line_bytes`, named in the error a longer message gets.
@@ -250,8 +257,9 @@ class JsonRpcPeer:
         try:
             async with anyio.create_task_group() as tg:
                 self._tg = tg
+                self._diverting = divert is not None
                 task_status.started()
-                buffer = LineBuffer(self._max_line_bytes)
+                buffer = self._buffer
                 while True:
                     chunk = await self._read()
                     if not chunk:
@@ -274,6 +282,35 @@ class JsonRpcPeer:
         self._closed = True
         for pending in self._pending.values():
             pending.settle({"error": {"code": CONNECTION_CLOSED, "message": "Connection closed"}})
+
+    def settle_answers(self, chunk: bytes) -> bool:
+        """Settle at once a chunk of whole lines that are all answers to our requests in flight, and say so;
+        anything else is left, untouched, to `run` (False).
+
+        For a reader that calls it only while `run` waits for input with every line before dispatched: an
+        answer then needs no turn of the reading task, and the caller it wakes sees it no later than before.
+        """
+        if self._closed or self._diverting or not self._pending or not chunk.endswith(b"\n"):
+            return False
+        if not self._buffer.empty or (self._max_line_bytes is not None and len(chunk) > self._max_line_bytes):
+            return False
+        answered: list[tuple[_Pending, Message]] = []
+        for line in chunk.split(b"\n")[:-1]:
+            if not line.strip():
+                continue
+            try:
+                message = loads(line)
+            except ValueError:
+                return False
+            if type(message) is not dict or "method" in message or not is_request_id(message.get("id")):
+                return False
+            pending = self._pending.get(message["id"])
+            if pending is None:
+                return False
+            answered.append((pending, message))
+        for pending, message in answered:
+            pending.settle(message)
+        return True
 
     async def _drain(self, seconds: float) -> None:
         """End of input with the peer's requests in flight: a client that writes its requests and closes its
@@ -554,9 +591,12 @@ async def stdio_peer(
         await write_all(stdin_fd, data)
 
     try:
-        async with pipe_reader(stdout_fd) as fast_read:
-            read = fast_read or partial(read_chunk, stdout_fd)
-            yield JsonRpcPeer(read, write, id_prefix="gw", max_line_bytes=max_line_bytes, limit_setting=limit_setting)
+        async with pipe_reader(stdout_fd) as reader:
+            read = partial(read_chunk, stdout_fd) if reader is None else reader.read
+            peer = JsonRpcPeer(read, write, id_prefix="gw", max_line_bytes=max_line_bytes, limit_setting=limit_setting)
+            if reader is not None:
+                reader.take_now = peer.settle_answers
+            yield peer
     finally:
         stdin_open = False
         anyio.notify_closing(stdin_fd)  # a write waiting on a full pipe ends as closed
@@ -580,11 +620,13 @@ async def read_chunk(fd: int) -> bytes:
 _PAUSE_READING_AT = 1 << 20
 
 
-class _PipeChunks(asyncio.Protocol):
+class PipeChunks(asyncio.Protocol):
     """What the loop reads from a pipe, held until `read` takes it."""
 
     def __init__(self, loop: asyncio.AbstractEventLoop) -> None:
         self._loop = loop
+        #: Offered each chunk that arrives while `read` waits (nothing held); True: it took the chunk itself.
+        self.take_now: Callable[[bytes], bool] | None = None
         self._chunks: deque[bytes] = deque()
         self._held = 0
         self._ended = False
@@ -596,6 +638,9 @@ class _PipeChunks(asyncio.Protocol):
         self._transport = cast(asyncio.ReadTransport, transport)  # uvloop's is one, though not a subclass
 
     def data_received(self, data: bytes) -> None:
+        waiter = self._waiter
+        if waiter is not None and not waiter.done() and self.take_now is not None and self.take_now(data):
+            return
         self._chunks.append(data)
         self._held += len(data)
         if self._held > _PAUSE_READING_AT and not self._paused and self._transport is not None:
@@ -637,9 +682,9 @@ class _PipeChunks(asyncio.Protocol):
 
 
 @asynccontextmanager
-async def pipe_reader(fd: int) -> AsyncIterator[ReadChunk | None]:
-    """A `ReadChunk` for the pipe `fd` (left open: the reader works on a duplicate), or None where the loop
-    cannot watch it that way (a regular file, a loop other than asyncio's or uvloop).
+async def pipe_reader(fd: int) -> AsyncIterator[PipeChunks | None]:
+    """A reader (its `read` is a `ReadChunk`) for the pipe `fd` (left open: the reader works on a duplicate),
+    or None where the loop cannot watch it that way (a regular file, a loop other than asyncio's or uvloop).
 
     The loop reads the pipe as data comes and hands it over in one step: waiting with `anyio.wait_readable`
     instead registers and unregisters the descriptor with the loop on every read, and anyio's process
@@ -649,7 +694,7 @@ async def pipe_reader(fd: int) -> AsyncIterator[ReadChunk | None]:
     if loop is None:
         yield None
         return
-    chunks = _PipeChunks(loop)
+    chunks = PipeChunks(loop)
     pipe = os.fdopen(os.dup(fd), "rb", buffering=0)
     try:
         transport, _ = await loop.connect_read_pipe(lambda: chunks, pipe)
@@ -658,7 +703,7 @@ async def pipe_reader(fd: int) -> AsyncIterator[ReadChunk | None]:
         yield None
         return
     try:
-        yield chunks.read
+        yield chunks
     finally:
         transport.close()
 

@@ -396,8 +396,8 @@ async def serve_stdio_fast(gateway: Gateway, stdin_fd: int = 0, stdout_fd: int =
     read_fd, restore_in = _divert(stdin_fd, os.open(os.devnull, os.O_RDONLY))
     write_fd, restore_out = _divert(stdout_fd, os.dup(2))
     try:
-        async with pipe_reader(read_fd) as fast_read:
-            await _serve_fast(gateway, fast_read or partial(read_chunk, read_fd), write_fd)
+        async with pipe_reader(read_fd) as reader:
+            await _serve_fast(gateway, partial(read_chunk, read_fd) if reader is None else reader.read, write_fd)
     finally:
         restore_in()
         restore_out()

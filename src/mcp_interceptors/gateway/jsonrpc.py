@@ -12,7 +12,7 @@ import json
 import logging
 import os
 from collections import deque
-from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
+from collections.abc import AsyncIterator, Awaitable, Callable, Coroutine, Mapping
 from contextlib import asynccontextmanager, nullcontext, suppress
 from functools import partial
 from typing import Any, cast
@@ -231,6 +231,8 @@ class JsonRpcPeer:
         self._next = 0
         self._pending: dict[Any, _Pending] = {}
         self._handlers: dict[Any, anyio.CancelScope] = {}
+        #: The handler tasks still running (on asyncio), each with its scope; see `_start_handler`.
+        self._tasks: dict[asyncio.Task[None], anyio.CancelScope] = {}
         # Lines stay whole against our own writers; taking a free lock need not also yield to the loop (a
         # scheduling round trip on each of the two sends every forwarded call makes). asyncio's own lock where
         # it runs: anyio's adds a task lookup and a cancellation check to every free acquire.
@@ -294,7 +296,35 @@ class JsonRpcPeer:
                         break
                 tg.cancel_scope.cancel()
         finally:
+            await self._end_handlers()
             self._close_pending()
+
+    def _start_handler(self, coro: Coroutine[Any, Any, None], scope: anyio.CancelScope) -> None:
+        """Run a handler in a task of its own: a bare asyncio task where asyncio runs (anyio's `start_soon`
+        costs several times as much, on every request), kept here so `run` cancels and awaits it as a task
+        group would."""
+        loop = _asyncio_loop()
+        if loop is None:
+            assert self._tg is not None
+            self._tg.start_soon(lambda: coro)
+            return
+        task = loop.create_task(coro)
+        self._tasks[task] = scope
+        task.add_done_callback(self._handler_done)
+
+    def _handler_done(self, task: asyncio.Task[None]) -> None:
+        del self._tasks[task]
+        if not task.cancelled() and (exc := task.exception()) is not None:  # `_serve` lets only BaseExceptions out
+            logger.error("request handler task failed", exc_info=exc)
+
+    async def _end_handlers(self) -> None:
+        """The handlers still running are cancelled (nobody waits for their answers now) and awaited."""
+        if not self._tasks:
+            return
+        for scope in self._tasks.values():
+            scope.cancel()
+        with anyio.CancelScope(shield=True):
+            await asyncio.wait(list(self._tasks))
 
     def _close_pending(self) -> None:
         """Nothing more can be read: our requests still waiting fail as closed, and so does any new one."""
@@ -407,7 +437,7 @@ class JsonRpcPeer:
             return
         # Registered before the handler task runs: a cancellation read in the same chunk still finds it.
         scope = self._handlers[message["id"]] = anyio.CancelScope()
-        self._tg.start_soon(self._serve, message["id"], method, params, on_request, scope)
+        self._start_handler(self._serve(message["id"], method, params, on_request, scope), scope)
 
     def _over_capacity(self, request_id: Any) -> Message | None:
         """The error answer to a request we must not start, else None: its id is one still in flight

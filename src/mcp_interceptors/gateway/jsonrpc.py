@@ -11,6 +11,7 @@ import asyncio
 import json
 import logging
 import os
+import stat
 from collections import deque
 from collections.abc import AsyncIterator, Awaitable, Callable, Coroutine, Mapping
 from contextlib import asynccontextmanager, nullcontext, suppress
@@ -733,25 +734,25 @@ class PipeChunks(asyncio.Protocol):
 
 @asynccontextmanager
 async def pipe_reader(fd: int) -> AsyncIterator[PipeChunks | None]:
-    """A reader (its `read` is a `ReadChunk`) for the pipe `fd` (left open: the reader works on a duplicate),
-    or None where the loop cannot watch it that way (a regular file, a loop other than asyncio's or uvloop).
+    """A reader (its `read` is a `ReadChunk`) for the pipe or socket `fd` (left open: the reader works on a
+    duplicate), or None for anything else (a regular file, a terminal) or a loop other than asyncio's.
 
     The loop reads the pipe as data comes and hands it over in one step: waiting with `anyio.wait_readable`
     instead registers and unregisters the descriptor with the loop on every read, and anyio's process
     streams add their own layers, a measurable share of each message a gateway forwards.
     """
     loop = _asyncio_loop()
-    if loop is None:
+    mode = os.fstat(fd).st_mode
+    if loop is None or not (stat.S_ISFIFO(mode) or stat.S_ISSOCK(mode)):  # uvloop aborts on a regular file
         yield None
         return
     chunks = PipeChunks(loop)
     pipe = os.fdopen(os.dup(fd), "rb", buffering=0)
     try:
         transport, _ = await loop.connect_read_pipe(lambda: chunks, pipe)
-    except (ValueError, OSError):  # not a pipe, socket or character device
+    except BaseException:
         pipe.close()
-        yield None
-        return
+        raise
     try:
         yield chunks
     finally:

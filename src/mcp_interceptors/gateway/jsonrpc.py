@@ -35,6 +35,8 @@ OnNotify = Callable[[Any, str, dict[str, Any] | None], Awaitable[None]]
 OnForeign = Callable[[Message], Awaitable[None]]
 #: Claims a message before the peer looks at it (True: someone else answers it).
 Divert = Callable[[Message], Awaitable[bool]]
+#: Whether a `Divert` would leave a message to the peer, told without awaiting (False: ask the `Divert`).
+Leaves = Callable[[Message], bool]
 ReadChunk = Callable[[], Awaitable[bytes]]
 WriteBytes = Callable[[bytes], Awaitable[None]]
 
@@ -242,7 +244,9 @@ class JsonRpcPeer:
         )
         self._closed = False
         self._buffer = LineBuffer(max_line_bytes)
-        self._diverting = False
+        #: What `run` was given, for `take_now`; None outside `run`.
+        self._on_request: OnRequest | None = None
+        self._leaves: Leaves | None = None
         self._tg: anyio.abc.TaskGroup | None = None
         self._max_line_bytes = max_line_bytes
         #: The configuration key that sets `max_line_bytes`, named in the error a longer message gets.
@@ -268,18 +272,21 @@ class JsonRpcPeer:
         *,
         on_foreign: OnForeign | None = None,
         divert: Divert | None = None,
+        leaves: Leaves | None = None,
         drain_s: float = 0.0,
         task_status: anyio.abc.TaskStatus[None] = anyio.TASK_STATUS_IGNORED,
     ) -> None:
         """Read and dispatch until end of input; then every pending request fails as closed.
 
         With `drain_s`, the peer's requests already read at end of input have that long to finish and
-        be answered (see `_drain`); otherwise they are cancelled unanswered.
+        be answered (see `_drain`); otherwise they are cancelled unanswered. With a `divert`, `leaves`
+        lets `take_now` handle the messages it says `divert` would leave to the peer.
         """
         try:
             async with anyio.create_task_group() as tg:
                 self._tg = tg
-                self._diverting = divert is not None
+                self._on_request = on_request
+                self._leaves = (lambda message: True) if divert is None else leaves
                 task_status.started()
                 buffer = self._buffer
                 while True:
@@ -297,6 +304,7 @@ class JsonRpcPeer:
                         break
                 tg.cancel_scope.cancel()
         finally:
+            self._on_request = self._leaves = None
             await self._end_handlers()
             self._close_pending()
 
@@ -333,18 +341,21 @@ class JsonRpcPeer:
         for pending in self._pending.values():
             pending.settle({"error": {"code": CONNECTION_CLOSED, "message": "Connection closed"}})
 
-    def settle_answers(self, chunk: bytes) -> bool:
-        """Settle at once a chunk of whole lines that are all answers to our requests in flight, and say so;
-        anything else is left, untouched, to `run` (False).
+    def take_now(self, chunk: bytes) -> bool:
+        """Handle at once a chunk of whole lines that are all answers to our requests in flight or requests
+        to serve (each started in its handler task), and say so; anything else leaves the chunk, untouched,
+        to `run` (False): a notification, a line to refuse, a request to refuse or to divert, a partial line.
 
-        For a reader that calls it only while `run` waits for input with every line before dispatched: an
-        answer then needs no turn of the reading task, and the caller it wakes sees it no later than before.
+        For a reader that calls it only while `run` waits for input with every line before dispatched: these
+        messages then need no turn of the reading task, and are handled in the order `run` would.
         """
-        if self._closed or self._diverting or not self._pending or not chunk.endswith(b"\n"):
+        leaves, on_request = self._leaves, self._on_request
+        if leaves is None or on_request is None or self._closed or self._draining or not chunk.endswith(b"\n"):
             return False
         if not self._buffer.empty or (self._max_line_bytes is not None and len(chunk) > self._max_line_bytes):
             return False
-        answered: list[tuple[_Pending, Message]] = []
+        taken: list[Message] = []
+        ids: set[Any] = set()
         for line in chunk.split(b"\n")[:-1]:
             if not line.strip():
                 continue
@@ -352,14 +363,22 @@ class JsonRpcPeer:
                 message = loads(line)
             except ValueError:
                 return False
-            if type(message) is not dict or "method" in message or not is_request_id(message.get("id")):
+            if type(message) is not dict or not is_request_id(message.get("id")) or not leaves(message):
                 return False
-            pending = self._pending.get(message["id"])
-            if pending is None:
+            if "method" in message:  # a request, if `run` would start it: else it answers it, in order
+                request_id = message["id"]
+                if refusal(message) is not None or request_id in ids or self._over_capacity(request_id, len(ids)):
+                    return False
+                ids.add(request_id)
+            elif message["id"] not in self._pending:
                 return False
-            answered.append((pending, message))
-        for pending, message in answered:
-            pending.settle(message)
+            taken.append(message)
+        for message in taken:
+            if "method" in message:
+                params = message.get("params")
+                self._start(message["id"], message["method"], params if isinstance(params, dict) else None, on_request)
+            else:
+                self._pending[message["id"]].settle(message)
         return True
 
     async def _drain(self, seconds: float) -> None:
@@ -431,21 +450,24 @@ class JsonRpcPeer:
         if "id" not in message:
             await self._on_notification(method, params, on_notify)
             return
-        assert self._tg is not None
         refused = self._over_capacity(message["id"])
         if refused is not None:
             await self._send(refused)
             return
-        # Registered before the handler task runs: a cancellation read in the same chunk still finds it.
-        scope = self._handlers[message["id"]] = anyio.CancelScope()
-        self._start_handler(self._serve(message["id"], method, params, on_request, scope), scope)
+        self._start(message["id"], method, params, on_request)
 
-    def _over_capacity(self, request_id: Any) -> Message | None:
+    def _start(self, request_id: Any, method: str, params: dict[str, Any] | None, on_request: OnRequest) -> None:
+        # Registered before the handler task runs: a cancellation read in the same chunk still finds it.
+        scope = self._handlers[request_id] = anyio.CancelScope()
+        self._start_handler(self._serve(request_id, method, params, on_request, scope), scope)
+
+    def _over_capacity(self, request_id: Any, starting: int = 0) -> Message | None:
         """The error answer to a request we must not start, else None: its id is one still in flight
-        (its cancellation and answer would be ambiguous), or the peer has `max_in_flight` in flight."""
+        (its cancellation and answer would be ambiguous), or the peer has `max_in_flight` in flight
+        (counting `starting` more about to start)."""
         if request_id in self._handlers:
             return id_in_use(request_id)
-        if self._max_in_flight is not None and len(self._handlers) >= self._max_in_flight:
+        if self._max_in_flight is not None and len(self._handlers) + starting >= self._max_in_flight:
             message, data = too_many_in_flight(self._max_in_flight, self._in_flight_setting)
             return error_response(request_id, INTERNAL_ERROR, message, data)
         return None
@@ -646,7 +668,7 @@ async def stdio_peer(
             read = partial(read_chunk, stdout_fd) if reader is None else reader.read
             peer = JsonRpcPeer(read, write, id_prefix="gw", max_line_bytes=max_line_bytes, limit_setting=limit_setting)
             if reader is not None:
-                reader.take_now = peer.settle_answers
+                reader.take_now = peer.take_now
             yield peer
     finally:
         stdin_open = False

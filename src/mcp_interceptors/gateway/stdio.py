@@ -32,6 +32,7 @@ from mcp_interceptors.gateway.jsonrpc import (
     PARSE_ERROR,
     JsonRpcPeer,
     LineBuffer,
+    PipeChunks,
     encode_line,
     error_response,
     is_request_id,
@@ -254,11 +255,22 @@ class StdioFront:
         self._initialize_id: Any = None
         self.held_by_server = HeldRequests()
 
-    async def divert(self, message: dict[str, Any]) -> bool:
+    def leaves(self, message: dict[str, Any]) -> bool:
+        """Whether `divert` leaves `message` to the peer, told without awaiting: our own answers, and the
+        requests the session serves (not the handshake, the gateway's own methods, nor anything before
+        the handshake). Notifications are never left this way: `divert` looks at each."""
         method = message.get("method")
-        if method is None:  # an answer: ours, or to a request the mcp server sent
-            if self.peer.is_pending(message.get("id")):
-                return False
+        if method is None:
+            return self.peer.is_pending(message.get("id"))
+        if "id" not in message:
+            return False
+        return method != "initialize" and method not in LOCAL_METHODS and self._era_of(message) is not None
+
+    async def divert(self, message: dict[str, Any]) -> bool:
+        if self.leaves(message):
+            return False
+        method = message.get("method")
+        if method is None:  # an answer to a request the mcp server sent
             return await self._to_server(message)
         if "id" not in message:
             if method == "notifications/cancelled":
@@ -278,10 +290,7 @@ class StdioFront:
             self._initialize_id = message.get("id")
             params = message.get("params")
             self.client_params = params if isinstance(params, dict) else None
-            return await self._to_server(message)
-        if method in LOCAL_METHODS or self._era_of(message) is None:
-            return await self._to_server(message)
-        return False
+        return await self._to_server(message)  # the handshake, the gateway's own methods, or before the handshake
 
     def _era_of(self, message: dict[str, Any]) -> str | None:
         meta = (message.get("params") or {}).get("_meta")
@@ -397,14 +406,16 @@ async def serve_stdio_fast(gateway: Gateway, stdin_fd: int = 0, stdout_fd: int =
     write_fd, restore_out = _divert(stdout_fd, os.dup(2))
     try:
         async with pipe_reader(read_fd) as reader:
-            await _serve_fast(gateway, partial(read_chunk, read_fd) if reader is None else reader.read, write_fd)
+            await _serve_fast(gateway, reader, read_fd, write_fd)
     finally:
         restore_in()
         restore_out()
 
 
-async def _serve_fast(gateway: Gateway, read: Callable[[], Awaitable[bytes]], write_fd: int) -> None:
-    """Serve on `read` and the non-blocking `write_fd` until end of input (see `serve_stdio_fast`)."""
+async def _serve_fast(gateway: Gateway, reader: PipeChunks | None, read_fd: int, write_fd: int) -> None:
+    """Serve on `reader` (plain reads of `read_fd` without one) and the non-blocking `write_fd` until end
+    of input (see `serve_stdio_fast`)."""
+    read: Callable[[], Awaitable[bytes]] = partial(read_chunk, read_fd) if reader is None else reader.read
     if not gateway.connected:
         read = await connect_for_first_message(gateway, read, partial(write_all, write_fd))
     peer = JsonRpcPeer(
@@ -416,6 +427,8 @@ async def _serve_fast(gateway: Gateway, read: Callable[[], Awaitable[bytes]], wr
         max_in_flight=gateway.config.stdio.max_requests_in_flight,
         in_flight_setting="stdio.max_requests_in_flight",
     )
+    if reader is not None:
+        reader.take_now = peer.take_now
     to_server, server_in = anyio.create_memory_object_stream[Any](32)
     server_out, from_server = anyio.create_memory_object_stream[SessionMessage](32)
     front = StdioFront(gateway, peer, to_server)
@@ -434,7 +447,7 @@ async def _serve_fast(gateway: Gateway, read: Callable[[], Awaitable[bytes]], wr
     async with anyio.create_task_group() as tg:
         tg.start_soon(run_server)
         tg.start_soon(relay)
-        await peer.run(front.on_request, front.on_notify, divert=front.divert, drain_s=drain_s)
+        await peer.run(front.on_request, front.on_notify, divert=front.divert, leaves=front.leaves, drain_s=drain_s)
         if peer.input_ended_at is not None:  # the same time budget for what mcp's server holds
             await front.held_by_server.wait(peer.input_ended_at + drain_s - anyio.current_time())
         # End of input for mcp's server too: it answers what it still holds with an error.

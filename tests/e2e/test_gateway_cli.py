@@ -366,6 +366,18 @@ async def test_stdio_gateway_answers_the_requests_read_before_end_of_input(era: 
     assert answers[3]["result"]["content"][0]["text"] == "key [REDACTED:aws_access_key]"
 
 
+async def test_stdio_gateway_reads_requests_from_a_regular_file(tmp_path: Path) -> None:
+    """`gateway < requests.jsonl`: stdin may be a file, which the loop cannot watch as it does a pipe
+    (uvloop aborts the process if asked to): the gateway reads it the plain way and answers everything."""
+    requests = tmp_path / "requests.jsonl"
+    requests.write_bytes(_lines(_call(2, "echo", {"text": "from a file"}, _MODERN_META)))
+    argv = cli_argv("gateway", "--", sys.executable, UPSTREAM)
+    with requests.open("rb") as stdin, anyio.fail_after(60):
+        done = await anyio.run_process(argv, stdin=stdin, env=gateway_env(), check=False)
+    assert done.returncode == 0, done.stderr.decode()
+    assert _answers(done.stdout)[2]["result"]["content"][0]["text"] == "from a file"
+
+
 async def test_stdio_gateway_answers_32000_when_a_request_outlasts_the_drain_timeout(
     write_config: ConfigWriter, tmp_path: Path
 ) -> None:

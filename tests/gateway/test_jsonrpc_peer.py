@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from typing import Any
 
 import anyio
@@ -79,3 +80,45 @@ async def test_at_end_of_input_a_drain_answers_requests_read_and_fails_ours_to_t
     assert answers[3]["error"]["code"] == -32000
     assert "did not finish within 0.5 s" in answers[3]["error"]["message"]
     assert not [message for message in written if message.get("method") == "sampling/createMessage"]
+
+
+async def test_take_now_starts_whole_chunks_of_requests_and_leaves_anything_else_to_run() -> None:
+    """`take_now` handles a chunk only if `run` would start every line of it as it stands; otherwise the chunk
+    is left whole (nothing started) for `run`, which refuses, cancels or diverts in order."""
+    started: list[Any] = []
+    never = anyio.Event()
+
+    async def read() -> bytes:
+        await never.wait()
+        return b""
+
+    async def write(data: bytes) -> None:
+        return None
+
+    async def on_request(request_id: Any, method: str, params: dict[str, Any] | None) -> Any:
+        started.append(request_id)
+        await anyio.sleep_forever()
+
+    def request(request_id: Any, method: str = "tools/call") -> bytes:
+        return b'{"jsonrpc": "2.0", "id": %s, "method": "%s", "params": {}}\n' % (
+            json.dumps(request_id).encode(),
+            method.encode(),
+        )
+
+    peer = JsonRpcPeer(read, write, max_in_flight=3)
+    with anyio.fail_after(5):
+        async with anyio.create_task_group() as tg:
+            await tg.start(peer.run, on_request, _ignore)
+            assert not peer.take_now(request(1)[:-5])  # a partial line
+            assert not peer.take_now(request(1) + b'{"jsonrpc": "2.0", "method": "notifications/cancelled"}\n')
+            assert not peer.take_now(request(1) + request(1))  # the second reuses the first's id
+            assert not peer.take_now(request(1) + b'{"jsonrpc": "2.0", "id": 9, "method": "x", "params": []}\n')
+            assert not peer.take_now(b'{"jsonrpc": "2.0", "id": "gw-1", "result": {}}\n')  # not an answer we await
+            await anyio.sleep(0.01)
+            assert started == [] and not peer.is_serving(1)
+            assert peer.take_now(request(1) + b"\n" + request("two"))
+            assert peer.is_serving(1) and peer.is_serving("two")
+            assert not peer.take_now(request(3) + request(4))  # past max_in_flight: run refuses the fourth
+            await anyio.sleep(0.01)
+            assert started == [1, "two"]
+            tg.cancel_scope.cancel()

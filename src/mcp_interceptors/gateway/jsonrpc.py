@@ -11,10 +11,12 @@ import asyncio
 import json
 import logging
 import os
-from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
+import stat
+from collections import deque
+from collections.abc import AsyncIterator, Awaitable, Callable, Coroutine, Mapping
 from contextlib import asynccontextmanager, nullcontext, suppress
-from dataclasses import dataclass, field
-from typing import Any
+from functools import partial
+from typing import Any, cast
 
 import anyio
 import anyio.abc
@@ -33,6 +35,8 @@ OnNotify = Callable[[Any, str, dict[str, Any] | None], Awaitable[None]]
 OnForeign = Callable[[Message], Awaitable[None]]
 #: Claims a message before the peer looks at it (True: someone else answers it).
 Divert = Callable[[Message], Awaitable[bool]]
+#: Whether a `Divert` would leave a message to the peer, told without awaiting (False: ask the `Divert`).
+Leaves = Callable[[Message], bool]
 ReadChunk = Callable[[], Awaitable[bytes]]
 WriteBytes = Callable[[bytes], Awaitable[None]]
 
@@ -46,6 +50,7 @@ INTERNAL_ERROR = -32603
 DEFAULT_MAX_LINE_BYTES = 64 * 1024 * 1024
 #: How many of the peer's requests we serve at once unless told otherwise; more are refused, not queued.
 DEFAULT_MAX_IN_FLIGHT = 1000
+_CHUNK = 1 << 16
 
 
 def loads(line: bytes) -> Any:
@@ -129,6 +134,11 @@ class LineBuffer:
         self._size = 0
         self._max = max_line_bytes
 
+    @property
+    def empty(self) -> bool:
+        """Whether no part of a line is held (the next chunk starts a line)."""
+        return not self._parts
+
     def take(self, chunk: bytes) -> tuple[list[bytes], LineTooLongError | None]:
         """`feed`, for a reader that serves the complete lines before it hangs up on one too long."""
         try:
@@ -158,17 +168,34 @@ class LineBuffer:
         return completed
 
 
-@dataclass
 class _Pending:
-    done: anyio.Event = field(default_factory=anyio.Event)
-    outcome: Message | None = None
-    on_progress: Any = None
+    """One of our requests awaiting its outcome."""
+
+    __slots__ = ("_done", "on_progress", "outcome")
+
+    def __init__(self, loop: asyncio.AbstractEventLoop | None, on_progress: Any = None) -> None:
+        self.outcome: Message | None = None
+        self.on_progress = on_progress
+        # A bare future on asyncio: anyio's Event wraps asyncio's, which makes a future per wait on top.
+        self._done: asyncio.Future[None] | anyio.Event = anyio.Event() if loop is None else loop.create_future()
 
     def settle(self, outcome: Message) -> None:
         """End the wait with `outcome`; the first one stands (an answer, the deadline or the connection closing)."""
-        if not self.done.is_set():
+        done = self._done
+        if isinstance(done, asyncio.Future):
+            if not done.done():
+                self.outcome = outcome
+                done.set_result(None)
+        elif not done.is_set():
             self.outcome = outcome
-            self.done.set()
+            done.set()
+
+    async def wait(self) -> None:
+        done = self._done
+        if isinstance(done, asyncio.Future):
+            await done
+        else:
+            await done.wait()
 
     def time_out(self) -> None:
         self.settle(_TIMED_OUT)
@@ -207,10 +234,19 @@ class JsonRpcPeer:
         self._next = 0
         self._pending: dict[Any, _Pending] = {}
         self._handlers: dict[Any, anyio.CancelScope] = {}
+        #: The handler tasks still running (on asyncio), each with its scope; see `_start_handler`.
+        self._tasks: dict[asyncio.Task[None], anyio.CancelScope] = {}
         # Lines stay whole against our own writers; taking a free lock need not also yield to the loop (a
-        # scheduling round trip on each of the two sends every forwarded call makes).
-        self._write_lock = anyio.Lock(fast_acquire=True)
+        # scheduling round trip on each of the two sends every forwarded call makes). asyncio's own lock where
+        # it runs: anyio's adds a task lookup and a cancellation check to every free acquire.
+        self._write_lock: asyncio.Lock | anyio.Lock = (
+            anyio.Lock(fast_acquire=True) if _asyncio_loop() is None else asyncio.Lock()
+        )
         self._closed = False
+        self._buffer = LineBuffer(max_line_bytes)
+        #: What `run` was given, for `take_now`; None outside `run`.
+        self._on_request: OnRequest | None = None
+        self._leaves: Leaves | None = None
         self._tg: anyio.abc.TaskGroup | None = None
         self._max_line_bytes = max_line_bytes
         #: The configuration key that sets `max_line_bytes`, named in the error a longer message gets.
@@ -236,19 +272,23 @@ class JsonRpcPeer:
         *,
         on_foreign: OnForeign | None = None,
         divert: Divert | None = None,
+        leaves: Leaves | None = None,
         drain_s: float = 0.0,
         task_status: anyio.abc.TaskStatus[None] = anyio.TASK_STATUS_IGNORED,
     ) -> None:
         """Read and dispatch until end of input; then every pending request fails as closed.
 
         With `drain_s`, the peer's requests already read at end of input have that long to finish and
-        be answered (see `_drain`); otherwise they are cancelled unanswered.
+        be answered (see `_drain`); otherwise they are cancelled unanswered. With a `divert`, `leaves`
+        lets `take_now` handle the messages it says `divert` would leave to the peer.
         """
         try:
             async with anyio.create_task_group() as tg:
                 self._tg = tg
+                self._on_request = on_request
+                self._leaves = (lambda message: True) if divert is None else leaves
                 task_status.started()
-                buffer = LineBuffer(self._max_line_bytes)
+                buffer = self._buffer
                 while True:
                     chunk = await self._read()
                     if not chunk:
@@ -264,13 +304,82 @@ class JsonRpcPeer:
                         break
                 tg.cancel_scope.cancel()
         finally:
+            self._on_request = self._leaves = None
+            await self._end_handlers()
             self._close_pending()
+
+    def _start_handler(self, coro: Coroutine[Any, Any, None], scope: anyio.CancelScope) -> None:
+        """Run a handler in a task of its own: a bare asyncio task where asyncio runs (anyio's `start_soon`
+        costs several times as much, on every request), kept here so `run` cancels and awaits it as a task
+        group would."""
+        loop = _asyncio_loop()
+        if loop is None:
+            assert self._tg is not None
+            self._tg.start_soon(lambda: coro)
+            return
+        task = loop.create_task(coro)
+        self._tasks[task] = scope
+        task.add_done_callback(self._handler_done)
+
+    def _handler_done(self, task: asyncio.Task[None]) -> None:
+        del self._tasks[task]
+        if not task.cancelled() and (exc := task.exception()) is not None:  # `_serve` lets only BaseExceptions out
+            logger.error("request handler task failed", exc_info=exc)
+
+    async def _end_handlers(self) -> None:
+        """The handlers still running are cancelled (nobody waits for their answers now) and awaited."""
+        if not self._tasks:
+            return
+        for scope in self._tasks.values():
+            scope.cancel()
+        with anyio.CancelScope(shield=True):
+            await asyncio.wait(list(self._tasks))
 
     def _close_pending(self) -> None:
         """Nothing more can be read: our requests still waiting fail as closed, and so does any new one."""
         self._closed = True
         for pending in self._pending.values():
             pending.settle({"error": {"code": CONNECTION_CLOSED, "message": "Connection closed"}})
+
+    def take_now(self, chunk: bytes) -> bool:
+        """Handle at once a chunk of whole lines that are all answers to our requests in flight or requests
+        to serve (each started in its handler task), and say so; anything else leaves the chunk, untouched,
+        to `run` (False): a notification, a line to refuse, a request to refuse or to divert, a partial line.
+
+        For a reader that calls it only while `run` waits for input with every line before dispatched: these
+        messages then need no turn of the reading task, and are handled in the order `run` would.
+        """
+        leaves, on_request = self._leaves, self._on_request
+        if leaves is None or on_request is None or self._closed or self._draining or not chunk.endswith(b"\n"):
+            return False
+        if not self._buffer.empty or (self._max_line_bytes is not None and len(chunk) > self._max_line_bytes):
+            return False
+        taken: list[Message] = []
+        ids: set[Any] = set()
+        for line in chunk.split(b"\n")[:-1]:
+            if not line.strip():
+                continue
+            try:
+                message = loads(line)
+            except ValueError:
+                return False
+            if type(message) is not dict or not is_request_id(message.get("id")) or not leaves(message):
+                return False
+            if "method" in message:  # a request, if `run` would start it: else it answers it, in order
+                request_id = message["id"]
+                if refusal(message) is not None or request_id in ids or self._over_capacity(request_id, len(ids)):
+                    return False
+                ids.add(request_id)
+            elif message["id"] not in self._pending:
+                return False
+            taken.append(message)
+        for message in taken:
+            if "method" in message:
+                params = message.get("params")
+                self._start(message["id"], message["method"], params if isinstance(params, dict) else None, on_request)
+            else:
+                self._pending[message["id"]].settle(message)
+        return True
 
     async def _drain(self, seconds: float) -> None:
         """End of input with the peer's requests in flight: a client that writes its requests and closes its
@@ -341,21 +450,24 @@ class JsonRpcPeer:
         if "id" not in message:
             await self._on_notification(method, params, on_notify)
             return
-        assert self._tg is not None
         refused = self._over_capacity(message["id"])
         if refused is not None:
             await self._send(refused)
             return
-        # Registered before the handler task runs: a cancellation read in the same chunk still finds it.
-        scope = self._handlers[message["id"]] = anyio.CancelScope()
-        self._tg.start_soon(self._serve, message["id"], method, params, on_request, scope)
+        self._start(message["id"], method, params, on_request)
 
-    def _over_capacity(self, request_id: Any) -> Message | None:
+    def _start(self, request_id: Any, method: str, params: dict[str, Any] | None, on_request: OnRequest) -> None:
+        # Registered before the handler task runs: a cancellation read in the same chunk still finds it.
+        scope = self._handlers[request_id] = anyio.CancelScope()
+        self._start_handler(self._serve(request_id, method, params, on_request, scope), scope)
+
+    def _over_capacity(self, request_id: Any, starting: int = 0) -> Message | None:
         """The error answer to a request we must not start, else None: its id is one still in flight
-        (its cancellation and answer would be ambiguous), or the peer has `max_in_flight` in flight."""
+        (its cancellation and answer would be ambiguous), or the peer has `max_in_flight` in flight
+        (counting `starting` more about to start)."""
         if request_id in self._handlers:
             return id_in_use(request_id)
-        if self._max_in_flight is not None and len(self._handlers) >= self._max_in_flight:
+        if self._max_in_flight is not None and len(self._handlers) + starting >= self._max_in_flight:
             message, data = too_many_in_flight(self._max_in_flight, self._in_flight_setting)
             return error_response(request_id, INTERNAL_ERROR, message, data)
         return None
@@ -418,7 +530,8 @@ class JsonRpcPeer:
         opts = opts or {}
         self._next += 1
         request_id = f"{self._prefix}-{self._next}"
-        pending = _Pending(on_progress=opts.get("on_progress"))
+        loop = _asyncio_loop()
+        pending = _Pending(loop, opts.get("on_progress"))
         body = dict(params) if params is not None else None
         if pending.on_progress is not None:
             body = dict(body or {})
@@ -432,15 +545,15 @@ class JsonRpcPeer:
             await self._send(message)
             timeout = opts.get("timeout")
             if timeout is None:
-                await pending.done.wait()
-            elif (loop := _asyncio_loop()) is not None:
+                await pending.wait()
+            elif loop is not None:
                 # A timer that answers the request itself: a deadline cancel scope costs several times as much
                 # (its own timer, task bookkeeping and a scope on each side of the wait), on every call.
                 timer = loop.call_later(timeout, pending.time_out)
-                await pending.done.wait()
+                await pending.wait()
             else:
                 with anyio.fail_after(timeout):
-                    await pending.done.wait()
+                    await pending.wait()
             if pending.outcome is _TIMED_OUT:
                 raise TimeoutError
         except TimeoutError:
@@ -526,26 +639,23 @@ async def stdio_peer(
     then terminated, then killed, each step bounded. A line from it longer than `max_line_bytes` ends
     the connection (see `JsonRpcPeer`)."""
     environment = {**get_default_environment(), **(env or {})}
-    # Its stdin is a pipe we write with `write_all`: anyio's process stream adds a checkpoint and a
-    # scheduling round trip to every write, a measurable share of each forwarded call.
+    # Its stdin and stdout are pipes of ours: anyio's process streams add a checkpoint and a scheduling round
+    # trip to every write, and layers of stream wrappers to every read, a measurable share of each call.
     child_stdin, stdin_fd = os.pipe()
+    stdout_fd, child_stdout = os.pipe()
     try:
-        process = await anyio.open_process([command, *args], stdin=child_stdin, env=environment, cwd=cwd, stderr=None)
+        process = await anyio.open_process(
+            [command, *args], stdin=child_stdin, stdout=child_stdout, env=environment, cwd=cwd, stderr=None
+        )
     except BaseException:
         os.close(stdin_fd)
+        os.close(stdout_fd)
         raise
     finally:
         os.close(child_stdin)
+        os.close(child_stdout)
     os.set_blocking(stdin_fd, False)
-    assert process.stdout is not None
-    stdout = process.stdout
-
-    async def read() -> bytes:
-        try:
-            return await stdout.receive(1 << 16)
-        except (anyio.EndOfStream, anyio.ClosedResourceError, anyio.BrokenResourceError):
-            return b""
-
+    os.set_blocking(stdout_fd, False)
     stdin_open = True
 
     async def write(data: bytes) -> None:
@@ -554,13 +664,121 @@ async def stdio_peer(
         await write_all(stdin_fd, data)
 
     try:
-        yield JsonRpcPeer(read, write, id_prefix="gw", max_line_bytes=max_line_bytes, limit_setting=limit_setting)
+        async with pipe_reader(stdout_fd) as reader:
+            read = partial(read_chunk, stdout_fd) if reader is None else reader.read
+            peer = JsonRpcPeer(read, write, id_prefix="gw", max_line_bytes=max_line_bytes, limit_setting=limit_setting)
+            if reader is not None:
+                reader.take_now = peer.take_now
+            yield peer
     finally:
         stdin_open = False
         anyio.notify_closing(stdin_fd)  # a write waiting on a full pipe ends as closed
         os.close(stdin_fd)  # its end of input: a polite server exits
+        anyio.notify_closing(stdout_fd)  # a fallback read waiting on it ends
+        os.close(stdout_fd)
         with anyio.CancelScope(shield=True):
             await _stop(process)
+
+
+async def read_chunk(fd: int) -> bytes:
+    """What the non-blocking `fd` has (b"" at end of input), waiting until it has something."""
+    while True:
+        try:
+            return os.read(fd, _CHUNK)
+        except BlockingIOError:
+            await anyio.wait_readable(fd)
+
+
+#: How much a pipe reader holds unread before it stops reading the pipe (the writer then waits on it).
+_PAUSE_READING_AT = 1 << 20
+
+
+class PipeChunks(asyncio.Protocol):
+    """What the loop reads from a pipe, held until `read` takes it."""
+
+    def __init__(self, loop: asyncio.AbstractEventLoop) -> None:
+        self._loop = loop
+        #: Offered each chunk that arrives while `read` waits (nothing held); True: it took the chunk itself.
+        self.take_now: Callable[[bytes], bool] | None = None
+        self._chunks: deque[bytes] = deque()
+        self._held = 0
+        self._ended = False
+        self._waiter: asyncio.Future[None] | None = None
+        self._transport: asyncio.ReadTransport | None = None
+        self._paused = False
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        self._transport = cast(asyncio.ReadTransport, transport)  # uvloop's is one, though not a subclass
+
+    def data_received(self, data: bytes) -> None:
+        waiter = self._waiter
+        if waiter is not None and not waiter.done() and self.take_now is not None and self.take_now(data):
+            return
+        self._chunks.append(data)
+        self._held += len(data)
+        if self._held > _PAUSE_READING_AT and not self._paused and self._transport is not None:
+            self._paused = True  # a reader that falls behind holds the writer back, as the pipe itself would
+            self._transport.pause_reading()
+        self._wake()
+
+    def eof_received(self) -> bool:
+        self._ended = True
+        self._wake()
+        return False
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self._ended = True
+        self._wake()
+
+    def _wake(self) -> None:
+        waiter = self._waiter
+        if waiter is not None and not waiter.done():
+            waiter.set_result(None)
+
+    async def read(self) -> bytes:
+        """All that arrived since the last read (b"" at end of input), waiting for some if there is none."""
+        while not self._chunks:
+            if self._ended:
+                return b""
+            self._waiter = self._loop.create_future()
+            try:
+                await self._waiter
+            finally:
+                self._waiter = None
+        chunk = self._chunks.popleft() if len(self._chunks) == 1 else b"".join(self._chunks)
+        self._chunks.clear()
+        self._held = 0
+        if self._paused and self._transport is not None:
+            self._paused = False
+            self._transport.resume_reading()
+        return chunk
+
+
+@asynccontextmanager
+async def pipe_reader(fd: int) -> AsyncIterator[PipeChunks | None]:
+    """A reader (its `read` is a `ReadChunk`) for the pipe or socket `fd` (left open: the reader works on a
+    duplicate), or None for anything else (a regular file, a terminal) or a loop other than asyncio's.
+
+    The loop reads the pipe as data comes and hands it over in one step: waiting with `anyio.wait_readable`
+    instead registers and unregisters the descriptor with the loop on every read, and anyio's process
+    streams add their own layers, a measurable share of each message a gateway forwards.
+    """
+    loop = _asyncio_loop()
+    mode = os.fstat(fd).st_mode
+    if loop is None or not (stat.S_ISFIFO(mode) or stat.S_ISSOCK(mode)):  # uvloop aborts on a regular file
+        yield None
+        return
+    chunks = PipeChunks(loop)
+    pipe = os.fdopen(os.dup(fd), "rb", buffering=0)
+    try:
+        transport, _ = await loop.connect_read_pipe(lambda: chunks, pipe)
+    except BaseException:
+        pipe.close()
+        raise
+    try:
+        yield chunks
+    finally:
+        transport.close()
 
 
 async def write_all(fd: int, data: bytes) -> None:

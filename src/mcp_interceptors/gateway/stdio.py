@@ -32,10 +32,13 @@ from mcp_interceptors.gateway.jsonrpc import (
     PARSE_ERROR,
     JsonRpcPeer,
     LineBuffer,
+    PipeChunks,
     encode_line,
     error_response,
     is_request_id,
     loads,
+    pipe_reader,
+    read_chunk,
     refusal,
     write_all,
 )
@@ -45,7 +48,6 @@ from mcp_interceptors.protocol.errors import InterceptorsError
 if TYPE_CHECKING:
     from mcp_interceptors.gateway.server import Gateway
 
-_CHUNK = 1 << 16
 #: How long a stdio gateway waits for its client's first message before connecting its upstreams.
 FIRST_MESSAGE_WAIT_S = 2.0
 #: How long `serve` lets the requests read before end of input finish (the gateway's is `stdio.drain_timeout_ms`).
@@ -144,7 +146,7 @@ async def _read_lines(
 ) -> None:
     buffer = LineBuffer(DEFAULT_MAX_LINE_BYTES)
     async with sink, replies:
-        while chunk := await _read_chunk(fd):  # b"" at EOF: the client is done sending
+        while chunk := await read_chunk(fd):  # b"" at EOF: the client is done sending
             lines, too_long = buffer.take(chunk)
             for line in lines:
                 if line.strip():
@@ -253,11 +255,22 @@ class StdioFront:
         self._initialize_id: Any = None
         self.held_by_server = HeldRequests()
 
-    async def divert(self, message: dict[str, Any]) -> bool:
+    def leaves(self, message: dict[str, Any]) -> bool:
+        """Whether `divert` leaves `message` to the peer, told without awaiting: our own answers, and the
+        requests the session serves (not the handshake, the gateway's own methods, nor anything before
+        the handshake). Notifications are never left this way: `divert` looks at each."""
         method = message.get("method")
-        if method is None:  # an answer: ours, or to a request the mcp server sent
-            if self.peer.is_pending(message.get("id")):
-                return False
+        if method is None:
+            return self.peer.is_pending(message.get("id"))
+        if "id" not in message:
+            return False
+        return method != "initialize" and method not in LOCAL_METHODS and self._era_of(message) is not None
+
+    async def divert(self, message: dict[str, Any]) -> bool:
+        if self.leaves(message):
+            return False
+        method = message.get("method")
+        if method is None:  # an answer to a request the mcp server sent
             return await self._to_server(message)
         if "id" not in message:
             if method == "notifications/cancelled":
@@ -277,10 +290,7 @@ class StdioFront:
             self._initialize_id = message.get("id")
             params = message.get("params")
             self.client_params = params if isinstance(params, dict) else None
-            return await self._to_server(message)
-        if method in LOCAL_METHODS or self._era_of(message) is None:
-            return await self._to_server(message)
-        return False
+        return await self._to_server(message)  # the handshake, the gateway's own methods, or before the handshake
 
     def _era_of(self, message: dict[str, Any]) -> str | None:
         meta = (message.get("params") or {}).get("_meta")
@@ -395,52 +405,53 @@ async def serve_stdio_fast(gateway: Gateway, stdin_fd: int = 0, stdout_fd: int =
     read_fd, restore_in = _divert(stdin_fd, os.open(os.devnull, os.O_RDONLY))
     write_fd, restore_out = _divert(stdout_fd, os.dup(2))
     try:
-        read: Callable[[], Awaitable[bytes]] = partial(_read_chunk, read_fd)
-        if not gateway.connected:
-            read = await connect_for_first_message(gateway, read, partial(write_all, write_fd))
-        peer = JsonRpcPeer(
-            read,
-            partial(write_all, write_fd),
-            id_prefix="gw",
-            max_line_bytes=gateway.config.stdio.max_message_bytes,
-            limit_setting="stdio.max_message_bytes",
-            max_in_flight=gateway.config.stdio.max_requests_in_flight,
-            in_flight_setting="stdio.max_requests_in_flight",
-        )
-        to_server, server_in = anyio.create_memory_object_stream[Any](32)
-        server_out, from_server = anyio.create_memory_object_stream[SessionMessage](32)
-        front = StdioFront(gateway, peer, to_server)
-        server = gateway.server
-        relayed = anyio.Event()
-
-        async def run_server() -> None:
-            async with server_out:  # its end ends the relay, once the relay has written everything
-                await server.run(server_in, server_out, server.create_initialization_options())
-
-        async def relay() -> None:
-            await front.from_server(from_server)
-            relayed.set()
-
-        drain_s = gateway.config.stdio.drain_timeout_ms / 1000
-        async with anyio.create_task_group() as tg:
-            tg.start_soon(run_server)
-            tg.start_soon(relay)
-            await peer.run(front.on_request, front.on_notify, divert=front.divert, drain_s=drain_s)
-            if peer.input_ended_at is not None:  # the same time budget for what mcp's server holds
-                await front.held_by_server.wait(peer.input_ended_at + drain_s - anyio.current_time())
-            # End of input for mcp's server too: it answers what it still holds with an error.
-            await to_server.aclose()
-            with anyio.move_on_after(drain_s):
-                await relayed.wait()
-            tg.cancel_scope.cancel()
+        async with pipe_reader(read_fd) as reader:
+            await _serve_fast(gateway, reader, read_fd, write_fd)
     finally:
         restore_in()
         restore_out()
 
 
-async def _read_chunk(fd: int) -> bytes:
-    while True:
-        try:
-            return os.read(fd, _CHUNK)
-        except BlockingIOError:
-            await anyio.wait_readable(fd)
+async def _serve_fast(gateway: Gateway, reader: PipeChunks | None, read_fd: int, write_fd: int) -> None:
+    """Serve on `reader` (plain reads of `read_fd` without one) and the non-blocking `write_fd` until end
+    of input (see `serve_stdio_fast`)."""
+    read: Callable[[], Awaitable[bytes]] = partial(read_chunk, read_fd) if reader is None else reader.read
+    if not gateway.connected:
+        read = await connect_for_first_message(gateway, read, partial(write_all, write_fd))
+    peer = JsonRpcPeer(
+        read,
+        partial(write_all, write_fd),
+        id_prefix="gw",
+        max_line_bytes=gateway.config.stdio.max_message_bytes,
+        limit_setting="stdio.max_message_bytes",
+        max_in_flight=gateway.config.stdio.max_requests_in_flight,
+        in_flight_setting="stdio.max_requests_in_flight",
+    )
+    if reader is not None:
+        reader.take_now = peer.take_now
+    to_server, server_in = anyio.create_memory_object_stream[Any](32)
+    server_out, from_server = anyio.create_memory_object_stream[SessionMessage](32)
+    front = StdioFront(gateway, peer, to_server)
+    server = gateway.server
+    relayed = anyio.Event()
+
+    async def run_server() -> None:
+        async with server_out:  # its end ends the relay, once the relay has written everything
+            await server.run(server_in, server_out, server.create_initialization_options())
+
+    async def relay() -> None:
+        await front.from_server(from_server)
+        relayed.set()
+
+    drain_s = gateway.config.stdio.drain_timeout_ms / 1000
+    async with anyio.create_task_group() as tg:
+        tg.start_soon(run_server)
+        tg.start_soon(relay)
+        await peer.run(front.on_request, front.on_notify, divert=front.divert, leaves=front.leaves, drain_s=drain_s)
+        if peer.input_ended_at is not None:  # the same time budget for what mcp's server holds
+            await front.held_by_server.wait(peer.input_ended_at + drain_s - anyio.current_time())
+        # End of input for mcp's server too: it answers what it still holds with an error.
+        await to_server.aclose()
+        with anyio.move_on_after(drain_s):
+            await relayed.wait()
+        tg.cancel_scope.cancel()

@@ -618,6 +618,19 @@ class Chain:
         plan = self.plan(
             event, phase, direction=direction, interceptors=interceptors, protocol_version=protocol_version
         )
+        return await self.run_plan(plan, payload, config=config, context=context, timeout_ms=timeout_ms)
+
+    async def run_plan(
+        self,
+        plan: Plan,
+        payload: Any,
+        *,
+        config: Mapping[str, Mapping[str, Any]] | None = None,
+        context: InvocationContext | Mapping[str, Any] | None = None,
+        timeout_ms: float | None = None,
+    ) -> ChainResult:
+        """`execute` of a plan this chain made (`plan`), for a caller that already has it: a gateway asks
+        for the plan to learn whether a leg is governed at all. Its parameters are checked as `execute`'s."""
         if config is not None and not isinstance(config, Mapping):
             reason = f"config must map interceptor names to config objects, got {type(config).__name__}"
             raise ChainParamsError(reason, data={"field": "config", "reason": reason})
@@ -635,15 +648,9 @@ class Chain:
         if context is not None:
             ctx = context if isinstance(context, InvocationContext) else InvocationContext.model_validate(context)
             ctx = ctx.stamped()
+        # Positional: keyword arguments cost a call several times more (once per message).
         return await execute_plan(
-            plan,
-            payload,
-            self._sources,
-            config=config,
-            context=ctx,
-            timeout_ms=deadline_ms,
-            severity_rule=self.severity_rule,
-            deadline_always_blocks=self.deadline_always_blocks,
+            plan, payload, self._sources, config, ctx, deadline_ms, self.severity_rule, self.deadline_always_blocks
         )
 
     def _direction(self, event: str, phase: Phase, direction: Direction | None) -> Direction:

@@ -17,6 +17,7 @@ from mcp import MCPError
 
 from mcp_interceptors.gateway.recording import CallRecord, Leg
 from mcp_interceptors.invoker import Chain, chain_error, invalid_payload_error, payload_problem
+from mcp_interceptors.planning import Plan
 from mcp_interceptors.protocol.events import CLIENT_INITIATED_EVENTS, SERVER_INITIATED_EVENTS, Direction, Phase
 from mcp_interceptors.protocol.invoke import InvocationContext
 
@@ -49,13 +50,18 @@ class Governor:
 
     def is_governed(self, event: str, phase: Phase) -> bool:
         """Whether any interceptor would run: lets the hot path skip building payloads."""
+        return self._plans(event, phase) is not None
+
+    def _plans(self, event: str, phase: Phase) -> list[Plan] | None:
+        """The plan at each configured point in turn, or None when no interceptor would run at any."""
         if event not in GOVERNED_EVENTS:
-            return False
+            return None
         plan = self.chain.plan
-        for direction in self.directions:  # noqa: SIM110 - any() over a generator costs more, on every message
-            if plan(event, phase, direction=direction).batches:
-                return True
-        return False
+        plans = [plan(event, phase, direction=direction) for direction in self.directions]
+        for each in plans:  # noqa: SIM110 - any() over a generator costs more, on every message
+            if each.batches:
+                return plans
+        return None
 
     async def govern_request(
         self,
@@ -71,11 +77,12 @@ class Governor:
         With a `record`, the approved leg waits there for its dispatch; a denial is recorded at once.
         """
         payload = {"method": event, "params": dict(params) if params is not None else {}}
-        if not self.is_governed(event, "request"):
+        plans = self._plans(event, "request")
+        if plans is None:
             if record is not None and record.enabled:
                 record.approved_request(Leg(event, "request", None, payload))
             return dict(params) if params is not None else None
-        governed = await self._run(event, "request", payload, context, record)
+        governed = await self._run(plans, event, "request", payload, context, record)
         out = governed.get("params") if isinstance(governed, Mapping) else None
         return dict(out) if isinstance(out, Mapping) else {}
 
@@ -83,27 +90,28 @@ class Governor:
         self, event: str, result: dict[str, Any], context: InvocationContext, record: CallRecord | None = None
     ) -> dict[str, Any]:
         """Run the response chain on a success result (errors are never intercepted)."""
-        if not self.is_governed(event, "response"):
+        plans = self._plans(event, "response")
+        if plans is None:
             if record is not None and record.enabled:
                 await record.answered(Leg(event, "response", None, result), result)
             return result
-        governed = await self._run(event, "response", result, context, record)
+        governed = await self._run(plans, event, "response", result, context, record)
         return dict(governed)
 
     async def _run(
-        self, event: str, phase: Phase, payload: Any, context: InvocationContext, record: CallRecord | None
+        self,
+        plans: list[Plan],
+        event: str,
+        phase: Phase,
+        payload: Any,
+        context: InvocationContext,
+        record: CallRecord | None,
     ) -> Any:
-        """The chain at each configured point in turn; the first block stops the message."""
-        for direction in self.directions:
+        """The chain at each configured point (`plans`) in turn; the first block stops the message."""
+        for plan in plans:
             given = payload  # what the last point's chain was given: the leg's recorded input
-            result = await self.chain.execute(
-                event,
-                phase,
-                payload,
-                direction=direction,
-                context=context,
-                timeout_ms=self.deadline_ms,
-                config=self.config,
+            result = await self.chain.run_plan(
+                plan, payload, config=self.config, context=context, timeout_ms=self.deadline_ms
             )
             if self.metrics is not None:
                 self.metrics.chain_ran(result)

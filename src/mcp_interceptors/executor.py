@@ -186,7 +186,7 @@ async def execute_plan(
     deadline = clock() + timeout_ms / 1000 if timeout_ms is not None else None
     handover = None
     if still is not None:
-        ran = await still.run(payload, config or {}, context, deadline, clock, severity_rule)
+        ran = await still.run(payload, config or {}, context, deadline, severity_rule)
         if isinstance(ran, _Handover):
             handover = ran
         else:  # nothing blocked, failed or was malformed
@@ -315,25 +315,27 @@ class _StillPlan:
         config: Mapping[str, Mapping[str, Any]],
         context: InvocationContext | None,
         deadline: float | None,
-        clock: Callable[[], float],
         rule: SeverityRule,
     ) -> tuple[Any, list[InterceptorResult], bool] | _Handover:
         """`(final payload, results, whether a verdict has findings)` of a run that took the common path
-        throughout, else its handover."""
+        throughout, else its handover. `deadline` is on `time.perf_counter`'s clock."""
         current = payload
         answers: list[InterceptorResult] = []
         findings = False  # whether the validation summary counts anything (`planning.summary_of`)
         # Validators of a pass all see its input: with mutations applied in turn, plan order is all it takes.
+        # One clock read between two invocations: the end of one is the start of the next.
+        now = time.perf_counter()
         for item in self.steps:
-            if deadline is not None and clock() > deadline:  # nothing starts past the deadline (R60)
+            if deadline is not None and now > deadline:  # nothing starts past the deadline (R60)
                 return _Handover(answers, DEADLINE)
-            started = time.perf_counter()
+            started = now
             result: Any
             try:
                 result = await item.run(current, config.get(item.name), context)
             except Exception as exc:  # never a cancellation
                 result = exc
-            if deadline is not None and clock() > deadline:  # a handler that never awaits finished late
+            now = time.perf_counter()
+            if deadline is not None and now > deadline:  # a handler that never awaits finished late
                 return _Handover(answers, DEADLINE)
             if item.mutates:
                 if (

@@ -1237,6 +1237,32 @@ async def test_r60_a_late_handler_that_never_awaits_in_a_still_chain_is_a_deadli
     assert [(f.interceptor, f.timeout) for f in result.failures] == [("busy", True), ("after", True)]
 
 
+async def test_run_plan_runs_the_plan_it_is_given_and_checks_params_as_execute_does() -> None:
+    """A gateway plans a leg to learn whether it is governed, then runs that plan: the plan's point is the
+    one run (not one planned again), and the config and deadline are refused as `execute` refuses them."""
+    host = InterceptorHost("h")
+
+    @host.validator("deny-send", events=["tools/call"], phase="both")
+    async def deny_send(inv: Invocation) -> bool:
+        return inv.phase != "response"
+
+    chain = Chain(role="client")
+    chain.add_local(host)
+    plan = chain.plan("tools/call", "response", direction="receiving")
+    with anyio.fail_after(5):
+        ran = await chain.run_plan(plan, {"content": []}, timeout_ms=1000)
+        executed = await chain.execute("tools/call", "response", {"content": []}, direction="receiving")
+        with pytest.raises(ChainParamsError) as bad_deadline:
+            await chain.run_plan(plan, {"content": []}, timeout_ms=0)
+        with pytest.raises(ChainParamsError) as typo:
+            await chain.run_plan(plan, {"content": []}, config={"deny_send": {}})
+    assert ran.plan is plan
+    assert (ran.status, ran.phase, ran.direction) == (executed.status, "response", "receiving")
+    assert ran.status == "validation_failed"
+    assert bad_deadline.value.data["field"] == "timeoutMs"
+    assert typo.value.data["field"] == "config"
+
+
 async def test_a_mutators_output_in_a_still_chain_is_isolated_from_the_interceptors_after_it() -> None:
     """A validator that changes what it is shown must corrupt neither the committed payload nor the
     mutator's recorded result, nor what the validators beside it see, nor the caller's payload."""

@@ -180,8 +180,8 @@ async def execute_plan(
     """
     started = time.perf_counter()
     still = _still_plan(plan, sources)
-    # A still run never suspends, so no cancel scope reads its deadline: it is measured on the clock the
-    # run reads anyway (a loop's own clock may not advance while the loop does not turn: uvloop's).
+    # A still run opens no cancel scope, so its deadline need not be on the loop's clock: it is on the
+    # clock the run times its invocations with anyway (finding the loop's costs more than all its reads).
     clock = time.perf_counter if still is not None else _clock()
     deadline = clock() + timeout_ms / 1000 if timeout_ms is not None else None
     handover = None

@@ -58,7 +58,7 @@ class Governor:
             return None
         plan = self.chain.plan
         plans = [plan(event, phase, direction=direction) for direction in self.directions]
-        for each in plans:  # noqa: SIM110 - any() over a generator costs more, on every message
+        for each in plans:  # a loop: any() over a generator costs more, on every message
             if each.batches:
                 return plans
         return None

@@ -618,13 +618,12 @@ class Chain:
         plan = self.plan(
             event, phase, direction=direction, interceptors=interceptors, protocol_version=protocol_version
         )
-        return await self.run_plan(plan, payload, config=config, context=context, timeout_ms=timeout_ms)
+        return await self.run_plan(plan, payload, config, context, timeout_ms)
 
     async def run_plan(
         self,
         plan: Plan,
         payload: Any,
-        *,
         config: Mapping[str, Mapping[str, Any]] | None = None,
         context: InvocationContext | Mapping[str, Any] | None = None,
         timeout_ms: float | None = None,
@@ -646,7 +645,11 @@ class Chain:
             raise ChainParamsError(reason, data={"field": "timeoutMs", "reason": reason})
         ctx = None
         if context is not None:
-            ctx = context if isinstance(context, InvocationContext) else InvocationContext.model_validate(context)
+            ctx = (
+                context
+                if type(context) is InvocationContext or isinstance(context, InvocationContext)
+                else (InvocationContext.model_validate(context))
+            )
             ctx = ctx.stamped()
         # Positional: keyword arguments cost a call several times more (once per message).
         return await execute_plan(

@@ -337,24 +337,30 @@ class _StillPlan:
             now = time.perf_counter()
             if deadline is not None and now > deadline:  # a handler that never awaits finished late
                 return _Handover(answers, DEADLINE)
+            # A result's fields are read from its `__dict__`: each attribute of a pydantic model goes through
+            # its class's `__getattr__` hook, several times the cost of a dict lookup.
             if item.mutates:
-                if (
-                    not item.judges  # an audit mutator: its result is recorded as a shadow (R50)
-                    or type(result) is not MutationResult
-                    or result.duration_ms is None
-                    or not (result.modified or result.payload is current or same_json(result.payload, current))
+                if not item.judges or type(result) is not MutationResult:  # an audit mutator: a shadow (R50)
+                    return _Handover(answers, _outcome(result, started, item.name, deadline is not None))
+                fields = result.__dict__
+                changed = fields["payload"]
+                if fields["duration_ms"] is None or not (
+                    fields["modified"] or changed is current or same_json(changed, current)
                 ):
                     return _Handover(answers, _outcome(result, started, item.name, deadline is not None))
-                if result.modified:
-                    current = result.payload  # R37: the next step sees it
-            elif (
-                type(result) is not ValidationResult
-                or result.duration_ms is None
-                or (item.judges and not result.valid and is_blocking_verdict(result, rule))
-            ):
-                return _Handover(answers, _outcome(result, started, item.name, deadline is not None))
+                if fields["modified"]:
+                    current = changed  # R37: the next step sees it
             else:
-                findings = findings or not result.valid or bool(result.messages) or result.severity is not None
+                verdict = result.__dict__ if type(result) is ValidationResult else None
+                if (
+                    verdict is None
+                    or verdict["duration_ms"] is None
+                    or (item.judges and not verdict["valid"] and is_blocking_verdict(result, rule))
+                ):
+                    return _Handover(answers, _outcome(result, started, item.name, deadline is not None))
+                findings = (
+                    findings or not verdict["valid"] or bool(verdict["messages"]) or verdict["severity"] is not None
+                )
             answers.append(result)
         if not self.audits:
             return current, answers, findings

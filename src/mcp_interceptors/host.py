@@ -32,6 +32,7 @@ from pydantic import ValidationError
 
 from mcp_interceptors.canonical import CanonicalizationError
 from mcp_interceptors.executor import Call, Runner
+from mcp_interceptors.protocol._base import filled_model
 from mcp_interceptors.protocol.descriptors import (
     Compat,
     HookEntry,
@@ -134,6 +135,9 @@ _new_object = object.__new__
 @dataclass(frozen=True, slots=True)
 class _Registered:
     descriptor: InterceptorDescriptor
+    #: The descriptor's name and type, read on every invocation (a pydantic model's attributes cost more).
+    name: str
+    type: InterceptorType
     handler: Handler
     is_async: bool
     config_validator: Draft202012Validator | None
@@ -212,6 +216,8 @@ class InterceptorHost(Extension):
         is_async = _is_async(handler)
         registered = _Registered(
             descriptor=descriptor,
+            name=descriptor.name,
+            type=descriptor.type,
             handler=handler,
             is_async=is_async,
             config_validator=Draft202012Validator(schema) if schema is not None else None,
@@ -415,7 +421,7 @@ class InterceptorHost(Extension):
         timeout_ms: float | None = None,
     ) -> InterceptorResult:
         """The host processing order past lookup and hook check (§2.2): config, handler, result."""
-        name = registered.descriptor.name
+        name = registered.name
         payload = fast_copy(given) if self.copy_payloads else given
         if given_config is None:
             config: dict[str, Any] = {}
@@ -448,18 +454,18 @@ class InterceptorHost(Extension):
             raise InterceptorTimeoutError(name, timeout_ms, phase, style=self.timeout_code)
         # The common returns, a validator's bool and a mutator's None (unchanged), are filled in from the
         # interceptor's stamps: they are ours and the value's type was just checked.
-        if type(outcome) is bool and registered.descriptor.type == "validation":
+        if type(outcome) is bool and registered.type == "validation":
             fields = registered.stamps[phase].copy()
             fields["duration_ms"] = duration_ms
             fields["valid"] = outcome
             fields["severity"] = None if outcome else "error"
-            return ValidationResult.filled(fields, {"interceptor", "phase", "duration_ms", "valid", "severity"})
-        if outcome is None and registered.descriptor.type == "mutation":
+            return filled_model(ValidationResult, fields, {"interceptor", "phase", "duration_ms", "valid", "severity"})
+        if outcome is None and registered.type == "mutation":
             fields = registered.stamps[phase].copy()
             fields["duration_ms"] = duration_ms
             fields["modified"] = False
             fields["payload"] = given
-            return MutationResult.filled(fields, {"interceptor", "phase", "duration_ms", "modified", "payload"})
+            return filled_model(MutationResult, fields, {"interceptor", "phase", "duration_ms", "modified", "payload"})
         try:
             result = _normalise(registered, outcome, given, phase, duration_ms)
         except InterceptorsError:
@@ -711,7 +717,9 @@ def _normalise(
                 fields["duration_ms"] = duration_ms
                 fields["modified"] = modified or (value is not None and not same_json(value, original_payload))
                 fields["payload"] = original_payload if value is None else value
-                return MutationResult.filled(fields, {"interceptor", "phase", "duration_ms", "modified", "payload"})
+                return filled_model(
+                    MutationResult, fields, {"interceptor", "phase", "duration_ms", "modified", "payload"}
+                )
         return _as_mutation(name, value, original_payload, phase, duration_ms)
     stamp = {"interceptor": name, "phase": phase, "duration_ms": duration_ms}
     if value is None or isinstance(value, bool):

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import Any, ClassVar, Self
+from typing import Any, ClassVar, Self, TypeVar
 
 from pydantic import BaseModel, ConfigDict
 from pydantic.alias_generators import to_camel
@@ -61,13 +61,21 @@ class WireModel(BaseModel):
     @classmethod
     def filled(cls, fields: dict[str, Any], given: set[str]) -> Self:
         """`trusted` from a complete `template` copy (owned by the model from now on) and the names given."""
-        model = _new(cls)
-        _set_dict(model, fields)
-        _set_fields_set(model, given)
-        _set_extra(model, {} if cls._keeps_extra else None)
-        _set_private(model, None)
-        return model
+        return filled_model(cls, fields, given)
 
     def to_wire(self) -> dict[str, Any]:
         """The camelCase JSON object, without fields at their default."""
         return self.model_dump(mode="json", by_alias=True, exclude_defaults=True, exclude_none=True)
+
+
+M = TypeVar("M", bound=WireModel)
+
+
+def filled_model(cls: type[M], fields: dict[str, Any], given: set[str]) -> M:
+    """`cls.filled(fields, given)` without the classmethod's binding: a host builds one per invocation."""
+    model = _new(cls)
+    _set_dict(model, fields)
+    _set_fields_set(model, given)
+    _set_extra(model, {} if cls._keeps_extra else None)
+    _set_private(model, None)
+    return model

@@ -183,6 +183,40 @@ def test_candidates_inside_findings_are_skipped_only_where_checking_them_changes
     assert skipping == checking
 
 
+KEYWORD_TEXTS = [
+    "call number 123",
+    "Phone: +44 20 7946 0692, fax (202) 555-0143",
+    "TEL:2025550143 and cell\t+1 (415) 555-2671 x",
+    "recall 5 ... whatsapp me on 0049 30 1234567",
+    "hotel room 12, sms " + "-" * 20 + "5551234567",
+    "hotel room 12, sms " + "-" * 21 + "5551234567",
+    "call\n2025550143 then call +",
+    "\u017fms 2025550143, \uff2dOBILE \u0663\u0663\u0663 2025550143",  # long s, fullwidth M, Arabic-Indic digits
+    "phonephone((2)) 12.34.56 phone+ +(1)",
+]
+
+
+@pytest.mark.parametrize("engine", ["re2", "re"] if re2 is not None else ["re"])
+def test_the_number_after_a_phone_keyword_is_where_the_pattern_group_is(engine: str) -> None:
+    """The scanner searches for phone keywords without CONTEXT_PATTERN's group (RE2 pays a second pass for a
+    group's span) and takes the number from the match's first "+", "(" or digit: the group's span, always."""
+    import re as stdlib_re
+
+    from mcp_interceptors.guards._detectors._engine import CompiledPattern, ScanText
+    from mcp_interceptors.guards._detectors._phone import CONTEXT_PATTERN, CONTEXT_SEARCH
+
+    grouped, plain = CompiledPattern(CONTEXT_PATTERN, engine), CompiledPattern(CONTEXT_SEARCH, engine)  # type: ignore[arg-type]
+    corpus = _corpus_texts()
+    for text in [*KEYWORD_TEXTS, *EDGE_TEXTS, *corpus, *_fragments(corpus, 1000)]:
+        scan = ScanText(text)
+        numbers = []
+        for start, end in plain.spans(scan):
+            number = stdlib_re.compile(r"[0-9+(]").search(text, start, end)
+            assert number is not None, text
+            numbers.append((number.start(), end))
+        assert numbers == grouped.spans(scan, (1,)), text
+
+
 @pytest.mark.parametrize("kinds", [["email"], ["phone", "us_ssn"], ["credit_card", "iban", "ip_address"]])
 def test_pii_prefilter_covers_only_the_configured_kinds(kinds: list[str]) -> None:
     fast, plain = PiiScanner(kinds), PiiScanner(kinds)

@@ -17,7 +17,7 @@ from typing import Literal
 
 from ._checksums import IBAN_LENGTHS, is_card_number, is_iban, is_us_ssn
 from ._engine import CompiledPattern, ScanText, compile_prefilter, compile_set, engine_for, re2, resolve_engine
-from ._phone import CONTEXT_PATTERN, FORMATTED_PATTERN, PhoneJudge
+from ._phone import CONTEXT_SEARCH, FORMATTED_PATTERN, PhoneJudge
 from .findings import Finding, inside_any, merge_spans
 
 __all__ = ["DEFAULT_PHONE_REGIONS", "PII_KINDS", "PiiScanner"]
@@ -271,7 +271,7 @@ class PiiScanner:
             ("ip_address", _IPV4, (0,), check_v4, ".", 4),
             ("ip_address", _IPV6, (0,), check_v6, ":", 0),
             ("phone", FORMATTED_PATTERN, (0,), partial(judge.judge, in_context=False), "", 7),
-            ("phone", CONTEXT_PATTERN, (1,), partial(judge.judge, in_context=True), "", 7),
+            ("phone", CONTEXT_SEARCH, (0,), judge.judge_after_keyword, "", 7),
         ]
         # Email's literal "@" is found fastest by stdlib `re`; the digit-led rest runs faster on re2.
         self._rules = [

@@ -57,11 +57,14 @@ class Governor:
         if event not in GOVERNED_EVENTS:
             return None
         plan = self.chain.plan
-        plans = [plan(event, phase, direction=direction) for direction in self.directions]
-        for each in plans:  # a loop: any() over a generator costs more, on every message
-            if each.batches:
-                return plans
-        return None
+        plans = []
+        governed = False
+        # Loops: a comprehension or any() over a generator is one more frame, on every message.
+        for direction in self.directions:
+            each = plan(event, phase, direction=direction)
+            plans.append(each)
+            governed = governed or bool(each.batches)
+        return plans if governed else None
 
     async def govern_request(
         self,

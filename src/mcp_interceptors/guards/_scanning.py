@@ -160,7 +160,7 @@ class Hit:
 def decoded_base64(text: str) -> str | None:
     """`text` decoded, when it is wholly base64 of UTF-8 text, on one line or wrapped in lines (as MIME and
     the `base64` tool write it); else None (binary data, or not base64)."""
-    if len(text) < _MIN_BASE64_LENGTH:
+    if len(text) < _MIN_BASE64_LENGTH or " " in text:  # no space in either layout: prose is spared the regex
         return None
     if len(text) % 4 or not _BASE64_TEXT.fullmatch(text):
         if "\n" not in text or not _BASE64_LINES.fullmatch(text):

@@ -9,6 +9,7 @@ from types import SimpleNamespace
 from typing import Any
 
 import anyio
+import anyio.lowlevel
 import pytest
 from fakes import ERAS, connect, raw_call
 from mcp import MCPError
@@ -27,7 +28,7 @@ from mcp_interceptors import (
     guards,
 )
 from mcp_interceptors.executor import Call
-from mcp_interceptors.protocol.errors import InvalidParamsError
+from mcp_interceptors.protocol.errors import InterceptorsError, InvalidParamsError, is_timeout_error
 from mcp_interceptors.protocol.invoke import RawParams
 
 pytestmark = pytest.mark.anyio
@@ -1049,3 +1050,39 @@ async def test_r27_outer_cancellation_under_a_timeout_propagates_too() -> None:
         await host.invoke(hang)
     assert scope.cancelled_caught
     assert spy.cancelled.is_set() and not spy.finished
+
+
+async def test_the_hot_path_runner_kept_per_point_stamps_each_point_and_carries_on_a_handler_that_suspends() -> None:
+    """An async handler with no timeout of its own runs through a runner the host keeps per (name, event,
+    phase): a handler that suspends midway completes through it, each point's result carries that point's
+    phase, the handler's changes to its copy reach neither the caller's payload nor the next invocation,
+    and a timeout still takes the general path (R26)."""
+    host = InterceptorHost("h")
+
+    @host.validator("v", events=["tools/call"], phase="both")
+    async def v(inv: Invocation) -> bool:
+        await anyio.lowlevel.checkpoint()  # suspends midway
+        seen = "tampered" in inv.payload
+        inv.payload["tampered"] = True
+        return inv.phase == "request" and not seen
+
+    @host.validator("slow", events=["tools/call"])
+    async def slow(inv: Invocation) -> bool:
+        await anyio.sleep(5)
+        return True
+
+    payload = {"method": "tools/call", "params": {"name": "echo"}}
+    with anyio.fail_after(5):
+        first = await host.invoke(Call("v", "validation", "tools/call", "request", payload))
+        response = await host.invoke(Call("v", "validation", "tools/call", "response", payload))
+        again = await host.invoke(Call("v", "validation", "tools/call", "request", payload))
+        with pytest.raises(InterceptorsError) as late:
+            await host.invoke(Call("slow", "validation", "tools/call", "request", payload, timeout_ms=20))
+    assert [(r.phase, r.valid, r.interceptor) for r in (first, response, again)] == [
+        ("request", True, "v"),
+        ("response", False, "v"),
+        ("request", True, "v"),
+    ]
+    assert all(r.duration_ms is not None and r.duration_ms >= 0 for r in (first, response, again))
+    assert payload == {"method": "tools/call", "params": {"name": "echo"}}
+    assert is_timeout_error(late.value.code, late.value.data)

@@ -182,7 +182,9 @@ class InterceptorHost(Extension):
         self.strict_list_filter = strict_list_filter
         self._registry: dict[str, _Registered] = {}
         self._wire_list: list[dict[str, Any]] | None = None
-        self._covered: dict[tuple[str, str, str], bool] = {}
+        #: By `(name, event, phase)`: False when the interceptor does not hook it, else its hot-path runner
+        #: (`_runner_for`), or True for a handler `_run` calls in a worker thread.
+        self._covered: dict[tuple[str, str, str], Runner | bool] = {}
         #: `(interceptor, config key)` of configs its configSchema accepted (see `_config_key`).
         self._checked_configs: set[tuple[str, bytes]] = set()
         self._has_sync = False
@@ -387,13 +389,17 @@ class InterceptorHost(Extension):
         if covered is None:
             _check_concrete_event(call.name, call.event)  # once per key: a rejected one is never cached
             covered = registered.descriptor.covers(call.event, call.phase)
+            if covered and registered.is_async:
+                covered = self._runner_for(registered, call.event, call.phase)
             if len(call.event) <= MAX_CACHED_EVENT_LENGTH:  # event names are the caller's: keep the cache small
                 if len(self._covered) >= _COVERED_CACHE_SIZE:
                     self._covered.clear()
                 self._covered[key] = covered
-        if not covered:
+        if covered is False:
             advertised = [entry.to_wire() for entry in registered.descriptor.hooks]
             raise HookMismatchError(call.name, call.event, call.phase, advertised)  # R22
+        if call.timeout_ms is None and covered is not True:  # an async handler, no timeout: the hot path
+            return await covered(call.payload, call.config, call.context)
         return await self._run(
             registered, call.event, call.phase, call.payload, call.config, call.context, call.timeout_ms
         )
@@ -408,7 +414,67 @@ class InterceptorHost(Extension):
             return None
         if not registered.descriptor.covers(event, phase):
             return None
-        return functools.partial(self._run, registered, event, phase)
+        return self._runner_for(registered, event, phase)
+
+    def _runner_for(self, registered: _Registered, event: str, phase: Phase) -> Runner:
+        """`_run`'s hot path (an async handler, no timeout of its own) at one point, with what depends only on
+        the interceptor and the point bound once and a bool or None return made into its result in place:
+        `prepare` gives it to a chain that runs it on every message."""
+        name, handler, validator = registered.name, registered.handler, registered.config_validator
+        stamps = registered.stamps[phase]
+        validates, mutates = registered.type == "validation", registered.type == "mutation"
+
+        async def run(
+            given: Any, given_config: Mapping[str, Any] | None, context: InvocationContext | None
+        ) -> InterceptorResult:
+            payload = fast_copy(given) if self.copy_payloads else given
+            if given_config is None:
+                config: dict[str, Any] = {}
+            else:
+                config = dict(given_config)
+                if validator is not None:
+                    self._check_config(name, validator, config)  # R23
+            invocation: Invocation = _new_object(Invocation)
+            _set_invocation_fields(
+                invocation,
+                {
+                    "name": name,
+                    "event": event,
+                    "phase": phase,
+                    "payload": payload,
+                    "config": config,
+                    "context": context,
+                },
+            )
+            started = time.perf_counter()
+            try:
+                outcome = await handler(invocation)
+            except InterceptorsError:
+                raise
+            except Exception as exc:
+                raise self._crash(invocation, exc, None, None) from None
+            except anyio.get_cancelled_exc_class() as exc:
+                raise await self._stray_cancellation(invocation, exc) from None
+            duration_ms = (time.perf_counter() - started) * 1000
+            if validates and type(outcome) is bool:
+                fields = stamps.copy()
+                fields["duration_ms"] = duration_ms
+                fields["valid"] = outcome
+                fields["severity"] = None if outcome else "error"
+                return filled_model(
+                    ValidationResult, fields, {"interceptor", "phase", "duration_ms", "valid", "severity"}
+                )
+            if mutates and outcome is None:
+                fields = stamps.copy()
+                fields["duration_ms"] = duration_ms
+                fields["modified"] = False
+                fields["payload"] = given
+                return filled_model(
+                    MutationResult, fields, {"interceptor", "phase", "duration_ms", "modified", "payload"}
+                )
+            return _result_of(registered, outcome, given, phase, duration_ms)
+
+        return run
 
     async def _run(
         self,
@@ -420,7 +486,8 @@ class InterceptorHost(Extension):
         context: InvocationContext | None,
         timeout_ms: float | None = None,
     ) -> InterceptorResult:
-        """The host processing order past lookup and hook check (§2.2): config, handler, result."""
+        """The host processing order past lookup and hook check (§2.2): config, handler, result; an async
+        handler with no timeout of its own takes the same order through its runner (`_runner_for`)."""
         name = registered.name
         payload = fast_copy(given) if self.copy_payloads else given
         if given_config is None:
@@ -436,49 +503,13 @@ class InterceptorHost(Extension):
             {"name": name, "event": event, "phase": phase, "payload": payload, "config": config, "context": context},
         )
         started = time.perf_counter()
-        if timeout_ms is None and registered.is_async:  # the hot path: no scope, no thread, one frame
-            try:
-                outcome = await registered.handler(invocation)
-            except InterceptorsError:
-                raise
-            except Exception as exc:
-                raise self._crash(invocation, exc, None, None) from None
-            except anyio.get_cancelled_exc_class() as exc:
-                raise await self._stray_cancellation(invocation, exc) from None
-        else:
-            outcome = await self._call_handler(registered, invocation, timeout_ms)
+        outcome = await self._call_handler(registered, invocation, timeout_ms)
         duration_ms = (time.perf_counter() - started) * 1000
         if timeout_ms is not None and duration_ms > timeout_ms:
             # A handler that never yields (CPU-bound work, a blocking call in `async def`) cannot be
             # preempted by the cancel scope: its result arrived past the deadline and is discarded (R26).
             raise InterceptorTimeoutError(name, timeout_ms, phase, style=self.timeout_code)
-        # The common returns, a validator's bool and a mutator's None (unchanged), are filled in from the
-        # interceptor's stamps: they are ours and the value's type was just checked.
-        if type(outcome) is bool and registered.type == "validation":
-            fields = registered.stamps[phase].copy()
-            fields["duration_ms"] = duration_ms
-            fields["valid"] = outcome
-            fields["severity"] = None if outcome else "error"
-            return filled_model(ValidationResult, fields, {"interceptor", "phase", "duration_ms", "valid", "severity"})
-        if outcome is None and registered.type == "mutation":
-            fields = registered.stamps[phase].copy()
-            fields["duration_ms"] = duration_ms
-            fields["modified"] = False
-            fields["payload"] = given
-            return filled_model(MutationResult, fields, {"interceptor", "phase", "duration_ms", "modified", "payload"})
-        try:
-            result = _normalise(registered, outcome, given, phase, duration_ms)
-        except InterceptorsError:
-            raise
-        except (TypeError, ValueError) as exc:  # pydantic's ValidationError too: the handler's return, not the params
-            raise _malformed_return(registered.descriptor, exc) from None
-        if outcome is None or type(outcome) is bool:  # the result holds only our stamps and the input payload
-            return result
-        # In-process as over a transport: a datetime, set or NaN in a new payload fails the invocation (R25).
-        problem = result_json_problem(result, given)
-        if problem is not None:
-            raise InterceptorExecutionError(name, f"result is not JSON-serialisable: {problem}")
-        return result
+        return _result_of(registered, outcome, given, phase, duration_ms)
 
     def _check_config(self, name: str, validator: Draft202012Validator, config: Mapping[str, Any]) -> None:
         """`config` against the interceptor's configSchema (R23), once per distinct value: a gateway sends the
@@ -731,6 +762,39 @@ def _normalise(
 
 _RESULT_TYPES = (ValidationResult, MutationResult, SinkResult)
 _TYPE_NOUNS = {"validation": "validator", "mutation": "mutator", "sink": "sink"}
+
+
+def _result_of(
+    registered: _Registered, outcome: Any, given: Any, phase: Phase, duration_ms: float
+) -> InterceptorResult:
+    """The stamped result of a handler that returned `outcome` for the payload `given` (§2.2, past the handler)."""
+    # The common returns, a validator's bool and a mutator's None (unchanged), are filled in from the
+    # interceptor's stamps: they are ours and the value's type was just checked.
+    if type(outcome) is bool and registered.type == "validation":
+        fields = registered.stamps[phase].copy()
+        fields["duration_ms"] = duration_ms
+        fields["valid"] = outcome
+        fields["severity"] = None if outcome else "error"
+        return filled_model(ValidationResult, fields, {"interceptor", "phase", "duration_ms", "valid", "severity"})
+    if outcome is None and registered.type == "mutation":
+        fields = registered.stamps[phase].copy()
+        fields["duration_ms"] = duration_ms
+        fields["modified"] = False
+        fields["payload"] = given
+        return filled_model(MutationResult, fields, {"interceptor", "phase", "duration_ms", "modified", "payload"})
+    try:
+        result = _normalise(registered, outcome, given, phase, duration_ms)
+    except InterceptorsError:
+        raise
+    except (TypeError, ValueError) as exc:  # pydantic's ValidationError too: the handler's return, not the params
+        raise _malformed_return(registered.descriptor, exc) from None
+    if outcome is None or type(outcome) is bool:  # the result holds only our stamps and the input payload
+        return result
+    # In-process as over a transport: a datetime, set or NaN in a new payload fails the invocation (R25).
+    problem = result_json_problem(result, given)
+    if problem is not None:
+        raise InterceptorExecutionError(registered.name, f"result is not JSON-serialisable: {problem}")
+    return result
 
 
 def _malformed_return(descriptor: InterceptorDescriptor, exc: TypeError | ValueError) -> InterceptorExecutionError:

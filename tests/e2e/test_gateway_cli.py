@@ -299,6 +299,7 @@ async def test_gateway_runs_on_the_event_loop_loop_names(choice: str, expected: 
         started = log.tail(200)
     assert text_of(result) == "key [REDACTED:aws_access_key]"
     assert f"gateway starting on the {expected} event loop" in started
+    assert "start-up heap frozen:" in started  # before serving: no full collection walks it again
 
 
 async def test_stdio_gateway_exits_0_on_end_of_input_and_stops_its_upstreams(

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import gc
 import json
 import shlex
 import sys
@@ -128,6 +129,19 @@ def run_on_loop(choice: str, fn: Callable[..., Awaitable[T]], *args: Any) -> T:
     loop itself (a stdio gateway call takes ~7 loop turns), and uvloop makes each turn cheaper.
     """
     return anyio.run(fn, *args, backend_options={"use_uvloop": _use_uvloop(choice)})
+
+
+def freeze_start_up_heap() -> int:
+    """Move what start-up built (modules, schemas, compiled guards) out of the cyclic collector's sight;
+    returns how many objects that was.
+
+    They live as long as the process, yet every full collection would walk them again: ~120,000 objects,
+    ~60 ms with the gateway's imports, a pause every request in flight waits out (the p99 spikes a loaded
+    gateway showed). Called once, when start-up is done and before serving.
+    """
+    gc.collect()
+    gc.freeze()
+    return gc.get_freeze_count()
 
 
 def loop_name() -> str:

@@ -17,6 +17,7 @@ from mcp_interceptors.cli._common import (
     CommandError,
     add_log_level_argument,
     add_loop_argument,
+    freeze_start_up_heap,
     loop_name,
     print_json,
     run_on_loop,
@@ -278,6 +279,7 @@ async def _serve(config: GatewayConfig, file: str, http: tuple[str, int] | None,
     _log.info("gateway starting on the %s event loop", loop_name())
     _check_audit_store(config, file, create=True)
     chain = chain_for(config)
+    _log.info("start-up heap frozen: %d objects the collector skips", freeze_start_up_heap())
     try:
         await _run_gateway(chain, config, file, http, insecure_no_auth)
     finally:

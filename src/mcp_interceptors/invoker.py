@@ -645,13 +645,14 @@ class Chain:
             raise ChainParamsError(reason, data={"field": "timeoutMs", "reason": reason})
         ctx = None
         if context is not None:
+            # The exact type first: isinstance on a pydantic model class goes through its metaclass's hook.
             ctx = (
                 context
                 if type(context) is InvocationContext or isinstance(context, InvocationContext)
-                else (InvocationContext.model_validate(context))
+                else InvocationContext.model_validate(context)
             )
             ctx = ctx.stamped()
-        # Positional: keyword arguments cost a call several times more (once per message).
+        # Positional: keyword arguments cost the call over twice as much (once per message).
         return await execute_plan(
             plan, payload, self._sources, config, ctx, deadline_ms, self.severity_rule, self.deadline_always_blocks
         )

@@ -418,11 +418,8 @@ class InterceptorHost(Extension):
 
     def _runner_for(self, registered: _Registered, event: str, phase: Phase) -> Runner:
         """`_run`'s hot path (an async handler, no timeout of its own) at one point, with what depends only on
-        the interceptor and the point bound once and a bool or None return made into its result in place:
-        `prepare` gives it to a chain that runs it on every message."""
+        the interceptor and the point bound once: `prepare` gives it to a chain that runs it on every message."""
         name, handler, validator = registered.name, registered.handler, registered.config_validator
-        stamps = registered.stamps[phase]
-        validates, mutates = registered.type == "validation", registered.type == "mutation"
 
         async def run(
             given: Any, given_config: Mapping[str, Any] | None, context: InvocationContext | None
@@ -455,24 +452,7 @@ class InterceptorHost(Extension):
                 raise self._crash(invocation, exc, None, None) from None
             except anyio.get_cancelled_exc_class() as exc:
                 raise await self._stray_cancellation(invocation, exc) from None
-            duration_ms = (time.perf_counter() - started) * 1000
-            if validates and type(outcome) is bool:
-                fields = stamps.copy()
-                fields["duration_ms"] = duration_ms
-                fields["valid"] = outcome
-                fields["severity"] = None if outcome else "error"
-                return filled_model(
-                    ValidationResult, fields, {"interceptor", "phase", "duration_ms", "valid", "severity"}
-                )
-            if mutates and outcome is None:
-                fields = stamps.copy()
-                fields["duration_ms"] = duration_ms
-                fields["modified"] = False
-                fields["payload"] = given
-                return filled_model(
-                    MutationResult, fields, {"interceptor", "phase", "duration_ms", "modified", "payload"}
-                )
-            return _result_of(registered, outcome, given, phase, duration_ms)
+            return _result_of(registered, outcome, given, phase, (time.perf_counter() - started) * 1000)
 
         return run
 

@@ -6,6 +6,7 @@ functions in `commands` read a store back.
 
 from mcp_interceptors.audit._diff import apply_json_diff, json_diff
 from mcp_interceptors.audit.records import AuditError, CallEnd, CompoundReceipt, DecisionInput, payload_hash
+from mcp_interceptors.audit.segment import AuditReceipt
 from mcp_interceptors.audit.signing import (
     DEFAULT_KEY_PATH,
     KeyFileError,
@@ -20,10 +21,10 @@ from mcp_interceptors.audit.sqlite import SqliteStore
 from mcp_interceptors.audit.store import JsonlSource, RecordSource, Store, StoreError, open_source, open_store
 from mcp_interceptors.audit.verify import Finding, Problem, VerifyReport, verify_records, verify_source
 from mcp_interceptors.audit.writer import (
-    AuditReceipt,
     AuditWriteError,
     AuditWriter,
     PendingRecord,
+    RecordWriter,
     WriterStats,
     open_audit_writer,
 )
@@ -46,6 +47,7 @@ __all__ = [
     "Problem",
     "PublicKey",
     "RecordSource",
+    "RecordWriter",
     "SigningKey",
     "SqliteStore",
     "Store",

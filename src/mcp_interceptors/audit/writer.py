@@ -11,55 +11,25 @@ opened (and made durable) before `task_status.started()`.
 from __future__ import annotations
 
 import logging
-import os
-import socket
-import uuid
-from collections import OrderedDict
-from collections.abc import AsyncIterator, Callable, Mapping, Sequence
+from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
-from datetime import UTC, datetime
-from typing import Any
+from typing import Any, Protocol, cast
 
 import anyio
 import anyio.abc
 import anyio.lowlevel
-import orjson
 
-from mcp_interceptors.audit.records import (
-    GENESIS_HASH,
-    AuditError,
-    CallEnd,
-    CompoundReceipt,
-    DecisionInput,
-    PreparedEntry,
-    format_time,
-    prepare_entry,
-    receipt_for,
-    seal_record,
-    segment_body_for,
-)
+from mcp_interceptors.audit.records import AuditError, DecisionInput, PreparedEntry, prepare_entry
+from mcp_interceptors.audit.segment import AuditReceipt, Segment
 from mcp_interceptors.audit.signing import SigningKey
-from mcp_interceptors.audit.store import ReceiptRow, RecordRow, Store
-from mcp_interceptors.canonical import canonical_json
+from mcp_interceptors.audit.store import Store
 
 _log = logging.getLogger(__name__)
 
 
 class AuditWriteError(AuditError):
     """The record was not made durable: the writer is not running or the store refused the batch."""
-
-
-@dataclass(frozen=True)
-class AuditReceipt:
-    """Proof that a record is durable: its id, hash, signature and key id, plus a compound receipt
-    when the record closed a call (a response, or a request that was not allowed)."""
-
-    id: str
-    hash: str
-    signature: str
-    key_id: str
-    compound: CompoundReceipt | None = None
 
 
 @dataclass
@@ -79,10 +49,17 @@ class WriterStats:
 
 @dataclass(eq=False)
 class PendingRecord:
-    """A queued record: `await pending.wait()` returns its receipt once it is durable."""
+    """A queued record: `await pending.wait()` returns its receipt once it is durable.
 
-    entry: PreparedEntry
+    `event`, `phase` and `call_id` name it in errors; `entry` is what an in-process writer seals, `wire` what
+    a writer process is sent (`audit.process`)."""
+
+    event: str
+    phase: str
+    call_id: str | None
     demand: Callable[[PendingRecord], None]
+    entry: PreparedEntry | None = None
+    wire: bytes = b""
     receipt: AuditReceipt | None = None
     error: Exception | None = None
     settled: bool = False
@@ -118,6 +95,17 @@ class PendingRecord:
         return self.receipt
 
 
+class RecordWriter(Protocol):
+    """What the gateway records through: an `AuditWriter`, or a writer process's client."""
+
+    segment_id: str
+    stats: WriterStats
+
+    async def submit(self, decision: DecisionInput) -> PendingRecord: ...
+
+    async def append(self, decision: DecisionInput) -> AuditReceipt: ...
+
+
 class AuditWriter:
     """Start with `await task_group.start(writer.run)`; then `await writer.append(decision)` from any task."""
 
@@ -135,7 +123,8 @@ class AuditWriter:
     ) -> None:
         self.store = store
         self.key = key
-        self.segment_id = uuid.uuid4().hex
+        self.segment = Segment(store, key, open_calls_limit=open_calls_limit)
+        self.segment_id = self.segment.segment_id
         self.stats = WriterStats()
         self._max_batch = max_batch
         self._max_delay = max_delay
@@ -145,11 +134,7 @@ class AuditWriter:
         self._wake = anyio.Event()
         self._housekeeping: anyio.abc.TaskGroup | None = None
         self._flush_timeout = flush_timeout
-        self._open_calls_limit = open_calls_limit
         self._send, self._receive = anyio.create_memory_object_stream[PendingRecord](max_buffer_size=queue_size)
-        self._seq = -1
-        self._prev_hash = GENESIS_HASH
-        self._open_calls: OrderedDict[str, CallEnd] = OrderedDict()
         self._started = False
         self._stopped = anyio.Event()
         self._checkpoint_every = checkpoint_every
@@ -167,7 +152,8 @@ class AuditWriter:
         (e.g. forwarding upstream) and `await pending.wait()` before it relies on durability."""
         if not self._started:
             raise AuditWriteError("the audit writer is not running; start it with `await tg.start(writer.run)`")
-        pending = PendingRecord(prepare_entry(decision), self._commit_queued)
+        entry = prepare_entry(decision)
+        pending = PendingRecord(decision.event, entry.phase, entry.call_id, self._commit_queued, entry)
         try:
             try:
                 # No loop turn while the queue has room: the caller goes on (e.g. forwards upstream) at once.
@@ -182,7 +168,7 @@ class AuditWriter:
     async def run(self, *, task_status: anyio.abc.TaskStatus[str] = anyio.TASK_STATUS_IGNORED) -> None:
         """Open this writer's segment, then commit batches until `aclose()` or cancellation."""
         try:
-            await anyio.to_thread.run_sync(self._open_segment)
+            await anyio.to_thread.run_sync(self.segment.open)
             async with anyio.create_task_group() as self._housekeeping:
                 self._started = True
                 task_status.started(self.segment_id)
@@ -272,13 +258,13 @@ class AuditWriter:
         # Shielded: once a batch is being written it completes, and its callers must hear about it.
         with anyio.CancelScope(shield=True):
             try:
-                entries = [pending.entry for pending in batch]
+                entries = _entries(batch)
                 if self.store.inline_commit:
                     # On the loop: a worker thread would have to win the GIL back from a busy event
                     # loop (up to sys.getswitchinterval() per hand-off), which costs more than the commit.
-                    receipts = self._write_batch(entries)
+                    receipts = self.segment.write(entries)
                 else:
-                    receipts = await anyio.to_thread.run_sync(self._write_batch, entries)
+                    receipts = await anyio.to_thread.run_sync(self.segment.write, entries)
                 if self.store.needs_sync:
                     await anyio.to_thread.run_sync(self.store.sync)
             except Exception as exc:
@@ -289,7 +275,7 @@ class AuditWriter:
     def _commit_now(self, batch: list[PendingRecord]) -> None:
         """Commit on the event loop, without an await: nothing else runs until the batch is settled."""
         try:
-            receipts = self._write_batch([pending.entry for pending in batch])
+            receipts = self.segment.write(_entries(batch))
         except Exception as exc:
             self._refused(batch, exc)
             return
@@ -327,126 +313,11 @@ class AuditWriter:
         finally:
             self._checkpointing = False
 
-    # -- batches (on the loop or in a worker thread, per `Store.inline_commit`) -------------------------
 
-    def _open_segment(self) -> None:
-        tail = self.store.lineage_tail(self.key.trusted().keys())
-        endorsement = self.key.endorsement
-        # The endorsement travels in the first segment after a rotation: the one continuing the old key.
-        if tail is None or tail.key_id == self.key.key_id or (endorsement or {}).get("key_id") != tail.key_id:
-            endorsement = None
-        body = segment_body_for(
-            time=format_time(datetime.now(UTC)),
-            public_key=self.key.public.public_key,
-            prev_record=None if tail is None else tail.record_id,
-            endorsement=endorsement,
-            writer={"host": socket.gethostname(), "pid": os.getpid()},
-        )
-        prev_hash = GENESIS_HASH if tail is None else tail.hash
-        sealed = seal_record(
-            kind="segment",
-            segment_id=self.segment_id,
-            seq=0,
-            prev_hash=prev_hash,
-            key_id=self.key.key_id,
-            body=canonical_json(body),
-            sign=self.key.sign,
-        )
-        row = RecordRow(
-            id=sealed.id,
-            segment_id=self.segment_id,
-            seq=0,
-            kind="segment",
-            time=body["time"],
-            key_id=self.key.key_id,
-            call_id=None,
-            phase=None,
-            hash=sealed.hash,
-            json=sealed.json,
-        )
-        self.store.append([row], [])
-        if self.store.needs_sync:
-            self.store.sync()
-        self._seq, self._prev_hash = 0, sealed.hash
-
-    def _write_batch(self, entries: Sequence[PreparedEntry]) -> list[AuditReceipt]:
-        seq, prev_hash = self._seq, self._prev_hash
-        key_id = self.key.key_id
-        rows: list[RecordRow] = []
-        receipt_rows: list[ReceiptRow] = []
-        results: list[AuditReceipt] = []
-        opened: dict[str, CallEnd] = {}
-        closed: list[str] = []
-        for entry in entries:
-            seq += 1
-            sealed = seal_record(
-                kind="decision",
-                segment_id=self.segment_id,
-                seq=seq,
-                prev_hash=prev_hash,
-                key_id=key_id,
-                body=entry.body,
-                sign=self.key.sign,
-            )
-            prev_hash = sealed.hash
-            rows.append(
-                RecordRow(
-                    id=sealed.id,
-                    segment_id=self.segment_id,
-                    seq=seq,
-                    kind="decision",
-                    time=entry.time,
-                    key_id=key_id,
-                    call_id=entry.call_id,
-                    phase=entry.phase,
-                    hash=sealed.hash,
-                    json=sealed.json,
-                )
-            )
-            end = CallEnd(id=sealed.id, hash=sealed.hash, time=entry.time)
-            compound = None
-            if entry.call_id is not None and entry.opens_call:
-                opened[entry.call_id] = end
-            elif entry.call_id is not None and entry.closes_call:
-                compound = self._compound_for(entry, end, opened)
-                closed.append(entry.call_id)
-                receipt_rows.append(
-                    ReceiptRow(
-                        id=compound.id,
-                        call_id=compound.call_id,
-                        key_id=key_id,
-                        hash=compound.hash,
-                        json=orjson.dumps(compound.to_dict()),
-                    )
-                )
-            results.append(AuditReceipt(sealed.id, sealed.hash, sealed.signature, key_id, compound))
-        self.store.append(rows, receipt_rows)
-        # Only a committed batch moves the chain head; a failed one is retried from the same place.
-        self._seq, self._prev_hash = seq, prev_hash
-        self._remember_calls(opened, closed)
-        return results
-
-    def _compound_for(self, entry: PreparedEntry, end: CallEnd, opened: Mapping[str, CallEnd]) -> CompoundReceipt:
-        call_id = entry.call_id
-        assert call_id is not None
-        request: CallEnd | None = end
-        response: CallEnd | None = None
-        if entry.phase == "response":
-            request = opened.get(call_id) or self._open_calls.get(call_id) or self.store.find_request(call_id)
-            response = end
-        return receipt_for(
-            call_id=call_id, request=request, response=response, closing_id=end.id, key_id=self.key.key_id
-        )
-
-    def _remember_calls(self, opened: Mapping[str, CallEnd], closed: Sequence[str]) -> None:
-        for call_id in closed:
-            self._open_calls.pop(call_id, None)
-        for call_id, end in opened.items():
-            if call_id not in closed:
-                self._open_calls[call_id] = end
-        # Calls whose response never comes must not grow memory forever; the store still has them.
-        while len(self._open_calls) > self._open_calls_limit:
-            self._open_calls.popitem(last=False)
+def _entries(batch: list[PendingRecord]) -> list[PreparedEntry]:
+    entries = [pending.entry for pending in batch]
+    assert None not in entries  # an in-process writer prepares every record it queues
+    return cast(list[PreparedEntry], entries)
 
 
 @asynccontextmanager

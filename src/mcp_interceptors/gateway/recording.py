@@ -16,7 +16,6 @@ from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 
 import anyio
-import orjson
 from mcp import MCPError
 
 from mcp_interceptors.canonical import CanonicalizationError
@@ -27,7 +26,7 @@ from mcp_interceptors.protocol.invoke import InvocationContext
 from mcp_interceptors.protocol.results import MutationResult, ValidationResult, same_json
 
 if TYPE_CHECKING:
-    from mcp_interceptors.audit import AuditReceipt, AuditWriteError, AuditWriter, PendingRecord
+    from mcp_interceptors.audit import AuditReceipt, AuditWriteError, PendingRecord, RecordWriter
 
 logger = logging.getLogger(__name__)
 
@@ -106,7 +105,7 @@ class OpenInput:
 class CallRecord:
     """The audit side of one governed call. All methods are no-ops without a writer."""
 
-    writer: AuditWriter | None
+    writer: RecordWriter | None
     context: InvocationContext
     call_id: str = field(default_factory=lambda: uuid.uuid4().hex)
     pending: list[PendingRecord] = field(default_factory=list)
@@ -339,10 +338,9 @@ def unwritten(pending: PendingRecord, exc: AuditWriteError) -> AuditWriteError:
     """The client's error for a record that was not made durable: which leg, not the store's internals."""
     from mcp_interceptors.audit import AuditWriteError
 
-    event = orjson.loads(pending.entry.body).get("event")
-    phase = pending.entry.phase
+    event, phase = pending.event, pending.phase
     logger.error("%s %s: %s", event, phase, exc)
-    data = {"reason": "audit_write_failed", "event": event, "phase": phase, "call_id": pending.entry.call_id}
+    data = {"reason": "audit_write_failed", "event": event, "phase": phase, "call_id": pending.call_id}
     return AuditWriteError(f"{event} {phase}: the audit record was not written", data=data)
 
 

@@ -54,7 +54,7 @@ from mcp_interceptors.gateway.upstream import GATEWAY_CLIENT_INFO, UpstreamConne
 from mcp_interceptors.host import parse_invoke_params
 
 if TYPE_CHECKING:
-    from mcp_interceptors.audit import AuditWriter
+    from mcp_interceptors.audit import RecordWriter
 from mcp_interceptors.invoker import Chain
 from mcp_interceptors.planning import direction_for
 from mcp_interceptors.protocol.chain import ChainExecutionParams
@@ -143,7 +143,7 @@ class ServerSessionDownstream:
 class Gateway:
     """Fronts the configured upstreams and enforces the chain on every governed message."""
 
-    def __init__(self, config: GatewayConfig, chain: Chain, *, audit_writer: AuditWriter | None = None) -> None:
+    def __init__(self, config: GatewayConfig, chain: Chain, *, audit_writer: RecordWriter | None = None) -> None:
         self.config = config
         self.chain = chain
         self.governor = Governor(
@@ -972,14 +972,21 @@ def audit_key_location(config: GatewayConfig) -> Path | None:
     return path
 
 
-async def start_audit_writer(config: GatewayConfig, tg: anyio.abc.TaskGroup) -> AuditWriter:
+async def start_audit_writer(config: GatewayConfig, tg: anyio.abc.TaskGroup) -> RecordWriter:
     """Open the configured store and key and run the writer in `tg` (cancelling `tg` flushes it)."""
-    from mcp_interceptors.audit import AuditWriter, load_or_create_key, open_store
+    from mcp_interceptors.audit import DEFAULT_KEY_PATH, AuditWriter, load_or_create_key, open_store
+    from mcp_interceptors.gateway.audit_process import ProcessAuditWriter
 
-    store = open_store(audit_store_location(config))
-    key_file = audit_key_location(config)
-    key = load_or_create_key(key_file) if key_file is not None else load_or_create_key()
-    writer = AuditWriter(store, key)
+    location = audit_store_location(config)
+    store = open_store(location)  # here, so a bad store or key fails the start-up with its own error
+    key_file = audit_key_location(config) or DEFAULT_KEY_PATH.expanduser()
+    key = load_or_create_key(key_file)
+    writer: RecordWriter
+    if config.audit.writer == "process":
+        store.close()
+        writer = ProcessAuditWriter(location, key_file, receipts=config.audit.receipts)
+    else:
+        writer = AuditWriter(store, key)
     await tg.start(writer.run)
     return writer
 

@@ -1,0 +1,322 @@
+"""The gateway's audit writer when its chain segment lives in a writer process (`mcp_interceptors.audit.process`).
+
+The event loop only encodes each decision (one orjson call) and queues it; the process canonicalises,
+hashes, links, signs and commits. The contract is the in-process `AuditWriter`'s: `submit` queues, and
+`await pending.wait()` returns once the record is committed (raising `AuditWriteError` if it is not). One
+batch is with the process at a time, and everything queued while it is goes as the next: one line, one
+transaction, one answer. A record nobody waits for (a request's, while its call is upstream) goes within
+`max_delay`. If the process dies, the records it had not acknowledged fail, and so does every record
+after them: the gateway fails closed.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import os
+import sys
+from collections import deque
+from pathlib import Path
+from typing import Any, Final
+
+import anyio
+import anyio.abc
+import orjson
+
+import mcp_interceptors
+from mcp_interceptors.audit.process import decision_to_wire, prepared_to_wire
+from mcp_interceptors.audit.records import DecisionInput, prepare_entry
+from mcp_interceptors.audit.segment import AuditReceipt
+from mcp_interceptors.audit.writer import AuditWriteError, PendingRecord, WriterStats
+
+_log = logging.getLogger(__name__)
+#: Put first on the writer process's path, so it runs exactly the code we do.
+_SOURCE: Final = str(Path(mcp_interceptors.__file__).resolve().parents[1])
+_STOP_S: Final = 5.0
+
+
+class _Batch:
+    """Records sent in one line; `done` resolves when the process answers it."""
+
+    __slots__ = ("done", "records")
+
+    def __init__(self, records: list[_PipedRecord], done: asyncio.Future[None]) -> None:
+        self.records = records
+        self.done = done
+
+
+class _PipedRecord(PendingRecord):
+    batch: _Batch | None = None
+
+    async def wait(self) -> AuditReceipt:
+        if not self.settled:
+            if self.batch is None:
+                self.demand(self)  # sends everything queued, or marks it the next batch
+            while self.batch is None and not self.settled:
+                await self.done.wait()  # the next batch: queued behind the one the process has
+            if not self.settled:
+                assert self.batch is not None
+                await asyncio.shield(self.batch.done)
+        if self.error is not None:
+            raise AuditWriteError(f"audit record not written: {self.error}") from self.error
+        return self.receipt or _NO_RECEIPT
+
+
+#: What a record's wait returns when the gateway did not ask for receipts (`audit.receipts: false`).
+_NO_RECEIPT: Final = AuditReceipt(id="", hash="", signature="", key_id="")
+
+
+class ProcessAuditWriter:
+    """Start with `await task_group.start(writer.run)`; then `await writer.submit(decision)` from any task."""
+
+    def __init__(
+        self,
+        store: str,
+        key_file: Path,
+        *,
+        receipts: bool = False,
+        max_delay: float = 0.02,
+        flush_timeout: float = 5.0,
+    ) -> None:
+        self.store = store
+        self.key_file = key_file
+        self.receipts = receipts
+        self.segment_id = ""
+        self.stats = WriterStats()
+        self._max_delay = max_delay
+        self._flush_timeout = flush_timeout
+        self._queued: list[_PipedRecord] = []
+        self._sent: deque[_Batch] = deque()
+        self._timer: asyncio.TimerHandle | None = None
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._stdin: int | None = None
+        self._outgoing = bytearray()
+        self._failure: AuditWriteError | None = AuditWriteError("the audit writer process is not running")
+        self._opening: asyncio.Future[Any] | None = None
+        self._ended = anyio.Event()
+        self._stopped = anyio.Event()
+
+    async def append(self, decision: DecisionInput) -> AuditReceipt:
+        pending = await self.submit(decision)
+        return await pending.wait()
+
+    async def submit(self, decision: DecisionInput) -> PendingRecord:
+        """Queue a decision and return at once; `await pending.wait()` before relying on its durability."""
+        if self._failure is not None:
+            raise AuditWriteError(f"{self._failure}; the record was not written")
+        try:
+            wire = decision_to_wire(decision)
+        except TypeError:  # a value orjson cannot write: canonicalised here (or refused, as in-process)
+            wire = prepared_to_wire(prepare_entry(decision))
+        pending = _PipedRecord(decision.event, decision.phase, decision.call_id, self._demand, wire=wire)
+        self._queued.append(pending)
+        if self._timer is None and not self._sent and self._loop is not None:
+            self._timer = self._loop.call_later(self._max_delay, self._send_queued)
+        return pending
+
+    async def run(self, *, task_status: anyio.abc.TaskStatus[str] = anyio.TASK_STATUS_IGNORED) -> None:
+        """Start the process and open its segment; then serve until cancelled, and flush what is queued."""
+        loop = asyncio.get_running_loop()
+        argv = [sys.executable, "-m", "mcp_interceptors.audit.process", "--store", self.store]
+        argv += ["--key-file", str(self.key_file)] + (["--receipts"] if self.receipts else [])
+        child_stdin, stdin_fd = os.pipe()
+        stdout_fd, child_stdout = os.pipe()
+        environment = {
+            **os.environ,
+            "PYTHONPATH": os.pathsep.join(filter(None, [_SOURCE, os.environ.get("PYTHONPATH")])),
+        }
+        try:
+            process = await anyio.open_process(
+                argv, stdin=child_stdin, stdout=child_stdout, stderr=None, env=environment
+            )
+        except BaseException:
+            os.close(stdin_fd)
+            os.close(stdout_fd)
+            raise
+        finally:
+            os.close(child_stdin)
+            os.close(child_stdout)
+        os.set_blocking(stdin_fd, False)
+        reader = os.fdopen(stdout_fd, "rb", buffering=0)
+        transport: asyncio.BaseTransport | None = None
+        try:
+            transport, _ = await loop.connect_read_pipe(lambda: _Replies(self), reader)
+            self._loop, self._stdin = loop, stdin_fd
+            self.segment_id = await self._open()
+            self._failure = None
+            task_status.started(self.segment_id)
+            await self._ended.wait()
+        finally:
+            # Flush what callers queued: shielded from our cancellation, bounded by our deadline.
+            with anyio.CancelScope(shield=True):
+                if self._failure is None:
+                    self._failure = AuditWriteError("the audit writer has stopped")
+                    with anyio.move_on_after(self._flush_timeout):
+                        while self._queued or self._sent:
+                            self._send_queued()
+                            if self._sent:
+                                await asyncio.shield(self._sent[-1].done)
+                self._fail_all(AuditWriteError("the audit writer stopped before this record was flushed"))
+                self._stdin = None
+                loop.remove_writer(stdin_fd)
+                os.close(stdin_fd)  # end of its input: it answers what it read, then exits
+                with anyio.move_on_after(_STOP_S):
+                    await process.wait()
+                if process.returncode is None:
+                    process.kill()
+                    await process.wait()
+                if transport is not None:
+                    transport.close()
+                else:
+                    reader.close()
+                self._stopped.set()
+
+    async def _open(self) -> str:
+        """Have the process open its segment (its answer to the first line); returns the segment id."""
+        assert self._loop is not None
+        self._opening = self._loop.create_future()
+        self._write(b'{"open":true}\n')
+        answer = await self._opening
+        self._opening = None
+        if not isinstance(answer, dict) or not isinstance(answer.get("segment_id"), str):
+            why = answer.get("error") if isinstance(answer, dict) else None
+            raise AuditWriteError(f"the audit writer process did not open its segment: {why or answer!r}")
+        return str(answer["segment_id"])
+
+    async def aclose(self) -> None:
+        """Stop accepting records, flush the queue and wait for `run` to return."""
+        self._ended.set()
+        if self._loop is not None:
+            await self._stopped.wait()
+
+    # -- the pipe ----------------------------------------------------------------------------------
+
+    def _demand(self, pending: PendingRecord) -> None:
+        self._send_queued()  # at once if the process is free; else the queue goes when it answers
+
+    def _send_queued(self) -> None:
+        if self._timer is not None:
+            self._timer.cancel()
+            self._timer = None
+        if self._sent or not self._queued or self._loop is None:
+            return
+        records, self._queued = self._queued, []
+        batch = _Batch(records, self._loop.create_future())
+        for record in records:
+            record.batch = batch
+            if record._done is not None:
+                record._done.set()  # a waiter queued behind the previous batch: it now waits on this one
+        self._sent.append(batch)
+        self._write(b"[" + b",".join(record.wire for record in records) + b"]\n")
+
+    def _write(self, line: bytes) -> None:
+        if self._stdin is None:
+            self._fail_all(AuditWriteError("the audit writer process has stopped"))
+            return
+        if self._outgoing:
+            self._outgoing += line
+            return
+        try:
+            written = os.write(self._stdin, line)
+        except BlockingIOError:
+            written = 0
+        except OSError as exc:  # its end of the pipe is gone: it died
+            self._died(f"cannot write to the audit writer process: {exc}")
+            return
+        if written < len(line):
+            self._outgoing += line[written:]
+            assert self._loop is not None
+            self._loop.add_writer(self._stdin, self._write_more)
+
+    def _write_more(self) -> None:
+        assert self._stdin is not None and self._loop is not None
+        try:
+            written = os.write(self._stdin, self._outgoing)
+        except BlockingIOError:
+            return
+        except OSError as exc:
+            self._loop.remove_writer(self._stdin)
+            self._died(f"cannot write to the audit writer process: {exc}")
+            return
+        del self._outgoing[:written]
+        if not self._outgoing:
+            self._loop.remove_writer(self._stdin)
+
+    def _answered(self, line: bytes) -> None:
+        if self._opening is not None:
+            try:
+                self._opening.set_result(orjson.loads(line))
+            except orjson.JSONDecodeError as exc:
+                self._opening.set_exception(AuditWriteError(f"malformed answer from the audit writer process: {exc}"))
+            return
+        if not self._sent:
+            self._died("the audit writer process answered a batch it was not sent")
+            return
+        batch = self._sent.popleft()
+        try:
+            self._settle(batch, orjson.loads(line))
+        except (orjson.JSONDecodeError, KeyError, TypeError, ValueError, IndexError) as exc:
+            self._fail(batch, AuditWriteError(f"malformed answer from the audit writer process: {exc}"))
+        batch.done.set_result(None)
+        self._send_queued()  # what queued meanwhile is the next batch
+
+    def _settle(self, batch: _Batch, answer: Any) -> None:
+        if "error" in answer:
+            _log.error("audit batch of %d records not written: %s", len(batch.records), answer["error"])
+            self._fail(batch, AuditWriteError(str(answer["error"])))
+            return
+        failed = answer.get("failed") or {}
+        receipts = answer.get("receipts")
+        self.stats.batches += 1
+        self.stats.largest_batch = max(self.stats.largest_batch, len(batch.records))
+        for index, record in enumerate(batch.records):
+            why = failed.get(str(index))
+            if why is not None:
+                self.stats.failed_records += 1
+                record.settle(None, AuditWriteError(why))
+            else:
+                self.stats.records += 1
+                record.settle(None if receipts is None else AuditReceipt.from_wire(receipts[index]), None)
+
+    def _fail(self, batch: _Batch, error: AuditWriteError) -> None:
+        self.stats.failed_batches += 1
+        self.stats.failed_records += len(batch.records)
+        for record in batch.records:
+            record.settle(None, error)
+
+    def _died(self, why: str) -> None:
+        if self._failure is None:
+            _log.error("%s: every audited call fails until the gateway restarts", why)
+        self._failure = AuditWriteError(why)
+        self._stdin = None
+        self._fail_all(self._failure)
+        self._ended.set()
+
+    def _fail_all(self, error: AuditWriteError) -> None:
+        while self._sent:
+            batch = self._sent.popleft()
+            self._fail(batch, error)
+            if not batch.done.done():
+                batch.done.set_result(None)
+        queued, self._queued = self._queued, []
+        for record in queued:
+            record.settle(None, error)
+
+
+class _Replies(asyncio.Protocol):
+    def __init__(self, writer: ProcessAuditWriter) -> None:
+        self._writer = writer
+        self._pending = b""
+
+    def data_received(self, data: bytes) -> None:
+        lines = (self._pending + data).split(b"\n")
+        self._pending = lines.pop()
+        for line in lines:
+            if line:
+                self._writer._answered(line)
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        if self._writer._opening is not None and not self._writer._opening.done():
+            self._writer._opening.set_result({"error": "the process exited (its errors are above)"})
+        elif self._writer._sent or self._writer._failure is None:
+            self._writer._died("the audit writer process exited")

@@ -6,8 +6,9 @@ python bench/audit_overhead.py --concurrency 1 8 --variants sqlite
 
 One real CLI gateway process per variant, serving Streamable HTTP, in front of the echo server of
 `gateway_overhead.py` (stdio), with no interceptors, so the audit trail is all the gateway adds:
-`audit off`; `sqlite` (the default store, WAL, synchronous=NORMAL); `sqlite+receipts` (plus each
-call's receipt in the reply's `_meta`); `postgresql` (a server this bench starts from the Debian
+`audit off`; `sqlite` (the default store, WAL, synchronous=NORMAL); `sqlite+process` (the same store
+written by a writer process, `audit.writer: process`); `sqlite+receipts` (plus each call's receipt in the
+reply's `_meta`); `postgresql` (a server this bench starts from the Debian
 package, via tests/postgres_server.py; skipped with a note when the binary is missing). Each
 variant gets its own store and key. Every call has distinct arguments, sessions are warmed, repeats
 are interleaved across variants, and each cell is the median over repeats; ratios are to `audit off`
@@ -33,7 +34,7 @@ from mcp import Client
 HERE = Path(__file__).resolve()
 ROOT = HERE.parent.parent
 ECHO = HERE.parent / "gateway_overhead.py"
-VARIANTS = ("audit off", "sqlite", "sqlite+receipts", "postgresql")
+VARIANTS = ("audit off", "sqlite", "sqlite+process", "sqlite+receipts", "postgresql")
 TARGET_SQLITE_THROUGHPUT = 0.90
 
 
@@ -51,6 +52,7 @@ def write_configs(folder: Path, variants: list[str], postgres_url: str | None) -
                 "store": store,
                 "key_file": str(folder / slug / "audit-key"),
                 "receipts": variant.endswith("+receipts"),
+                "writer": "process" if variant.endswith("+process") else "in-process",
             }
         path = folder / f"{slug}.yaml"
         path.write_text(json.dumps(config))

@@ -1,0 +1,176 @@
+"""The audit writer process (`audit.process`) and the gateway's client of it (`ProcessAuditWriter`).
+
+The process is driven two ways: its line handler directly (sync, no pipe), and as the real child the
+gateway starts, through `ProcessAuditWriter`: records, receipts, flush on close, and failing closed once
+the process is gone.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import anyio
+import orjson
+import psutil
+import pytest
+
+from mcp_interceptors.audit import AuditWriteError, DecisionInput, SigningKey, open_store, payload_hash, verify_source
+from mcp_interceptors.audit.process import _Writer, decision_to_wire
+from mcp_interceptors.gateway.audit_process import ProcessAuditWriter
+
+Make = Callable[..., DecisionInput]
+KEY_FILE = Path("keys") / "audit-key"  # where the `key` fixture writes it, under tmp_path
+
+
+def _batch(*decisions: DecisionInput) -> bytes:
+    return b"[" + b",".join(decision_to_wire(decision) for decision in decisions) + b"]"
+
+
+def _writer(tmp_path: Path, *, receipts: bool = False) -> _Writer:
+    writer = _Writer(str(tmp_path / "audit.db"), str(tmp_path / KEY_FILE), receipts=receipts)
+    (opened,) = writer._answer([b'{"open":true}'])
+    assert set(opened) == {"segment_id", "key_id"}
+    return writer
+
+
+def _verified(tmp_path: Path, key: SigningKey) -> Any:
+    store = open_store(tmp_path / "audit.db", create=False)
+    try:
+        report = verify_source(store, key.trusted())
+    finally:
+        store.close()
+    assert report.ok, report
+    return report
+
+
+def test_batches_are_answered_in_order_and_chained(tmp_path: Path, key: SigningKey, make_decision: Make) -> None:
+    writer = _writer(tmp_path)
+    answers = writer._answer([_batch(make_decision(), make_decision()), _batch(make_decision())])
+    assert answers == [{"n": 2}, {"n": 1}]
+    assert _verified(tmp_path, key).records == 4  # the segment's first record and three decisions
+
+
+def test_receipts_name_the_records_and_close_calls(tmp_path: Path, key: SigningKey, make_decision: Make) -> None:
+    writer = _writer(tmp_path, receipts=True)
+    request = make_decision(call_id="call-1")
+    response = make_decision(call_id="call-1", phase="response", direction="receiving")
+    (answer,) = writer._answer([_batch(request, response)])
+    first, second = answer["receipts"]
+    assert first[0].endswith("-1") and second[0].endswith("-2")
+    assert first[4] is None  # a request opens its call
+    assert second[4]["request"]["id"] == first[0] and second[4]["response"]["id"] == second[0]
+    _verified(tmp_path, key)
+
+
+def test_a_record_without_a_form_fails_alone(tmp_path: Path, key: SigningKey, make_decision: Make) -> None:
+    writer = _writer(tmp_path)
+    broken = orjson.loads(decision_to_wire(make_decision()))
+    broken["phase"] = "sideways"  # refused by DecisionInput
+    line = b"[" + decision_to_wire(make_decision()) + b"," + orjson.dumps(broken) + b"]"
+    (answer,) = writer._answer([line])
+    assert answer["n"] == 2
+    assert list(answer["failed"]) == ["1"] and "sideways" in answer["failed"]["1"]
+    assert _verified(tmp_path, key).records == 2
+
+
+def test_lines_before_open_and_unknown_lines_are_refused(tmp_path: Path, key: SigningKey, make_decision: Make) -> None:
+    writer = _Writer(str(tmp_path / "audit.db"), str(tmp_path / KEY_FILE), receipts=False)
+    assert writer._answer([_batch(make_decision())]) == [{"error": "the audit segment is not open"}]
+    _writer(tmp_path)  # opens fine afterwards
+    (unknown,) = writer._answer([b'{"close":true}'])
+    assert "not a batch" in unknown["error"]
+
+
+def test_a_store_that_refuses_fails_the_batch(tmp_path: Path, key: SigningKey, make_decision: Make) -> None:
+    writer = _writer(tmp_path)
+    assert writer._segment is not None
+    writer._segment.store.close()
+    (answer,) = writer._answer([_batch(make_decision())])
+    assert "error" in answer
+
+
+# -- through the real child process ------------------------------------------------------------------
+
+
+@pytest.mark.anyio
+async def test_process_writer_records_and_returns_receipts(
+    tmp_path: Path, key: SigningKey, make_decision: Make
+) -> None:
+    writer = ProcessAuditWriter(str(tmp_path / "audit.db"), tmp_path / KEY_FILE, receipts=True)
+    with anyio.fail_after(30):
+        async with anyio.create_task_group() as tg:
+            segment_id = await tg.start(writer.run)
+            request = await writer.submit(make_decision(call_id="c-1"))
+            response = await writer.submit(make_decision(call_id="c-1", phase="response", direction="receiving"))
+            first, second = await request.wait(), await response.wait()
+            await writer.aclose()
+    assert (first.id, second.id) == (f"{segment_id}-1", f"{segment_id}-2")
+    assert second.compound is not None and second.compound.request is not None
+    assert second.compound.request.id == first.id
+    assert writer.stats.records == 2 and writer.stats.failed_records == 0
+    _verified(tmp_path, key)
+
+
+@pytest.mark.anyio
+async def test_process_writer_flushes_queued_records_on_close(
+    tmp_path: Path, key: SigningKey, make_decision: Make
+) -> None:
+    writer = ProcessAuditWriter(str(tmp_path / "audit.db"), tmp_path / KEY_FILE, max_delay=60)
+    with anyio.fail_after(30):
+        async with anyio.create_task_group() as tg:
+            await tg.start(writer.run)
+            pending = [await writer.submit(make_decision()) for _ in range(5)]
+            await writer.aclose()  # nobody waited, and max_delay is far off: closing sends them
+    assert all(record.settled and record.error is None for record in pending)
+    assert _verified(tmp_path, key).records == 6
+    with pytest.raises(AuditWriteError):
+        await writer.submit(make_decision())
+
+
+@pytest.mark.anyio
+async def test_process_writer_fails_closed_when_the_process_dies(
+    tmp_path: Path, key: SigningKey, make_decision: Make
+) -> None:
+    writer = ProcessAuditWriter(str(tmp_path / "audit.db"), tmp_path / KEY_FILE)
+    with anyio.fail_after(30):
+        async with anyio.create_task_group() as tg:
+            await tg.start(writer.run)
+            await (await writer.submit(make_decision())).wait()
+            (child,) = [
+                process
+                for process in psutil.Process(os.getpid()).children()
+                if "mcp_interceptors.audit.process" in " ".join(process.cmdline())
+            ]
+            child.send_signal(signal.SIGKILL)
+            with pytest.raises(AuditWriteError):
+                while True:  # until the loop has seen the pipe close: then nothing more is accepted
+                    await (await writer.submit(make_decision())).wait()
+            with pytest.raises(AuditWriteError):
+                await writer.submit(make_decision())
+            await writer.aclose()
+    _verified(tmp_path, key)
+
+
+@pytest.mark.anyio
+async def test_process_writer_canonicalises_what_orjson_cannot_encode(
+    tmp_path: Path, key: SigningKey, make_decision: Make
+) -> None:
+    payload = {"method": "tools/call", "params": {"name": "add", "arguments": {"n": 2**70}}}
+    writer = ProcessAuditWriter(str(tmp_path / "audit.db"), tmp_path / KEY_FILE, receipts=True)
+    with anyio.fail_after(30):
+        async with anyio.create_task_group() as tg:
+            await tg.start(writer.run)
+            receipt = await writer.append(make_decision(intent_payload=payload, executed_payload=payload))
+            await writer.aclose()
+    store = open_store(tmp_path / "audit.db", create=False)
+    try:
+        raw = store.get_record(receipt.id)
+    finally:
+        store.close()
+    assert raw is not None
+    assert orjson.loads(raw)["body"]["intent_hash"] == payload_hash(payload)
+    _verified(tmp_path, key)

@@ -1,4 +1,6 @@
-"""Issue 5's durability claims through the real CLI gateway over HTTP, with receipts on (`audit.receipts`).
+"""Issue 5's durability claims through the real CLI gateway over HTTP, with receipts on (`audit.receipts`),
+each with the records written on the gateway's event loop (`audit.writer: in-process`) and in its writer
+process (`audit.writer: process`).
 
 Crash test: concurrent clients call through the gateway, which is killed with SIGKILL mid-run and restarted
 on the same store and key; `audit verify` passes and every record id a client saw in a reply's receipt is
@@ -18,6 +20,7 @@ from typing import Any
 
 import anyio
 import orjson
+import psutil
 import pytest
 from e2e_support import ConfigWriter, gateway_env, text_of, upstream_entry
 from helpers import Child, cli_argv, free_tcp_port, run_cli, running
@@ -28,13 +31,14 @@ from mcp_interceptors.gateway.recording import RECEIPT_META_KEY
 pytestmark = [pytest.mark.anyio, pytest.mark.e2e]
 
 MODES = ("2026-07-28", "legacy")
+WRITERS = pytest.mark.parametrize("writer", ["in-process", "process"])
 
 
-def audit_config(store: str, key_file: str) -> dict[str, Any]:
+def audit_config(store: str, key_file: str, writer: str = "in-process") -> dict[str, Any]:
     return {
         "upstreams": {"e2e": upstream_entry()},
         "interceptors": {"hosts": [{"module": "e2e_hosts:host"}]},
-        "audit": {"enabled": True, "store": store, "key_file": key_file, "receipts": True},
+        "audit": {"enabled": True, "store": store, "key_file": key_file, "receipts": True, "writer": writer},
     }
 
 
@@ -122,16 +126,35 @@ def segment_of(record_id: str) -> str:
     return record_id.rsplit("-", 1)[0]
 
 
+def writer_processes(gateway_pid: int) -> list[psutil.Process]:
+    """The gateway's audit writer processes (`python -m mcp_interceptors.audit.process`), among its children."""
+    return [
+        child
+        for child in psutil.Process(gateway_pid).children(recursive=True)
+        if "mcp_interceptors.audit.process" in " ".join(child.cmdline())
+    ]
+
+
+def writer_process(gateway_pid: int) -> psutil.Process:
+    """The gateway's one audit writer process (`audit.writer: process`); fails if it has none, or more."""
+    found = writer_processes(gateway_pid)
+    assert len(found) == 1, [child.cmdline() for child in psutil.Process(gateway_pid).children(recursive=True)]
+    return found[0]
+
+
+@WRITERS
 async def test_gateway_killed_with_sigkill_mid_run_loses_no_acknowledged_record(
-    write_config: ConfigWriter, tmp_path: Path
+    write_config: ConfigWriter, tmp_path: Path, writer: str
 ) -> None:
-    config = write_config(audit_config("audit/audit.db", "audit/audit-key"))
+    """With `writer: process`, the kill takes the writer process too (it is in the gateway's process group)."""
+    config = write_config(audit_config("audit/audit.db", "audit/audit-key", writer))
     before, after = Load(goal=300), Load()
     with anyio.fail_after(180):
         async with http_gateway(config, "gateway (to be killed)") as (child, url):
 
             async def kill_mid_run() -> None:
                 await before.reached.wait()
+                assert len(writer_processes(child.pid)) == (writer == "process")
                 os.killpg(child.pid, signal.SIGKILL)  # the gateway and its upstream, with calls in flight
 
             async with anyio.create_task_group() as tg:
@@ -167,19 +190,23 @@ async def test_gateway_killed_with_sigkill_mid_run_loses_no_acknowledged_record(
 
 
 @pytest.mark.postgres
+@WRITERS
 async def test_two_gateway_processes_write_one_postgresql_store_concurrently(
-    write_config: ConfigWriter, tmp_path: Path, postgres_url: str
+    write_config: ConfigWriter, tmp_path: Path, postgres_url: str, writer: str
 ) -> None:
     configs = [
-        write_config(audit_config(postgres_url, f"replica-{name}/audit-key"), f"gateway-{name}.yaml") for name in "ab"
+        write_config(audit_config(postgres_url, f"replica-{name}/audit-key", writer), f"gateway-{name}.yaml")
+        for name in "ab"
     ]
     loads = [Load(), Load()]
     with anyio.fail_after(240):
         async with (
-            http_gateway(configs[0], "replica a") as (_, url_a),
-            http_gateway(configs[1], "replica b") as (_, url_b),
+            http_gateway(configs[0], "replica a") as (replica_a, url_a),
+            http_gateway(configs[1], "replica b") as (replica_b, url_b),
             anyio.create_task_group() as tg,
         ):
+            for replica in (replica_a, replica_b):
+                assert len(writer_processes(replica.pid)) == (writer == "process")
             tg.start_soon(lambda: drive(url_a, loads[0], clients=4, calls=60, tag="a"))
             tg.start_soon(lambda: drive(url_b, loads[1], clients=4, calls=60, tag="b"))
         trust = [

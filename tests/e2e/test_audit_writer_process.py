@@ -16,9 +16,9 @@ from typing import Any
 import anyio
 import psutil
 import pytest
-from e2e_support import ConfigWriter, text_of, upstream_entry
+from e2e_support import ConfigWriter, fresh_gateway, text_of, upstream_entry
 from mcp import Client, MCPError
-from test_audit_gateway import Load, drive, export, http_gateway, verify, writer_process
+from test_audit_gateway import Load, drive, export, http_gateway, verify, writer_process, writer_processes
 
 import mcp_interceptors
 from mcp_interceptors.gateway.recording import RECEIPT_META_KEY
@@ -113,7 +113,7 @@ async def test_a_killed_writer_process_fails_later_calls_closed_and_the_gateway_
             async with Client(url, mode="legacy") as other:
                 assert other.server_info is not None
             assert child.popen.poll() is None
-            assert writer_processes_left(child.pid) == []  # nobody restarted it behind the gateway's back
+            assert writer_processes(child.pid) == []  # nobody restarted it behind the gateway's back
         stored = await export("--config", str(config))
         report = await verify("--config", str(config))
 
@@ -127,14 +127,6 @@ async def test_a_killed_writer_process_fails_later_calls_closed_and_the_gateway_
         assert isinstance(failure.data, dict), failure
         assert failure.data.get("reason") == "audit_write_failed", (failure.message, failure.data)
         assert (failure.data["event"], failure.data["phase"]) == ("tools/call", "request"), failure.data
-
-
-def writer_processes_left(gateway_pid: int) -> list[list[str]]:
-    return [
-        child.cmdline()
-        for child in psutil.Process(gateway_pid).children(recursive=True)
-        if "mcp_interceptors.audit.process" in " ".join(child.cmdline())
-    ]
 
 
 async def test_sigint_flushes_every_queued_record_and_stops_the_writer_process(
@@ -172,6 +164,60 @@ async def test_sigint_flushes_every_queued_record_and_stops_the_writer_process(
     assert report.splitlines()[-1].startswith(f"OK: {len(stored.records)} records in 1 segments, "), report
     assert "note:" not in report
     print(f"flush test: {load.calls} calls acknowledged, {len(opened)} recorded; {report}")
+
+
+def stdio_gateway_of(config: Path) -> psutil.Process:
+    """The stdio gateway a client of ours spawned for `config` (found by its command line)."""
+    found = [
+        process
+        for process in psutil.Process().children(recursive=True)
+        if "gateway" in process.cmdline() and str(config) in process.cmdline()
+    ]
+    assert len(found) == 1, [process.cmdline() for process in psutil.Process().children(recursive=True)]
+    return found[0]
+
+
+@pytest.mark.parametrize("writer", ["in-process", "process"])
+async def test_sigint_with_calls_upstream_flushes_the_records_that_close_them(
+    write_config: ConfigWriter, tmp_path: Path, writer: str
+) -> None:
+    """A stdio gateway stops at once on SIGINT: the calls still upstream are cancelled, and each gets a
+    `cancelled` record nobody waits for. Stopping flushes them, so no call is left open in the trail."""
+    config = write_config(config_for(tmp_path, writer))
+    tokens = [f"held-{n}" for n in range(6)]
+    outcomes: dict[str, BaseException | str] = {}
+    with anyio.fail_after(90):
+        async with fresh_gateway("stdio", config, "legacy") as client:
+            gateway = stdio_gateway_of(config)
+            if writer == "process":
+                assert_runs_our_code(gateway.pid)
+
+            async def hold(token: str) -> None:
+                try:
+                    outcomes[token] = text_of(await client.call_tool("sleep", {"seconds": 60, "token": token}))
+                except Exception as exc:  # the gateway stopped under it: the call was never answered with a result
+                    outcomes[token] = exc
+
+            async with anyio.create_task_group() as tg:
+                for token in tokens:
+                    tg.start_soon(hold, token)
+                for token in tokens:  # each sleep is running upstream, its request record long submitted
+                    assert text_of(await client.call_tool("wait_started", {"token": token})) == "started"
+                gateway.send_signal(signal.SIGINT)
+                await anyio.to_thread.run_sync(gateway.wait, 30)  # (its exit status goes to whoever reaps it)
+                assert not gateway.is_running()
+        stored = await export("--config", str(config))
+        report = await verify("--config", str(config))
+
+    assert sorted(outcomes) == tokens and not any(isinstance(o, str) for o in outcomes.values()), outcomes
+    calls = tool_calls(stored.records)
+    opened = [r["call_id"] for r in calls if r["phase"] == "request" and r["decision"] == "allow"]
+    closing = {r["call_id"]: (r["decision"], r["status"]) for r in calls if r["phase"] == "response"}
+    assert len(opened) == 2 * len(tokens), calls  # the sleeps and the wait_started calls
+    assert [call_id for call_id in opened if call_id not in closing] == [], report
+    assert sorted(closing.values()).count(("error", "cancelled")) == len(tokens), closing
+    assert report.splitlines()[-1].startswith(f"OK: {len(stored.records)} records in 1 segments, "), report
+    assert "note:" not in report, report
 
 
 async def test_an_integer_past_64_bits_is_canonicalised_on_the_gateway_and_recorded(

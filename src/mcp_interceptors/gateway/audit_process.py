@@ -87,6 +87,8 @@ class ProcessAuditWriter:
         self._flush_timeout = flush_timeout
         self._queued: list[_PipedRecord] = []
         self._sent: deque[_Batch] = deque()
+        #: A record is waited for (or waited long enough): send the queue as soon as the process is free.
+        self._wanted = False
         self._timer: asyncio.TimerHandle | None = None
         self._loop: asyncio.AbstractEventLoop | None = None
         self._stdin: int | None = None
@@ -110,8 +112,8 @@ class ProcessAuditWriter:
             wire = prepared_to_wire(prepare_entry(decision))
         pending = _PipedRecord(decision.event, decision.phase, decision.call_id, self._demand, wire=wire)
         self._queued.append(pending)
-        if self._timer is None and not self._sent and self._loop is not None:
-            self._timer = self._loop.call_later(self._max_delay, self._send_queued)
+        if self._timer is None and self._loop is not None:
+            self._timer = self._loop.call_later(self._max_delay, self._flush_unawaited)
         return pending
 
     async def run(self, *, task_status: anyio.abc.TaskStatus[str] = anyio.TASK_STATUS_IGNORED) -> None:
@@ -169,6 +171,14 @@ class ProcessAuditWriter:
                     transport.close()
                 else:
                     reader.close()
+                stats = self.stats
+                _log.info(
+                    "audit writer process: %d records in %d batches (largest %d), %d refused",
+                    stats.records,
+                    stats.batches,
+                    stats.largest_batch,
+                    stats.failed_records,
+                )
                 self._stopped.set()
 
     async def _open(self) -> str:
@@ -192,15 +202,21 @@ class ProcessAuditWriter:
     # -- the pipe ----------------------------------------------------------------------------------
 
     def _demand(self, pending: PendingRecord) -> None:
-        self._send_queued()  # at once if the process is free; else the queue goes when it answers
+        # Sent at the end of this loop turn (the records other tasks queue in it go along), or, while the
+        # process has a batch, as soon as it answers.
+        if not self._wanted:
+            self._wanted = True
+            if not self._sent and self._loop is not None:
+                self._loop.call_soon(self._send_queued)
 
     def _send_queued(self) -> None:
+        if self._sent or not self._queued or self._loop is None:
+            return
         if self._timer is not None:
             self._timer.cancel()
             self._timer = None
-        if self._sent or not self._queued or self._loop is None:
-            return
         records, self._queued = self._queued, []
+        self._wanted = False
         batch = _Batch(records, self._loop.create_future())
         for record in records:
             record.batch = batch
@@ -208,6 +224,12 @@ class ProcessAuditWriter:
                 record._done.set()  # a waiter queued behind the previous batch: it now waits on this one
         self._sent.append(batch)
         self._write(b"[" + b",".join(record.wire for record in records) + b"]\n")
+
+    def _flush_unawaited(self) -> None:
+        """`max_delay` passed with records queued that nobody waited for: they go now, or next."""
+        self._timer = None
+        self._wanted = True
+        self._send_queued()
 
     def _write(self, line: bytes) -> None:
         if self._stdin is None:
@@ -258,7 +280,8 @@ class ProcessAuditWriter:
         except (orjson.JSONDecodeError, KeyError, TypeError, ValueError, IndexError) as exc:
             self._fail(batch, AuditWriteError(f"malformed answer from the audit writer process: {exc}"))
         batch.done.set_result(None)
-        self._send_queued()  # what queued meanwhile is the next batch
+        if self._wanted:  # someone waits on what queued meanwhile: it is the next batch
+            self._send_queued()
 
     def _settle(self, batch: _Batch, answer: Any) -> None:
         if "error" in answer:

@@ -265,14 +265,14 @@ class CallRecord:
         audit_write_failed`); the store's own error, which quotes its SQL and the record, is logged for
         the operator and not sent to the client.
         """
-        from mcp_interceptors.audit import AuditWriteError
+        from mcp_interceptors.audit.writer import AuditWriteError
 
         receipts = []
         for pending in self.pending:
             try:
                 receipts.append(await pending.wait())
             except AuditWriteError as exc:
-                raise unwritten(pending, exc) from None
+                raise unwritten(pending.event, pending.phase, pending.call_id, exc) from None
         self.pending.clear()
         return receipts
 
@@ -288,7 +288,10 @@ class CallRecord:
     ) -> None:
         if self.writer is None:
             return
-        from mcp_interceptors.audit import DecisionInput
+        # Imported here: a gateway without an audit trail never loads it. From the modules, not the package,
+        # which a per-call `from package import` costs a lookup through `_handle_fromlist`.
+        from mcp_interceptors.audit.records import DecisionInput
+        from mcp_interceptors.audit.writer import AuditWriteError
 
         result = leg.result
         if status is None:
@@ -314,6 +317,8 @@ class CallRecord:
             self.pending.append(await self.writer.submit(decision_input))
         except CanonicalizationError as exc:
             raise unrecordable(leg, exc, from_client=self.parent is None and leg.phase == "request") from None
+        except AuditWriteError as exc:  # the writer is gone (its process died, or the gateway is stopping)
+            raise unwritten(leg.event, leg.phase, self.call_id, exc) from None
         if leg.phase == "request" and decision == "allow":
             self.opened = True
             return
@@ -334,13 +339,12 @@ def unrecordable(leg: Leg, exc: CanonicalizationError, *, from_client: bool) -> 
     return MCPError(INVALID_PARAMS if from_client else INTERNAL_ERROR, message, data)
 
 
-def unwritten(pending: PendingRecord, exc: AuditWriteError) -> AuditWriteError:
+def unwritten(event: str, phase: str, call_id: str | None, exc: AuditWriteError) -> AuditWriteError:
     """The client's error for a record that was not made durable: which leg, not the store's internals."""
-    from mcp_interceptors.audit import AuditWriteError
+    from mcp_interceptors.audit.writer import AuditWriteError
 
-    event, phase = pending.event, pending.phase
     logger.error("%s %s: %s", event, phase, exc)
-    data = {"reason": "audit_write_failed", "event": event, "phase": phase, "call_id": pending.call_id}
+    data = {"reason": "audit_write_failed", "event": event, "phase": phase, "call_id": call_id}
     return AuditWriteError(f"{event} {phase}: the audit record was not written", data=data)
 
 

@@ -465,10 +465,12 @@ class AuditConfig(_Model):
     store: str = Field(".audit/audit.db", description="SQLite path, or a postgresql:// URL.")
     key_file: str | None = None
     receipts: bool = Field(False, description="Return record id and signature in result _meta.")
-    writer: Literal["in-process", "process"] = Field(
-        "in-process",
-        description="Where records are hashed, signed and stored: a writer process of the gateway's own (its "
-        "event loop then only encodes each decision), or the gateway's event loop.",
+    writer: Literal["auto", "process", "in-process"] = Field(
+        "auto",
+        description="Where records are hashed, signed and stored: `process`, a writer process of the gateway's "
+        "own (its event loop then only encodes each decision; worth it with a core to spare); `in-process`, the "
+        "gateway's event loop; `auto` (default), `process` when the gateway may use two CPUs or more (its CPU "
+        "affinity and cgroup quota), else `in-process`.",
     )
 
 

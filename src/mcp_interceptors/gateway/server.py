@@ -975,14 +975,19 @@ def audit_key_location(config: GatewayConfig) -> Path | None:
 async def start_audit_writer(config: GatewayConfig, tg: anyio.abc.TaskGroup) -> RecordWriter:
     """Open the configured store and key and run the writer in `tg` (cancelling `tg` flushes it)."""
     from mcp_interceptors.audit import DEFAULT_KEY_PATH, AuditWriter, load_or_create_key, open_store
-    from mcp_interceptors.gateway.audit_process import ProcessAuditWriter
+    from mcp_interceptors.gateway.audit_process import ProcessAuditWriter, usable_cpus
 
     location = audit_store_location(config)
     store = open_store(location)  # here, so a bad store or key fails the start-up with its own error
     key_file = audit_key_location(config) or DEFAULT_KEY_PATH.expanduser()
     key = load_or_create_key(key_file)
     writer: RecordWriter
-    if config.audit.writer == "process":
+    kind = config.audit.writer
+    if kind == "auto":
+        cpus = usable_cpus()
+        kind = "process" if cpus >= 2 else "in-process"
+        logger.info("audit.writer auto: %s (%g CPUs usable)", kind, cpus)
+    if kind == "process":
         store.close()
         writer = ProcessAuditWriter(location, key_file, receipts=config.audit.receipts)
     else:

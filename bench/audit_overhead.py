@@ -3,16 +3,22 @@
 python bench/audit_overhead.py                 # full run (a few minutes on 2 cores)
 python bench/audit_overhead.py --quick         # fewer calls and repeats, for a smoke test
 python bench/audit_overhead.py --concurrency 1 8 --variants sqlite
+python bench/audit_overhead.py --lean          # the gateway as the bottleneck: lean client, raw echo upstream
 
 One real CLI gateway process per variant, serving Streamable HTTP, in front of the echo server of
 `gateway_overhead.py` (stdio), with no interceptors, so the audit trail is all the gateway adds:
-`audit off`; `sqlite` (the default store, WAL, synchronous=NORMAL); `sqlite+process` (the same store
-written by a writer process, `audit.writer: process`); `sqlite+receipts` (plus each call's receipt in the
-reply's `_meta`); `postgresql` (a server this bench starts from the Debian
-package, via tests/postgres_server.py; skipped with a note when the binary is missing). Each
+`audit off`; `sqlite` (the default store, WAL, synchronous=NORMAL, and the default `audit.writer: auto`);
+`sqlite+in-process` and `sqlite+process` (the same with the writer named); `sqlite+receipts` (plus each
+call's receipt in the reply's `_meta`); `postgresql` (a server this bench starts from the Debian package,
+via tests/postgres_server.py; skipped with a note when the binary is missing). Each
 variant gets its own store and key. Every call has distinct arguments, sessions are warmed, repeats
 are interleaved across variants, and each cell is the median over repeats; ratios are to `audit off`
 in the same run. Afterwards `audit verify` runs over every store the bench wrote.
+
+By default the client is mcp's `Client` and the upstream an `mcp` server: on a 2-core machine they use
+most of the CPU, so the ratios are those of the whole system. `--lean` swaps in the lean JSON-RPC driver of
+`compare.py` (`jsonrpc_load.py`, handshake era) and `peers/raw_echo.py`, so the gateway, which the audit
+trail slows, is what bounds the rate (as on a host of its own, with its clients and servers elsewhere).
 Target: SQLite audit costs <= 10 % throughput at c=8 (ratio >= 0.90).
 """
 
@@ -28,19 +34,24 @@ from pathlib import Path
 from typing import Any
 
 import anyio
+import jsonrpc_load as lean
 from gateway_overhead import GATEWAY_OPTIONS, Cell, free_port, gateway_argv, http_process, measure, warm
 from mcp import Client
 
 HERE = Path(__file__).resolve()
 ROOT = HERE.parent.parent
 ECHO = HERE.parent / "gateway_overhead.py"
-VARIANTS = ("audit off", "sqlite", "sqlite+process", "sqlite+receipts", "postgresql")
+VARIANTS = ("audit off", "sqlite", "sqlite+in-process", "sqlite+process", "sqlite+receipts", "postgresql")
+RAW_ECHO = HERE.parent / "peers" / "raw_echo.py"
 TARGET_SQLITE_THROUGHPUT = 0.90
 
 
-def write_configs(folder: Path, variants: list[str], postgres_url: str | None) -> dict[str, Path]:
+def write_configs(
+    folder: Path, variants: list[str], postgres_url: str | None, *, raw_upstream: bool = False
+) -> dict[str, Path]:
     """One gateway config per variant, each with its own store and key file."""
-    upstream = {"echo": {"command": sys.executable, "args": [str(ECHO), "serve-echo"]}}
+    echo = [str(RAW_ECHO)] if raw_upstream else [str(ECHO), "serve-echo"]
+    upstream = {"echo": {"command": sys.executable, "args": echo}}
     paths = {}
     for variant in variants:
         slug = variant.replace("+", "-").replace(" ", "-")
@@ -52,8 +63,10 @@ def write_configs(folder: Path, variants: list[str], postgres_url: str | None) -
                 "store": store,
                 "key_file": str(folder / slug / "audit-key"),
                 "receipts": variant.endswith("+receipts"),
-                "writer": "process" if variant.endswith("+process") else "in-process",
             }
+            for writer in ("process", "in-process"):
+                if variant.endswith(f"+{writer}"):
+                    config["audit"]["writer"] = writer
         path = folder / f"{slug}.yaml"
         path.write_text(json.dumps(config))
         paths[variant] = path
@@ -73,13 +86,18 @@ def start_postgres() -> tuple[str | None, Any, str]:
     return create_database(base, "bench"), stop, f"postgresql: {base} (started by the bench)"
 
 
-async def run_cells(clients: dict[str, Client], concurrency: int, calls: int, repeats: int) -> list[Cell]:
+async def run_cells(clients: dict[str, Any], concurrency: int, calls: int, repeats: int) -> list[Cell]:
+    """`clients` are mcp `Client`s, or lean driver sessions (`jsonrpc_load.Session`)."""
     cells = {variant: Cell("http", concurrency, variant, []) for variant in clients}
     for client in clients.values():
-        await warm(client, concurrency)
+        await (warm(client, concurrency) if isinstance(client, Client) else lean.warm(client, "echo", concurrency))
     for _ in range(repeats):  # interleaved, so drift on a noisy machine hits every variant alike
         for variant, client in clients.items():
-            cells[variant].samples.append(await measure(client, calls, concurrency))
+            if isinstance(client, Client):
+                sample = await measure(client, calls, concurrency)
+            else:
+                sample = await lean.measure(client, "echo", calls, concurrency)
+            cells[variant].samples.append(sample)
     return list(cells.values())
 
 
@@ -131,7 +149,7 @@ async def main(args: argparse.Namespace) -> None:
             notes.append(note)
             if postgres_url is None:
                 variants.remove("postgresql")
-        configs = write_configs(Path(tmp), variants, postgres_url)
+        configs = write_configs(Path(tmp), variants, postgres_url, raw_upstream=args.lean)
         with ExitStack() as gateways:  # leaving it stops the gateways (SIGTERM flushes their writers)
             urls = {}
             for variant in variants:
@@ -141,7 +159,9 @@ async def main(args: argparse.Namespace) -> None:
             for concurrency in args.concurrency:
                 async with AsyncExitStack() as stack:
                     clients = {
-                        variant: await stack.enter_async_context(Client(url, mode=args.mode))  # type: ignore[arg-type]
+                        variant: await stack.enter_async_context(
+                            lean.http_session(url) if args.lean else Client(url, mode=args.mode)  # type: ignore[arg-type]
+                        )
                         for variant, url in urls.items()
                     }
                     fresh = await run_cells(clients, concurrency, args.calls, args.repeats)
@@ -150,7 +170,8 @@ async def main(args: argparse.Namespace) -> None:
                 cells += fresh
         checks = verify_stores(configs)
     print()
-    print(f"{args.calls} calls per cell, median of {args.repeats} repeats, mode {args.mode}, HTTP, no interceptors")
+    driver = "lean driver (handshake era), raw echo upstream" if args.lean else f"mcp Client, mode {args.mode}"
+    print(f"{args.calls} calls per cell, median of {args.repeats} repeats, {driver}, HTTP, no interceptors")
     for note in notes:
         print(note)
     print(report(cells))
@@ -167,6 +188,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--variants", nargs="+", default=list(VARIANTS), choices=VARIANTS)
     parser.add_argument("--quick", action="store_true", help="200 calls, 2 repeats")
     parser.add_argument("--loop", choices=["auto", "uvloop", "asyncio"], default="auto", help="the gateways' --loop")
+    parser.add_argument(
+        "--lean", action="store_true", help="lean JSON-RPC client and raw echo upstream: the gateway bounds the rate"
+    )
     args = parser.parse_args(argv)
     GATEWAY_OPTIONS[:] = ["--loop", args.loop]
     if "audit off" not in args.variants:

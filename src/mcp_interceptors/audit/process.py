@@ -8,8 +8,9 @@ Every later line is a batch, a JSON array of records, each a decision in wire fo
 `AuditReceipt.to_wire()`) with `--receipts`, plus `"failed": {index: why}` for records with no canonical
 form; or `{"error": why}` when the store refused the batch. Batches are answered in the order they came,
 and every batch read in one go is committed in one transaction (group commit). End of input ends the
-process, after answering everything read; SIGINT is ignored (a terminal's Ctrl-C reaches the whole process
-group, and the gateway closes our input when it stops).
+process, after answering everything read; SIGINT and SIGTERM are ignored (a terminal's Ctrl-C, or a service
+manager stopping a whole process group, reaches us too, and the gateway closes our input once it has
+flushed).
 
 The gateway runs one so that building, hashing, signing and storing its records cost its event loop only
 the encoding of each decision (see `gateway.audit_process`).
@@ -215,7 +216,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--key-file", required=True)
     parser.add_argument("--receipts", action="store_true", help="answer each batch with its records' receipts")
     args = parser.parse_args(argv)
+    # It ends when its input does (the gateway closed it, or exited): a Ctrl-C or a service manager's SIGTERM
+    # sent to the whole group must not end it before the gateway has flushed what it queued.
     signal.signal(signal.SIGINT, signal.SIG_IGN)
+    signal.signal(signal.SIGTERM, signal.SIG_IGN)
     logging.basicConfig(level=logging.WARNING, stream=sys.stderr, format="audit writer: %(message)s")
     _Writer(args.store, args.key_file, receipts=args.receipts).serve(sys.stdin.fileno(), sys.stdout.fileno())
     return 0

@@ -65,27 +65,22 @@ def _cgroup_cpu_quota() -> float | None:
 
 
 class _Batch:
-    """Records sent in one line; `done` resolves when the process answers it."""
+    """Records sent (or to be sent) in one line; `done` resolves when the process has answered them."""
 
     __slots__ = ("done", "records")
 
-    def __init__(self, records: list[_PipedRecord], done: asyncio.Future[None]) -> None:
-        self.records = records
+    def __init__(self, done: asyncio.Future[None]) -> None:
+        self.records: list[_PipedRecord] = []
         self.done = done
 
 
 class _PipedRecord(PendingRecord):
-    batch: _Batch | None = None
+    batch: _Batch
 
     async def wait(self) -> AuditReceipt:
         if not self.settled:
-            if self.batch is None:
-                self.demand(self)  # sends everything queued, or marks it the next batch
-            while self.batch is None and not self.settled:
-                await self.done.wait()  # the next batch: queued behind the one the process has
-            if not self.settled:
-                assert self.batch is not None
-                await asyncio.shield(self.batch.done)
+            self.demand(self)  # its batch goes at the end of this loop turn, or when the process is free
+            await asyncio.shield(self.batch.done)  # shared by the batch's waiters: one's cancel is not theirs
         if self.error is not None:
             raise AuditWriteError(f"audit record not written: {self.error}") from self.error
         return self.receipt or _NO_RECEIPT
@@ -114,7 +109,8 @@ class ProcessAuditWriter:
         self.stats = WriterStats()
         self._max_delay = max_delay
         self._flush_timeout = flush_timeout
-        self._queued: list[_PipedRecord] = []
+        #: The batch records are queued in, until it is sent (None: nothing queued).
+        self._next: _Batch | None = None
         self._sent: deque[_Batch] = deque()
         #: A record is waited for (or waited long enough): send the queue as soon as the process is free.
         self._wanted = False
@@ -140,9 +136,13 @@ class ProcessAuditWriter:
         except TypeError:  # a value orjson cannot write: canonicalised here (or refused, as in-process)
             wire = prepared_to_wire(prepare_entry(decision))
         pending = _PipedRecord(decision.event, decision.phase, decision.call_id, self._demand, wire=wire)
-        self._queued.append(pending)
-        if self._timer is None and self._loop is not None:
+        batch = self._next
+        if batch is None:
+            assert self._loop is not None  # set before `_failure` is cleared
+            batch = self._next = _Batch(self._loop.create_future())
             self._timer = self._loop.call_later(self._max_delay, self._flush_unawaited)
+        pending.batch = batch
+        batch.records.append(pending)
         return pending
 
     async def run(self, *, task_status: anyio.abc.TaskStatus[str] = anyio.TASK_STATUS_IGNORED) -> None:
@@ -183,7 +183,7 @@ class ProcessAuditWriter:
                 if self._failure is None:
                     self._failure = AuditWriteError("the audit writer has stopped")
                     with anyio.move_on_after(self._flush_timeout):
-                        while self._queued or self._sent:
+                        while self._next is not None or self._sent:
                             self._send_queued()
                             if self._sent:
                                 await asyncio.shield(self._sent[-1].done)
@@ -231,28 +231,25 @@ class ProcessAuditWriter:
     # -- the pipe ----------------------------------------------------------------------------------
 
     def _demand(self, pending: PendingRecord) -> None:
-        # Sent at the end of this loop turn (the records other tasks queue in it go along), or, while the
-        # process has a batch, as soon as it answers.
-        if not self._wanted:
-            self._wanted = True
-            if not self._sent and self._loop is not None:
-                self._loop.call_soon(self._send_queued)
+        # Its batch goes at the end of this loop turn (the records other tasks queue in it go along), or,
+        # while the process has the previous one, as soon as that is answered.
+        if self._wanted or getattr(pending, "batch", None) is not self._next:
+            return  # asked for already, or sent already
+        self._wanted = True
+        if not self._sent and self._loop is not None:
+            self._loop.call_soon(self._send_queued)
 
     def _send_queued(self) -> None:
-        if self._sent or not self._queued or self._loop is None:
+        batch = self._next
+        if self._sent or batch is None:
             return
+        self._next = None
         if self._timer is not None:
             self._timer.cancel()
             self._timer = None
-        records, self._queued = self._queued, []
         self._wanted = False
-        batch = _Batch(records, self._loop.create_future())
-        for record in records:
-            record.batch = batch
-            if record._done is not None:
-                record._done.set()  # a waiter queued behind the previous batch: it now waits on this one
         self._sent.append(batch)
-        self._write(b"[" + b",".join(record.wire for record in records) + b"]\n")
+        self._write(b"[" + b",".join(record.wire for record in batch.records) + b"]\n")
 
     def _flush_unawaited(self) -> None:
         """`max_delay` passed with records queued that nobody waited for: they go now, or next."""
@@ -345,14 +342,16 @@ class ProcessAuditWriter:
         self._ended.set()
 
     def _fail_all(self, error: AuditWriteError) -> None:
-        while self._sent:
-            batch = self._sent.popleft()
+        if self._timer is not None:
+            self._timer.cancel()
+            self._timer = None
+        unsent, self._next = self._next, None
+        batches = [*self._sent, *([unsent] if unsent is not None else [])]
+        self._sent.clear()
+        for batch in batches:
             self._fail(batch, error)
             if not batch.done.done():
                 batch.done.set_result(None)
-        queued, self._queued = self._queued, []
-        for record in queued:
-            record.settle(None, error)
 
 
 class _Replies(asyncio.Protocol):

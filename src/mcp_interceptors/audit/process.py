@@ -47,7 +47,9 @@ _READ_SIZE: Final = 1 << 20
 def decision_to_wire(decision: DecisionInput) -> bytes:
     """The decision as JSON for the writer process: its fields, the payloads as they are (the process
     canonicalises them). Raises `TypeError` for a value orjson cannot write (an integer past 64 bits, a
-    non-string key, a lone surrogate): the caller then sends `prepared_to_wire(prepare_entry(decision))`."""
+    non-string key, a lone surrogate): the caller then sends `prepared_to_wire(prepare_entry(decision))`.
+    A float NaN or infinity is written as null, as the gateway's own encoding sends it on: the record hashes
+    the payload as dispatched (in process, `canonical_json` refuses it instead)."""
     wire: dict[str, Any] = {
         "timestamp": decision.timestamp,
         "event": decision.event,
@@ -97,7 +99,7 @@ def prepared_to_wire(entry: PreparedEntry) -> bytes:
 
 
 def entry_from_wire(wire: Mapping[str, Any]) -> PreparedEntry:
-    """What `audit/append` was sent, prepared; raises what `prepare_entry` raises for a bad decision."""
+    """One record of a batch line, prepared; raises what `prepare_entry` raises for a bad decision."""
     prepared = wire.get("prepared")
     if prepared is None:
         return prepare_entry(decision_from_wire(wire))

@@ -91,7 +91,11 @@ _NO_RECEIPT: Final = AuditReceipt(id="", hash="", signature="", key_id="")
 
 
 class ProcessAuditWriter:
-    """Start with `await task_group.start(writer.run)`; then `await writer.submit(decision)` from any task."""
+    """Start with `await task_group.start(writer.run)`; then `await writer.submit(decision)` from any task.
+
+    The receipts `wait` returns are the records' own with `receipts=True` (the process then sends them
+    back); without, they are empty (`id == ""`), which is all a gateway without `audit.receipts` needs.
+    """
 
     def __init__(
         self,

@@ -29,6 +29,7 @@ from mcp_interceptors.audit.process import decision_to_wire, prepared_to_wire
 from mcp_interceptors.audit.records import DecisionInput, prepare_entry
 from mcp_interceptors.audit.segment import AuditReceipt
 from mcp_interceptors.audit.writer import AuditWriteError, PendingRecord, WriterStats
+from mcp_interceptors.gateway.jsonrpc import spawn_piped
 
 _log = logging.getLogger(__name__)
 #: Put first on the writer process's path, so it runs exactly the code we do.
@@ -154,24 +155,8 @@ class ProcessAuditWriter:
         loop = asyncio.get_running_loop()
         argv = [sys.executable, "-m", "mcp_interceptors.audit.process", "--store", self.store]
         argv += ["--key-file", str(self.key_file)] + (["--receipts"] if self.receipts else [])
-        child_stdin, stdin_fd = os.pipe()
-        stdout_fd, child_stdout = os.pipe()
-        environment = {
-            **os.environ,
-            "PYTHONPATH": os.pathsep.join(filter(None, [_SOURCE, os.environ.get("PYTHONPATH")])),
-        }
-        try:
-            process = await anyio.open_process(
-                argv, stdin=child_stdin, stdout=child_stdout, stderr=None, env=environment
-            )
-        except BaseException:
-            os.close(stdin_fd)
-            os.close(stdout_fd)
-            raise
-        finally:
-            os.close(child_stdin)
-            os.close(child_stdout)
-        os.set_blocking(stdin_fd, False)
+        path = os.pathsep.join(filter(None, [_SOURCE, os.environ.get("PYTHONPATH")]))
+        process, stdin_fd, stdout_fd = await spawn_piped(argv, {**os.environ, "PYTHONPATH": path})
         reader = os.fdopen(stdout_fd, "rb", buffering=0)
         transport: asyncio.BaseTransport | None = None
         try:

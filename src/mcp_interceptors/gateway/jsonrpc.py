@@ -639,22 +639,7 @@ async def stdio_peer(
     then terminated, then killed, each step bounded. A line from it longer than `max_line_bytes` ends
     the connection (see `JsonRpcPeer`)."""
     environment = {**get_default_environment(), **(env or {})}
-    # Its stdin and stdout are pipes of ours: anyio's process streams add a checkpoint and a scheduling round
-    # trip to every write, and layers of stream wrappers to every read, a measurable share of each call.
-    child_stdin, stdin_fd = os.pipe()
-    stdout_fd, child_stdout = os.pipe()
-    try:
-        process = await anyio.open_process(
-            [command, *args], stdin=child_stdin, stdout=child_stdout, env=environment, cwd=cwd, stderr=None
-        )
-    except BaseException:
-        os.close(stdin_fd)
-        os.close(stdout_fd)
-        raise
-    finally:
-        os.close(child_stdin)
-        os.close(child_stdout)
-    os.set_blocking(stdin_fd, False)
+    process, stdin_fd, stdout_fd = await spawn_piped([command, *args], environment, cwd=cwd)
     os.set_blocking(stdout_fd, False)
     stdin_open = True
 
@@ -678,6 +663,28 @@ async def stdio_peer(
         os.close(stdout_fd)
         with anyio.CancelScope(shield=True):
             await _stop(process)
+
+
+async def spawn_piped(
+    argv: list[str], env: Mapping[str, str], *, cwd: str | None = None
+) -> tuple[anyio.abc.Process, int, int]:
+    """Start `argv` with its stdin and stdout on pipes of ours (its stderr is ours): (process, the write end
+    of its stdin, non-blocking; the read end of its stdout). Closing them is the caller's."""
+    # Pipes, not anyio's process streams: those add a checkpoint and a scheduling round trip to every write,
+    # and layers of stream wrappers to every read, a measurable share of each call.
+    child_stdin, stdin_fd = os.pipe()
+    stdout_fd, child_stdout = os.pipe()
+    try:
+        process = await anyio.open_process(argv, stdin=child_stdin, stdout=child_stdout, env=env, cwd=cwd, stderr=None)
+    except BaseException:
+        os.close(stdin_fd)
+        os.close(stdout_fd)
+        raise
+    finally:
+        os.close(child_stdin)
+        os.close(child_stdout)
+    os.set_blocking(stdin_fd, False)
+    return process, stdin_fd, stdout_fd
 
 
 async def read_chunk(fd: int) -> bytes:

@@ -18,7 +18,15 @@ import orjson
 import psutil
 import pytest
 
-from mcp_interceptors.audit import AuditWriteError, DecisionInput, SigningKey, open_store, payload_hash, verify_source
+from mcp_interceptors.audit import (
+    AuditWriteError,
+    DecisionInput,
+    SigningKey,
+    open_store,
+    payload_hash,
+    process,
+    verify_source,
+)
 from mcp_interceptors.audit.process import _Writer, decision_to_wire
 from mcp_interceptors.gateway.audit_process import ProcessAuditWriter
 
@@ -174,3 +182,18 @@ async def test_process_writer_canonicalises_what_orjson_cannot_encode(
     assert raw is not None
     assert orjson.loads(raw)["body"]["intent_hash"] == payload_hash(payload)
     _verified(tmp_path, key)
+
+
+def test_checkpoints_run_beside_the_batches(
+    tmp_path: Path, key: SigningKey, make_decision: Make, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(process, "CHECKPOINT_EVERY", 3)
+    writer = _writer(tmp_path)
+    before = (tmp_path / "audit.db").stat().st_size  # the records are in the WAL until a checkpoint
+    writer._answer([_batch(*(make_decision() for _ in range(40)))])
+    writer._maybe_checkpoint()
+    assert writer._checkpointing is not None
+    writer._checkpointing.join(timeout=30)
+    assert not writer._checkpointing.is_alive()
+    assert (tmp_path / "audit.db").stat().st_size > before
+    assert _verified(tmp_path, key).records == 41

@@ -23,6 +23,7 @@ import logging
 import os
 import signal
 import sys
+import threading
 from collections.abc import Mapping, Sequence
 from datetime import datetime
 from typing import Any, Final
@@ -32,7 +33,7 @@ import orjson
 from mcp_interceptors.audit.records import DecisionInput, PreparedEntry, prepare_entry
 from mcp_interceptors.audit.segment import Segment
 from mcp_interceptors.audit.signing import load_key
-from mcp_interceptors.audit.store import open_store
+from mcp_interceptors.audit.store import Store, open_store
 
 _log = logging.getLogger("mcp_interceptors.audit.process")
 
@@ -117,6 +118,7 @@ class _Writer:
         self._receipts = receipts
         self._segment: Segment | None = None
         self._since_checkpoint = 0
+        self._checkpointing: threading.Thread | None = None
 
     def serve(self, read_fd: int, write_fd: int) -> None:
         pending = b""
@@ -129,6 +131,8 @@ class _Writer:
                     _write_all(write_fd, b"".join(orjson.dumps(answer) + b"\n" for answer in answers))
                 self._maybe_checkpoint()
         finally:
+            if self._checkpointing is not None:
+                self._checkpointing.join()
             if self._segment is not None:
                 self._segment.store.close()
 
@@ -189,14 +193,24 @@ class _Writer:
         return answers
 
     def _maybe_checkpoint(self) -> None:
-        if self._segment is None or self._since_checkpoint < CHECKPOINT_EVERY:
+        """Every `CHECKPOINT_EVERY` records, copy the WAL back into the database, in a thread: the batches that
+        arrive meanwhile are answered without waiting for it (SQLite lets the copy and the commits overlap)."""
+        segment = self._segment
+        if segment is None or self._since_checkpoint < CHECKPOINT_EVERY:
+            return
+        if self._checkpointing is not None and self._checkpointing.is_alive():
             return
         self._since_checkpoint = 0
-        try:
-            self._segment.store.checkpoint()
-        except Exception:
-            # Housekeeping only: records stay durable without it, so log and try again later.
-            _log.warning("audit store checkpoint failed", exc_info=True)
+        self._checkpointing = threading.Thread(target=_checkpoint, args=(segment.store,), daemon=True)
+        self._checkpointing.start()
+
+
+def _checkpoint(store: Store) -> None:
+    try:
+        store.checkpoint()
+    except Exception:
+        # Housekeeping only: records stay durable without it, so log and try again later.
+        _log.warning("audit store checkpoint failed", exc_info=True)
 
 
 def _entry_or_error(item: Any) -> PreparedEntry | str:

@@ -51,6 +51,7 @@ _WORDS: Final = tuple(
     (name, frozenset(get_args(kind)))
     for name, kind in (("phase", Phase), ("direction", Direction), ("decision", Decision), ("status", Status))
 )
+_PHASES, _DIRECTIONS, _DECISIONS, _STATUSES = (allowed for _, allowed in _WORDS)
 _UNSIGNED_FIELDS: Final = frozenset({"hash", "signature"})
 
 
@@ -86,6 +87,13 @@ class DecisionInput:
     def __post_init__(self) -> None:
         if self.timestamp.tzinfo is None:
             raise ValueError("DecisionInput.timestamp must be timezone-aware (use datetime.now(UTC))")
+        if (
+            self.phase in _PHASES
+            and self.direction in _DIRECTIONS
+            and self.decision in _DECISIONS
+            and self.status in _STATUSES
+        ):
+            return  # the common case, without a loop: one of these is built for every leg the gateway governs
         for name, allowed in _WORDS:
             value = getattr(self, name)
             if value not in allowed:

@@ -66,13 +66,27 @@ def _cgroup_cpu_quota() -> float | None:
 
 
 class _Batch:
-    """Records sent (or to be sent) in one line; `done` resolves when the process has answered them."""
+    """Records sent (or to be sent) in one line, and the futures of the callers waiting for its answer."""
 
-    __slots__ = ("done", "records")
+    __slots__ = ("answered", "records", "waiters")
 
-    def __init__(self, done: asyncio.Future[None]) -> None:
+    def __init__(self) -> None:
         self.records: list[_PipedRecord] = []
-        self.done = done
+        #: One future per waiting caller, not one shared: a caller cancelled while it waits cancels only its own.
+        self.waiters: list[asyncio.Future[None]] = []
+        self.answered = False
+
+    async def wait(self) -> None:
+        if not self.answered:
+            waiter = asyncio.get_running_loop().create_future()
+            self.waiters.append(waiter)
+            await waiter
+
+    def answer(self) -> None:
+        self.answered = True
+        for waiter in self.waiters:
+            if not waiter.done():
+                waiter.set_result(None)
 
 
 class _PipedRecord(PendingRecord):
@@ -81,7 +95,7 @@ class _PipedRecord(PendingRecord):
     async def wait(self) -> AuditReceipt:
         if not self.settled:
             self.demand(self)  # its batch goes at the end of this loop turn, or when the process is free
-            await asyncio.shield(self.batch.done)  # shared by the batch's waiters: one's cancel is not theirs
+            await self.batch.wait()
         if self.error is not None:
             raise AuditWriteError(f"audit record not written: {self.error}") from self.error
         return self.receipt or _NO_RECEIPT
@@ -144,7 +158,7 @@ class ProcessAuditWriter:
         batch = self._next
         if batch is None:
             assert self._loop is not None  # set before `_failure` is cleared
-            batch = self._next = _Batch(self._loop.create_future())
+            batch = self._next = _Batch()
             self._timer = self._loop.call_later(self._max_delay, self._flush_unawaited)
         pending.batch = batch
         batch.records.append(pending)
@@ -175,7 +189,7 @@ class ProcessAuditWriter:
                         while self._next is not None or self._sent:
                             self._send_queued()
                             if self._sent:
-                                await asyncio.shield(self._sent[-1].done)
+                                await self._sent[-1].wait()
                 self._fail_all(AuditWriteError("the audit writer stopped before this record was flushed"))
                 self._stdin = None
                 loop.remove_writer(stdin_fd)
@@ -294,7 +308,7 @@ class ProcessAuditWriter:
             self._settle(batch, orjson.loads(line))
         except (orjson.JSONDecodeError, KeyError, TypeError, ValueError, IndexError) as exc:
             self._fail(batch, AuditWriteError(f"malformed answer from the audit writer process: {exc}"))
-        batch.done.set_result(None)
+        batch.answer()
         if self._wanted:  # someone waits on what queued meanwhile: it is the next batch
             self._send_queued()
 
@@ -339,8 +353,7 @@ class ProcessAuditWriter:
         self._sent.clear()
         for batch in batches:
             self._fail(batch, error)
-            if not batch.done.done():
-                batch.done.set_result(None)
+            batch.answer()
 
 
 class _Replies(asyncio.Protocol):

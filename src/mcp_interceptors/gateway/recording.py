@@ -9,7 +9,7 @@ call is durable, so a client never sees a reply whose record could still be lost
 from __future__ import annotations
 
 import logging
-import uuid
+import os
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
@@ -107,7 +107,8 @@ class CallRecord:
 
     writer: RecordWriter | None
     context: InvocationContext
-    call_id: str = field(default_factory=lambda: uuid.uuid4().hex)
+    #: 128 random bits as hex, like a UUID4's: `os.urandom` costs a fraction of building a `uuid.UUID`.
+    call_id: str = field(default_factory=lambda: os.urandom(16).hex())
     pending: list[PendingRecord] = field(default_factory=list)
     request: Leg | None = None
     #: The record of the call an embedded one belongs to: a denial there ends that call too.

@@ -197,3 +197,22 @@ def test_checkpoints_run_beside_the_batches(
     assert not writer._checkpointing.is_alive()
     assert (tmp_path / "audit.db").stat().st_size > before
     assert _verified(tmp_path, key).records == 41
+
+
+@pytest.mark.anyio
+async def test_a_malformed_answer_fails_its_records_and_frees_their_waiters(
+    tmp_path: Path, key: SigningKey, make_decision: Make
+) -> None:
+    writer = ProcessAuditWriter(str(tmp_path / "audit.db"), tmp_path / KEY_FILE)
+    with anyio.fail_after(30):
+        async with anyio.create_task_group() as tg:
+            await tg.start(writer.run)
+            pending = await writer.submit(make_decision())
+            batch = writer._next
+            assert batch is not None
+            writer._next, writer._wanted = None, False
+            writer._sent.append(batch)  # as if sent: the answer below is taken as its
+            writer._answered(b"[1, 2]")  # a list where an object belongs
+            with pytest.raises(AuditWriteError, match="malformed answer"):
+                await pending.wait()
+            await writer.aclose()

@@ -306,8 +306,8 @@ class ProcessAuditWriter:
         batch = self._sent.popleft()
         try:
             self._settle(batch, orjson.loads(line))
-        except (orjson.JSONDecodeError, KeyError, TypeError, ValueError, IndexError) as exc:
-            self._fail(batch, AuditWriteError(f"malformed answer from the audit writer process: {exc}"))
+        except Exception as exc:  # a malformed answer: the records it leaves unsettled fail, and nobody hangs
+            self._fail(batch, AuditWriteError(f"malformed answer from the audit writer process: {exc!r}"))
         batch.answer()
         if self._wanted:  # someone waits on what queued meanwhile: it is the next batch
             self._send_queued()
@@ -332,9 +332,10 @@ class ProcessAuditWriter:
 
     def _fail(self, batch: _Batch, error: AuditWriteError) -> None:
         self.stats.failed_batches += 1
-        self.stats.failed_records += len(batch.records)
         for record in batch.records:
-            record.settle(None, error)
+            if not record.settled:
+                self.stats.failed_records += 1
+                record.settle(None, error)
 
     def _died(self, why: str) -> None:
         if self._failure is None:

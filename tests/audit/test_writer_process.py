@@ -9,7 +9,8 @@ from __future__ import annotations
 
 import os
 import signal
-from collections.abc import Callable
+from collections.abc import AsyncIterator, Callable
+from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import Any
 
@@ -88,7 +89,8 @@ def test_a_record_without_a_form_fails_alone(tmp_path: Path, key: SigningKey, ma
 def test_lines_before_open_and_unknown_lines_are_refused(tmp_path: Path, key: SigningKey, make_decision: Make) -> None:
     writer = _Writer(str(tmp_path / "audit.db"), str(tmp_path / KEY_FILE), receipts=False)
     assert writer._answer([_batch(make_decision())]) == [{"error": "the audit segment is not open"}]
-    _writer(tmp_path)  # opens fine afterwards
+    (opened,) = writer._answer([b'{"open":true}'])  # the same writer opens fine afterwards
+    assert "segment_id" in opened
     (unknown,) = writer._answer([b'{"close":true}'])
     assert "not a batch" in unknown["error"]
 
@@ -104,18 +106,26 @@ def test_a_store_that_refuses_fails_the_batch(tmp_path: Path, key: SigningKey, m
 # -- through the real child process ------------------------------------------------------------------
 
 
+@asynccontextmanager
+async def running(tmp_path: Path, **options: Any) -> AsyncIterator[ProcessAuditWriter]:
+    """A `ProcessAuditWriter` with its child started, closed (flushed) on the way out; 30 s for it all."""
+    writer = ProcessAuditWriter(str(tmp_path / "audit.db"), tmp_path / KEY_FILE, **options)
+    with anyio.fail_after(30):
+        async with anyio.create_task_group() as tg:
+            await tg.start(writer.run)
+            yield writer
+            await writer.aclose()
+
+
 @pytest.mark.anyio
 async def test_process_writer_records_and_returns_receipts(
     tmp_path: Path, key: SigningKey, make_decision: Make
 ) -> None:
-    writer = ProcessAuditWriter(str(tmp_path / "audit.db"), tmp_path / KEY_FILE, receipts=True)
-    with anyio.fail_after(30):
-        async with anyio.create_task_group() as tg:
-            segment_id = await tg.start(writer.run)
-            request = await writer.submit(make_decision(call_id="c-1"))
-            response = await writer.submit(make_decision(call_id="c-1", phase="response", direction="receiving"))
-            first, second = await request.wait(), await response.wait()
-            await writer.aclose()
+    async with running(tmp_path, receipts=True) as writer:
+        segment_id = writer.segment_id
+        request = await writer.submit(make_decision(call_id="c-1"))
+        response = await writer.submit(make_decision(call_id="c-1", phase="response", direction="receiving"))
+        first, second = await request.wait(), await response.wait()
     assert (first.id, second.id) == (f"{segment_id}-1", f"{segment_id}-2")
     assert second.compound is not None and second.compound.request is not None
     assert second.compound.request.id == first.id
@@ -143,23 +153,19 @@ async def test_process_writer_flushes_queued_records_on_close(
 async def test_process_writer_fails_closed_when_the_process_dies(
     tmp_path: Path, key: SigningKey, make_decision: Make
 ) -> None:
-    writer = ProcessAuditWriter(str(tmp_path / "audit.db"), tmp_path / KEY_FILE)
-    with anyio.fail_after(30):
-        async with anyio.create_task_group() as tg:
-            await tg.start(writer.run)
-            await (await writer.submit(make_decision())).wait()
-            (child,) = [
-                process
-                for process in psutil.Process(os.getpid()).children()
-                if "mcp_interceptors.audit.process" in " ".join(process.cmdline())
-            ]
-            child.send_signal(signal.SIGKILL)
-            with pytest.raises(AuditWriteError):
-                while True:  # until the loop has seen the pipe close: then nothing more is accepted
-                    await (await writer.submit(make_decision())).wait()
-            with pytest.raises(AuditWriteError):
-                await writer.submit(make_decision())
-            await writer.aclose()
+    async with running(tmp_path) as writer:
+        await (await writer.submit(make_decision())).wait()
+        (child,) = [
+            process
+            for process in psutil.Process(os.getpid()).children()
+            if "mcp_interceptors.audit.process" in " ".join(process.cmdline())
+        ]
+        child.send_signal(signal.SIGKILL)
+        with pytest.raises(AuditWriteError):
+            while True:  # until the loop has seen the pipe close: then nothing more is accepted
+                await (await writer.submit(make_decision())).wait()
+        with pytest.raises(AuditWriteError):
+            await writer.submit(make_decision())
     _verified(tmp_path, key)
 
 
@@ -168,12 +174,8 @@ async def test_process_writer_canonicalises_what_orjson_cannot_encode(
     tmp_path: Path, key: SigningKey, make_decision: Make
 ) -> None:
     payload = {"method": "tools/call", "params": {"name": "add", "arguments": {"n": 2**70}}}
-    writer = ProcessAuditWriter(str(tmp_path / "audit.db"), tmp_path / KEY_FILE, receipts=True)
-    with anyio.fail_after(30):
-        async with anyio.create_task_group() as tg:
-            await tg.start(writer.run)
-            receipt = await writer.append(make_decision(intent_payload=payload, executed_payload=payload))
-            await writer.aclose()
+    async with running(tmp_path, receipts=True) as writer:
+        receipt = await writer.append(make_decision(intent_payload=payload, executed_payload=payload))
     store = open_store(tmp_path / "audit.db", create=False)
     try:
         raw = store.get_record(receipt.id)
@@ -203,16 +205,12 @@ def test_checkpoints_run_beside_the_batches(
 async def test_a_malformed_answer_fails_its_records_and_frees_their_waiters(
     tmp_path: Path, key: SigningKey, make_decision: Make
 ) -> None:
-    writer = ProcessAuditWriter(str(tmp_path / "audit.db"), tmp_path / KEY_FILE)
-    with anyio.fail_after(30):
-        async with anyio.create_task_group() as tg:
-            await tg.start(writer.run)
-            pending = await writer.submit(make_decision())
-            batch = writer._next
-            assert batch is not None
-            writer._next, writer._wanted = None, False
-            writer._sent.append(batch)  # as if sent: the answer below is taken as its
-            writer._answered(b"[1, 2]")  # a list where an object belongs
-            with pytest.raises(AuditWriteError, match="malformed answer"):
-                await pending.wait()
-            await writer.aclose()
+    async with running(tmp_path) as writer:
+        pending = await writer.submit(make_decision())
+        batch = writer._next
+        assert batch is not None
+        writer._next, writer._wanted = None, False
+        writer._sent.append(batch)  # as if sent: the answer below is taken as its
+        writer._answered(b"[1, 2]")  # a list where an object belongs
+        with pytest.raises(AuditWriteError, match="malformed answer"):
+            await pending.wait()

@@ -150,6 +150,27 @@ async def test_process_writer_flushes_queued_records_on_close(
 
 
 @pytest.mark.anyio
+async def test_records_nobody_waits_for_are_written_within_max_delay(
+    tmp_path: Path, key: SigningKey, make_decision: Make
+) -> None:
+    """Unawaited records (a request's, while its call is upstream) go on their own within `max_delay`, batch after
+    batch: the one timer that serves them is re-armed for each batch queued after the last went."""
+    async with running(tmp_path, max_delay=0.05) as writer:
+        for round_ in range(3):
+            # A record waited for goes at once; the timer armed when it was queued still runs, and fires before
+            # the unawaited records queued after it are due: it must wait for them, not forget them.
+            await (await writer.submit(make_decision(call_id=f"c-{round_}-waited"))).wait()
+            await anyio.sleep(0.02)  # so that the timer fires well before these are due
+            pending = [await writer.submit(make_decision(call_id=f"c-{round_}-{n}")) for n in range(2)]
+            with anyio.fail_after(5):
+                for record in pending:
+                    await record.done.wait()  # set once written; waiting on it asks for no batch
+            assert all(record.error is None for record in pending)
+        assert writer.stats.batches == 6 and writer.stats.records == 9
+    assert _verified(tmp_path, key).records == 10
+
+
+@pytest.mark.anyio
 async def test_process_writer_fails_closed_when_the_process_dies(
     tmp_path: Path, key: SigningKey, make_decision: Make
 ) -> None:

@@ -20,6 +20,7 @@ from mcp_interceptors.canonical import canonical_json
 from mcp_interceptors.protocol.chain import ChainStatus
 from mcp_interceptors.protocol.errors import InterceptorsError
 from mcp_interceptors.protocol.events import Direction, Phase
+from mcp_interceptors.protocol.results import same_json
 
 FORMAT_VERSION: Final = 1
 #: Compound receipts are derived from the records they name, unsigned (`audit verify` recomputes them)...
@@ -59,9 +60,12 @@ class AuditError(InterceptorsError):
     """Root of the audit package's errors."""
 
 
-@dataclass(frozen=True)
+@dataclass(slots=True)
 class DecisionInput:
     """What one interceptor chain decided, in plain values; the gateway fills it from its chain result.
+
+    Writers snapshot it when it is submitted (so changing it afterwards changes nothing recorded). Not frozen:
+    the gateway builds one per governed leg, and a frozen dataclass costs three times as much to build.
 
     `intent_payload` is the payload the chain approved, `executed_payload` the one actually dispatched;
     either may be None (a denial dispatches nothing). `interceptors` holds one mapping per interceptor:
@@ -168,11 +172,11 @@ def drift_for(intent_hash: str | None, executed_hash: str | None) -> bool | None
 
 def body_for(decision: DecisionInput) -> dict[str, Any]:
     """The decision part of a record (everything the chain envelope does not add)."""
-    intent_hash = payload_hash(decision.intent_payload)
-    if decision.executed_payload is decision.intent_payload:
-        executed_hash = intent_hash
-    else:
-        executed_hash = payload_hash(decision.executed_payload)
+    intent, executed = decision.intent_payload, decision.executed_payload
+    intent_hash = payload_hash(intent)
+    # The same JSON hashes alike: one canonical form serves both (a copy made on the way out is the common case).
+    same = executed is intent or (executed is not None and intent is not None and same_json(executed, intent))
+    executed_hash = intent_hash if same else payload_hash(executed)
     return {
         "time": format_time(decision.timestamp),
         "session_id": decision.session_id,

@@ -68,9 +68,13 @@ def _cgroup_cpu_quota() -> float | None:
 class _Batch:
     """Records sent (or to be sent) in one line, and the futures of the callers waiting for its answer."""
 
-    __slots__ = ("answered", "records", "waiters")
+    __slots__ = ("answered", "due", "records", "since", "waiters")
 
-    def __init__(self) -> None:
+    def __init__(self, since: float) -> None:
+        #: When its first record was queued (the loop's clock), and whether it is to go as soon as the process is
+        #: free (a record of it is waited for, or was queued `max_delay` ago).
+        self.since = since
+        self.due = False
         self.records: list[_PipedRecord] = []
         #: One future per waiting caller, not one shared: a caller cancelled while it waits cancels only its own.
         self.waiters: list[asyncio.Future[None]] = []
@@ -131,8 +135,6 @@ class ProcessAuditWriter:
         #: The batch records are queued in, until it is sent (None: nothing queued).
         self._next: _Batch | None = None
         self._sent: deque[_Batch] = deque()
-        #: A record is waited for (or waited long enough): send the queue as soon as the process is free.
-        self._wanted = False
         self._timer: asyncio.TimerHandle | None = None
         self._loop: asyncio.AbstractEventLoop | None = None
         self._stdin: int | None = None
@@ -158,8 +160,9 @@ class ProcessAuditWriter:
         batch = self._next
         if batch is None:
             assert self._loop is not None  # set before `_failure` is cleared
-            batch = self._next = _Batch()
-            self._timer = self._loop.call_later(self._max_delay, self._flush_unawaited)
+            batch = self._next = _Batch(self._loop.time())
+            if self._timer is None:
+                self._timer = self._loop.call_at(batch.since + self._max_delay, self._flush_unawaited)
         pending.batch = batch
         batch.records.append(pending)
         return pending
@@ -236,9 +239,10 @@ class ProcessAuditWriter:
     def _demand(self, pending: PendingRecord) -> None:
         # Its batch goes at the end of this loop turn (the records other tasks queue in it go along), or,
         # while the process has the previous one, as soon as that is answered.
-        if self._wanted or getattr(pending, "batch", None) is not self._next:
-            return  # asked for already, or sent already
-        self._wanted = True
+        batch: _Batch | None = getattr(pending, "batch", None)
+        if batch is None or batch is not self._next or batch.due:
+            return  # sent already, or asked for already
+        batch.due = True
         if not self._sent and self._loop is not None:
             self._loop.call_soon(self._send_queued)
 
@@ -247,17 +251,23 @@ class ProcessAuditWriter:
         if self._sent or batch is None:
             return
         self._next = None
-        if self._timer is not None:
-            self._timer.cancel()
-            self._timer = None
-        self._wanted = False
         self._sent.append(batch)
         self._write(b"[" + b",".join(record.wire for record in batch.records) + b"]\n")
 
     def _flush_unawaited(self) -> None:
-        """`max_delay` passed with records queued that nobody waited for: they go now, or next."""
+        """Records queued `max_delay` ago that nobody waited for go now, or next. One timer serves every batch
+        (it is not cancelled when a batch goes, only re-armed for the one queued since), so a busy gateway
+        arms one per `max_delay`, not one per batch."""
         self._timer = None
-        self._wanted = True
+        batch = self._next
+        if batch is None:
+            return
+        assert self._loop is not None
+        due = batch.since + self._max_delay
+        if self._loop.time() < due:
+            self._timer = self._loop.call_at(due, self._flush_unawaited)
+            return
+        batch.due = True
         self._send_queued()
 
     def _write(self, line: bytes) -> None:
@@ -309,7 +319,8 @@ class ProcessAuditWriter:
         except Exception as exc:  # a malformed answer: the records it leaves unsettled fail, and nobody hangs
             self._fail(batch, AuditWriteError(f"malformed answer from the audit writer process: {exc!r}"))
         batch.answer()
-        if self._wanted:  # someone waits on what queued meanwhile: it is the next batch
+        queued = self._next
+        if queued is not None and queued.due:  # someone waits on what queued meanwhile: it is the next batch
             self._send_queued()
 
     def _settle(self, batch: _Batch, answer: Any) -> None:
@@ -328,7 +339,7 @@ class ProcessAuditWriter:
                 record.settle(None, AuditWriteError(why))
             else:
                 self.stats.records += 1
-                record.settle(None if receipts is None else AuditReceipt.from_wire(receipts[index]), None)
+                record.settle(_NO_RECEIPT if receipts is None else AuditReceipt.from_wire(receipts[index]), None)
 
     def _fail(self, batch: _Batch, error: AuditWriteError) -> None:
         self.stats.failed_batches += 1

@@ -23,7 +23,7 @@ from mcp_interceptors.executor import ChainResult
 from mcp_interceptors.protocol.errors import INTERNAL_ERROR, INVALID_PARAMS, REQUEST_CANCELLED, InterceptorsError
 from mcp_interceptors.protocol.events import Phase
 from mcp_interceptors.protocol.invoke import InvocationContext
-from mcp_interceptors.protocol.results import MutationResult, ValidationResult, same_json
+from mcp_interceptors.protocol.results import MutationResult, ValidationResult
 
 if TYPE_CHECKING:
     from mcp_interceptors.audit import AuditReceipt, AuditWriteError, PendingRecord, RecordWriter
@@ -119,6 +119,7 @@ class CallRecord:
     #: Whether this call's allowed request was recorded, and whether a record closing the call was.
     opened: bool = False
     ended: bool = False
+    _principal: dict[str, Any] | None = field(default=None, repr=False)
 
     @property
     def enabled(self) -> bool:
@@ -165,10 +166,9 @@ class CallRecord:
         self.request = leg
 
     async def dispatched(self, executed: Any, intent: Any) -> None:
-        """The approved request went out: record intent (translated to the upstream) and what was sent."""
+        """The approved request went out: record intent (translated to the upstream) and what was sent (the
+        writer compares them, off the event loop when it is a process of its own)."""
         if self.request is not None:
-            if executed is not intent and same_json(executed, intent):
-                executed = intent  # one canonical hash serves both (and `drift` is false)
             await self._submit(self.request, intent=intent, executed=executed, decision="allow")
 
     async def answered(self, leg: Leg, final: Any) -> None:
@@ -270,6 +270,9 @@ class CallRecord:
 
         receipts = []
         for pending in self.pending:
+            if pending.settled and pending.error is None and pending.receipt is not None:
+                receipts.append(pending.receipt)  # committed already (a request's record, often): no wait
+                continue
             try:
                 receipts.append(await pending.wait())
             except AuditWriteError as exc:
@@ -297,7 +300,9 @@ class CallRecord:
         result = leg.result
         if status is None:
             status = result.status if result is not None else ("upstream_error" if decision == "error" else "success")
-        principal = self.context.principal.to_wire() if self.context.principal is not None else None
+        principal = self._principal
+        if principal is None and self.context.principal is not None:
+            principal = self._principal = self.context.principal.to_wire()  # once per call, not per leg
         decision_input = DecisionInput(
             timestamp=datetime.now(UTC),
             event=leg.event,

@@ -394,10 +394,10 @@ class DownstreamSession:
             upstream_params = _renamed(method, params, route)
             conn = conns[route.upstream]
             relay = _relay(downstream, params)
-            if record.enabled:  # the trail's two views of the request, built only when there is a trail
+            if record.enabled:  # built only when there is a trail
+                # What goes upstream is the approved payload, renamed for the upstream: intent and executed alike.
                 sent = {"method": method, "params": _recorded(upstream_params)}
-                approved = {"method": method, "params": _renamed(method, _recorded(params), route)}
-                await record.dispatched(executed=sent, intent=approved)
+                await record.dispatched(executed=sent, intent=sent)
         except MCPError as exc:
             await self._refused(record, method, exc, request_id)
         except anyio.get_cancelled_exc_class():

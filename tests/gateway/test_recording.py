@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import sqlite3
+import time
+import uuid
 from pathlib import Path
 from typing import Any
 
@@ -15,12 +17,26 @@ from mcp_interceptors import Chain
 from mcp_interceptors.audit import AuditWriteError, SqliteStore, load_or_create_key, open_audit_writer, verify_source
 from mcp_interceptors.gateway import server
 from mcp_interceptors.gateway.config import parse_config
-from mcp_interceptors.gateway.recording import CallRecord, Leg, OpenInput
+from mcp_interceptors.gateway.recording import CallRecord, Leg, OpenInput, new_call_id
 from mcp_interceptors.gateway.server import Gateway
 from mcp_interceptors.protocol.invoke import InvocationContext
 from mcp_interceptors.protocol.results import same_json
 
 pytestmark = pytest.mark.anyio
+
+
+def test_call_ids_are_uuid7_so_a_store_indexes_them_in_order() -> None:
+    before = time.time_ns() // 1_000_000
+    ids = [new_call_id() for _ in range(2000)]
+    after = time.time_ns() // 1_000_000
+    parsed = [uuid.UUID(call_id) for call_id in ids]
+    assert all(len(call_id) == 32 and call_id == u.hex for call_id, u in zip(ids, parsed, strict=True))
+    assert {u.version for u in parsed} == {7} and {u.variant for u in parsed} == {uuid.RFC_4122}
+    stamps = [int(call_id[:12], 16) for call_id in ids]
+    assert before <= stamps[0] and stamps[-1] <= after and stamps == sorted(stamps)  # time first: in order
+    assert len(set(ids)) == len(ids)
+    assert len({call_id[13:] for call_id in ids}) == len(ids)  # and random after the time
+
 
 ARGUMENTS = {"text": "hi", "n": 1, "ratio": 0.5, "tags": ["a", {"b": None}]}
 

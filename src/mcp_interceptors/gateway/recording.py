@@ -10,10 +10,11 @@ from __future__ import annotations
 
 import logging
 import os
+import time
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Final
 
 import anyio
 from mcp import MCPError
@@ -81,6 +82,21 @@ def interceptor_entries(result: ChainResult, payload_in: Any) -> list[dict[str, 
     return entries
 
 
+def new_call_id() -> str:
+    """A call id: an RFC 9562 UUIDv7 as 32 hex digits (a millisecond timestamp, then 74 random bits).
+
+    Time first, so the ids a store indexes arrive in order: each insert lands at the end of the index, not
+    on a random page of it (which, on a trail of millions of records, costs a page read per record).
+    """
+    random = int.from_bytes(os.urandom(10))
+    rand_a, rand_b = (random >> 62) & 0xFFF, random & _LOW_62
+    value = (time.time_ns() // 1_000_000) << 80 | 0x7 << 76 | rand_a << 64 | 0b10 << 62 | rand_b
+    return f"{value:032x}"
+
+
+_LOW_62: Final = (1 << 62) - 1
+
+
 @dataclass
 class Leg:
     """One chain run waiting to be recorded."""
@@ -107,8 +123,7 @@ class CallRecord:
 
     writer: RecordWriter | None
     context: InvocationContext
-    #: 128 random bits as hex, like a UUID4's: `os.urandom` costs a fraction of building a `uuid.UUID`.
-    call_id: str = field(default_factory=lambda: os.urandom(16).hex())
+    call_id: str = field(default_factory=lambda: new_call_id())
     pending: list[PendingRecord] = field(default_factory=list)
     request: Leg | None = None
     #: The record of the call an embedded one belongs to: a denial there ends that call too.

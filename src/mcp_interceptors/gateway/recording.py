@@ -123,7 +123,7 @@ class CallRecord:
 
     writer: RecordWriter | None
     context: InvocationContext
-    call_id: str = field(default_factory=lambda: new_call_id())
+    call_id: str = field(default_factory=new_call_id)
     pending: list[PendingRecord] = field(default_factory=list)
     request: Leg | None = None
     #: The record of the call an embedded one belongs to: a denial there ends that call too.

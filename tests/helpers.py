@@ -19,7 +19,7 @@ import subprocess
 import sys
 import tempfile
 import threading
-from collections.abc import AsyncIterator, Iterator, Mapping, Sequence
+from collections.abc import AsyncIterator, Callable, Iterator, Mapping, Sequence
 from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -41,6 +41,14 @@ LIVE: list[Child] = []
 #: tail in its report already), so runs do not pile logs up in the system's temp folder.
 LOG_DIR = tempfile.mkdtemp(prefix="mcp-interceptors-test-logs-")
 atexit.register(shutil.rmtree, LOG_DIR, ignore_errors=True)
+
+
+async def until(check: Callable[[], bool]) -> None:
+    """Poll `check` until it holds (another process's state: nothing to wait on); the caller bounds the wait."""
+    while True:
+        if check():
+            return
+        await anyio.sleep(0.05)
 
 
 def cli_argv(*args: str) -> list[str]:

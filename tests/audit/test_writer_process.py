@@ -18,6 +18,7 @@ import anyio
 import orjson
 import psutil
 import pytest
+from helpers import until
 
 from mcp_interceptors.audit import (
     AuditWriteError,
@@ -171,23 +172,55 @@ async def test_records_nobody_waits_for_are_written_within_max_delay(
 
 
 @pytest.mark.anyio
-async def test_process_writer_fails_closed_when_the_process_dies(
+async def test_process_writer_fails_closed_when_the_process_dies_then_starts_a_new_one(
     tmp_path: Path, key: SigningKey, make_decision: Make
 ) -> None:
-    async with running(tmp_path) as writer:
+    async with running(tmp_path, restart_delay=0.5) as writer:
+        first_segment = writer.segment_id
         await (await writer.submit(make_decision())).wait()
-        (child,) = [
-            process
-            for process in psutil.Process(os.getpid()).children()
-            if "mcp_interceptors.audit.process" in " ".join(process.cmdline())
-        ]
+        (child,) = _writer_children()
         child.send_signal(signal.SIGKILL)
         with pytest.raises(AuditWriteError):
             while True:  # until the loop has seen the pipe close: then nothing more is accepted
                 await (await writer.submit(make_decision())).wait()
-        with pytest.raises(AuditWriteError):
+        with pytest.raises(AuditWriteError):  # until a new process has opened its segment: fail closed
             await writer.submit(make_decision())
-    _verified(tmp_path, key)
+        with anyio.fail_after(10):
+            await until(lambda: writer.segment_id != first_segment)  # replaced `restart_delay` later
+        (replacement,) = _writer_children()
+        assert replacement.pid != child.pid
+        await (await writer.submit(make_decision())).wait()
+    report = _verified(tmp_path, key)
+    assert report.segments == 2  # the new segment continues the chain where the killed process stopped
+
+
+@pytest.mark.anyio
+async def test_a_writer_process_that_cannot_start_again_is_retried_until_it_can(
+    tmp_path: Path, key: SigningKey, make_decision: Make, caplog: pytest.LogCaptureFixture
+) -> None:
+    key_file, moved = tmp_path / KEY_FILE, tmp_path / "elsewhere"
+    async with running(tmp_path, restart_delay=0.1) as writer:
+        first_segment = writer.segment_id
+        key_file.rename(moved)  # a new process cannot load its key: it does not open a segment
+        (child,) = _writer_children()
+        child.send_signal(signal.SIGKILL)
+        with anyio.fail_after(10):
+            await until(lambda: caplog.text.count("did not start again") >= 2)  # retried, each time later
+            with pytest.raises(AuditWriteError):
+                await writer.submit(make_decision())
+            moved.rename(key_file)
+            await until(lambda: writer.segment_id != first_segment)
+        await (await writer.submit(make_decision())).wait()
+    assert "next try in 0.2 s" in caplog.text and "next try in 0.4 s" in caplog.text
+    assert _verified(tmp_path, key).segments == 2
+
+
+def _writer_children() -> list[psutil.Process]:
+    return [
+        process
+        for process in psutil.Process(os.getpid()).children()
+        if "mcp_interceptors.audit.process" in " ".join(process.cmdline())
+    ]
 
 
 @pytest.mark.anyio

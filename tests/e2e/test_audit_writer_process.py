@@ -17,6 +17,7 @@ import anyio
 import psutil
 import pytest
 from e2e_support import ConfigWriter, fresh_gateway, text_of, upstream_entry
+from helpers import until
 from mcp import Client, MCPError
 from test_audit_gateway import Load, drive, export, http_gateway, verify, writer_process, writer_processes
 
@@ -54,7 +55,7 @@ def assert_runs_our_code(gateway_pid: int) -> psutil.Process:
 
 
 def tool_calls(stored: dict[str, dict[str, Any]]) -> list[dict[str, Any]]:
-    """The tools/call decision records' bodies, in record order within the one segment."""
+    """The tools/call decision records' bodies, in storage order."""
     bodies = [record["body"] for record in stored.values() if record["kind"] == "decision"]
     return [body for body in bodies if body.get("event") == "tools/call"]
 
@@ -93,7 +94,7 @@ async def test_allowed_and_denied_calls_are_recorded_by_the_writer_process_and_v
     assert "note:" not in report  # every call was closed
 
 
-async def test_a_killed_writer_process_fails_later_calls_closed_and_the_gateway_stays_up(
+async def test_a_killed_writer_process_fails_calls_closed_until_the_gateway_starts_a_new_one(
     write_config: ConfigWriter, tmp_path: Path
 ) -> None:
     config = write_config(config_for(tmp_path))
@@ -113,15 +114,25 @@ async def test_a_killed_writer_process_fails_later_calls_closed_and_the_gateway_
             async with Client(url, mode="legacy") as other:
                 assert other.server_info is not None
             assert child.popen.poll() is None
-            assert writer_processes(child.pid) == []  # nobody restarted it behind the gateway's back
+            # A second later the gateway has started a new writer process, and audited calls go through again.
+            await until(lambda: bool(writer_processes(child.pid)))
+            assert [process.pid for process in writer_processes(child.pid)] != [writer.pid]
+            while True:  # the new process may still be opening its segment: until then, calls fail closed
+                try:
+                    after = await client.call_tool("echo", {"text": "after-restart"})
+                    break
+                except MCPError as exc:
+                    failures.append(exc)
+                    await anyio.sleep(0.1)
         stored = await export("--config", str(config))
         report = await verify("--config", str(config))
 
-    assert text_of(before) == "before"
-    # The call before the kill is in the store and the chain still verifies; nothing after it was written.
+    assert (text_of(before), text_of(after)) == ("before", "after-restart")
+    # The calls before the kill and after the restart are in the store, in two segments that the chain links
+    # (the new one continues where the killed process stopped); nothing of the failed calls was written.
     calls = tool_calls(stored.records)
-    assert [(r["phase"], r["decision"]) for r in calls] == [("request", "allow"), ("response", "allow")]
-    assert report.splitlines()[-1].startswith(f"OK: {len(stored.records)} records in 1 segments, "), report
+    assert [(r["phase"], r["decision"]) for r in calls] == [("request", "allow"), ("response", "allow")] * 2
+    assert report.splitlines()[-1].startswith(f"OK: {len(stored.records)} records in 2 segments, "), report
     for failure in failures:
         assert failure.code == -32603, failure
         assert isinstance(failure.data, dict), failure

@@ -9,7 +9,7 @@ import os
 import signal
 import sys
 import time
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import Any
@@ -32,7 +32,18 @@ from e2e_support import (
     upstream_entry,
     write_yaml,
 )
-from helpers import cli_argv, free_tcp_port, http_transport, pid_alive, run_cli, running, spawn, stop, wait_http_ready
+from helpers import (
+    cli_argv,
+    free_tcp_port,
+    http_transport,
+    pid_alive,
+    run_cli,
+    running,
+    spawn,
+    stop,
+    until,
+    wait_http_ready,
+)
 from mcp import Client, MCPError
 from mcp.client.sse import sse_client
 from mcp_types import Implementation
@@ -1076,14 +1087,6 @@ os.dup2(read_end, 0)
 threading.Thread(target=copy, daemon=True).start()
 exec(os.environ["HOLDING_UPSTREAM"])
 """
-
-
-async def until(check: Callable[[], bool]) -> None:
-    """Poll `check` until it holds (another process's files: nothing to wait on); the caller bounds the wait."""
-    while True:
-        if check():
-            return
-        await anyio.sleep(0.05)
 
 
 def wire_logging_upstream(tmp_path: Path) -> dict[str, Any]:

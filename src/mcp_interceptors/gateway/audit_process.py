@@ -6,7 +6,8 @@ hashes, links, signs and commits. The contract is the in-process `AuditWriter`'s
 batch is with the process at a time, and everything queued while it is goes as the next: one line, one
 transaction, one answer. A record nobody waits for (a request's, while its call is upstream) goes within
 `max_delay`. If the process dies, the records it had not acknowledged fail, and so does every record
-after them: the gateway fails closed.
+after them until a new process has opened its segment (`restart_delay` later): the gateway fails closed,
+and recovers by itself.
 """
 
 from __future__ import annotations
@@ -35,6 +36,8 @@ _log = logging.getLogger(__name__)
 #: Put first on the writer process's path, so it runs exactly the code we do.
 _SOURCE: Final = str(Path(mcp_interceptors.__file__).resolve().parents[1])
 _STOP_S: Final = 5.0
+#: The longest wait between two attempts to start a writer process again.
+_RESTART_MAX_S: Final = 30.0
 
 
 def usable_cpus() -> float:
@@ -124,6 +127,7 @@ class ProcessAuditWriter:
         receipts: bool = False,
         max_delay: float = 0.02,
         flush_timeout: float = 5.0,
+        restart_delay: float = 1.0,
     ) -> None:
         self.store = store
         self.key_file = key_file
@@ -132,6 +136,7 @@ class ProcessAuditWriter:
         self.stats = WriterStats()
         self._max_delay = max_delay
         self._flush_timeout = flush_timeout
+        self._restart_delay = restart_delay
         #: The batch records are queued in, until it is sent (None: nothing queued).
         self._next: _Batch | None = None
         self._sent: deque[_Batch] = deque()
@@ -141,7 +146,11 @@ class ProcessAuditWriter:
         self._outgoing = bytearray()
         self._failure: AuditWriteError | None = AuditWriteError("the audit writer process is not running")
         self._opening: asyncio.Future[Any] | None = None
-        self._ended = anyio.Event()
+        #: Which process the pipes are with: a replaced one's late callbacks are ignored.
+        self._generation = 0
+        #: Set when the current process died, or the writer is closing (then `_closing` is set too).
+        self._gone = anyio.Event()
+        self._closing = anyio.Event()
         self._stopped = anyio.Event()
 
     async def append(self, decision: DecisionInput) -> AuditReceipt:
@@ -168,21 +177,61 @@ class ProcessAuditWriter:
         return pending
 
     async def run(self, *, task_status: anyio.abc.TaskStatus[str] = anyio.TASK_STATUS_IGNORED) -> None:
-        """Start the process and open its segment; then serve until cancelled, and flush what is queued."""
+        """Start the process and open its segment; then serve until cancelled or closed, and flush what is queued.
+
+        A process that dies is replaced, `restart_delay` later (doubling, up to 30 s, while new ones fail to
+        start); the new one opens a segment of its own, linked to where the chain stopped. Until it has, every
+        record fails: the gateway fails closed, and recovers by itself. The first process failing to start
+        raises here."""
+        self._loop = asyncio.get_running_loop()
+        try:
+            await self._serve(task_status)
+            delay = self._restart_delay
+            while not self._closing.is_set():
+                with anyio.move_on_after(delay):
+                    await self._closing.wait()
+                if self._closing.is_set():
+                    break
+                try:
+                    await self._serve(None)
+                    delay = self._restart_delay
+                except (OSError, AuditWriteError) as exc:
+                    delay = min(delay * 2, _RESTART_MAX_S)
+                    _log.error("the audit writer process did not start again (%s); next try in %g s", exc, delay)
+        finally:
+            stats = self.stats
+            _log.info(
+                "audit writer process: %d records in %d batches (largest %d), %d refused",
+                stats.records,
+                stats.batches,
+                stats.largest_batch,
+                stats.failed_records,
+            )
+            self._stopped.set()
+
+    async def _serve(self, task_status: anyio.abc.TaskStatus[str] | None) -> None:
+        """Run one process until it dies or the writer closes (flushing the queue then)."""
         loop = asyncio.get_running_loop()
         argv = [sys.executable, "-m", "mcp_interceptors.audit.process", "--store", self.store]
         argv += ["--key-file", str(self.key_file)] + (["--receipts"] if self.receipts else [])
         path = os.pathsep.join(filter(None, [_SOURCE, os.environ.get("PYTHONPATH")]))
         process, stdin_fd, stdout_fd = await spawn_piped(argv, {**os.environ, "PYTHONPATH": path})
+        self._generation += 1
+        generation, self._gone = self._generation, anyio.Event()
         reader = os.fdopen(stdout_fd, "rb", buffering=0)
         transport: asyncio.BaseTransport | None = None
         try:
-            transport, _ = await loop.connect_read_pipe(lambda: _Replies(self), reader)
-            self._loop, self._stdin = loop, stdin_fd
+            transport, _ = await loop.connect_read_pipe(lambda: _Replies(self, generation), reader)
+            self._stdin = stdin_fd
             self.segment_id = await self._open()
             self._failure = None
-            task_status.started(self.segment_id)
-            await self._ended.wait()
+            if task_status is not None:
+                task_status.started(self.segment_id)
+            else:
+                _log.warning("audit writer process started again: segment %s continues the chain", self.segment_id)
+            if self._closing.is_set():
+                self._gone.set()
+            await self._gone.wait()
         finally:
             # Flush what callers queued: shielded from our cancellation, bounded by our deadline.
             with anyio.CancelScope(shield=True):
@@ -195,6 +244,7 @@ class ProcessAuditWriter:
                                 await self._sent[-1].wait()
                 self._fail_all(AuditWriteError("the audit writer stopped before this record was flushed"))
                 self._stdin = None
+                self._outgoing.clear()
                 loop.remove_writer(stdin_fd)
                 os.close(stdin_fd)  # end of its input: it answers what it read, then exits
                 with anyio.move_on_after(_STOP_S):
@@ -206,15 +256,6 @@ class ProcessAuditWriter:
                     transport.close()
                 else:
                     reader.close()
-                stats = self.stats
-                _log.info(
-                    "audit writer process: %d records in %d batches (largest %d), %d refused",
-                    stats.records,
-                    stats.batches,
-                    stats.largest_batch,
-                    stats.failed_records,
-                )
-                self._stopped.set()
 
     async def _open(self) -> str:
         """Have the process open its segment (its answer to the first line); returns the segment id."""
@@ -230,7 +271,8 @@ class ProcessAuditWriter:
 
     async def aclose(self) -> None:
         """Stop accepting records, flush the queue and wait for `run` to return."""
-        self._ended.set()
+        self._closing.set()
+        self._gone.set()
         if self._loop is not None:
             await self._stopped.wait()
 
@@ -350,11 +392,12 @@ class ProcessAuditWriter:
 
     def _died(self, why: str) -> None:
         if self._failure is None:
-            _log.error("%s: every audited call fails until the gateway restarts", why)
+            restart = "" if self._closing.is_set() else f"; a new one starts in {self._restart_delay:g} s"
+            _log.error("%s: every audited call fails until a writer process runs again%s", why, restart)
         self._failure = AuditWriteError(why)
         self._stdin = None
         self._fail_all(self._failure)
-        self._ended.set()
+        self._gone.set()
 
     def _fail_all(self, error: AuditWriteError) -> None:
         if self._timer is not None:
@@ -369,11 +412,16 @@ class ProcessAuditWriter:
 
 
 class _Replies(asyncio.Protocol):
-    def __init__(self, writer: ProcessAuditWriter) -> None:
+    """The answers of one writer process (`generation`); nothing once another has replaced it."""
+
+    def __init__(self, writer: ProcessAuditWriter, generation: int) -> None:
         self._writer = writer
+        self._generation = generation
         self._pending = b""
 
     def data_received(self, data: bytes) -> None:
+        if self._generation != self._writer._generation:
+            return
         lines = (self._pending + data).split(b"\n")
         self._pending = lines.pop()
         for line in lines:
@@ -381,7 +429,10 @@ class _Replies(asyncio.Protocol):
                 self._writer._answered(line)
 
     def connection_lost(self, exc: Exception | None) -> None:
-        if self._writer._opening is not None and not self._writer._opening.done():
-            self._writer._opening.set_result({"error": "the process exited (its errors are above)"})
-        elif self._writer._sent or self._writer._failure is None:
-            self._writer._died("the audit writer process exited")
+        writer = self._writer
+        if self._generation != writer._generation:
+            return
+        if writer._opening is not None and not writer._opening.done():
+            writer._opening.set_result({"error": "the process exited (its errors are above)"})
+        elif writer._sent or writer._failure is None:
+            writer._died("the audit writer process exited")

@@ -12,7 +12,7 @@ import anyio
 import orjson
 import pytest
 from helpers import WatchedOutput
-from sqlalchemy import create_engine, insert, select
+from sqlalchemy import create_engine, insert, select, text
 
 from mcp_interceptors.audit import DecisionInput, load_key, load_or_create_key, open_audit_writer, verify_source
 from mcp_interceptors.audit.commands import EXIT_OK, export_jsonl, tail, verify
@@ -50,6 +50,34 @@ async def test_writer_round_trip(postgres_url: str, tmp_path: Path, make_decisio
         assert tail is not None and tail.record_id == denied.id
     finally:
         store.close()
+
+
+async def test_a_writer_connection_the_server_drops_is_replaced_without_failing_the_batch(
+    postgres_url: str, tmp_path: Path, make_decision: Make
+) -> None:
+    """The store keeps one connection for its appends (no pool check-out nor ping per batch). When the server
+    ends it (a restart, a failover, `pg_terminate_backend`), the next batch goes through on a new one."""
+    key = load_or_create_key(tmp_path / "audit-key")
+    store = PostgresStore(postgres_url)
+    admin = create_engine(engine_url_for(postgres_url))
+    try:
+        async with open_audit_writer(store, key) as writer:
+            await writer.append(make_decision(call_id="before"))
+            with admin.begin() as conn:
+                ended = conn.execute(
+                    text(
+                        "SELECT pg_terminate_backend(pid) FROM pg_stat_activity"
+                        " WHERE datname = current_database() AND pid <> pg_backend_pid() AND state = 'idle'"
+                    )
+                ).all()
+            assert ended, "the writer's connection was not found"
+            after = await writer.append(make_decision(call_id="after"))
+        report = verify_source(store, key.trusted())
+        assert report.ok, report.first
+        assert report.records == 3 and store.get_record(after.id) is not None
+    finally:
+        store.close()
+        admin.dispose()
 
 
 async def _run_appender(url: str, key_path: Path, count: int) -> tuple[list[str], str]:

@@ -274,6 +274,55 @@ async def test_a_refused_batch_raises_and_the_chain_continues(
     store.close()
 
 
+class _CommitLostStore(SqliteStore):
+    """Commits the next batch, then raises as a connection that broke before the commit's answer came back;
+    with `blind`, the next `get_record` fails too (the store is still unreachable when the writer asks)."""
+
+    lose_next = False
+    blind = False
+
+    def append(self, records: Sequence[RecordRow], receipts: Sequence[ReceiptRow]) -> None:
+        super().append(records, receipts)
+        if self.lose_next:
+            self.lose_next = False
+            raise OSError("connection lost after COMMIT was sent")
+
+    def get_record(self, record_id: str) -> bytes | None:
+        if self.blind:
+            self.blind = False
+            raise OSError("connection refused")
+        return super().get_record(record_id)
+
+
+async def test_a_batch_committed_though_its_commit_failed_stands_and_the_chain_follows_it(
+    tmp_path: Path, key: SigningKey, make_decision: Make
+) -> None:
+    store = _CommitLostStore(tmp_path / "audit.db")
+    async with open_audit_writer(store, key) as writer:
+        store.lose_next = True
+        landed = await writer.append(make_decision(call_id="c1"))  # the store has it: not an error
+        after = await writer.append(make_decision(call_id="c2"))
+    assert (landed.id, after.id) == (f"{writer.segment_id}-1", f"{writer.segment_id}-2")
+    report = verify_source(store, key.trusted())
+    assert report.ok and report.records == 3, report
+    store.close()
+
+
+async def test_a_batch_not_known_to_be_committed_fails_and_the_next_one_learns_whether_it_was(
+    tmp_path: Path, key: SigningKey, make_decision: Make
+) -> None:
+    store = _CommitLostStore(tmp_path / "audit.db")
+    async with open_audit_writer(store, key) as writer:
+        store.lose_next = store.blind = True
+        with pytest.raises(AuditWriteError, match="connection lost"):
+            await writer.append(make_decision(call_id="c1"))  # it landed, but the writer cannot tell yet
+        after = await writer.append(make_decision(call_id="c2"))  # asks first: it did land, so this follows it
+    assert after.id == f"{writer.segment_id}-2"  # reusing seq 1 would collide, and the chain would stop here
+    report = verify_source(store, key.trusted())
+    assert report.ok and report.records == 3, report
+    store.close()
+
+
 async def test_submit_queues_now_and_waits_later(
     sqlite_store: SqliteStore, key: SigningKey, make_decision: Make
 ) -> None:

@@ -26,6 +26,7 @@ from sqlalchemy import (
 from sqlalchemy.engine import Engine
 from sqlalchemy.engine.url import make_url
 from sqlalchemy.exc import SQLAlchemyError
+from sqlalchemy.pool import PoolProxiedConnection
 
 from mcp_interceptors.audit.records import CallEnd
 from mcp_interceptors.audit.store import (
@@ -45,6 +46,16 @@ from mcp_interceptors.audit.store import (
 )
 
 _SCHEMA_LOCK: Final = 0x6D637069  # "mcpi": serialises CREATE TABLE across replicas starting together
+#: Whatever the server's default, an acknowledged batch must be on disk. Per transaction (not per session), so
+#: that it holds behind a pooler in transaction mode too.
+_SYNCHRONOUS_COMMIT: Final = "SET LOCAL synchronous_commit = on"
+_INSERT_RECORD: Final = (
+    f"INSERT INTO {RECORDS_TABLE} (id, segment_id, seq, kind, time, key_id, call_id, phase, hash, record)"
+    " VALUES (%s, %s, %s, %s, %s, %s, %s, %s, %s, %s)"
+)
+_INSERT_RECEIPT: Final = (
+    f"INSERT INTO {RECEIPTS_TABLE} (id, call_id, key_id, hash, receipt) VALUES (%s, %s, %s, %s, %s)"
+)
 _FETCH_SIZE: Final = 1000
 
 _metadata = MetaData()
@@ -96,6 +107,8 @@ class PostgresStore:
     def __init__(self, url: str, *, create: bool = True) -> None:
         self._engine: Engine = create_engine(engine_url_for(url), pool_size=2, max_overflow=2, pool_pre_ping=True)
         self._is_postgres = self._engine.dialect.name == "postgresql"
+        #: The connection `append` uses with psycopg (checked out of the pool at the first append).
+        self._writer: PoolProxiedConnection | None = None
         try:
             with self._engine.begin() as conn:
                 if create:
@@ -111,13 +124,41 @@ class PostgresStore:
             raise StoreError(f"cannot open the audit database {where}: {reason}") from exc
 
     def append(self, records: Sequence[RecordRow], receipts: Sequence[ReceiptRow]) -> None:
+        if self._engine.dialect.driver == "psycopg":
+            psycopg = self._engine.dialect.loaded_dbapi  # imported here: the `postgres` extra may not be installed
+            try:
+                self._append_pipelined(records, receipts)
+            except (psycopg.OperationalError, psycopg.InterfaceError):
+                # The connection broke (a server restart, a failover, an idle timeout): once more, on a new one.
+                # Were the first commit to have landed after all, the retry fails on (segment_id, seq) instead of
+                # writing the batch twice.
+                self._drop_writer()
+                self._append_pipelined(records, receipts)
+            return
         with self._engine.begin() as conn:
             if self._is_postgres:
-                # Whatever the server default, an acknowledged batch must be on disk.
-                conn.execute(text("SET LOCAL synchronous_commit = on"))
+                conn.execute(text(_SYNCHRONOUS_COMMIT))
             conn.execute(insert(records_table), [_record_values(row) for row in records])
             if receipts:
                 conn.execute(insert(receipts_table), [_receipt_values(row) for row in receipts])
+
+    def _append_pipelined(self, records: Sequence[RecordRow], receipts: Sequence[ReceiptRow]) -> None:
+        """One transaction in one round trip: psycopg's pipeline sends its statements and the commit together,
+        on a connection this store keeps for its appends (no pool check-out, and no ping, per batch)."""
+        if self._writer is None:
+            self._writer = self._engine.raw_connection()
+        conn = self._writer.driver_connection  # a psycopg.Connection
+        assert conn is not None  # None only once closed, and it is dropped then
+        with conn.pipeline(), conn.transaction(), conn.cursor() as cursor:
+            cursor.execute(_SYNCHRONOUS_COMMIT)
+            cursor.executemany(_INSERT_RECORD, [_record_params(row) for row in records])
+            if receipts:
+                cursor.executemany(_INSERT_RECEIPT, [_receipt_params(row) for row in receipts])
+
+    def _drop_writer(self) -> None:
+        if self._writer is not None:
+            self._writer.invalidate()  # closed, and not returned to the pool
+            self._writer = None
 
     def sync(self) -> None:
         pass
@@ -206,6 +247,9 @@ class PostgresStore:
                     yield index_item(RECEIPT_INDEX_COLUMNS, row[1:])
 
     def close(self) -> None:
+        if self._writer is not None:
+            self._writer.close()
+            self._writer = None
         self._engine.dispose()
 
     def _scalar(self, query: Any) -> bytes | None:
@@ -217,6 +261,25 @@ class PostgresStore:
         with self._engine.connect() as conn:
             result = conn.execution_options(yield_per=_FETCH_SIZE).execute(query)
             yield from result
+
+
+def _record_params(row: RecordRow) -> tuple[Any, ...]:
+    return (
+        row.id,
+        row.segment_id,
+        row.seq,
+        row.kind,
+        row.time,
+        row.key_id,
+        row.call_id,
+        row.phase,
+        row.hash,
+        row.json.decode(),
+    )
+
+
+def _receipt_params(row: ReceiptRow) -> tuple[Any, ...]:
+    return (row.id, row.call_id, row.key_id, row.hash, row.json.decode())
 
 
 def _record_values(row: RecordRow) -> dict[str, Any]:

@@ -28,7 +28,7 @@ from mcp_interceptors.audit.records import (
     segment_body_for,
 )
 from mcp_interceptors.audit.signing import SigningKey
-from mcp_interceptors.audit.store import ReceiptRow, RecordRow, Store
+from mcp_interceptors.audit.store import ReceiptRow, RecordRow, Store, StoreError
 from mcp_interceptors.canonical import canonical_json
 
 
@@ -81,6 +81,8 @@ class Segment:
         self._seq = -1
         self._prev_hash = GENESIS_HASH
         self._open_calls: OrderedDict[str, CallEnd] = OrderedDict()
+        #: The last record of a batch whose commit failed, until the store says whether it landed anyway.
+        self._unsure: RecordRow | None = None
 
     def open(self) -> None:
         """Write (and make durable) the segment's first record, linked to the tail of this key's lineage."""
@@ -125,6 +127,8 @@ class Segment:
 
     def write(self, entries: Sequence[PreparedEntry]) -> list[AuditReceipt]:
         """Link, sign and store `entries` in one transaction (not synced: see `Store.sync`)."""
+        if self._unsure is not None:
+            self._settle_unsure()
         seq, prev_hash = self._seq, self._prev_hash
         key_id = self.key.key_id
         rows: list[RecordRow] = []
@@ -175,11 +179,41 @@ class Segment:
                     )
                 )
             results.append(AuditReceipt(sealed.id, sealed.hash, sealed.signature, key_id, compound))
-        self.store.append(rows, receipt_rows)
-        # Only a committed batch moves the chain head; a failed one is retried from the same place.
+        try:
+            self.store.append(rows, receipt_rows)
+        except Exception:
+            # Only a committed batch moves the chain head; a failed one is retried from the same place. Unless
+            # it was committed after all (the connection broke after the commit went out): then it stands.
+            self._unsure = rows[-1] if rows else None
+            if self._landed() is not True:
+                raise
+        self._unsure = None
         self._seq, self._prev_hash = seq, prev_hash
         self._remember_calls(opened, closed)
         return results
+
+    def _settle_unsure(self) -> None:
+        """Before writing after a failed batch, learn whether it was committed, and go on from there."""
+        unsure = self._unsure
+        if unsure is None:
+            return
+        landed = self._landed()
+        if landed is None:
+            raise StoreError(f"the store cannot say whether the failed batch ending at {unsure.id} was written")
+        if landed:  # its records were reported unwritten but are in the chain: the next batch follows them
+            self._seq, self._prev_hash = unsure.seq, unsure.hash
+        self._unsure = None
+
+    def _landed(self) -> bool | None:
+        """Whether the last record of the batch whose commit failed is in the store, as sealed (None: unknown)."""
+        unsure = self._unsure
+        if unsure is None:
+            return False
+        try:
+            stored = self.store.get_record(unsure.id)
+        except Exception:
+            return None
+        return stored is not None and orjson.loads(stored).get("hash") == unsure.hash
 
     def _compound_for(self, entry: PreparedEntry, end: CallEnd, opened: Mapping[str, CallEnd]) -> CompoundReceipt:
         call_id = entry.call_id

@@ -185,7 +185,10 @@ class Segment:
             # Only a committed batch moves the chain head; a failed one is retried from the same place. Unless
             # it was committed after all (the connection broke after the commit went out): then it stands.
             self._unsure = rows[-1] if rows else None
-            if self._landed() is not True:
+            landed = self._landed()
+            if landed is False:
+                self._unsure = None  # refused outright: the next batch reuses its sequence numbers
+            if landed is not True:
                 raise
         self._unsure = None
         self._seq, self._prev_hash = seq, prev_hash

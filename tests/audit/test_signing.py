@@ -11,7 +11,7 @@ import orjson
 import pytest
 
 from mcp_interceptors.audit import KeyFileError, PublicKey, load_key, load_or_create_key, read_public_keys, rotate_key
-from mcp_interceptors.audit.signing import b64decode, is_endorsed_by
+from mcp_interceptors.audit.signing import b64decode, b64encode, is_endorsed_by
 
 
 def _mode(path: Path) -> int:
@@ -84,6 +84,24 @@ def test_signatures_are_the_rfc_8032_bytes_openssl_makes(tmp_path: Path) -> None
     key = load_or_create_key(tmp_path / "audit-key")
     for digest in (bytes(32), hashlib.sha256(b"record").digest(), os.urandom(32)):
         assert b64decode(key.sign(digest)) == key.private_key.sign(digest)
+
+
+def test_verify_accepts_what_openssl_signs_and_refuses_what_it_refuses(tmp_path: Path) -> None:
+    """Records are checked through libsodium: a signature OpenSSL made verifies, and an altered signature,
+    digest or key, or a signature of the wrong length or encoding, does not."""
+    key = load_or_create_key(tmp_path / "audit-key")
+    other = load_or_create_key(tmp_path / "other").public
+    digest = hashlib.sha256(b"record").digest()
+    signature = b64encode(key.private_key.sign(digest))  # OpenSSL's
+    assert key.public.verify(signature, digest)
+    flipped = bytearray(b64decode(signature))
+    flipped[5] ^= 1
+    assert not key.public.verify(b64encode(bytes(flipped)), digest)
+    assert not key.public.verify(signature, hashlib.sha256(b"other").digest())
+    assert not other.verify(signature, digest)
+    assert not key.public.verify(b64encode(b64decode(signature)[:63]), digest)
+    assert not key.public.verify(b64encode(b64decode(signature) + b"\0"), digest)
+    assert not key.public.verify("not base64!", digest)
 
 
 def test_rotation_endorses_the_new_key_and_keeps_the_old_public_key(tmp_path: Path) -> None:

@@ -2,8 +2,10 @@
 
 The writer signs with a `SigningKey`; verify checks with `PublicKey`s. A rotated key file carries an
 endorsement of the new key signed by the old one, plus the public halves of every retired key.
-Signing goes through libsodium (PyNaCl): Ed25519 signatures are deterministic (RFC 8032), so they are
-the bytes OpenSSL would make, for ~19 instead of ~32 µs of CPU each, and the gateway makes three per call.
+Signing and checking go through libsodium (PyNaCl): Ed25519 signatures are deterministic (RFC 8032), so
+they are the bytes OpenSSL would make, for ~19 instead of ~32 µs of CPU each (the writer makes one per
+record), and a check costs ~53 instead of ~105 µs (`audit verify` makes one per record). Key files and
+rotation use `cryptography`.
 """
 
 from __future__ import annotations
@@ -21,10 +23,10 @@ from pathlib import Path
 from typing import Any, Final
 
 import orjson
-from cryptography.exceptions import InvalidSignature
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey, Ed25519PublicKey
 from cryptography.hazmat.primitives.serialization import Encoding, NoEncryption, PrivateFormat, PublicFormat
-from nacl.bindings import crypto_sign, crypto_sign_BYTES, crypto_sign_seed_keypair
+from nacl.bindings import crypto_sign, crypto_sign_BYTES, crypto_sign_open, crypto_sign_seed_keypair
+from nacl.exceptions import BadSignatureError
 
 from mcp_interceptors.audit.records import AuditError, format_time
 from mcp_interceptors.canonical import canonical_json
@@ -66,11 +68,21 @@ class PublicKey:
         return cls(key_id=key_id_for(raw), public_key=public_key)
 
     def verify(self, signature: str, digest: bytes) -> bool:
+        """Whether `signature` (base64url) is this key's over `digest`. Checked by libsodium, as the writer
+        signs: ~53 µs against ~105 µs with OpenSSL, which `audit verify` pays for every record. libsodium
+        also refuses non-canonical signatures and small-order keys, which no signer of ours makes."""
         try:
-            Ed25519PublicKey.from_public_bytes(b64decode(self.public_key)).verify(b64decode(signature), digest)
-        except (InvalidSignature, ValueError):
+            raw_signature = b64decode(signature)
+            if len(raw_signature) != crypto_sign_BYTES:
+                return False
+            crypto_sign_open(raw_signature + digest, self._raw)
+        except (BadSignatureError, ValueError):
             return False
         return True
+
+    @cached_property
+    def _raw(self) -> bytes:
+        return b64decode(self.public_key)
 
 
 @dataclass(frozen=True)

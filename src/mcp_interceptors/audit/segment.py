@@ -214,9 +214,9 @@ class Segment:
             return False
         try:
             stored = self.store.get_record(unsure.id)
-        except Exception:
+            return stored is not None and orjson.loads(stored).get("hash") == unsure.hash
+        except Exception:  # the store is unreachable still, or that row is unreadable: it cannot say
             return None
-        return stored is not None and orjson.loads(stored).get("hash") == unsure.hash
 
     def _compound_for(self, entry: PreparedEntry, end: CallEnd, opened: Mapping[str, CallEnd]) -> CompoundReceipt:
         call_id = entry.call_id

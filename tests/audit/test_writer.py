@@ -23,7 +23,8 @@ from mcp_interceptors.audit import (
     payload_hash,
     verify_source,
 )
-from mcp_interceptors.audit.store import ReceiptRow, RecordRow
+from mcp_interceptors.audit.postgres import PostgresStore
+from mcp_interceptors.audit.store import RECEIPT_COLUMNS, RECORD_COLUMNS, ReceiptRow, RecordRow
 
 pytestmark = pytest.mark.anyio
 
@@ -422,3 +423,25 @@ async def test_checkpoints_run_in_the_background(tmp_path: Path, key: SigningKey
 def test_open_store_rejects_unknown_synchronous(tmp_path: Path) -> None:
     with pytest.raises(StoreError, match="synchronous must be full or normal"):
         open_store(f"sqlite:///{tmp_path}/audit.db?synchronous=off")
+
+
+def test_store_columns_follow_the_row_fields_they_are_filled_from() -> None:
+    """Both stores insert `row_params(row)` into `RECORD_COLUMNS` / `RECEIPT_COLUMNS`: positions must agree."""
+    assert (*RecordRow._fields[:-1], "record") == RECORD_COLUMNS
+    assert (*ReceiptRow._fields[:-1], "receipt") == RECEIPT_COLUMNS
+
+
+async def test_the_sqlalchemy_store_writes_through_any_sqlalchemy_url(
+    tmp_path: Path, key: SigningKey, make_decision: Make
+) -> None:
+    """Without psycopg (here SQLite through SQLAlchemy), `PostgresStore` inserts through SQLAlchemy Core."""
+    store = PostgresStore(f"sqlite:///{tmp_path}/via-sqlalchemy.db")
+    try:
+        async with open_audit_writer(store, key) as writer:
+            await writer.append(make_decision(call_id="c1"))
+            closing = await writer.append(make_decision(phase="response", direction="receiving", call_id="c1"))
+        assert store.get_receipt(closing.id) is not None
+        report = verify_source(store, key.trusted())
+        assert report.ok and (report.records, report.receipts) == (3, 1), report
+    finally:
+        store.close()

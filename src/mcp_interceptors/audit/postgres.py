@@ -30,8 +30,10 @@ from sqlalchemy.pool import PoolProxiedConnection
 
 from mcp_interceptors.audit.records import CallEnd
 from mcp_interceptors.audit.store import (
+    RECEIPT_COLUMNS,
     RECEIPT_INDEX_COLUMNS,
     RECEIPTS_TABLE,
+    RECORD_COLUMNS,
     RECORD_INDEX_COLUMNS,
     RECORDS_TABLE,
     ItemKind,
@@ -41,6 +43,8 @@ from mcp_interceptors.audit.store import (
     StoreError,
     call_end_as_recorded,
     index_item,
+    insert_sql,
+    row_params,
     split_record_id,
     tail_as_recorded,
 )
@@ -49,13 +53,8 @@ _SCHEMA_LOCK: Final = 0x6D637069  # "mcpi": serialises CREATE TABLE across repli
 #: Whatever the server's default, an acknowledged batch must be on disk. Per transaction (not per session), so
 #: that it holds behind a pooler in transaction mode too.
 _SYNCHRONOUS_COMMIT: Final = "SET LOCAL synchronous_commit = on"
-_INSERT_RECORD: Final = (
-    f"INSERT INTO {RECORDS_TABLE} (id, segment_id, seq, kind, time, key_id, call_id, phase, hash, record)"
-    " VALUES (%s, %s, %s, %s, %s, %s, %s, %s, %s, %s)"
-)
-_INSERT_RECEIPT: Final = (
-    f"INSERT INTO {RECEIPTS_TABLE} (id, call_id, key_id, hash, receipt) VALUES (%s, %s, %s, %s, %s)"
-)
+_INSERT_RECORD: Final = insert_sql(RECORDS_TABLE, RECORD_COLUMNS, "%s")
+_INSERT_RECEIPT: Final = insert_sql(RECEIPTS_TABLE, RECEIPT_COLUMNS, "%s")
 _FETCH_SIZE: Final = 1000
 
 _metadata = MetaData()
@@ -138,9 +137,9 @@ class PostgresStore:
         with self._engine.begin() as conn:
             if self._is_postgres:
                 conn.execute(text(_SYNCHRONOUS_COMMIT))
-            conn.execute(insert(records_table), [_record_values(row) for row in records])
+            conn.execute(insert(records_table), _by_column(RECORD_COLUMNS, records))
             if receipts:
-                conn.execute(insert(receipts_table), [_receipt_values(row) for row in receipts])
+                conn.execute(insert(receipts_table), _by_column(RECEIPT_COLUMNS, receipts))
 
     def _append_pipelined(self, records: Sequence[RecordRow], receipts: Sequence[ReceiptRow]) -> None:
         """One transaction in one round trip: psycopg's pipeline sends its statements and the commit together,
@@ -151,9 +150,9 @@ class PostgresStore:
         assert conn is not None  # None only once closed, and it is dropped then
         with conn.pipeline(), conn.transaction(), conn.cursor() as cursor:
             cursor.execute(_SYNCHRONOUS_COMMIT)
-            cursor.executemany(_INSERT_RECORD, [_record_params(row) for row in records])
+            cursor.executemany(_INSERT_RECORD, [row_params(row) for row in records])
             if receipts:
-                cursor.executemany(_INSERT_RECEIPT, [_receipt_params(row) for row in receipts])
+                cursor.executemany(_INSERT_RECEIPT, [row_params(row) for row in receipts])
 
     def _drop_writer(self) -> None:
         if self._writer is not None:
@@ -263,39 +262,6 @@ class PostgresStore:
             yield from result
 
 
-def _record_params(row: RecordRow) -> tuple[Any, ...]:
-    return (
-        row.id,
-        row.segment_id,
-        row.seq,
-        row.kind,
-        row.time,
-        row.key_id,
-        row.call_id,
-        row.phase,
-        row.hash,
-        row.json.decode(),
-    )
-
-
-def _receipt_params(row: ReceiptRow) -> tuple[Any, ...]:
-    return (row.id, row.call_id, row.key_id, row.hash, row.json.decode())
-
-
-def _record_values(row: RecordRow) -> dict[str, Any]:
-    return {
-        "id": row.id,
-        "segment_id": row.segment_id,
-        "seq": row.seq,
-        "kind": row.kind,
-        "time": row.time,
-        "key_id": row.key_id,
-        "call_id": row.call_id,
-        "phase": row.phase,
-        "hash": row.hash,
-        "record": row.json.decode(),
-    }
-
-
-def _receipt_values(row: ReceiptRow) -> dict[str, Any]:
-    return {"id": row.id, "call_id": row.call_id, "key_id": row.key_id, "hash": row.hash, "receipt": row.json.decode()}
+def _by_column(columns: Sequence[str], rows: Sequence[RecordRow] | Sequence[ReceiptRow]) -> list[dict[str, Any]]:
+    """Rows as SQLAlchemy's `insert()` takes them: one mapping of column to value each."""
+    return [dict(zip(columns, row_params(row), strict=True)) for row in rows]

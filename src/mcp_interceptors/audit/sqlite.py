@@ -18,8 +18,10 @@ from typing import Any, Literal
 
 from mcp_interceptors.audit.records import CallEnd
 from mcp_interceptors.audit.store import (
+    RECEIPT_COLUMNS,
     RECEIPT_INDEX_COLUMNS,
     RECEIPTS_TABLE,
+    RECORD_COLUMNS,
     RECORD_INDEX_COLUMNS,
     RECORDS_TABLE,
     ItemKind,
@@ -29,6 +31,8 @@ from mcp_interceptors.audit.store import (
     StoreError,
     call_end_as_recorded,
     index_item,
+    insert_sql,
+    row_params,
     split_record_id,
     tail_as_recorded,
 )
@@ -61,11 +65,8 @@ CREATE TABLE IF NOT EXISTS {RECEIPTS_TABLE} (
     receipt TEXT NOT NULL
 );
 """
-_INSERT_RECORD = (
-    f"INSERT INTO {RECORDS_TABLE} (id, segment_id, seq, kind, time, key_id, call_id, phase, hash, record)"
-    " VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)"
-)
-_INSERT_RECEIPT = f"INSERT INTO {RECEIPTS_TABLE} (id, call_id, key_id, hash, receipt) VALUES (?, ?, ?, ?, ?)"
+_INSERT_RECORD = insert_sql(RECORDS_TABLE, RECORD_COLUMNS, "?")
+_INSERT_RECEIPT = insert_sql(RECEIPTS_TABLE, RECEIPT_COLUMNS, "?")
 _FETCH_SIZE = 1000
 
 
@@ -116,27 +117,8 @@ class SqliteStore:
         with self._lock:
             self._conn.execute("BEGIN IMMEDIATE")
             try:
-                self._conn.executemany(
-                    _INSERT_RECORD,
-                    [
-                        (
-                            r.id,
-                            r.segment_id,
-                            r.seq,
-                            r.kind,
-                            r.time,
-                            r.key_id,
-                            r.call_id,
-                            r.phase,
-                            r.hash,
-                            r.json.decode(),
-                        )
-                        for r in records
-                    ],
-                )
-                self._conn.executemany(
-                    _INSERT_RECEIPT, [(r.id, r.call_id, r.key_id, r.hash, r.json.decode()) for r in receipts]
-                )
+                self._conn.executemany(_INSERT_RECORD, [row_params(row) for row in records])
+                self._conn.executemany(_INSERT_RECEIPT, [row_params(row) for row in receipts])
             except BaseException:
                 self._conn.execute("ROLLBACK")
                 raise

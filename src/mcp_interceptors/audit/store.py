@@ -10,7 +10,7 @@ from __future__ import annotations
 from collections.abc import Collection, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Literal, NamedTuple, Protocol, runtime_checkable
+from typing import Any, Literal, NamedTuple, Protocol, runtime_checkable
 from urllib.parse import parse_qs
 
 import orjson
@@ -20,6 +20,9 @@ from mcp_interceptors.audit.records import AuditError, CallEnd
 ItemKind = Literal["record", "receipt", "index"]
 RECORD_INDEX_COLUMNS = ("id", "segment_id", "seq", "kind", "time", "key_id", "call_id", "phase", "hash")
 RECEIPT_INDEX_COLUMNS = ("id", "call_id", "key_id", "hash")
+#: What a store inserts, in the order of `RecordRow` and `ReceiptRow` (whose JSON goes last: `row_params`).
+RECORD_COLUMNS = (*RECORD_INDEX_COLUMNS, "record")
+RECEIPT_COLUMNS = (*RECEIPT_INDEX_COLUMNS, "receipt")
 RECORDS_TABLE = "audit_records"
 RECEIPTS_TABLE = "audit_receipts"
 
@@ -49,6 +52,16 @@ class ReceiptRow(NamedTuple):
     key_id: str
     hash: str
     json: bytes
+
+
+def row_params(row: RecordRow | ReceiptRow) -> tuple[Any, ...]:
+    """A row's values for an INSERT of `RECORD_COLUMNS` or `RECEIPT_COLUMNS`: its fields, the JSON as text."""
+    return (*row[:-1], row.json.decode())
+
+
+def insert_sql(table: str, columns: Sequence[str], marker: str) -> str:
+    """`INSERT INTO table (columns) VALUES (marker, ...)`, with the driver's parameter `marker`."""
+    return f"INSERT INTO {table} ({', '.join(columns)}) VALUES ({', '.join(marker for _ in columns)})"
 
 
 @dataclass(frozen=True)

@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Any
 
 import anyio
+import anyio.lowlevel
 import orjson
 import psutil
 import pytest
@@ -30,7 +31,7 @@ from mcp_interceptors.audit import (
     verify_source,
 )
 from mcp_interceptors.audit.process import _Writer, decision_to_wire
-from mcp_interceptors.gateway.audit_process import ProcessAuditWriter
+from mcp_interceptors.gateway.audit_process import SEND_AFTER_TURNS, ProcessAuditWriter
 
 Make = Callable[..., DecisionInput]
 KEY_FILE = Path("keys") / "audit-key"  # where the `key` fixture writes it, under tmp_path
@@ -104,6 +105,38 @@ def test_a_store_that_refuses_fails_the_batch(tmp_path: Path, key: SigningKey, m
     assert "error" in answer
 
 
+def test_serve_reads_lines_longer_than_one_read_and_answers_each(
+    tmp_path: Path, key: SigningKey, make_decision: Make
+) -> None:
+    """A line spans several reads (here 4 of `_READ_SIZE`), and several lines come in one: each is answered."""
+    writer = _Writer(str(tmp_path / "audit.db"), str(tmp_path / KEY_FILE), receipts=False)
+    big = make_decision(intent_payload={"text": "x" * (4 * process._READ_SIZE)})
+    data = b'{"open":true}\n' + _batch(big) + b"\n" + _batch(make_decision()) + b"\n" + _batch(make_decision())
+    data += b"\n"
+    to_child, from_parent = os.pipe()
+    from_child, to_parent = os.pipe()
+    with anyio.from_thread.start_blocking_portal() as portal:
+        served = portal.start_task_soon(anyio.to_thread.run_sync, writer.serve, to_child, to_parent)
+        with os.fdopen(from_parent, "wb") as out:
+            for start in range(0, len(data), 50_000):  # pieces that split lines anywhere
+                out.write(data[start : start + 50_000])
+                out.flush()
+        served.result(timeout=30)
+    os.close(to_child)
+    os.close(to_parent)
+    with os.fdopen(from_child, "rb") as answers:
+        lines = [orjson.loads(line) for line in answers.read().splitlines()]
+    assert "segment_id" in lines[0] and lines[1:] == [{"n": 1}] * 3
+    report = _verified(tmp_path, key)
+    assert report.records == 4
+    stored = open_store(tmp_path / "audit.db", create=False)
+    try:
+        first = orjson.loads([raw for _, raw in stored.iter_records()][1])
+    finally:
+        stored.close()
+    assert first["body"]["intent_hash"] == payload_hash(big.intent_payload)
+
+
 # -- through the real child process ------------------------------------------------------------------
 
 
@@ -131,6 +164,28 @@ async def test_process_writer_records_and_returns_receipts(
     assert second.compound is not None and second.compound.request is not None
     assert second.compound.request.id == first.id
     assert writer.stats.records == 2 and writer.stats.failed_records == 0
+    _verified(tmp_path, key)
+
+
+@pytest.mark.anyio
+async def test_records_waited_for_within_a_few_loop_turns_share_one_batch(
+    tmp_path: Path, key: SigningKey, make_decision: Make
+) -> None:
+    """A batch goes `SEND_AFTER_TURNS` loop turns after the first wait on it: the records other tasks queue and
+    wait for meanwhile (a busy gateway's other calls) go in the same line and transaction."""
+    async with running(tmp_path) as writer:
+
+        async def record_after(turns: int) -> None:
+            for _ in range(turns):
+                await anyio.lowlevel.checkpoint()
+            await (await writer.submit(make_decision())).wait()
+
+        async with anyio.create_task_group() as tg:
+            for turns in range(SEND_AFTER_TURNS - 1):
+                tg.start_soon(record_after, turns)
+        assert (writer.stats.batches, writer.stats.records) == (1, SEND_AFTER_TURNS - 1)
+        await record_after(0)  # on its own, it goes on its own
+        assert (writer.stats.batches, writer.stats.records) == (2, SEND_AFTER_TURNS)
     _verified(tmp_path, key)
 
 

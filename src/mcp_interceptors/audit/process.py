@@ -39,7 +39,8 @@ _log = logging.getLogger("mcp_interceptors.audit.process")
 
 #: Every `checkpoint_every` records, the WAL is copied back into the database (SQLite; a no-op elsewhere).
 CHECKPOINT_EVERY: Final = 2000
-_READ_SIZE: Final = 1 << 20
+#: Below malloc's mmap threshold (128 KiB): a larger buffer is mapped, shrunk and unmapped on every read.
+_READ_SIZE: Final = 1 << 16
 
 
 # -- the wire form of a decision ---------------------------------------------------------------------------
@@ -121,11 +122,14 @@ class _Writer:
         self._checkpointing: threading.Thread | None = None
 
     def serve(self, read_fd: int, write_fd: int) -> None:
-        pending = b""
+        unended: list[bytes] = []  # the start of a line whose end has not come yet
         try:
             while chunk := os.read(read_fd, _READ_SIZE):
-                lines = (pending + chunk).split(b"\n")
-                pending = lines.pop()
+                unended.append(chunk)
+                if b"\n" not in chunk:
+                    continue  # a long line: joined once, when its end comes
+                lines = b"".join(unended).split(b"\n")
+                unended = [lines.pop()]
                 answers = self._answer([line for line in lines if line.strip()])
                 if answers:
                     _write_all(write_fd, b"".join(orjson.dumps(answer) + b"\n" for answer in answers))

@@ -97,6 +97,18 @@ def tamper(body: dict[str, Any], **changes: Any) -> dict[str, Any]:
 
 
 SIGNED = sign_result(BODY, KEY)
+_RAW_SIGNATURE = base64.urlsafe_b64decode(SIGNED["signature"]["value"] + "==")
+
+
+def with_signature_bytes(raw: bytes) -> dict[str, Any]:
+    value = base64.urlsafe_b64encode(raw).decode().rstrip("=")
+    return tamper(SIGNED, signature={**SIGNED["signature"], "value": value})
+
+
+def test_signed_result_check_accepts_what_openssl_signs() -> None:
+    """Results are checked through libsodium; a signature OpenSSL made (`sign_result` signs with it) verifies."""
+    assert KEY.sign(signed_bytes(BODY)) == _RAW_SIGNATURE  # OpenSSL's bytes
+    check_result_signature(SIGNED, KEY.public_key(), "no-shell")
 
 
 @pytest.mark.parametrize(
@@ -115,6 +127,17 @@ SIGNED = sign_result(BODY, KEY)
         ),
         (
             tamper(SIGNED, signature={**SIGNED["signature"], "value": "!!not-base64!!"}),
+            "signature invalid",
+            "the signature does not match the result",
+        ),
+        (
+            with_signature_bytes(bytes([_RAW_SIGNATURE[0] ^ 1]) + _RAW_SIGNATURE[1:]),
+            "signature invalid",
+            "the signature does not match the result",
+        ),
+        (with_signature_bytes(_RAW_SIGNATURE[:63]), "signature invalid", "the signature does not match the result"),
+        (
+            with_signature_bytes(_RAW_SIGNATURE + b"\0"),
             "signature invalid",
             "the signature does not match the result",
         ),

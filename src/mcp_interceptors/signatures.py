@@ -17,7 +17,6 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any, Final
 
-from cryptography.exceptions import InvalidSignature
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey, Ed25519PublicKey
 from cryptography.hazmat.primitives.serialization import (
     Encoding,
@@ -27,6 +26,8 @@ from cryptography.hazmat.primitives.serialization import (
     load_pem_private_key,
     load_pem_public_key,
 )
+from nacl.bindings import crypto_sign_BYTES, crypto_sign_open
+from nacl.exceptions import BadSignatureError
 
 from mcp_interceptors.canonical import CanonicalizationError, canonical_json
 from mcp_interceptors.protocol.errors import INTERNAL_ERROR, InterceptorsError
@@ -178,12 +179,18 @@ def check_result_signature(body: Mapping[str, Any], key: Ed25519PublicKey, inter
     algorithm, public, value = signature.get("algorithm"), signature.get("publicKey"), signature.get("value")
     if algorithm != ALGORITHM:
         raise SignatureError(interceptor, "signature invalid", f"algorithm {algorithm!r}, expected {ALGORITHM!r}")
-    expected = public_key_text(key)
+    raw_key = key.public_bytes_raw()
+    expected = b64url(raw_key)
     if public != expected:
         raise SignatureError(interceptor, "signature invalid", f"signed by key {public!r}, expected {expected!r}")
     try:
-        key.verify(b64url_decode(value) if isinstance(value, str) else b"", signed_bytes(body))
-    except (InvalidSignature, ValueError, CanonicalizationError):
+        raw_signature = b64url_decode(value) if isinstance(value, str) else b""
+        if len(raw_signature) != crypto_sign_BYTES:
+            raise ValueError("an Ed25519 signature is 64 bytes")
+        # libsodium, as `audit verify` checks records: ~50 µs against ~105 µs with OpenSSL, paid on every result
+        # of a host whose key the invoker holds. It also refuses non-canonical signatures and small-order keys.
+        crypto_sign_open(raw_signature + signed_bytes(body), raw_key)
+    except (BadSignatureError, ValueError, CanonicalizationError):
         raise SignatureError(interceptor, "signature invalid", "the signature does not match the result") from None
 
 

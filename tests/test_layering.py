@@ -40,7 +40,7 @@ ALLOWED_THIRD_PARTY: dict[str, set[str]] = {
     "planning": set(),
     "executor": {"anyio"},
     "canonical": {"orjson", "rfc8785"},
-    "signatures": {"cryptography"},
+    "signatures": {"cryptography", "nacl"},
 }
 #: Standard-library modules that would bring IO, clocks or logging into a pure layer.
 FORBIDDEN_STDLIB: dict[str, set[str]] = {

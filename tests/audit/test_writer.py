@@ -8,6 +8,7 @@ from pathlib import Path
 from typing import Any, Literal
 
 import anyio
+import anyio.lowlevel
 import orjson
 import pytest
 
@@ -25,6 +26,7 @@ from mcp_interceptors.audit import (
 )
 from mcp_interceptors.audit.postgres import PostgresStore
 from mcp_interceptors.audit.store import RECEIPT_COLUMNS, RECORD_COLUMNS, ReceiptRow, RecordRow
+from mcp_interceptors.audit.writer import BATCH_AFTER_TURNS
 
 pytestmark = pytest.mark.anyio
 
@@ -350,6 +352,28 @@ async def test_the_first_caller_to_wait_commits_the_records_queued_before_it(
         assert (writer.stats.batches, writer.stats.largest_batch) == (1, 4)  # one transaction for all four
     assert receipt.compound is not None and receipt.compound.request is not None
     assert receipt.compound.request.id == f"{writer.segment_id}-1"
+
+
+async def test_records_waited_for_within_a_few_loop_turns_share_one_commit(
+    sqlite_store: SqliteStore, key: SigningKey, make_decision: Make
+) -> None:
+    """The commit runs `BATCH_AFTER_TURNS` loop turns after the first wait: records other tasks queue and wait
+    for meanwhile (a busy gateway's other calls) are in the same transaction; a lone record commits alone."""
+    async with open_audit_writer(sqlite_store, key, max_delay=30) as writer:
+
+        async def record_after(turns: int) -> None:
+            for _ in range(turns):
+                await anyio.lowlevel.checkpoint()
+            await writer.append(make_decision())
+
+        with anyio.fail_after(5):
+            async with anyio.create_task_group() as tg:
+                for turns in range(BATCH_AFTER_TURNS - 1):
+                    tg.start_soon(record_after, turns)
+            assert (writer.stats.batches, writer.stats.records) == (1, BATCH_AFTER_TURNS - 1)
+            await record_after(0)
+        assert (writer.stats.batches, writer.stats.records) == (2, BATCH_AFTER_TURNS)
+    assert verify_source(sqlite_store, key.trusted()).ok
 
 
 async def test_a_record_nobody_waits_for_is_committed_within_max_delay(

@@ -31,7 +31,8 @@ from mcp_interceptors.audit import (
     verify_source,
 )
 from mcp_interceptors.audit.process import _Writer, decision_to_wire
-from mcp_interceptors.gateway.audit_process import SEND_AFTER_TURNS, ProcessAuditWriter
+from mcp_interceptors.audit.writer import BATCH_AFTER_TURNS
+from mcp_interceptors.gateway.audit_process import ProcessAuditWriter
 
 Make = Callable[..., DecisionInput]
 KEY_FILE = Path("keys") / "audit-key"  # where the `key` fixture writes it, under tmp_path
@@ -171,7 +172,7 @@ async def test_process_writer_records_and_returns_receipts(
 async def test_records_waited_for_within_a_few_loop_turns_share_one_batch(
     tmp_path: Path, key: SigningKey, make_decision: Make
 ) -> None:
-    """A batch goes `SEND_AFTER_TURNS` loop turns after the first wait on it: the records other tasks queue and
+    """A batch goes `BATCH_AFTER_TURNS` loop turns after the first wait on it: the records other tasks queue and
     wait for meanwhile (a busy gateway's other calls) go in the same line and transaction."""
     async with running(tmp_path) as writer:
 
@@ -181,11 +182,11 @@ async def test_records_waited_for_within_a_few_loop_turns_share_one_batch(
             await (await writer.submit(make_decision())).wait()
 
         async with anyio.create_task_group() as tg:
-            for turns in range(SEND_AFTER_TURNS - 1):
+            for turns in range(BATCH_AFTER_TURNS - 1):
                 tg.start_soon(record_after, turns)
-        assert (writer.stats.batches, writer.stats.records) == (1, SEND_AFTER_TURNS - 1)
+        assert (writer.stats.batches, writer.stats.records) == (1, BATCH_AFTER_TURNS - 1)
         await record_after(0)  # on its own, it goes on its own
-        assert (writer.stats.batches, writer.stats.records) == (2, SEND_AFTER_TURNS)
+        assert (writer.stats.batches, writer.stats.records) == (2, BATCH_AFTER_TURNS)
     _verified(tmp_path, key)
 
 

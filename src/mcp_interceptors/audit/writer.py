@@ -1,8 +1,9 @@
 """The audit writer: links, signs and group-commits records; `append` returns once durable.
 
 Callers canonicalise their decision on their own task, queue it, and wait. On a store that commits on the
-event loop without a sync, the first caller to wait commits everything queued so far, in one synchronous
-step (no task switch); records nobody waits for are committed by the writer task within `max_delay`.
+event loop without a sync, everything queued is committed in one synchronous step `BATCH_AFTER_TURNS` loop
+turns after the first caller waits (on asyncio; elsewhere on that caller's task, after one turn); records
+nobody waits for are committed by the writer task within `max_delay`.
 Otherwise the writer task takes everything queued while the previous commit was in flight as the next
 batch. Either way: one transaction and at most one fsync per batch. The writer owns one chain segment,
 opened (and made durable) before `task_status.started()`.
@@ -10,11 +11,13 @@ opened (and made durable) before `task_status.started()`.
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import logging
 from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
-from typing import Any, Protocol, cast
+from typing import Any, Final, Protocol, cast
 
 import anyio
 import anyio.abc
@@ -26,6 +29,12 @@ from mcp_interceptors.audit.signing import SigningKey
 from mcp_interceptors.audit.store import Store
 
 _log = logging.getLogger(__name__)
+
+#: Loop turns between the first wait on a record that is not durable yet and the commit (or the send, with a
+#: writer process) of everything queued by then. Each turn runs what was ready for the loop, so on a busy
+#: gateway the records of the calls it is handling join the batch (one transaction for more calls); on an
+#: idle one the turns pass in microseconds and add no latency worth measuring.
+BATCH_AFTER_TURNS: Final = 4
 
 
 class AuditWriteError(AuditError):
@@ -86,7 +95,7 @@ class PendingRecord:
             # One loop turn first, so the tasks that are ready now queue theirs: one commit serves them all.
             await anyio.lowlevel.checkpoint()
         if not self.settled:
-            self.demand(self)  # commits it right here when the store allows it
+            self.demand(self)  # its writer commits it now or a few loop turns from now, or sends its batch
         if not self.settled:
             await self.done.wait()
         if self.error is not None:
@@ -140,6 +149,9 @@ class AuditWriter:
         self._checkpoint_every = checkpoint_every
         self._checkpointed_at = 0
         self._checkpointing = False
+        #: The loop that commits after `BATCH_AFTER_TURNS` turns (asyncio's; None on another event loop).
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._commit_due = False
 
     async def append(self, decision: DecisionInput) -> AuditReceipt:
         """Record one chain decision; returns once it is committed and synced (raises `AuditWriteError`
@@ -168,6 +180,8 @@ class AuditWriter:
     async def run(self, *, task_status: anyio.abc.TaskStatus[str] = anyio.TASK_STATUS_IGNORED) -> None:
         """Open this writer's segment, then commit batches until `aclose()` or cancellation."""
         try:
+            with contextlib.suppress(RuntimeError):  # not asyncio (trio): the waiting caller commits instead
+                self._loop = asyncio.get_running_loop()
             await anyio.to_thread.run_sync(self.segment.open)
             async with anyio.create_task_group() as self._housekeeping:
                 self._started = True
@@ -197,13 +211,29 @@ class AuditWriter:
     # -- the loop -----------------------------------------------------------------------------------
 
     def _commit_queued(self, needed: PendingRecord | None = None) -> None:
-        """A caller needs a queued record durable: commit everything queued, now, on its task, if the store
-        allows it. No task switch, and the records of every call in flight (their requests) come along."""
+        """A caller needs a queued record durable: commit everything queued, if the store allows it on the loop:
+        `BATCH_AFTER_TURNS` loop turns from now (the records other tasks queue meanwhile come along), or now
+        without a loop to count them on. No task switch, and the records of every call in flight (their
+        requests) come along."""
         if self._callers_commit and self._housekeeping is not None:
+            if needed is not None and self._loop is not None:
+                if not self._commit_due:
+                    self._commit_due = True
+                    # The caller's own wait took one turn already (`PendingRecord.wait`).
+                    self._loop.call_soon(self._commit_after, BATCH_AFTER_TURNS - 1)
+                return
             while batch := self._held_and_queued():
                 self._commit_now(batch)
         if needed is not None and not needed.settled:
             self._wake.set()  # handed straight to the writer task, or it commits on its own: no delay then
+
+    def _commit_after(self, turns: int) -> None:
+        if turns > 1:
+            assert self._loop is not None
+            self._loop.call_soon(self._commit_after, turns - 1)
+            return
+        self._commit_due = False
+        self._commit_queued()
 
     async def _unawaited_batch(self) -> list[PendingRecord]:
         """What no caller waited for within `max_delay` (e.g. a request record while its call is upstream)."""

@@ -29,7 +29,7 @@ import mcp_interceptors
 from mcp_interceptors.audit.process import decision_to_wire, prepared_to_wire
 from mcp_interceptors.audit.records import DecisionInput, prepare_entry
 from mcp_interceptors.audit.segment import AuditReceipt
-from mcp_interceptors.audit.writer import AuditWriteError, PendingRecord, WriterStats
+from mcp_interceptors.audit.writer import BATCH_AFTER_TURNS, AuditWriteError, PendingRecord, WriterStats
 from mcp_interceptors.gateway.jsonrpc import spawn_piped
 
 _log = logging.getLogger(__name__)
@@ -38,10 +38,6 @@ _SOURCE: Final = str(Path(mcp_interceptors.__file__).resolve().parents[1])
 _STOP_S: Final = 5.0
 #: The longest wait between two attempts to start a writer process again.
 _RESTART_MAX_S: Final = 30.0
-#: Loop turns between a caller's first wait on a batch and its sending. Each turn runs what was ready for the
-#: loop, so on a busy gateway the records of the calls it is handling join the batch (one transaction, one
-#: answer, for more calls); on an idle one the turns pass at once and add no latency worth measuring.
-SEND_AFTER_TURNS: Final = 4
 
 
 def usable_cpus() -> float:
@@ -283,14 +279,14 @@ class ProcessAuditWriter:
     # -- the pipe ----------------------------------------------------------------------------------
 
     def _demand(self, pending: PendingRecord) -> None:
-        # Its batch goes `SEND_AFTER_TURNS` loop turns from now (the records other tasks queue meanwhile go
+        # Its batch goes `BATCH_AFTER_TURNS` loop turns from now (the records other tasks queue meanwhile go
         # along), or, while the process has the previous one, as soon as that is answered.
         batch: _Batch | None = getattr(pending, "batch", None)
         if batch is None or batch is not self._next or batch.due:
             return  # sent already, or asked for already
         batch.due = True
         if not self._sent and self._loop is not None:
-            self._loop.call_soon(self._send_after, batch, SEND_AFTER_TURNS)
+            self._loop.call_soon(self._send_after, batch, BATCH_AFTER_TURNS)
 
     def _send_after(self, batch: _Batch, turns: int) -> None:
         if batch is not self._next:

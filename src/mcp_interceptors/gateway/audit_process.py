@@ -101,7 +101,7 @@ class _PipedRecord(PendingRecord):
 
     async def wait(self) -> AuditReceipt:
         if not self.settled:
-            self.demand(self)  # its batch goes at the end of this loop turn, or when the process is free
+            self.demand(self)  # its batch goes a few loop turns from now, or when the process is free
             await self.batch.wait()
         if self.error is not None:
             raise AuditWriteError(f"audit record not written: {self.error}") from self.error

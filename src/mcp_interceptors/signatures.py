@@ -158,6 +158,21 @@ def _key_file_text(path: Path) -> str:
 # -- results ------------------------------------------------------------------------------------------
 
 
+def ed25519_verifies(signature: bytes, message: bytes, public_key: bytes) -> bool:
+    """Whether `signature` is the Ed25519 signature of `message` by the raw 32-byte `public_key`.
+
+    Through libsodium: ~50 µs against ~105 µs with OpenSSL, paid on every checked result and on every record
+    `audit verify` reads. Ed25519 is deterministic, so what OpenSSL signs verifies here; libsodium also refuses
+    non-canonical signatures and small-order keys, which no conforming signer makes."""
+    if len(signature) != crypto_sign_BYTES:
+        return False
+    try:
+        crypto_sign_open(signature + message, public_key)
+    except (BadSignatureError, ValueError):
+        return False
+    return True
+
+
 def signed_bytes(body: Mapping[str, Any]) -> bytes:
     """What a result signature covers: RFC 8785 bytes of the body without `signature`, `_meta`, `resultType`."""
     return canonical_json({key: value for key, value in body.items() if key not in UNSIGNED_KEYS})
@@ -184,14 +199,11 @@ def check_result_signature(body: Mapping[str, Any], key: Ed25519PublicKey, inter
     if public != expected:
         raise SignatureError(interceptor, "signature invalid", f"signed by key {public!r}, expected {expected!r}")
     try:
-        raw_signature = b64url_decode(value) if isinstance(value, str) else b""
-        if len(raw_signature) != crypto_sign_BYTES:
-            raise ValueError("an Ed25519 signature is 64 bytes")
-        # libsodium, as `audit verify` checks records: ~50 µs against ~105 µs with OpenSSL, paid on every result
-        # of a host whose key the invoker holds. It also refuses non-canonical signatures and small-order keys.
-        crypto_sign_open(raw_signature + signed_bytes(body), raw_key)
-    except (BadSignatureError, ValueError, CanonicalizationError):
-        raise SignatureError(interceptor, "signature invalid", "the signature does not match the result") from None
+        valid = ed25519_verifies(b64url_decode(value) if isinstance(value, str) else b"", signed_bytes(body), raw_key)
+    except (ValueError, CanonicalizationError):  # not base64url, or a body with no canonical form
+        valid = False
+    if not valid:
+        raise SignatureError(interceptor, "signature invalid", "the signature does not match the result")
 
 
 __all__ = [

@@ -37,6 +37,15 @@ _log = logging.getLogger(__name__)
 BATCH_AFTER_TURNS: Final = 4
 
 
+def call_after_turns(loop: asyncio.AbstractEventLoop, turns: int, callback: Callable[..., object], *args: Any) -> None:
+    """Run `callback(*args)` `turns` loop turns from now (at least one): one `call_soon` per turn, so each
+    turn first runs what was ready for the loop then."""
+    if turns > 1:
+        loop.call_soon(call_after_turns, loop, turns - 1, callback, *args)
+    else:
+        loop.call_soon(callback, *args)
+
+
 class AuditWriteError(AuditError):
     """The record was not made durable: the writer is not running or the store refused the batch."""
 
@@ -220,18 +229,14 @@ class AuditWriter:
                 if not self._commit_due:
                     self._commit_due = True
                     # The caller's own wait took one turn already (`PendingRecord.wait`).
-                    self._loop.call_soon(self._commit_after, BATCH_AFTER_TURNS - 1)
+                    call_after_turns(self._loop, BATCH_AFTER_TURNS - 1, self._commit_due_records)
                 return
             while batch := self._held_and_queued():
                 self._commit_now(batch)
         if needed is not None and not needed.settled:
             self._wake.set()  # handed straight to the writer task, or it commits on its own: no delay then
 
-    def _commit_after(self, turns: int) -> None:
-        if turns > 1:
-            assert self._loop is not None
-            self._loop.call_soon(self._commit_after, turns - 1)
-            return
+    def _commit_due_records(self) -> None:
         self._commit_due = False
         self._commit_queued()
 

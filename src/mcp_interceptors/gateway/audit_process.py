@@ -29,7 +29,13 @@ import mcp_interceptors
 from mcp_interceptors.audit.process import decision_to_wire, prepared_to_wire
 from mcp_interceptors.audit.records import DecisionInput, prepare_entry
 from mcp_interceptors.audit.segment import AuditReceipt
-from mcp_interceptors.audit.writer import BATCH_AFTER_TURNS, AuditWriteError, PendingRecord, WriterStats
+from mcp_interceptors.audit.writer import (
+    BATCH_AFTER_TURNS,
+    AuditWriteError,
+    PendingRecord,
+    WriterStats,
+    call_after_turns,
+)
 from mcp_interceptors.gateway.jsonrpc import spawn_piped
 
 _log = logging.getLogger(__name__)
@@ -286,15 +292,10 @@ class ProcessAuditWriter:
             return  # sent already, or asked for already
         batch.due = True
         if not self._sent and self._loop is not None:
-            self._loop.call_soon(self._send_after, batch, BATCH_AFTER_TURNS)
+            call_after_turns(self._loop, BATCH_AFTER_TURNS, self._send_if_queued, batch)
 
-    def _send_after(self, batch: _Batch, turns: int) -> None:
-        if batch is not self._next:
-            return  # it went already (with its timer's flush)
-        if turns > 1:
-            assert self._loop is not None
-            self._loop.call_soon(self._send_after, batch, turns - 1)
-        else:
+    def _send_if_queued(self, batch: _Batch) -> None:
+        if batch is self._next:  # else it went already (with its timer's flush, a close, the process's death)
             self._send_queued()
 
     def _send_queued(self) -> None:

@@ -376,6 +376,34 @@ async def test_records_waited_for_within_a_few_loop_turns_share_one_commit(
     assert verify_source(sqlite_store, key.trusted()).ok
 
 
+@pytest.mark.parametrize("anyio_backend", ["trio"])
+async def test_on_trio_a_waiting_caller_commits_what_is_queued_and_no_record_is_lost(
+    sqlite_store: SqliteStore, key: SigningKey, make_decision: Make
+) -> None:
+    """Off asyncio there is no loop to count turns on: the first caller that waits commits every record queued
+    so far itself (one transaction), and records nobody waits for still go within `max_delay`."""
+    async with open_audit_writer(sqlite_store, key, max_delay=0.05) as writer:
+        queued = [await writer.submit(make_decision(call_id=f"call-{n}")) for n in range(3)]
+        with anyio.fail_after(5):
+            receipt = await queued[-1].wait()
+        assert all(pending.settled and pending.error is None for pending in queued)
+        assert (writer.stats.batches, writer.stats.records, receipt.id) == (1, 3, f"{writer.segment_id}-3")
+
+        async def record(n: int) -> None:
+            await writer.append(make_decision(call_id=f"concurrent-{n}"))
+
+        with anyio.fail_after(5):
+            async with anyio.create_task_group() as tg:
+                for n in range(20):
+                    tg.start_soon(record, n)
+        assert writer.stats.records == 23
+        unawaited = await writer.submit(make_decision(call_id="upstream-still-working"))
+        with anyio.fail_after(5):
+            await unawaited.done.wait()  # nobody asks for a commit: the writer task's `max_delay` commits it
+        assert writer.stats.records == 24
+    assert verify_source(sqlite_store, key.trusted()).ok
+
+
 async def test_a_record_nobody_waits_for_is_committed_within_max_delay(
     sqlite_store: SqliteStore, key: SigningKey, make_decision: Make
 ) -> None:

@@ -3,23 +3,24 @@
 python bench/audit_overhead.py                 # full run (a few minutes on 2 cores)
 python bench/audit_overhead.py --quick         # fewer calls and repeats, for a smoke test
 python bench/audit_overhead.py --concurrency 1 8 --variants sqlite
-python bench/audit_overhead.py --lean          # the gateway as the bottleneck: lean client, raw echo upstream
+python bench/audit_overhead.py --mcp-client    # the whole stack: mcp's Client and an mcp echo server
 
-One real CLI gateway process per variant, serving Streamable HTTP, in front of the echo server of
-`gateway_overhead.py` (stdio), with no interceptors, so the audit trail is all the gateway adds:
-`audit off`; `sqlite` (the default store, WAL, synchronous=NORMAL, and the default `audit.writer: auto`);
-`sqlite+in-process` and `sqlite+process` (the same with the writer named); `sqlite+receipts` (plus each
-call's receipt in the reply's `_meta`); `postgresql` (a server this bench starts from the Debian package,
-via tests/postgres_server.py; skipped with a note when the binary is missing). Each
-variant gets its own store and key. Every call has distinct arguments, sessions are warmed, repeats
-are interleaved across variants, and each cell is the median over repeats; ratios are to `audit off`
-in the same run. Afterwards `audit verify` runs over every store the bench wrote.
+One real CLI gateway process per variant, serving Streamable HTTP, with no interceptors, so the audit
+trail is all the gateway adds: `audit off`; `sqlite` (the default store, WAL, synchronous=NORMAL, and the
+default `audit.writer: auto`); `sqlite+in-process` and `sqlite+process` (the same with the writer named);
+`sqlite+receipts` (plus each call's receipt in the reply's `_meta`); `postgresql` (a server this bench
+starts from the Debian package, via tests/postgres_server.py; skipped with a note when the binary is
+missing). Each variant gets its own store and key. Every call has distinct arguments, sessions are warmed,
+repeats are interleaved across variants, and each cell is the median over repeats; ratios are to
+`audit off` in the same run. Afterwards `audit verify` runs over every store the bench wrote.
 
-By default the client is mcp's `Client` and the upstream an `mcp` server: on a 2-core machine they use
-most of the CPU, so the ratios are those of the whole system. `--lean` swaps in the lean JSON-RPC driver of
-`compare.py` (`jsonrpc_load.py`, handshake era) and `peers/raw_echo.py`, so the gateway, which the audit
-trail slows, is what bounds the rate (as on a host of its own, with its clients and servers elsewhere).
-Target: SQLite audit costs <= 10 % throughput at c=8 (ratio >= 0.90).
+What is measured is the gateway's throughput, so by default the gateway is what bounds the rate: the
+client is the lean JSON-RPC driver of `compare.py` (`jsonrpc_load.py`, handshake era) and the upstream
+`peers/raw_echo.py` (stdio), as on a host of its own with its clients and servers elsewhere. Target:
+SQLite audit costs <= 10 % throughput at c=8 (ratio >= 0.90). `--mcp-client` swaps in mcp's `Client` and
+the `mcp` echo server of `gateway_overhead.py`: on a 2-core machine those two use most of the CPU, and
+the writer process competes with them for it, so its ratios are those of the whole machine (reported,
+not held to the target).
 """
 
 from __future__ import annotations
@@ -114,14 +115,17 @@ def report(cells: list[Cell]) -> str:
     return "\n".join(lines)
 
 
-def verdicts(cells: list[Cell]) -> list[str]:
+def verdicts(cells: list[Cell], *, gateway_bound: bool) -> list[str]:
     by_key = {(c.concurrency, c.variant): c for c in cells}
     off, sqlite = by_key.get((8, "audit off")), by_key.get((8, "sqlite"))
     if off is None or sqlite is None:
         return []
     ratio = sqlite.rate / off.rate
-    ok = "met" if ratio >= TARGET_SQLITE_THROUGHPUT else "MISSED"
     cost = (1 - ratio) * 100
+    if not gateway_bound:
+        whole = "whole machine (mcp Client and server beside the gateway), c=8"
+        return [f"{whole}: SQLite audit costs {cost:.1f} % ({ratio:.2f}x audit off; the target is gateway-bound)"]
+    ok = "met" if ratio >= TARGET_SQLITE_THROUGHPUT else "MISSED"
     return [f"target SQLite audit costs <= 10 % throughput at c=8: {cost:.1f} % ({ratio:.2f}x audit off, {ok})"]
 
 
@@ -175,7 +179,7 @@ async def main(args: argparse.Namespace) -> None:
     for note in notes:
         print(note)
     print(report(cells))
-    for line in [*verdicts(cells), *checks]:
+    for line in [*verdicts(cells, gateway_bound=args.lean), *checks]:
         print(line)
 
 
@@ -183,14 +187,19 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description="audit overhead benchmark")
     parser.add_argument("--calls", type=int, default=1000, help="timed calls per cell and repeat")
     parser.add_argument("--repeats", type=int, default=5)
-    parser.add_argument("--mode", choices=["2026-07-28", "legacy"], default="2026-07-28")
+    parser.add_argument("--mode", choices=["2026-07-28", "legacy"], default="2026-07-28", help="with --mcp-client")
     parser.add_argument("--concurrency", nargs="+", type=int, default=[8])
     parser.add_argument("--variants", nargs="+", default=list(VARIANTS), choices=VARIANTS)
     parser.add_argument("--quick", action="store_true", help="200 calls, 2 repeats")
     parser.add_argument("--loop", choices=["auto", "uvloop", "asyncio"], default="auto", help="the gateways' --loop")
     parser.add_argument(
-        "--lean", action="store_true", help="lean JSON-RPC client and raw echo upstream: the gateway bounds the rate"
+        "--mcp-client",
+        dest="lean",
+        action="store_false",
+        help="mcp's Client and an mcp echo server instead of the lean driver and raw echo (the whole machine)",
     )
+    parser.add_argument("--lean", dest="lean", action="store_true", help="the default (kept for older command lines)")
+    parser.set_defaults(lean=True)
     args = parser.parse_args(argv)
     GATEWAY_OPTIONS[:] = ["--loop", args.loop]
     if "audit off" not in args.variants:

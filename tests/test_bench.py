@@ -1,4 +1,4 @@
-"""`bench/chain_overhead.py --quick` still runs and prints every case (figures are not asserted: noisy host)."""
+"""The benches still run and print every case (figures are not asserted: noisy host)."""
 
 from __future__ import annotations
 
@@ -25,3 +25,20 @@ def test_chain_overhead_bench_runs() -> None:
     assert sum("in-process chain" in line for line in lines) == 5
     assert sum("in-memory MCP host chain" in line for line in lines) == 5
     assert lines[-1].startswith("target: 5 in-process interceptors <= 20% of a direct call: ")
+
+
+def test_audit_overhead_bench_runs_gateway_bound_and_verifies_what_it_wrote() -> None:
+    done = subprocess.run(
+        [sys.executable, "bench/audit_overhead.py", "--calls", "40", "--repeats", "1", "--variants", "sqlite"],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=300,
+        check=False,
+    )
+    assert done.returncode == 0, done.stderr[-2000:]
+    lines = done.stdout.splitlines()
+    assert any("lean driver (handshake era), raw echo upstream" in line for line in lines)
+    assert sum(line.split()[:2] == ["8", "sqlite"] for line in lines) == 2  # progress, then the summary
+    assert any(line.startswith("target SQLite audit costs <= 10 % throughput at c=8: ") for line in lines)
+    assert lines[-1].startswith("audit verify (sqlite): OK: ")

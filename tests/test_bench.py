@@ -9,17 +9,14 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 
 
-def test_chain_overhead_bench_runs() -> None:
-    done = subprocess.run(
-        [sys.executable, "bench/chain_overhead.py", "--quick"],
-        cwd=ROOT,
-        capture_output=True,
-        text=True,
-        timeout=300,
-        check=False,
-    )
+def run_bench(*argv: str) -> list[str]:
+    done = subprocess.run([sys.executable, *argv], cwd=ROOT, capture_output=True, text=True, timeout=300, check=False)
     assert done.returncode == 0, done.stderr[-2000:]
-    lines = done.stdout.splitlines()
+    return done.stdout.splitlines()
+
+
+def test_chain_overhead_bench_runs() -> None:
+    lines = run_bench("bench/chain_overhead.py", "--quick")
     assert lines[0].split() == ["case", "µs/call", "x", "direct"]
     assert len(lines) == 13
     assert sum("in-process chain" in line for line in lines) == 5
@@ -28,16 +25,7 @@ def test_chain_overhead_bench_runs() -> None:
 
 
 def test_audit_overhead_bench_runs_gateway_bound_and_verifies_what_it_wrote() -> None:
-    done = subprocess.run(
-        [sys.executable, "bench/audit_overhead.py", "--calls", "40", "--repeats", "1", "--variants", "sqlite"],
-        cwd=ROOT,
-        capture_output=True,
-        text=True,
-        timeout=300,
-        check=False,
-    )
-    assert done.returncode == 0, done.stderr[-2000:]
-    lines = done.stdout.splitlines()
+    lines = run_bench("bench/audit_overhead.py", "--calls", "40", "--repeats", "1", "--variants", "sqlite")
     assert any("lean driver (handshake era), raw echo upstream" in line for line in lines)
     assert sum(line.split()[:2] == ["8", "sqlite"] for line in lines) == 2  # progress, then the summary
     assert any(line.startswith("target SQLite audit costs <= 10 % throughput at c=8: ") for line in lines)

@@ -192,13 +192,14 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--variants", nargs="+", default=list(VARIANTS), choices=VARIANTS)
     parser.add_argument("--quick", action="store_true", help="200 calls, 2 repeats")
     parser.add_argument("--loop", choices=["auto", "uvloop", "asyncio"], default="auto", help="the gateways' --loop")
-    parser.add_argument(
+    setup = parser.add_mutually_exclusive_group()
+    setup.add_argument(
         "--mcp-client",
         dest="lean",
         action="store_false",
         help="mcp's Client and an mcp echo server instead of the lean driver and raw echo (the whole machine)",
     )
-    parser.add_argument("--lean", dest="lean", action="store_true", help="the default (kept for older command lines)")
+    setup.add_argument("--lean", dest="lean", action="store_true", help="the default (kept for older command lines)")
     parser.set_defaults(lean=True)
     args = parser.parse_args(argv)
     GATEWAY_OPTIONS[:] = ["--loop", args.loop]

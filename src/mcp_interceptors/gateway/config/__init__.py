@@ -1,0 +1,78 @@
+"""The gateway's YAML configuration: pydantic models, `${ENV}` substitution, and precise errors.
+
+Our own config forbids unknown keys, so a typo fails closed; every error names the file, the
+field path and the fix. `config_json_schema()` backs `mcp-interceptors config-schema`.
+
+| module | job |
+|---|---|
+| `base` | `ConfigError`, the strict base model, address helpers |
+| `servers` | upstreams, interceptor servers and hosts, guards, overrides |
+| `settings` | chain, scrub, auth, HTTP and stdio fronts, audit, metrics |
+| `document` | `GatewayConfig`, the whole file |
+| `loading` | YAML, `${ENV}` substitution, validation, error messages |
+"""
+
+from mcp_interceptors.gateway.config.base import (
+    NAME_PATTERN,
+    ConfigError,
+    authority,
+    is_loopback,
+    redact_values,
+    split_listen,
+)
+from mcp_interceptors.gateway.config.document import GatewayConfig
+from mcp_interceptors.gateway.config.loading import config_json_schema, load_config, parse_config, substitute_env
+from mcp_interceptors.gateway.config.servers import (
+    GuardConfig,
+    HookConfig,
+    HostConfig,
+    InterceptorsConfig,
+    InterceptorServerConfig,
+    OverrideConfig,
+    RequiredConfig,
+    TransportConfig,
+    UpstreamConfig,
+)
+from mcp_interceptors.gateway.config.settings import (
+    AuditConfig,
+    AuthConfig,
+    ChainConfig,
+    HttpConfig,
+    JwtConfig,
+    MetricsConfig,
+    Point,
+    ScrubConfig,
+    StdioConfig,
+)
+
+__all__ = [
+    "NAME_PATTERN",
+    "AuditConfig",
+    "AuthConfig",
+    "ChainConfig",
+    "ConfigError",
+    "GatewayConfig",
+    "GuardConfig",
+    "HookConfig",
+    "HostConfig",
+    "HttpConfig",
+    "InterceptorServerConfig",
+    "InterceptorsConfig",
+    "JwtConfig",
+    "MetricsConfig",
+    "OverrideConfig",
+    "Point",
+    "RequiredConfig",
+    "ScrubConfig",
+    "StdioConfig",
+    "TransportConfig",
+    "UpstreamConfig",
+    "authority",
+    "config_json_schema",
+    "is_loopback",
+    "load_config",
+    "parse_config",
+    "redact_values",
+    "split_listen",
+    "substitute_env",
+]

@@ -1,0 +1,74 @@
+"""The whole `gateway.yaml` as one model: `GatewayConfig`."""
+
+from __future__ import annotations
+
+from typing import Annotated, Any
+
+from pydantic import ConfigDict, Field, PrivateAttr, field_validator
+from pydantic.json_schema import SkipJsonSchema
+
+from mcp_interceptors.gateway.config.base import NAME_PATTERN, Model, redact_values
+from mcp_interceptors.gateway.config.servers import InterceptorsConfig, UpstreamConfig
+from mcp_interceptors.gateway.config.settings import (
+    AuditConfig,
+    AuthConfig,
+    ChainConfig,
+    HttpConfig,
+    MetricsConfig,
+    ScrubConfig,
+    StdioConfig,
+)
+
+
+def _require_upstreams(schema: dict[str, Any]) -> None:
+    schema["required"] = ["upstreams"]  # a default keeps pydantic's error ours; the schema tells editors
+
+
+class GatewayConfig(Model):
+    """The whole `gateway.yaml`."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True, json_schema_extra=_require_upstreams)
+
+    name: str = "mcp-interceptors-gateway"
+    upstreams: dict[Annotated[str, Field(pattern=NAME_PATTERN)], UpstreamConfig] = Field(
+        default_factory=dict,
+        validate_default=True,  # a file without `upstreams:` is refused too
+        json_schema_extra={"minProperties": 1, "additionalProperties": False},  # a name off the pattern, too
+    )
+    interceptors: InterceptorsConfig = Field(default_factory=InterceptorsConfig)
+    chain: ChainConfig = Field(default_factory=ChainConfig)
+    expose_execute_chain: bool = False
+    advertised_equals_callable: bool = True
+    auth: AuthConfig = Field(default_factory=AuthConfig)
+    http: HttpConfig = Field(default_factory=HttpConfig)
+    stdio: StdioConfig = Field(default_factory=StdioConfig)
+    audit: AuditConfig = Field(default_factory=AuditConfig)
+    metrics: MetricsConfig = Field(default_factory=MetricsConfig)
+    scrub: ScrubConfig = Field(default_factory=ScrubConfig)
+    #: The folder relative paths resolve against (the config file's); set by `load_config`, not by users.
+    base_dir: SkipJsonSchema[str | None] = None
+    #: Each value `${VAR}` substitution put in the file, with the VAR it came from (see `redact`).
+    _substituted: dict[str, str] = PrivateAttr(default_factory=dict)
+
+    def redact(self, text: str) -> str:
+        """`text` with every value taken from the environment written back as the `${VAR}` it came from,
+        so secrets (a token in an argument or a URL) stay out of `--check` output, errors and logs."""
+        return redact_values(text, self._substituted)
+
+    @field_validator("upstreams")
+    @classmethod
+    def _some_upstream(cls, value: dict[str, UpstreamConfig]) -> dict[str, UpstreamConfig]:
+        if not value:
+            raise ValueError("at least one upstream server is needed")
+        return value
+
+    @property
+    def collects_metrics(self) -> bool:
+        """Whether anything exposes metrics, so the gateway keeps them (otherwise it costs nothing)."""
+        return self.http.metrics or self.metrics.listen is not None
+
+    def prefix_for(self, upstream: str) -> str:
+        prefix = self.upstreams[upstream].prefix
+        if prefix is None:
+            return upstream if len(self.upstreams) > 1 else ""
+        return prefix

@@ -1,0 +1,212 @@
+"""How the gateway runs: the chain, scrubbing, auth, the HTTP and stdio fronts, audit and metrics."""
+
+from __future__ import annotations
+
+from typing import Annotated, Literal
+
+from pydantic import AfterValidator, Field, field_validator, model_validator
+
+from mcp_interceptors.gateway.config.base import Model, is_loopback, split_listen
+
+Point = Literal["receive", "send"]
+
+
+class ChainConfig(Model):
+    deadline_ms: Annotated[float, Field(gt=0)] | None = Field(10000, description="Whole-chain deadline.")
+    points: list[Point] = Field(
+        default_factory=lambda: list[Point](["send"]),
+        min_length=1,
+        description=(
+            "Where each forwarded message is governed: `send` (mutate, then validate what is dispatched), "
+            "`receive` (validate raw input, then mutate), or both, in that order."
+        ),
+    )
+    severity_rule: Literal["g5", "py"] = "g5"
+    deadline_always_blocks: bool = False
+    enforce_compat: bool = True
+    sinks: bool = False
+    include_error_details: bool = Field(False, description="Copy interceptor messages into client errors.")
+
+    @property
+    def directions(self) -> tuple[Literal["receiving", "sending"], ...]:
+        ordered = [point for point in ("receive", "send") if point in self.points]
+        return tuple("receiving" if point == "receive" else "sending" for point in ordered)
+
+
+class ScrubConfig(Model):
+    """[OURS] What the gateway redacts with the `secrets` and `pii` guards' scanners outside any event."""
+
+    errors: bool = Field(
+        True, description="Redact upstream JSON-RPC errors (message, data) and clients' error answers."
+    )
+    notifications: bool = Field(
+        True, description="Redact relayed notifications (log lines, progress, updates) but their identifiers."
+    )
+    results: bool = Field(
+        True,
+        description="Redact what results no event covers: completion/complete values, the results of methods"
+        " passed through, an upstream's `instructions`.",
+    )
+
+
+class JwtConfig(Model):
+    public_key_file: str | None = Field(
+        None, description="PEM public key file, relative to this file; reread when it changes."
+    )
+    jwks_file: str | None = Field(
+        None, description="JWKS (JSON) file, relative to this file; reread when it changes (key rotation)."
+    )
+    issuer: str | None = None
+    audience: str | None = None
+    algorithms: list[str] = Field(default_factory=lambda: ["RS256", "ES256", "EdDSA"])
+
+    @model_validator(mode="after")
+    def _one_key_source(self) -> JwtConfig:
+        if (self.public_key_file is None) == (self.jwks_file is None):
+            raise ValueError("give exactly one of `public_key_file` or `jwks_file`")
+        return self
+
+
+def _sendable_token(token: str) -> str:
+    # A header value has no blank at either end and only visible ASCII (RFC 9110 §5.5), so such a token (a
+    # secret file's trailing newline, say) could never be sent: every client got 401, and no log said why.
+    if token != token.strip() or not all(" " <= char <= "~" for char in token):
+        raise ValueError(
+            "a blank at an end, a control or a non-ASCII character: no client can send this token in an "
+            "Authorization header (a trailing newline from a secret file?)"
+        )
+    return token
+
+
+class AuthConfig(Model):
+    tokens: list[Annotated[str, Field(min_length=1), AfterValidator(_sendable_token)]] = Field(
+        default_factory=list,
+        description="Static bearer tokens (use ${ENV} for secrets): visible ASCII, no blank at either end.",
+    )
+    jwt: JwtConfig | None = None
+    required_scopes: list[str] = Field(default_factory=list)
+    resource_server_url: str | None = None
+
+    @model_validator(mode="after")
+    def _a_token_source(self) -> AuthConfig:
+        # Without one, auth is off: the scopes a reader of the file would expect required are never checked.
+        given = [name for name in ("required_scopes", "resource_server_url") if getattr(self, name)]
+        if given and not self.enabled:
+            raise ValueError(
+                f"{' and '.join(given)} without `tokens` or `jwt` would serve every request unauthenticated; "
+                "add `tokens` or `jwt`"
+            )
+        return self
+
+    @property
+    def enabled(self) -> bool:
+        return bool(self.tokens) or self.jwt is not None
+
+
+class HttpConfig(Model):
+    path: Annotated[str, Field(pattern=r"^/")] = Field(
+        "/mcp", description="Streamable HTTP endpoint, e.g. /mcp (not /sse or /messages/ while `sse` is on)."
+    )
+    sse: bool = Field(True, description="Also serve the legacy SSE endpoint at /sse.")
+    max_body_bytes: Annotated[int, Field(gt=0)] = 4 * 1024 * 1024
+    keep_alive_s: Annotated[int, Field(gt=0)] = Field(
+        75,
+        description=(
+            "How long an idle client connection is kept open for its next request, in seconds. Longer than "
+            "common clients' own idle expiry (httpx 5 s, Node 4 s): at uvicorn's 5 s, an httpx client could "
+            "send its next request on a connection the gateway was closing that moment, and lose it."
+        ),
+    )
+    session_idle_s: Annotated[float, Field(gt=0)] = Field(
+        1800,
+        description="Close a handshake-era session (and its upstream sessions) after this idle time "
+        "(checked every quarter of it, at most every minute).",
+    )
+    max_sessions: Annotated[int, Field(gt=0)] = Field(
+        100,
+        description=(
+            "How many handshake-era sessions (each with upstream sessions of its own: a process per stdio "
+            "upstream) may be open at once: a request that would open one more gets -32603 "
+            "(`data.reason: too_many_sessions`)."
+        ),
+    )
+    max_requests_in_flight: Annotated[int, Field(gt=0)] = Field(
+        1000,
+        description=(
+            "How many requests of one session the HTTP front (Streamable HTTP and `/sse`) serves at once: one "
+            "more is answered with -32603 (`data.reason: too_many_requests_in_flight`) instead of being queued. "
+            "A handshake-era session is its `Mcp-Session-Id` (or `/sse` stream); 2026-07-28 requests, which "
+            "carry no session, count per principal, and those without a token per client address."
+        ),
+    )
+    allowed_hosts: list[str] = Field(default_factory=list, description="Extra Host values (DNS rebinding).")
+    allowed_origins: list[str] = Field(default_factory=list)
+    metrics: bool = Field(
+        False,
+        description="Serve Prometheus metrics at GET /metrics on the HTTP front (same auth and Host checks as "
+        "the MCP endpoint).",
+    )
+
+
+class StdioConfig(Model):
+    max_message_bytes: Annotated[int, Field(gt=0)] = Field(
+        16 * 1024 * 1024,
+        description=(
+            "The longest line (one message) the stdio client may send: a longer one is answered with -32600 "
+            "and the gateway closes the connection."
+        ),
+    )
+    max_requests_in_flight: Annotated[int, Field(gt=0)] = Field(
+        1000,
+        description=(
+            "How many of the stdio client's requests the gateway serves at once: one more is answered with "
+            "-32603 (`data.reason: too_many_requests_in_flight`) instead of being queued."
+        ),
+    )
+    drain_timeout_ms: Annotated[int, Field(ge=0)] = Field(
+        10_000,
+        description=(
+            "When the stdio client closes its input, how long the requests it sent before may still take: each "
+            "gets its answer, and what has not finished by then is answered with -32000. 0 stops at once. "
+            "SIGTERM and SIGINT always stop at once."
+        ),
+    )
+
+
+class AuditConfig(Model):
+    enabled: bool = False
+    store: str = Field(".audit/audit.db", description="SQLite path, or a postgresql:// URL.")
+    key_file: str | None = None
+    receipts: bool = Field(False, description="Return record id and signature in result _meta.")
+    writer: Literal["auto", "process", "in-process"] = Field(
+        "auto",
+        description="Where records are hashed, signed and stored: `process`, a writer process of the gateway's "
+        "own (its event loop then only encodes each decision; worth it with a core to spare); `in-process`, the "
+        "gateway's event loop; `auto` (default), `process` when the gateway may use two CPUs or more (its CPU "
+        "affinity and cgroup quota), else `in-process`.",
+    )
+
+
+class MetricsConfig(Model):
+    listen: str | None = Field(
+        None,
+        description="HOST:PORT of a listener serving Prometheus metrics at GET /metrics, with any front (a "
+        "stdio gateway's only way to expose them). Loopback only: it has no auth.",
+        examples=["127.0.0.1:9464"],
+    )
+
+    @field_validator("listen")
+    @classmethod
+    def _loopback_address(cls, value: str | None) -> str | None:
+        if value is not None:
+            host, _ = split_listen(value)
+            if not is_loopback(host):
+                raise ValueError(
+                    f"{host!r} is not a loopback address: the metrics listener has no auth; use 127.0.0.1, "
+                    "or `http.metrics: true` on an HTTP front with `auth`"
+                )
+        return value
+
+    @property
+    def address(self) -> tuple[str, int] | None:
+        return split_listen(self.listen) if self.listen is not None else None

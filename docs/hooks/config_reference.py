@@ -88,6 +88,8 @@ class _Walker:
             bounds.append(f"> {node['exclusiveMinimum']}")
         if "minimum" in node:
             bounds.append(f"≥ {node['minimum']}")
+        if "maximum" in node:
+            bounds.append(f"≤ {node['maximum']:,}")
         return " ".join([str(kind or "any"), *bounds])
 
     def describe_default(self, path: str, node: dict[str, Any], required: bool) -> str:

@@ -4,10 +4,23 @@ from __future__ import annotations
 
 import ipaddress
 from collections.abc import Mapping
+from typing import Annotated
 
-from pydantic import BaseModel, ConfigDict
+from pydantic import BaseModel, ConfigDict, Field
 
 from mcp_interceptors.protocol.errors import InterceptorsError
+
+#: The ranges of the config's durations, sizes and counts: finite, and wide enough for any deployment.
+MAX_DURATION_MS = 86_400_000  # a day
+MAX_BYTES = 1 << 30  # 1 GiB
+MAX_COUNT = 1_000_000
+
+#: A timeout or deadline in milliseconds: more than 0, at most a day.
+Milliseconds = Annotated[float, Field(gt=0, le=MAX_DURATION_MS, allow_inf_nan=False)]
+#: A size limit in bytes: 1 B to 1 GiB.
+Bytes = Annotated[int, Field(gt=0, le=MAX_BYTES)]
+#: A limit on how many of something: 1 to a million.
+Count = Annotated[int, Field(gt=0, le=MAX_COUNT)]
 
 #: A name of an upstream, interceptor server or host: letters, digits, '.', '_', '-'.
 NAME_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9_.-]*$"

@@ -2,21 +2,23 @@
 
 from __future__ import annotations
 
+import math
 import os
 import re
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
-import yaml
 from pydantic import ValidationError
 
 from mcp_interceptors.gateway.config.base import ConfigError, redact_values
 from mcp_interceptors.gateway.config.document import GatewayConfig
+from mcp_interceptors.gateway.config.reading import MAX_DEPTH, read_yaml
 from mcp_interceptors.gateway.config.servers import InterceptorsConfig
 from mcp_interceptors.gateway.config.settings import HttpConfig
 from mcp_interceptors.gateway.routing import SEPARATOR
 
+_INT64_MIN, _INT64_MAX = -(2**63), 2**63 - 1
 _ENV = re.compile(r"\$(\$?)\{([A-Za-z_][A-Za-z0-9_]*)(?::-([^}]*))?\}")
 
 
@@ -26,9 +28,10 @@ def substitute_env(
     """Replace `${VAR}` and `${VAR:-default}` (the default if VAR is unset or empty, as in the shell) in
     every string; a missing VAR without a default is a `ConfigError`.
     `$${VAR}` stands for a literal `${VAR}` (a CEL expression or pattern may need one).
-    `used` collects each value taken from `env`, with its VAR (defaults are written in the file)."""
-    if isinstance(value, str):
+    `used` collects each value taken from `env`, with its VAR (defaults are written in the file).
+    The values are checked as `checked_values` does."""
 
+    def substitute(text: str, where: str) -> str:
         def replace(match: re.Match[str]) -> str:
             escaped, name, default = match.group(1), match.group(2), match.group(3)
             if escaped:
@@ -40,13 +43,46 @@ def substitute_env(
                     used[env[name]] = name
                 return env[name]
             fix = f"export {name}=... or write ${{{name}:-default}}"
-            raise ConfigError(file, path, f"environment variable {name} is not set", fix)
+            raise ConfigError(file, where, f"environment variable {name} is not set", fix)
 
-        return _ENV.sub(replace, value)
+        return _ENV.sub(replace, text)
+
+    return _plain(value, file, path, 0, substitute)
+
+
+def checked_values(value: Any, file: str, path: str = "") -> Any:
+    """`value` as a tree of its own (what YAML aliases shared is copied), once every number in it is
+    finite and of at most 64 bits, and it nests at most `MAX_DEPTH` levels: a `ConfigError` names the first
+    that is not. JSON Schema's and pydantic's `number` both take `.inf`, which would lift a bound silently."""
+    return _plain(value, file, path, 0, None)
+
+
+def _plain(value: Any, file: str, path: str, depth: int, text: Callable[[str, str], str] | None) -> Any:
+    if depth > MAX_DEPTH:
+        raise ConfigError(
+            file, path, f"nested more than {MAX_DEPTH} levels deep", "flatten it; no setting nests this deep"
+        )
+    if isinstance(value, str):
+        return text(value, path) if text is not None else value
     if isinstance(value, dict):
-        return {k: substitute_env(v, env, file, f"{path}.{k}" if path else str(k), used=used) for k, v in value.items()}
+        return {k: _plain(v, file, f"{path}.{k}" if path else str(k), depth + 1, text) for k, v in value.items()}
     if isinstance(value, list):
-        return [substitute_env(v, env, file, f"{path}[{i}]", used=used) for i, v in enumerate(value)]
+        return [_plain(v, file, f"{path}[{i}]", depth + 1, text) for i, v in enumerate(value)]
+    if isinstance(value, float) and not math.isfinite(value):
+        raise ConfigError(
+            file,
+            path,
+            f"{value} is not a finite number: no setting may be unbounded or undefined",
+            "give a finite number within the setting's range (see `mcp-interceptors config-schema`), or leave the"
+            " key out for its default",
+        )
+    if isinstance(value, int) and not isinstance(value, bool) and not _INT64_MIN <= value <= _INT64_MAX:
+        raise ConfigError(
+            file,
+            path,
+            f"an integer of {len(str(abs(value)))} digits is past 64 bits: no setting takes one",
+            "give a number within the setting's range (see `mcp-interceptors config-schema`)",
+        )
     return value
 
 
@@ -67,7 +103,10 @@ def parse_config(
     if not isinstance(raw, dict):
         raise ConfigError(file, "", "the document must be a mapping", "start with keys like `upstreams:`")
     used: dict[str, str] = {}
-    data = substitute_env(raw, os.environ if env is None else env, file, used=used) if substitute else raw
+    if substitute:
+        data = substitute_env(raw, os.environ if env is None else env, file, used=used)
+    else:
+        data = checked_values(raw, file)
     if base_dir is not None:
         _default_cwd(data, base_dir)
         data.setdefault("base_dir", base_dir)
@@ -185,43 +224,8 @@ def load_config(path: str | Path, *, env: Mapping[str, str] | None = None) -> Ga
         at_line = exc.object[: exc.start].count(b"\n") + 1
         bad = f"not UTF-8 text (byte {exc.object[exc.start]:#04x} on line {at_line})"
         raise ConfigError(file, "", bad, "save the file as UTF-8 (YAML or JSON)") from None
-    try:
-        raw = yaml.safe_load(text)
-        repeated = _repeated_key(yaml.compose(text, Loader=yaml.SafeLoader))
-    except yaml.YAMLError as exc:
-        mark = getattr(exc, "problem_mark", None)
-        where = f"line {mark.line + 1} column {mark.column + 1}" if mark is not None else "unknown position"
-        problem = getattr(exc, "problem", None)  # what the parser expected or found there
-        what = f": {' '.join(problem.split())}" if problem else ""
-        raise ConfigError(file, "", f"invalid YAML at {where}{what}", "fix the YAML syntax") from None
-    if repeated is not None:
-        path, line = repeated
-        raise ConfigError(file, path, f"given twice (the second at line {line})", "keep only one of them")
+    raw = read_yaml(text, file)
     return parse_config(raw if raw is not None else {}, file=file, env=env, base_dir=str(Path(path).resolve().parent))
-
-
-def _repeated_key(node: yaml.Node | None, path: str = "", seen: set[int] | None = None) -> tuple[str, int] | None:
-    """The field path and line of the first key given twice in one mapping (YAML keeps the last silently)."""
-    seen = set() if seen is None else seen
-    if node is None or id(node) in seen:  # an alias of a node already walked
-        return None
-    seen.add(id(node))
-    if isinstance(node, yaml.MappingNode):
-        keys: set[str] = set()
-        for key_node, value_node in node.value:
-            key = str(key_node.value) if isinstance(key_node, yaml.ScalarNode) else None
-            where = f"{path}.{key}" if path else str(key)
-            if key is not None and key in keys:
-                return where, key_node.start_mark.line + 1
-            if key is not None:
-                keys.add(key)
-            if (found := _repeated_key(value_node, where, seen)) is not None:
-                return found
-    elif isinstance(node, yaml.SequenceNode):
-        for index, item in enumerate(node.value):
-            if (found := _repeated_key(item, f"{path}[{index}]", seen)) is not None:
-                return found
-    return None
 
 
 def _default_cwd(data: dict[str, Any], base_dir: str) -> None:
@@ -246,6 +250,8 @@ def _fix_for(error: Mapping[str, Any]) -> str:
         return "use one of the allowed values"
     if error.get("loc", ())[-1:] == ("url",):
         return "give the server's http(s) URL, e.g. http://127.0.0.1:8003/mcp"
+    if kind in ("greater_than", "greater_than_equal", "less_than", "less_than_equal", "finite_number"):
+        return "give a finite number within the setting's range (`mcp-interceptors config-schema` lists each one)"
     if kind == "string_too_short":
         return "give a non-empty value (is an environment variable it names set to the empty string?)"
     if kind == "string_pattern_mismatch":

@@ -8,7 +8,7 @@ from urllib.parse import urlsplit
 
 from pydantic import Field, ValidationInfo, field_validator, model_validator
 
-from mcp_interceptors.gateway.config.base import NAME_PATTERN, Model
+from mcp_interceptors.gateway.config.base import NAME_PATTERN, Bytes, Milliseconds, Model
 from mcp_interceptors.planning import Overrides
 from mcp_interceptors.protocol._base import INT32_MAX, INT32_MIN
 from mcp_interceptors.protocol.events import (
@@ -34,8 +34,8 @@ class TransportConfig(Model):
     transport: Literal["streamable-http", "sse"] = "streamable-http"
     headers: dict[str, str] = Field(default_factory=dict)
     bearer_token: str | None = Field(None, description="Sent as `Authorization: Bearer ...`.")
-    timeout_ms: Annotated[float, Field(gt=0)] = Field(60000, description="Per-request timeout towards it.")
-    max_message_bytes: Annotated[int, Field(gt=0)] = Field(
+    timeout_ms: Milliseconds = Field(60000, description="Per-request timeout towards it.")
+    max_message_bytes: Bytes = Field(
         64 * 1024 * 1024,
         description=(
             "The longest message the server may send. Stdio: a longer line closes the connection, what it was "
@@ -190,7 +190,7 @@ class OverrideConfig(Model):
     priority: int | dict[Phase, int] | None = Field(
         None, description="A 32-bit integer, or `{request: int, response: int}` (either key optional)."
     )
-    timeout_ms: Annotated[float, Field(gt=0, allow_inf_nan=False)] | None = None
+    timeout_ms: Milliseconds | None = None
     hooks: list[HookConfig] | None = None
 
     @field_validator("hooks")

@@ -6,13 +6,22 @@ from typing import Annotated, Literal
 
 from pydantic import AfterValidator, Field, field_validator, model_validator
 
-from mcp_interceptors.gateway.config.base import Model, is_loopback, split_listen
+from mcp_interceptors.gateway.config.base import (
+    MAX_DURATION_MS,
+    Bytes,
+    Count,
+    Milliseconds,
+    Model,
+    is_loopback,
+    split_listen,
+)
 
 Point = Literal["receive", "send"]
+_WEEK_S = 7 * 86_400
 
 
 class ChainConfig(Model):
-    deadline_ms: Annotated[float, Field(gt=0)] | None = Field(10000, description="Whole-chain deadline.")
+    deadline_ms: Milliseconds | None = Field(10000, description="Whole-chain deadline.")
     points: list[Point] = Field(
         default_factory=lambda: list[Point](["send"]),
         min_length=1,
@@ -108,8 +117,8 @@ class HttpConfig(Model):
         "/mcp", description="Streamable HTTP endpoint, e.g. /mcp (not /sse or /messages/ while `sse` is on)."
     )
     sse: bool = Field(True, description="Also serve the legacy SSE endpoint at /sse.")
-    max_body_bytes: Annotated[int, Field(gt=0)] = 4 * 1024 * 1024
-    keep_alive_s: Annotated[int, Field(gt=0)] = Field(
+    max_body_bytes: Bytes = 4 * 1024 * 1024
+    keep_alive_s: Annotated[int, Field(gt=0, le=MAX_DURATION_MS // 1000)] = Field(
         75,
         description=(
             "How long an idle client connection is kept open for its next request, in seconds. Longer than "
@@ -117,12 +126,12 @@ class HttpConfig(Model):
             "send its next request on a connection the gateway was closing that moment, and lose it."
         ),
     )
-    session_idle_s: Annotated[float, Field(gt=0)] = Field(
+    session_idle_s: Annotated[float, Field(gt=0, le=_WEEK_S, allow_inf_nan=False)] = Field(
         1800,
         description="Close a handshake-era session (and its upstream sessions) after this idle time "
         "(checked every quarter of it, at most every minute).",
     )
-    max_sessions: Annotated[int, Field(gt=0)] = Field(
+    max_sessions: Count = Field(
         100,
         description=(
             "How many handshake-era sessions (each with upstream sessions of its own: a process per stdio "
@@ -130,7 +139,7 @@ class HttpConfig(Model):
             "(`data.reason: too_many_sessions`)."
         ),
     )
-    max_requests_in_flight: Annotated[int, Field(gt=0)] = Field(
+    max_requests_in_flight: Count = Field(
         1000,
         description=(
             "How many requests of one session the HTTP front (Streamable HTTP and `/sse`) serves at once: one "
@@ -149,21 +158,21 @@ class HttpConfig(Model):
 
 
 class StdioConfig(Model):
-    max_message_bytes: Annotated[int, Field(gt=0)] = Field(
+    max_message_bytes: Bytes = Field(
         16 * 1024 * 1024,
         description=(
             "The longest line (one message) the stdio client may send: a longer one is answered with -32600 "
             "and the gateway closes the connection."
         ),
     )
-    max_requests_in_flight: Annotated[int, Field(gt=0)] = Field(
+    max_requests_in_flight: Count = Field(
         1000,
         description=(
             "How many of the stdio client's requests the gateway serves at once: one more is answered with "
             "-32603 (`data.reason: too_many_requests_in_flight`) instead of being queued."
         ),
     )
-    drain_timeout_ms: Annotated[int, Field(ge=0)] = Field(
+    drain_timeout_ms: Annotated[int, Field(ge=0, le=MAX_DURATION_MS)] = Field(
         10_000,
         description=(
             "When the stdio client closes its input, how long the requests it sent before may still take: each "

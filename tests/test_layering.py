@@ -15,7 +15,7 @@ import pytest
 import mcp_interceptors
 
 PACKAGE = Path(mcp_interceptors.__file__).parent
-CORE_DOWN = {"cli", "root", "gateway", "guards", "audit"}
+CORE_DOWN = {"cli", "root", "gateway", "guards", "audit", "ui"}
 
 #: Layers restricted to an allow-list of our own layers.
 ALLOWED_INTERNAL: dict[str, set[str]] = {
@@ -30,8 +30,10 @@ FORBIDDEN_INTERNAL: dict[str, set[str]] = {
     "host": {"invoker", "client"} | CORE_DOWN,
     "invoker": {"host", "client"} | CORE_DOWN,
     "client": {"host"} | CORE_DOWN,
-    "guards": {"gateway", "audit", "invoker", "cli"},
-    "audit": {"gateway", "guards", "cli"},
+    "guards": {"gateway", "audit", "invoker", "cli", "ui"},
+    "audit": {"gateway", "guards", "cli", "ui"},
+    # the web view reads the audit layer; the gateway mounts it and hands it an authenticator
+    "ui": {"gateway", "guards", "host", "invoker", "client", "executor", "cli"},
     "gateway": {"cli"},
 }
 #: Third-party packages a layer may use (stdlib aside); layers not listed are unrestricted.
@@ -144,6 +146,8 @@ def test_every_existing_layer_is_known() -> None:
         ("import mcp.server", "mcp_interceptors.executor", "imports third-party mcp.server"),
         ("from mcp_interceptors.audit import records", "mcp_interceptors.signatures", "(audit)"),
         ("from mcp_interceptors.executor import Call", "mcp_interceptors.canonical", "(executor)"),
+        ("from mcp_interceptors.gateway.auth import build_auth", "mcp_interceptors.ui.app", "(gateway)"),
+        ("from mcp_interceptors.ui import create_app", "mcp_interceptors.audit.commands", "(ui)"),
         ("import anyio", "mcp_interceptors.signatures", "imports third-party anyio"),
     ],
 )
@@ -159,3 +163,5 @@ def test_the_scanner_allows_downward_imports() -> None:
     assert violations_of("import anyio", "mcp_interceptors.executor") == []
     assert violations_of("from mcp_interceptors.signatures import sign_result", "mcp_interceptors.host") == []
     assert violations_of("from mcp_interceptors.canonical import canonical_json", "mcp_interceptors.audit.x") == []
+    assert violations_of("from mcp_interceptors.audit.verify import verify_excerpt", "mcp_interceptors.ui.checks") == []
+    assert violations_of("from mcp_interceptors.ui import create_app", "mcp_interceptors.gateway.fronts") == []

@@ -122,3 +122,12 @@ def test_decorator_options_are_typed_keywords_so_a_type_checker_catches_a_typo(d
     assert options == set(inspect.signature(build_descriptor).parameters) - {"name", "type_"}
     with pytest.raises(TypeError, match=rf"InterceptorHost\.{decorator}\(\) got an unexpected keyword argument 'phse'"):
         getattr(mcp_interceptors.InterceptorHost(), decorator)("x", events=["*"], phse="request")
+
+
+UI_API = ["AuditReader", "Limits", "UiAuth", "UiSettings", "allowed_hosts_for", "create_app", "serve_ui"]
+
+
+def test_ui_api_is_pinned() -> None:
+    from mcp_interceptors import ui
+
+    assert list(ui.__all__) == UI_API

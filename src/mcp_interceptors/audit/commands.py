@@ -166,7 +166,7 @@ def verify(
             found, receipts = read_anchors(path)
             anchors.extend(found)
             held.extend(receipts)
-        trusted = _trust_anchors(trusted_keys, key_path)
+        trusted = trust_anchors(trusted_keys, key_path)
         source: RecordSource = open_source(target)
     except (AuditError, OSError) as exc:
         return _fail(err, exc)
@@ -311,7 +311,9 @@ def _store_keys(source: RecordSource) -> tuple[dict[str, tuple[PublicKey, int]],
     return seen, unreadable
 
 
-def _trust_anchors(trusted_keys: Sequence[Path], key_path: Path | None) -> dict[str, PublicKey] | None:
+def trust_anchors(trusted_keys: Sequence[Path], key_path: Path | None) -> dict[str, PublicKey] | None:
+    """The keys `audit verify` trusts: those in `trusted_keys` files, else the key file's (current and retired),
+    else None (genesis keys trusted on first use)."""
     if trusted_keys:
         anchors: dict[str, PublicKey] = {}
         for path in trusted_keys:

@@ -2,12 +2,14 @@
 the first bad record with why (edited, deleted, reordered, forged, broken link).
 
 Works on any `RecordSource` (a live store or a JSONL export); needs the trusted public keys, nothing else.
+`verify_excerpt` runs the same walk over a few records read on purpose (one call, its neighbours and segment
+headers), for views that show the status of single records without reading the whole trail.
 """
 
 from __future__ import annotations
 
 import json
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import Any, NamedTuple
@@ -115,8 +117,13 @@ class _Segment:
 class _Walk:
     """One pass over the records in storage order; link and trust checks run when the pass ends."""
 
-    def __init__(self, trusted: Mapping[str, PublicKey] | None) -> None:
+    def __init__(
+        self, trusted: Mapping[str, PublicKey] | None, runs: Mapping[str, Collection[int]] | None = None
+    ) -> None:
         self.trusted = trusted
+        #: An excerpt: segment id -> the first seq of each run of records read after its header (the records
+        #: between runs were left out, not deleted). None for a whole trail.
+        self.runs = runs
         self.segments: dict[str, _Segment] = {}
         self.hashes: dict[str, str] = {}
         self.findings: list[tuple[int, Finding | _Gap]] = []
@@ -186,15 +193,20 @@ class _Walk:
 
     def _sequence(self, position: int, record: dict[str, Any], segment: _Segment, seq: int) -> None:
         record_id, prev_hash = record["id"], record.get("prev_hash")
+        starts = (self.runs or {}).get(segment.segment_id, ())
+        start = max((run for run in starts if segment.expected_seq < run <= seq), default=None)
+        if start is not None:
+            # an excerpt left the records before this run out on purpose (no gap, no hash to link to); but its
+            # header is always read, so a segment that has none lost it
+            if segment.expected_seq == 0:
+                self._gap(position, record_id, segment, range(0, 1))
+            segment.expected_seq, segment.last_hash = start, None
         if seq == segment.expected_seq:
-            if seq > 0 and prev_hash != segment.last_hash:
+            if seq > 0 and segment.last_hash is not None and prev_hash != segment.last_hash:
                 detail = f"prev_hash does not match record {record_id_for(segment.segment_id, seq - 1)}"
                 self.flag(position, record_id, Problem.BROKEN_LINK, detail)
         elif seq > segment.expected_seq:
-            gap = _Gap(position, record_id, [range(segment.expected_seq, seq)])
-            segment.gaps.append(gap)
-            self.flagged.add(position)
-            self.findings.append((position, gap))
+            self._gap(position, record_id, segment, range(segment.expected_seq, seq))
         else:
             for gap in segment.gaps:
                 if gap.take(seq):
@@ -203,6 +215,12 @@ class _Walk:
             self.flag(position, record_id, Problem.REORDERED, f"seq {seq} appears twice in its segment")
             return
         segment.expected_seq, segment.last_hash = seq + 1, str(record["hash"])
+
+    def _gap(self, position: int, record_id: str, segment: _Segment, missing: range) -> None:
+        gap = _Gap(position, record_id, [missing])
+        segment.gaps.append(gap)
+        self.flagged.add(position)
+        self.findings.append((position, gap))
 
     def _signature(self, position: int, record: dict[str, Any], segment: _Segment) -> None:
         key_id = record.get("key_id")
@@ -256,6 +274,8 @@ class _Walk:
             if header.get("prev_hash") != GENESIS_HASH:
                 self.flag(position, record_id, Problem.BROKEN_LINK, "first segment does not start at genesis")
         elif prev_record not in self.hashes:
+            if self.runs is not None and prev_record.rsplit("-", 1)[0] not in self.segments:
+                return  # an excerpt that read nothing of the segment it continues: not checked here
             self.flag(position, record_id, Problem.DELETED, f"links to record {prev_record}, which is missing")
         elif self.hashes[prev_record] != header.get("prev_hash"):
             self.flag(position, record_id, Problem.BROKEN_LINK, f"prev_hash does not match record {prev_record}")
@@ -390,9 +410,11 @@ class _Walk:
             self._keys.update({s.key.key_id: s.key for s in self.segments.values() if s.key is not None})
         return self._keys
 
-    def missing_receipts(self, seen: set[str]) -> None:
+    def missing_receipts(self, seen: set[str], calls: Collection[str] | None = None) -> None:
+        """Closing records without their receipt (of `calls` only, when given: an excerpt reads the receipts of
+        those calls, not of every call whose records it read as neighbours)."""
         for record_id, (position, call_id) in self.closing.items():
-            if record_id not in seen:
+            if record_id not in seen and (calls is None or call_id in calls):
                 self.flag(position, record_id, Problem.DELETED, f"the compound receipt of call {call_id} is missing")
 
     def open_calls_note(self) -> str | None:
@@ -495,6 +517,40 @@ def verify_records(
     trail's."""
     walk = _Walk(trusted)
     seen: set[str] = set()
+    position, receipt_count = _walk_items(walk, items, seen)
+    walk.missing_receipts(seen)
+    check_signatures(anchors, held_receipts, walk.known_keys())
+    walk.check_anchors(anchors, position + 1)
+    notes = _trust_notes(trusted)
+    if (open_calls := walk.open_calls_note()) is not None:
+        notes.append(open_calls)
+    return VerifyReport(walk.count, len(walk.segments), receipt_count, walk.result(), tuple(notes))
+
+
+def verify_excerpt(
+    items: Iterable[tuple[ItemKind, bytes]],
+    trusted: Mapping[str, PublicKey] | None = None,
+    *,
+    runs: Mapping[str, Collection[int]],
+    calls: Collection[str],
+) -> VerifyReport:
+    """The checks of `verify_records` on an excerpt of a trail: per segment, its header (seq 0) and runs of
+    consecutive records, in seq order, each run starting at one of `runs[segment_id]`; then the receipts of
+    `calls`, whose every record the excerpt holds.
+
+    Each record read is checked as `audit verify` checks it: hash, signature, trusted key, index columns, and
+    its link to the record before it when that one is in its run (a record missing inside a run, or a
+    missing header, is `deleted`); so are the headers' links (when the excerpt read some of the segment a
+    header continues), endorsements and trust, and the receipts of `calls`. Nothing outside the excerpt is."""
+    walk = _Walk(trusted, runs)
+    seen: set[str] = set()
+    _, receipt_count = _walk_items(walk, items, seen)
+    walk.missing_receipts(seen, calls)
+    return VerifyReport(walk.count, len(walk.segments), receipt_count, walk.result(), tuple(_trust_notes(trusted)))
+
+
+def _walk_items(walk: _Walk, items: Iterable[tuple[ItemKind, bytes]], seen: set[str]) -> tuple[int, int]:
+    """Feed records, then receipts, to `walk`; the last position used and the number of receipts."""
     receipt_count = 0
     segments_done = False
     position = -1
@@ -513,13 +569,11 @@ def verify_records(
         receipt_count += 1
     if not segments_done:
         walk.finish_segments()
-    walk.missing_receipts(seen)
-    check_signatures(anchors, held_receipts, walk.known_keys())
-    walk.check_anchors(anchors, position + 1)
-    notes = [] if trusted is not None else ["no trusted keys given: genesis segment keys were trusted on first use"]
-    if (open_calls := walk.open_calls_note()) is not None:
-        notes.append(open_calls)
-    return VerifyReport(walk.count, len(walk.segments), receipt_count, walk.result(), tuple(notes))
+    return position, receipt_count
+
+
+def _trust_notes(trusted: Mapping[str, PublicKey] | None) -> list[str]:
+    return [] if trusted is not None else ["no trusted keys given: genesis segment keys were trusted on first use"]
 
 
 def verify_source(

@@ -1,0 +1,112 @@
+"""`ui`: serve the live, read-only web view of an audit store (SQLite path or postgresql:// URL).
+
+The store, key file and auth default to those of `--config gateway.yaml`. Without auth the view binds
+loopback only, as the gateway does.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+from typing import Any
+
+from mcp_interceptors.audit import DEFAULT_KEY_PATH
+from mcp_interceptors.cli._common import CommandError, add_log_level_argument
+
+DEFAULT_LISTEN = "127.0.0.1:8765"
+
+
+def register(subcommands: Any) -> None:
+    ui = subcommands.add_parser(
+        "ui",
+        help="serve a live web view of the audit trail",
+        description=(
+            "Serve a read-only web view of an audit store: recent calls as they land, filters, charts, and each "
+            "call's records with their signature and chain status (the checks of `audit verify`)."
+        ),
+    )
+    ui.add_argument("--audit", metavar="STORE", help="SQLite path or postgresql:// URL (default: from --config)")
+    ui.add_argument("--config", "-c", metavar="FILE", help="take the store, key file and auth from gateway.yaml")
+    ui.add_argument("--key-file", type=Path, help=f"trust this signing key file's keys (default {DEFAULT_KEY_PATH})")
+    ui.add_argument("--trust", action="append", type=Path, default=[], help="trusted public keys (JSONL), repeatable")
+    ui.add_argument("--listen", default=DEFAULT_LISTEN, metavar="HOST:PORT", help=f"default {DEFAULT_LISTEN}")
+    ui.add_argument(
+        "--allowed-host", action="append", default=[], metavar="NAME", help="a Host name clients use (repeatable)"
+    )
+    ui.add_argument("--insecure-no-auth", action="store_true", help="allow a non-loopback bind without authentication")
+    add_log_level_argument(ui)
+    ui.set_defaults(handler=run_ui)
+
+
+def run_ui(args: argparse.Namespace) -> int:
+    import logging
+
+    import anyio
+
+    from mcp_interceptors.audit import AuditError
+    from mcp_interceptors.audit.commands import trust_anchors
+    from mcp_interceptors.gateway.auth import build_auth
+    from mcp_interceptors.gateway.config import ConfigError, authority, is_loopback, load_config
+    from mcp_interceptors.gateway.serve import ListenError, check_listen
+    from mcp_interceptors.gateway.server import audit_key_location, audit_store_location
+    from mcp_interceptors.ui import AuditReader, UiAuth, UiSettings, allowed_hosts_for, create_app, serve_ui
+
+    logging.basicConfig(level=args.log_level, stream=sys.stderr, format="%(levelname)s %(name)s: %(message)s")
+    host, port = _parse_listen(args.listen)
+    store, key_file, auth = args.audit, args.key_file, None
+    try:
+        if args.config:
+            config = load_config(args.config)
+            store = store or audit_store_location(config, create=False)
+            key_file = key_file or audit_key_location(config)
+            if config.auth.enabled:
+                _, verifier = build_auth(config, host, port)
+                assert verifier is not None
+                auth = UiAuth(verifier, list(config.auth.required_scopes))
+    except ConfigError as exc:
+        raise CommandError(str(exc), 2) from None
+    if not store:
+        raise CommandError("give the audit store: --audit PATH|postgresql://URL, or --config gateway.yaml", 2)
+    if auth is None and not is_loopback(host) and not args.insecure_no_auth:
+        raise CommandError(
+            f"refusing to serve {authority(host, port)} without authentication; give --config with an `auth` "
+            "section (tokens or jwt), bind a loopback address, or pass --insecure-no-auth"
+        )
+    named_key = key_file is not None
+    key_file = key_file or DEFAULT_KEY_PATH
+    if named_key and not args.trust and not key_file.expanduser().exists():
+        raise CommandError(f"audit key file {key_file} does not exist", 2)
+    try:
+        trusted = trust_anchors(args.trust, key_file)
+        check_listen(host, port)
+        reader = AuditReader(store)
+    except (AuditError, ListenError) as exc:
+        raise CommandError(str(exc)) from None
+    if args.trust:
+        trust = "the keys in " + ", ".join(str(path) for path in args.trust)
+    elif trusted is not None:
+        trust = f"the keys of {key_file}"
+    else:
+        trust = "no key file: each genesis segment's key on first use"
+    settings = UiSettings(reader, trusted, trust, auth=auth)
+    app = create_app(settings, allowed_hosts=allowed_hosts_for(host, args.allowed_host))
+    url = f"http://{authority(host, port)}/"
+
+    def ready() -> None:
+        print(f"audit view of {reader.description} on {url}", file=sys.stderr, flush=True)
+
+    try:
+        anyio.run(lambda: serve_ui(app, host, port, on_ready=ready))
+    except KeyboardInterrupt:
+        pass
+    finally:
+        reader.close()
+    return 0
+
+
+def _parse_listen(value: str) -> tuple[str, int]:
+    host, sep, port = value.rpartition(":")
+    if not sep or not port.isdigit() or not 1 <= int(port) <= 65535:
+        raise CommandError(f"--listen {value!r} must look like HOST:PORT, e.g. {DEFAULT_LISTEN}", 2)
+    return host.strip("[]") or "127.0.0.1", int(port)

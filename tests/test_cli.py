@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import shlex
 import signal
 import socket
 import subprocess
@@ -18,6 +19,7 @@ import pytest
 from fakes import free_port
 
 import mcp_interceptors
+from mcp_interceptors import guards
 from mcp_interceptors.audit import SqliteStore
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -379,11 +381,158 @@ def test_an_unreachable_url_is_named_in_the_one_line_error(command: tuple[str, .
 
 
 @pytest.mark.parametrize("command", ["gateway", "serve"])
-def test_an_unknown_guard_on_the_command_line_is_a_usage_error(command: str) -> None:
+def test_an_unknown_guard_on_the_command_line_is_a_usage_error_listing_the_guards(command: str) -> None:
     upstream = ["--", sys.executable, "-c", "pass"] if command == "gateway" else []
     done = cli(command, "--guard", "nosuch", *upstream)
-    line = one_line_error(done, 2)
-    assert "unknown guard 'nosuch'" in line
+    assert done.returncode == 2
+    lines = done.stderr.strip().splitlines()
+    assert lines[0].startswith(f"usage: mcp-interceptors {command} ")
+    assert lines[-1] == (
+        f"mcp-interceptors {command}: error: argument --guard: unknown guard 'nosuch'; choose from: "
+        f"{', '.join(guards.available())}"
+    )
+
+
+@pytest.mark.parametrize("command", ["gateway", "serve"])
+def test_guard_help_lists_every_guard_name(command: str) -> None:
+    done = cli(command, "--help")
+    assert done.returncode == 0
+    help_text = " ".join(done.stdout.split()).replace("- ", "-")  # argparse wraps long names at their hyphens
+    assert f"NAME is one of: {', '.join(guards.available())}" in help_text
+
+
+@pytest.mark.parametrize(
+    ("args", "usage", "message"),
+    [
+        (
+            (
+                "invoke",
+                "secrets",
+                "--event",
+                "tools/call",
+                "--phase",
+                "request",
+                "--payload",
+                "{}",
+                "http://127.0.0.1:9",
+            ),
+            "usage: mcp-interceptors invoke ",
+            "mcp-interceptors invoke: error: the URL comes before the interceptor name: "
+            "invoke http://127.0.0.1:9 secrets ...",
+        ),
+        (
+            ("list", "http://127.0.0.1:9/mcp", "extra"),
+            "usage: mcp-interceptors list ",
+            "mcp-interceptors list: error: unrecognized arguments: extra",
+        ),
+        (
+            ("audit", "tail", "--bogus"),
+            "usage: mcp-interceptors audit tail ",
+            "mcp-interceptors audit tail: error: unrecognized arguments: --bogus",
+        ),
+        (
+            ("gateway", "--check", "examples/gateway.yaml", "stray"),
+            "usage: mcp-interceptors gateway ",
+            "mcp-interceptors gateway: error: unrecognized arguments: stray",
+        ),
+        (
+            ("invoke", "x", "--event", "e", "--phase", "request", "--payload", "{}", "--timeout-ms", "inf", "--", "x"),
+            "usage: mcp-interceptors invoke ",
+            "mcp-interceptors invoke: error: argument --timeout-ms: expected a finite number of milliseconds above 0,"
+            " not 'inf'",
+        ),
+        (
+            ("nosuch",),
+            "usage: mcp-interceptors [-h] [--version] COMMAND ...",
+            "mcp-interceptors: error: argument COMMAND: invalid choice: 'nosuch'",
+        ),
+    ],
+    ids=["url-after-name", "extra-positional", "nested-subcommand", "gateway", "infinite-timeout", "unknown-command"],
+)
+def test_a_misplaced_argument_prints_the_usage_of_the_command_it_was_given_to(
+    args: tuple[str, ...], usage: str, message: str
+) -> None:
+    done = cli(*args)
+    assert done.returncode == 2
+    assert done.stdout == ""
+    lines = done.stderr.strip().splitlines()
+    assert lines[0].startswith(usage)
+    assert lines[-1].startswith(message), lines[-1]
+
+
+@pytest.mark.parametrize(
+    ("payload", "message"),
+    [
+        ('{"n": NaN}', "--payload: invalid JSON (NaN is not JSON; give a finite number)"),
+        ('{"n": -Infinity}', "--payload: invalid JSON (-Infinity is not JSON; give a finite number)"),
+        ("[" * 50_000 + "]" * 50_000, "--payload: invalid JSON (nested too deep)"),
+        ("1" * 5000, "--payload: invalid JSON (Exceeds the limit (4300 digits) for integer string conversion"),
+    ],
+    ids=["nan", "infinity", "deep", "long-integer"],
+)
+def test_a_json_argument_no_peer_could_read_is_a_one_line_usage_error(payload: str, message: str) -> None:
+    done = cli("invoke", "x", "--event", "tools/call", "--phase", "request", "--payload", payload, "--", "x")
+    assert one_line_error(done, 2).startswith(f"mcp-interceptors invoke: error: {message}")
+
+
+def _bash_completions(script: str, *words: str) -> list[str]:
+    """What bash offers for the last of `words`, through the function the script registers with `complete`."""
+    program = f"""
+{script}
+spec=$(complete -p mcp-interceptors) || exit 3
+function=${{spec##*-F }}; function=${{function%% *}}
+COMP_WORDS=({" ".join(shlex.quote(word) for word in words)})
+COMP_CWORD=$(( ${{#COMP_WORDS[@]}} - 1 ))
+COMP_LINE="${{COMP_WORDS[*]}}"; COMP_POINT=${{#COMP_LINE}}
+"$function" mcp-interceptors "${{COMP_WORDS[COMP_CWORD]}}" "${{COMP_WORDS[COMP_CWORD-1]}}"
+printf '%s\n' "${{COMPREPLY[@]}}"
+"""
+    done = subprocess.run(["bash", "--norc", "-c", program], capture_output=True, text=True, timeout=60, check=False)
+    assert done.returncode == 0, done.stderr
+    return done.stdout.split()
+
+
+@pytest.fixture(scope="module")
+def bash_completion() -> str:
+    done = cli("completion", "bash")
+    assert done.returncode == 0, done.stderr
+    return done.stdout
+
+
+@pytest.mark.parametrize(
+    ("words", "offered"),
+    [
+        (
+            ("mcp-interceptors", ""),
+            ["list", "invoke", "gateway", "config-schema", "serve", "pin", "audit", "completion"],
+        ),
+        (("mcp-interceptors", "ga"), ["gateway"]),
+        (("mcp-interceptors", "audit", "v"), ["verify"]),
+        (("mcp-interceptors", "gateway", "--gu"), ["--guard"]),
+        (("mcp-interceptors", "serve", "--guard", "ex"), ["exfiltration-guard"]),
+        (("mcp-interceptors", "invoke", "--phase", ""), ["request", "response"]),
+    ],
+    ids=["subcommands", "subcommand-prefix", "nested", "option", "guard-name", "choices"],
+)
+def test_bash_completion_offers_subcommands_options_and_guard_names(
+    bash_completion: str, words: tuple[str, ...], offered: list[str]
+) -> None:
+    assert set(offered) <= set(_bash_completions(bash_completion, *words))
+    if words[-1]:  # a prefix: nothing else
+        assert _bash_completions(bash_completion, *words) == offered
+
+
+def test_bash_completion_offers_every_guard() -> None:
+    script = cli("completion", "bash").stdout
+    assert _bash_completions(script, "mcp-interceptors", "gateway", "--guard", "") == guards.available()
+
+
+@pytest.mark.parametrize("shell", ["zsh", "fish", "tcsh", "powershell"])
+def test_completion_scripts_for_other_shells_name_the_subcommands_and_guards(shell: str) -> None:
+    done = cli("completion", shell)
+    assert done.returncode == 0, done.stderr
+    for word in ("gateway", "config-schema", "--guard", *guards.available()):
+        assert word in done.stdout, word
 
 
 @pytest.mark.parametrize(

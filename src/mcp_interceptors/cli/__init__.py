@@ -12,8 +12,17 @@ from mcp_interceptors.cli import _core
 from mcp_interceptors.cli._common import CommandError, split_command
 
 
+class _Parser(argparse.ArgumentParser):
+    """Each (sub)command's parser names itself in the namespace it fills (`usage_parser`; the innermost one
+    wins), so an argument it does not take is reported with that command's usage, not the top level's."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.set_defaults(usage_parser=self)
+
+
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
+    parser = _Parser(
         prog="mcp-interceptors",
         description="SDK and gateway for the MCP Interceptors extension (SEP-2624).",
     )
@@ -47,7 +56,7 @@ def _version() -> str:
 
 def _modules() -> list[Any]:
     modules: list[Any] = [_core]
-    for name in ("_gateway", "_guards", "_audit", "_ui"):
+    for name in ("_gateway", "_guards", "_audit", "_ui", "_completion"):
         try:
             modules.append(__import__(f"mcp_interceptors.cli.{name}", fromlist=["register"]))
         except ModuleNotFoundError as exc:
@@ -60,7 +69,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     """Entry point. Text after `--` is an upstream command (a stdio server to talk to)."""
     args_list, command = split_command(list(sys.argv[1:] if argv is None else argv))
     parser = build_parser()
-    args = parser.parse_args(args_list)
+    args, extras = parser.parse_known_args(args_list)
+    if extras:
+        args.usage_parser.error(_unrecognized(args, extras))
     args.stdio_command = command
     try:
         code: int = args.handler(args)
@@ -72,6 +83,15 @@ def main(argv: Sequence[str] | None = None) -> int:
     except BrokenPipeError:
         return stdout_closed()
     return code
+
+
+def _unrecognized(args: argparse.Namespace, extras: list[str]) -> str:
+    """What a command does not take; a target URL given after the interceptor name is said as such."""
+    urls = [extra for extra in extras if extra.startswith(("http://", "https://"))]
+    name = getattr(args, "name", None)
+    if urls and getattr(args, "target", "") is None and name is not None:
+        return f"the URL comes before the interceptor name: {args.command} {urls[0]} {name} ..."
+    return f"unrecognized arguments: {' '.join(extras)}"
 
 
 def stdout_closed() -> int:

@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import Any
 
 from mcp_interceptors.audit import DEFAULT_KEY_PATH, commands
-from mcp_interceptors.cli._common import CommandError
+from mcp_interceptors.cli._common import CommandError, completes_files
 
 
 def register(subcommands: Any) -> None:
@@ -20,11 +20,17 @@ def register(subcommands: Any) -> None:
     actions = audit.add_subparsers(dest="action", required=True, metavar="ACTION")
 
     def common(parser: argparse.ArgumentParser) -> None:
-        parser.add_argument(
-            "--store", help="SQLite path, postgresql:// URL, or for verify a .jsonl export (default: from --config)"
+        completes_files(
+            parser.add_argument(
+                "--store", help="SQLite path, postgresql:// URL, or for verify a .jsonl export (default: from --config)"
+            )
         )
-        parser.add_argument("--config", "-c", metavar="FILE", help="take the store and key file from gateway.yaml")
-        parser.add_argument("--key-file", type=Path, help=f"signing key file (default {DEFAULT_KEY_PATH})")
+        completes_files(
+            parser.add_argument("--config", "-c", metavar="FILE", help="take the store and key file from gateway.yaml")
+        )
+        completes_files(
+            parser.add_argument("--key-file", type=Path, help=f"signing key file (default {DEFAULT_KEY_PATH})")
+        )
 
     tail = actions.add_parser("tail", help="print the newest records")
     common(tail)
@@ -44,8 +50,10 @@ def register(subcommands: Any) -> None:
 
     verify = actions.add_parser("verify", help="check every hash link and signature; name the first bad record")
     common(verify)
-    verify.add_argument("--trust", action="append", type=Path, default=[], help="trusted public keys (JSONL)")
-    verify.add_argument(
+    completes_files(
+        verify.add_argument("--trust", action="append", type=Path, default=[], help="trusted public keys (JSONL)")
+    )
+    anchor = verify.add_argument(
         "--anchor",
         action="append",
         type=Path,
@@ -53,6 +61,7 @@ def register(subcommands: Any) -> None:
         metavar="FILE",
         help="records that must be in the trail: `audit head` lines or receipts clients kept (JSON lines)",
     )
+    completes_files(anchor)
     verify.set_defaults(handler=run_verify)
 
     export = actions.add_parser("export", help="write the records and receipts as JSON lines")

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import argparse
 import asyncio
 import gc
 import json
@@ -13,6 +14,7 @@ from typing import Any, Literal, TypeVar
 
 import anyio
 import httpx2
+import shtab
 from mcp import Client, StdioServerParameters
 from mcp.client.streamable_http import streamable_http_client
 
@@ -83,18 +85,37 @@ async def _refused_access(response: httpx2.Response) -> None:
 
 
 def read_json_argument(value: str, option: str) -> Any:
-    """Parse `value` as JSON, or the JSON file it names with a leading `@`."""
+    """Parse `value` as JSON, or the JSON file it names with a leading `@`; a usage error (exit 2) names
+    `option` when it is no JSON, nests too deep, or holds NaN or Infinity (no JSON peer reads those)."""
+    try:
+        return parse_json_argument(value)
+    except ValueError as exc:
+        raise CommandError(f"{option}: {exc}", 2) from None
+
+
+def parse_json_argument(value: str) -> Any:
+    """`read_json_argument`'s parsing; raises `ValueError` saying what is wrong."""
     text = value
     if value.startswith("@"):
         path = Path(value[1:])
         try:
             text = path.read_text(encoding="utf-8")
         except OSError as exc:
-            raise CommandError(f"{option}: cannot read {path}: {exc.strerror}", 2) from None
+            raise ValueError(f"cannot read {path}: {exc.strerror}") from None
+        except UnicodeDecodeError:
+            raise ValueError(f"{path} is not UTF-8 text") from None
     try:
-        return json.loads(text)
+        return json.loads(text, parse_constant=_no_constant)
     except json.JSONDecodeError as exc:
-        raise CommandError(f"{option}: invalid JSON ({exc.msg} at line {exc.lineno} column {exc.colno})", 2) from None
+        raise ValueError(f"invalid JSON ({exc.msg} at line {exc.lineno} column {exc.colno})") from None
+    except RecursionError:
+        raise ValueError("invalid JSON (nested too deep)") from None
+    except ValueError as exc:  # an integer past Python's digit limit, or one of ours
+        raise ValueError(f"invalid JSON ({exc})") from None
+
+
+def _no_constant(name: str) -> Any:
+    raise ValueError(f"{name} is not JSON; give a finite number")
 
 
 def print_json(value: Any) -> None:
@@ -108,6 +129,57 @@ def add_target_arguments(parser: Any) -> None:
     parser.add_argument("--mode", choices=["auto", "legacy", "2026-07-28"], default="auto", help="protocol era")
     parser.add_argument("--header", action="append", default=[], metavar="'NAME: VALUE'", help="HTTP header")
     parser.add_argument("--bearer", metavar="TOKEN", help="HTTP bearer token")
+
+
+#: A guard from `--guard` and its build config (`None`: the guard's defaults).
+GuardChoice = tuple[str, dict[str, Any] | None]
+
+
+def guard_argument(text: str) -> GuardChoice:
+    """`NAME`, `NAME=JSON` or `NAME=@FILE.json` (argparse's `type`: a bad one is a usage error)."""
+    from mcp_interceptors import guards
+
+    name, sep, value = text.partition("=")
+    names = guards.available()
+    if name not in names:
+        raise argparse.ArgumentTypeError(f"unknown guard {name!r}; choose from: {', '.join(names)}")
+    if not sep:
+        return name, None
+    try:
+        config = parse_json_argument(value)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(f"{name}: {exc}") from None
+    if not isinstance(config, dict):
+        raise argparse.ArgumentTypeError(f"{name}: the config must be a JSON object, e.g. {name}='{{\"key\": ...}}'")
+    return name, config
+
+
+def add_guard_argument(parser: Any, what: str) -> None:
+    from mcp_interceptors import guards
+
+    names = guards.available()
+    action = parser.add_argument(
+        "--guard",
+        action="append",
+        default=[],
+        type=guard_argument,
+        metavar="NAME[=CONFIG]",
+        help=f'{what} (repeatable); CONFIG is its config as JSON or @file.json, e.g. secrets=\'{{"action": "deny"}}\''
+        f" (keys: docs/guards.md). NAME is one of: {', '.join(names)}",
+    )
+    action.complete = shtab.cmd(f"echo {' '.join(names)}")  # `completion` offers the names (`echo`: no Python)
+
+
+def completes_files(action: argparse.Action) -> argparse.Action:
+    """Mark an argument that names a file, for `completion`'s scripts."""
+    action.complete = shtab.FILE  # type: ignore[attr-defined]  # shtab reads this attribute
+    return action
+
+
+def repeated_guards(choices: Sequence[GuardChoice]) -> list[str]:
+    """Names given more than once in `--guard`: each guard runs once, with one config."""
+    names = [name for name, _ in choices]
+    return sorted({name for name in names if names.count(name) > 1})
 
 
 LOOPS = ("auto", "uvloop", "asyncio")

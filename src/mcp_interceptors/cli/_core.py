@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import math
 from typing import Any
 
 import anyio
@@ -41,8 +42,19 @@ def register(subcommands: Any) -> None:
     invoke.add_argument("--phase", required=True, choices=["request", "response"])
     invoke.add_argument("--payload", required=True, help="payload as JSON, or @file.json")
     invoke.add_argument("--config", help="config object as JSON, or @file.json")
-    invoke.add_argument("--timeout-ms", type=float, help="host-enforced deadline")
+    invoke.add_argument("--timeout-ms", type=_milliseconds, help="host-enforced deadline")
     invoke.set_defaults(handler=run_invoke)
+
+
+def _milliseconds(text: str) -> float:
+    """A finite, positive number of milliseconds (`inf` or `nan` would lift the deadline)."""
+    try:
+        value = float(text)
+    except ValueError:
+        value = math.nan
+    if not math.isfinite(value) or value <= 0:
+        raise argparse.ArgumentTypeError(f"expected a finite number of milliseconds above 0, not {text!r}")
+    return value
 
 
 def _client(args: argparse.Namespace) -> Any:

@@ -7,6 +7,7 @@ import errno
 import json
 import logging
 import os
+import re
 import sys
 from pathlib import Path
 from typing import Any
@@ -15,11 +16,15 @@ import anyio
 
 from mcp_interceptors.cli._common import (
     CommandError,
+    GuardChoice,
+    add_guard_argument,
     add_log_level_argument,
     add_loop_argument,
+    completes_files,
     freeze_start_up_heap,
     loop_name,
     print_json,
+    repeated_guards,
     run_on_loop,
 )
 from mcp_interceptors.gateway.auth import check_auth
@@ -59,9 +64,11 @@ def register(subcommands: Any) -> None:
             "Serves stdio by default, or Streamable HTTP (and legacy SSE) with --http HOST:PORT."
         ),
     )
-    gateway.add_argument("--config", "-c", metavar="FILE", help="gateway.yaml")
-    gateway.add_argument("--check", metavar="FILE", help="validate FILE and print the resolved plan, then exit")
-    gateway.add_argument("--guard", action="append", default=[], metavar="NAME", help="built-in guard (repeatable)")
+    completes_files(gateway.add_argument("--config", "-c", metavar="FILE", help="gateway.yaml"))
+    completes_files(
+        gateway.add_argument("--check", metavar="FILE", help="validate FILE and print the resolved plan, then exit")
+    )
+    add_guard_argument(gateway, "with an upstream command after --: a built-in guard to run")
     gateway.add_argument("--http", metavar="HOST:PORT", help="serve Streamable HTTP instead of stdio")
     gateway.add_argument(
         "--insecure-no-auth", action="store_true", help="allow a non-loopback HTTP bind without authentication"
@@ -86,15 +93,16 @@ def run_config_schema(args: argparse.Namespace) -> int:
 COMMAND_LINE = "<command line>"
 
 
-def shortcut_config(guards: list[str], command: list[str]) -> GatewayConfig:
-    """The config `gateway --guard NAME -- cmd ...` stands for.
+def shortcut_config(guards: list[GuardChoice], command: list[str]) -> GatewayConfig:
+    """The config `gateway --guard NAME[=CONFIG] -- cmd ...` stands for.
 
     The command is passed on as given: a `${VAR}` in it is the upstream's own (an `sh -c` script's), not ours.
     """
+    entries = [{"name": name, **({"config": config} if config is not None else {})} for name, config in guards]
     return parse_config(
         {
             "upstreams": {"upstream": {"command": command[0], "args": command[1:]}},
-            "interceptors": {"guards": [{"name": guard} for guard in guards]},
+            "interceptors": {"guards": entries},
         },
         file=COMMAND_LINE,
         substitute=False,
@@ -121,10 +129,12 @@ def run_gateway(args: argparse.Namespace) -> int:
         raise CommandError(f"--check FILE checks that file and exits: give it without {given}", 2)
     if args.guard and (args.config or args.check):  # --check FILE would plan without them, and say "valid"
         raise CommandError("--guard is for the no-config shortcut; list guards in the config file instead", 2)
+    if repeated := repeated_guards(args.guard):
+        raise CommandError(f"--guard {', '.join(repeated)} is given twice; give each guard once, with one config", 2)
     try:
         config, file = _config(args)
     except ConfigError as exc:
-        raise _config_error(exc) from None
+        raise _config_error(exc, args.guard) from None
     # Values from the environment (tokens) are shown as the `${VAR}` written, in errors and logs alike.
     for handler in logging.getLogger().handlers:
         handler.addFilter(_Redacting(config))
@@ -150,6 +160,7 @@ class _Redacting(logging.Filter):
 
 
 def _run_command(args: argparse.Namespace, config: GatewayConfig, file: str) -> int:
+    guards: list[GuardChoice] = args.guard
     try:
         check_auth(config, file)
         if args.check:
@@ -161,7 +172,7 @@ def _run_command(args: argparse.Namespace, config: GatewayConfig, file: str) -> 
         run_on_loop(args.loop, _serve, config, file, http, args.insecure_no_auth)
         return 0
     except ConfigError as exc:
-        raise _config_error(exc) from None
+        raise _config_error(exc, guards) from None
     except (RoutingError, BindRefusedError, ListenError) as exc:
         raise CommandError(str(exc)) from None
     except UpstreamUnavailableError as exc:
@@ -171,7 +182,7 @@ def _run_command(args: argparse.Namespace, config: GatewayConfig, file: str) -> 
         if isinstance(leaf, BrokenPipeError):  # `gateway --check ... | head`: main() stops quietly
             raise BrokenPipeError from None
         if isinstance(leaf, ConfigError):
-            raise _config_error(leaf) from None
+            raise _config_error(leaf, guards) from None
         raise CommandError(_first_message(group)) from None
 
 
@@ -192,9 +203,19 @@ def _check_metrics_listen(config: GatewayConfig, file: str, http: tuple[str, int
         raise CommandError(f"{where}: {exc}") from None
 
 
-def _config_error(exc: ConfigError) -> CommandError:
-    """One the command line made (an unknown `--guard`) is a usage error, as it is for `serve`."""
-    return CommandError(str(exc), 2 if exc.file == COMMAND_LINE else 1)
+def _config_error(exc: ConfigError, guards: list[GuardChoice]) -> CommandError:
+    """One the command line made (a `--guard` config the guard refuses) is a usage error, as it is for `serve`,
+    and names the option as it was typed."""
+    if exc.file != COMMAND_LINE:
+        return CommandError(str(exc), 1)
+    if (found := _GUARD_PATH.match(exc.path)) is not None and int(found[1]) < len(guards):
+        name = guards[int(found[1])][0]
+        problem = exc.problem.removeprefix(f"guard {name!r}: ")
+        return CommandError(f"--guard {name}: {problem} (fix: {exc.fix})", 2)
+    return CommandError(str(exc), 2)
+
+
+_GUARD_PATH = re.compile(r"interceptors\.guards\[(\d+)\]")
 
 
 def _leaf(group: BaseException) -> BaseException:

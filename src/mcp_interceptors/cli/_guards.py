@@ -23,12 +23,16 @@ from pydantic import TypeAdapter
 from mcp_interceptors import __version__, guards
 from mcp_interceptors.cli._common import (
     CommandError,
+    GuardChoice,
+    add_guard_argument,
     add_log_level_argument,
     add_loop_argument,
     add_target_arguments,
     build_client,
+    completes_files,
     freeze_start_up_heap,
     read_json_argument,
+    repeated_guards,
     run_on_loop,
 )
 from mcp_interceptors.cli._core import _run
@@ -52,13 +56,13 @@ def register(subcommands: Any) -> None:
         description="Serve one or more built-in guards (one host with all their interceptors) over stdio, "
         "or Streamable HTTP with --http HOST:PORT.",
     )
-    serve.add_argument("--guard", action="append", default=[], metavar="NAME", help="guard to serve (repeatable)")
+    add_guard_argument(serve, "a built-in guard to serve")
     serve.add_argument(
         "--config-json",
         action="append",
         default=[],
         metavar="NAME=JSON|@FILE",
-        help="build config of guard NAME, as JSON or @file.json (repeatable)",
+        help="build config of a served guard NAME, as JSON or @file.json (repeatable); the same as --guard NAME=JSON",
     )
     serve.add_argument("--http", metavar="HOST:PORT", help="serve Streamable HTTP at http://HOST:PORT/mcp")
     serve.add_argument("--insecure-no-auth", action="store_true", help="allow a non-loopback HTTP bind")
@@ -72,16 +76,20 @@ def register(subcommands: Any) -> None:
         description="List TARGET's tools (a URL, or a stdio command after --) and write their pins as JSON.",
     )
     add_target_arguments(pin)
-    pin.add_argument("-o", "--output", required=True, metavar="FILE", help="pin file to write; - for stdout")
+    completes_files(
+        pin.add_argument("-o", "--output", required=True, metavar="FILE", help="pin file to write; - for stdout")
+    )
     pin.set_defaults(handler=run_pin)
 
 
 # --------------------------------------------------------------------------- serve
 
 
-def parse_guard_configs(items: Sequence[str], names: Sequence[str]) -> dict[str, dict[str, Any]]:
-    """`NAME=JSON|@file` items as `{name: config}`; every NAME must be one of the served guards."""
-    configs: dict[str, dict[str, Any]] = {}
+def parse_guard_configs(items: Sequence[str], choices: Sequence[GuardChoice]) -> dict[str, dict[str, Any]]:
+    """Each served guard's config, from `--guard NAME=JSON` and `--config-json NAME=JSON|@file` items;
+    every NAME must be served, and have one config."""
+    names = [name for name, _ in choices]
+    configs = {name: config for name, config in choices if config is not None}
     for item in items:
         name, sep, value = item.partition("=")
         if not sep or not name:
@@ -101,9 +109,6 @@ def combined_host(names: Sequence[str], configs: Mapping[str, Mapping[str, Any]]
     """One host serving every interceptor of the named guards; each invoke runs in its guard's own host."""
     if not names:
         raise CommandError(f"give at least one --guard NAME; available: {', '.join(guards.available())}", 2)
-    repeated = sorted({name for name in names if names.count(name) > 1})
-    if repeated:
-        raise CommandError(f"--guard {', '.join(repeated)} is given twice; each guard can be served once", 2)
     combined = InterceptorHost("mcp-interceptors-guards", copy_payloads=False)
     for name in names:
         try:
@@ -131,7 +136,10 @@ def run_serve(args: argparse.Namespace) -> int:
     logging.basicConfig(level=args.log_level.upper(), stream=sys.stderr, format="%(levelname)s %(name)s: %(message)s")
     if args.stdio_command:
         raise CommandError("serve takes no command after --", 2)
-    host = combined_host(args.guard, parse_guard_configs(args.config_json, args.guard))
+    if repeated := repeated_guards(args.guard):
+        raise CommandError(f"--guard {', '.join(repeated)} is given twice; each guard can be served once", 2)
+    names = [name for name, _ in args.guard]
+    host = combined_host(names, parse_guard_configs(args.config_json, args.guard))
     logging.getLogger("mcp_interceptors.serve").info(
         "start-up heap frozen: %d objects the collector skips", freeze_start_up_heap()
     )
@@ -147,7 +155,7 @@ def run_serve(args: argparse.Namespace) -> int:
     except ListenError as exc:
         raise CommandError(str(exc)) from None
     app = server.streamable_http_app(host=bind)
-    ready = f"serving {', '.join(args.guard)} on http://{authority(bind, port)}/mcp"
+    ready = f"serving {', '.join(names)} on http://{authority(bind, port)}/mcp"
     run_on_loop(args.loop, _serve_http, app, bind, port, ready)
     return 0
 

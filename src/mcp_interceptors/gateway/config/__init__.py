@@ -5,7 +5,8 @@ field path and the fix. `config_json_schema()` backs `mcp-interceptors config-sc
 
 | module | job |
 |---|---|
-| `base` | `ConfigError`, the strict base model, address helpers |
+| `base` | `ConfigError`, the strict base model, bounded number types, address helpers |
+| `reading` | YAML text to plain data within bounds (nesting, aliases, integer length) |
 | `servers` | upstreams, interceptor servers and hosts, guards, overrides |
 | `settings` | chain, scrub, auth, HTTP and stdio fronts, audit, metrics |
 | `document` | `GatewayConfig`, the whole file |

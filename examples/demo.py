@@ -4,10 +4,15 @@
 2. The gateway: `mcp-interceptors gateway --config examples/demo-gateway.yaml` in front of the notes
    server, with built-in guards, talked to by an ordinary MCP client over stdio.
 3. The audit trail the gateway wrote, checked with `mcp-interceptors audit verify`.
+
+`--ui` then serves the web view of that trail (`mcp-interceptors ui`) on http://127.0.0.1:8765/ until Ctrl-C;
+`--audit-dir DIR` keeps the trail in DIR instead of a temporary folder.
 """
 
 from __future__ import annotations
 
+import argparse
+import contextlib
 import json
 import os
 import subprocess
@@ -70,15 +75,40 @@ def verify_audit(audit_dir: str) -> None:
     print("audit verify:", (done.stdout or done.stderr).strip())
 
 
-async def main() -> None:
+def serve_ui(audit_dir: str, listen: str) -> None:
+    command = [sys.executable, "-m", "mcp_interceptors", "ui", "--listen", listen]
+    command += ["--audit", f"{audit_dir}/audit.db", "--key-file", f"{audit_dir}/audit-key"]
+    print(f"\n== 4. the web view of that trail: open http://{listen}/ (Ctrl-C stops it) ==", flush=True)
+    with contextlib.suppress(KeyboardInterrupt):
+        subprocess.run(command, check=False)
+
+
+async def main(audit_dir: str) -> None:
     print("== 1. interceptor servers over stdio, chained by a client (the SDK) ==")
     await chain_demo(http=False)
+    print("\n== 2. the gateway in front of an MCP server, with built-in guards ==")
+    await gateway_demo(audit_dir)
+    print("\n== 3. the signed, hash-chained audit trail ==")
+    verify_audit(audit_dir)
+
+
+def run() -> None:
+    parser = argparse.ArgumentParser(description="The mcp-interceptors demo: the SDK, the gateway, the audit trail.")
+    parser.add_argument("--ui", action="store_true", help="then serve the web view of the demo's audit trail")
+    parser.add_argument("--listen", default="127.0.0.1:8765", metavar="HOST:PORT", help="where --ui serves it")
+    parser.add_argument("--audit-dir", metavar="DIR", help="keep the audit trail in DIR (default: a temporary one)")
+    args = parser.parse_args()
+    if args.audit_dir:
+        Path(args.audit_dir).mkdir(mode=0o700, parents=True, exist_ok=True)
+        anyio.run(main, str(Path(args.audit_dir).resolve()))
+        if args.ui:
+            serve_ui(str(Path(args.audit_dir).resolve()), args.listen)
+        return
     with tempfile.TemporaryDirectory(prefix="mcp-interceptors-demo-") as audit_dir:
-        print("\n== 2. the gateway in front of an MCP server, with built-in guards ==")
-        await gateway_demo(audit_dir)
-        print("\n== 3. the signed, hash-chained audit trail ==")
-        verify_audit(audit_dir)
+        anyio.run(main, audit_dir)
+        if args.ui:
+            serve_ui(audit_dir, args.listen)
 
 
 if __name__ == "__main__":
-    anyio.run(main)
+    run()

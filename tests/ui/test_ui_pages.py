@@ -136,3 +136,18 @@ def test_the_fragments_and_charts_render(view: TestClient) -> None:
     assert "Calls by upstream" in charts and "<polyline" in charts
     assert re.search(r"notes <b>\d+</b>", charts) and re.search(r"archive <b>2</b>", charts)
     assert re.search(r"<td>tool-policy</td><td>1</td>", charts)  # blocked once
+
+
+def test_a_trace_id_is_shown_when_a_record_carries_one(view: TestClient, trail: Trail) -> None:
+    """The gateway's records will carry `trace_id` with tracing on (issue 28, part 1): the view shows it. This
+    record gets one by hand, so it also shows as edited: its signature covers what the writer wrote."""
+    assert '<code class="trace">' not in view.get("/calls/c-denied").text
+    record_id = trail.records["denied"][0]
+    with sqlite3.connect(trail.store) as db:
+        (raw,) = db.execute("SELECT record FROM audit_records WHERE id = ?", (record_id,)).fetchone()
+        record = orjson.loads(raw)
+        record["body"]["trace_id"] = "4bf92f3577b34da6a3ce929d0e0e4736"
+        db.execute("UPDATE audit_records SET record = ? WHERE id = ?", (orjson.dumps(record).decode(), record_id))
+    page = view.get("/calls/c-denied").text
+    assert '<code class="trace">4bf92f3577b34da6a3ce929d0e0e4736</code>' in page
+    assert "edited (content does not match its hash)" in page

@@ -96,8 +96,8 @@ class _View:
         )
         return HTMLResponse(page, status_code=status)
 
-    async def read(self, request: Request, fn: Any, *args: Any) -> Any:
-        """Run a store read in a worker thread; a store that cannot be read is a 503 page naming it."""
+    async def read(self, fn: Any, *args: Any) -> Any:
+        """Run a store read in a worker thread (never on the event loop of a gateway the view is mounted in)."""
         return await anyio.to_thread.run_sync(fn, *args)
 
     def _listing(self, request: Request) -> tuple[Filters, int | None]:
@@ -120,7 +120,7 @@ class _View:
             return {**context, **_charts(window), "upstreams": upstreams, "guards": guards, "head": self.reader.head()}
 
         try:
-            context = await self.read(request, gather)
+            context = await self.read(gather)
         except AuditError as exc:
             return self.render(request, "error.html", 503, problem=str(exc))
         return self.render(request, "calls.html", verdicts=VERDICTS, live=before is None, **context)
@@ -128,14 +128,14 @@ class _View:
     async def calls_fragment(self, request: Request) -> Response:
         filters, before = self._listing(request)
         try:
-            context = await self.read(request, self._page_context, filters, before)
+            context = await self.read(self._page_context, filters, before)
         except AuditError as exc:
             return HTMLResponse(f"<p class=problem>{escape(str(exc))}</p>", status_code=503)
         return self.render(request, "_calls.html", **context)
 
     async def charts_fragment(self, request: Request) -> Response:
         try:
-            window = await self.read(request, chart_calls, self.reader, self.settings.limits)
+            window = await self.read(chart_calls, self.reader, self.settings.limits)
         except AuditError as exc:
             return HTMLResponse(f"<p class=problem>{escape(str(exc))}</p>", status_code=503)
         return self.render(request, "_charts.html", **_charts(window))
@@ -171,7 +171,7 @@ class _View:
             return call, check_call(self.reader, rows, self.settings.trusted)
 
         try:
-            found = await self.read(request, gather)
+            found = await self.read(gather)
         except AuditError as exc:
             return self.render(request, "error.html", 503, problem=str(exc))
         if found is None:

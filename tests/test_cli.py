@@ -209,11 +209,13 @@ def test_config_rejected_by_schema_fails_with_one_line() -> None:
         ),
         (  # --check planned without the guard and said "configuration is valid"
             ("gateway", "--check", "examples/gateway.yaml", "--guard", "pii"),
-            "--guard is for the no-config shortcut; list guards in the config file instead",
+            "--guard goes with an upstream command after --, or a client's mcpServers file; "
+            "list guards in the gateway config instead",
         ),
         (
             ("gateway", "--config", "examples/gateway.yaml", "--guard", "pii"),
-            "--guard is for the no-config shortcut; list guards in the config file instead",
+            "--guard goes with an upstream command after --, or a client's mcpServers file; "
+            "list guards in the gateway config instead",
         ),
         (  # it checked the --check file only, and said "configuration is valid"
             ("gateway", "--config", "examples/demo-gateway.yaml", "--check", "examples/gateway.yaml"),

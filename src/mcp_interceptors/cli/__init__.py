@@ -56,7 +56,7 @@ def _version() -> str:
 
 def _modules() -> list[Any]:
     modules: list[Any] = [_core]
-    for name in ("_gateway", "_guards", "_audit", "_ui", "_completion"):
+    for name in ("_gateway", "_guards", "_audit", "_ui", "_clients", "_completion"):
         try:
             modules.append(__import__(f"mcp_interceptors.cli.{name}", fromlist=["register"]))
         except ModuleNotFoundError as exc:

@@ -33,9 +33,10 @@ from mcp_interceptors.gateway.config import (
     ConfigError,
     GatewayConfig,
     authority,
+    config_from,
     config_json_schema,
-    load_config,
     parse_config,
+    read_config_document,
 )
 from mcp_interceptors.gateway.routing import RoutingError
 from mcp_interceptors.gateway.serve import (
@@ -68,7 +69,14 @@ def register(subcommands: Any) -> None:
     completes_files(
         gateway.add_argument("--check", metavar="FILE", help="validate FILE and print the resolved plan, then exit")
     )
-    add_guard_argument(gateway, "with an upstream command after --: a built-in guard to run")
+    gateway.add_argument(
+        "--upstream",
+        metavar="NAME",
+        help="front only this upstream of --config FILE (a client config's server name), without a tool prefix",
+    )
+    add_guard_argument(
+        gateway, "with an upstream command after --, or a client's mcpServers file as --config: a built-in guard to run"
+    )
     gateway.add_argument("--http", metavar="HOST:PORT", help="serve Streamable HTTP instead of stdio")
     gateway.add_argument(
         "--insecure-no-auth", action="store_true", help="allow a non-loopback HTTP bind without authentication"
@@ -114,7 +122,17 @@ def _config(args: argparse.Namespace) -> tuple[GatewayConfig, str]:
     if file and args.stdio_command:
         raise CommandError("give either --config FILE or an upstream command after --, not both", 2)
     if file:
-        return load_config(file), file
+        document = read_config_document(file)
+        if args.guard and not document.client:  # --check FILE would plan without them, and say "valid"
+            raise CommandError(
+                "--guard goes with an upstream command after --, or a client's mcpServers file; "
+                "list guards in the gateway config instead",
+                2,
+            )
+        guards = [{"name": name, **({"config": config} if config else {})} for name, config in args.guard]
+        return config_from(document, guards=guards, upstream=args.upstream), file
+    if args.upstream is not None:
+        raise CommandError("--upstream NAME picks one upstream of --config FILE", 2)
     if args.stdio_command:
         return shortcut_config(args.guard, args.stdio_command), COMMAND_LINE
     raise CommandError("nothing to front: give --config FILE, or an upstream command after --", 2)
@@ -127,8 +145,6 @@ def run_gateway(args: argparse.Namespace) -> int:
     if args.check and (args.config or args.http):  # it would check one file and ignore the rest without a word
         given = "--config" if args.config else "--http"
         raise CommandError(f"--check FILE checks that file and exits: give it without {given}", 2)
-    if args.guard and (args.config or args.check):  # --check FILE would plan without them, and say "valid"
-        raise CommandError("--guard is for the no-config shortcut; list guards in the config file instead", 2)
     if repeated := repeated_guards(args.guard):
         raise CommandError(f"--guard {', '.join(repeated)} is given twice; give each guard once, with one config", 2)
     try:
@@ -206,13 +222,11 @@ def _check_metrics_listen(config: GatewayConfig, file: str, http: tuple[str, int
 def _config_error(exc: ConfigError, guards: list[GuardChoice]) -> CommandError:
     """One the command line made (a `--guard` config the guard refuses) is a usage error, as it is for `serve`,
     and names the option as it was typed."""
-    if exc.file != COMMAND_LINE:
-        return CommandError(str(exc), 1)
     if (found := _GUARD_PATH.match(exc.path)) is not None and int(found[1]) < len(guards):
-        name = guards[int(found[1])][0]
+        name = guards[int(found[1])][0]  # only `--guard`s are listed where a config may have none of its own
         problem = exc.problem.removeprefix(f"guard {name!r}: ")
         return CommandError(f"--guard {name}: {problem} (fix: {exc.fix})", 2)
-    return CommandError(str(exc), 2)
+    return CommandError(str(exc), 2 if exc.file == COMMAND_LINE else 1)
 
 
 _GUARD_PATH = re.compile(r"interceptors\.guards\[(\d+)\]")

@@ -10,7 +10,8 @@ field path and the fix. `config_json_schema()` backs `mcp-interceptors config-sc
 | `servers` | upstreams, interceptor servers and hosts, guards, overrides |
 | `settings` | chain, scrub, auth, HTTP and stdio fronts, audit, metrics |
 | `document` | `GatewayConfig`, the whole file |
-| `loading` | YAML, `${ENV}` substitution, validation, error messages |
+| `client_configs` | a desktop client's `mcpServers` / `servers` file as upstreams |
+| `loading` | reading a file, `${ENV}` substitution, validation, error messages |
 """
 
 from mcp_interceptors.gateway.config.base import (
@@ -22,7 +23,15 @@ from mcp_interceptors.gateway.config.base import (
     split_listen,
 )
 from mcp_interceptors.gateway.config.document import GatewayConfig
-from mcp_interceptors.gateway.config.loading import config_json_schema, load_config, parse_config, substitute_env
+from mcp_interceptors.gateway.config.loading import (
+    ConfigDocument,
+    config_from,
+    config_json_schema,
+    load_config,
+    parse_config,
+    read_config_document,
+    substitute_env,
+)
 from mcp_interceptors.gateway.config.servers import (
     GuardConfig,
     HookConfig,
@@ -51,6 +60,7 @@ __all__ = [
     "AuditConfig",
     "AuthConfig",
     "ChainConfig",
+    "ConfigDocument",
     "ConfigError",
     "GatewayConfig",
     "GuardConfig",
@@ -69,10 +79,12 @@ __all__ = [
     "TransportConfig",
     "UpstreamConfig",
     "authority",
+    "config_from",
     "config_json_schema",
     "is_loopback",
     "load_config",
     "parse_config",
+    "read_config_document",
     "redact_values",
     "split_listen",
     "substitute_env",

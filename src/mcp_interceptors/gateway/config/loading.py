@@ -5,15 +5,17 @@ from __future__ import annotations
 import math
 import os
 import re
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from pydantic import ValidationError
 
 from mcp_interceptors.gateway.config.base import ConfigError, redact_values
+from mcp_interceptors.gateway.config.client_configs import client_upstreams, server_list_key, workspace_of
 from mcp_interceptors.gateway.config.document import GatewayConfig
-from mcp_interceptors.gateway.config.reading import MAX_DEPTH, read_yaml
+from mcp_interceptors.gateway.config.reading import MAX_DEPTH, read_document
 from mcp_interceptors.gateway.config.servers import InterceptorsConfig
 from mcp_interceptors.gateway.config.settings import HttpConfig
 from mcp_interceptors.gateway.routing import SEPARATOR
@@ -214,7 +216,18 @@ def _check_http_path(http: HttpConfig, file: str) -> None:
         )
 
 
-def load_config(path: str | Path, *, env: Mapping[str, str] | None = None) -> GatewayConfig:
+@dataclass(frozen=True)
+class ConfigDocument:
+    """A config file as read: its data, where it is, and whether it is a desktop client's server list."""
+
+    raw: Any
+    file: str
+    base_dir: str
+    client: bool
+
+
+def read_config_document(path: str | Path) -> ConfigDocument:
+    """Read a gateway config (YAML or JSON) or a client's `mcpServers`/`servers` file, within bounds."""
     file = str(path)
     try:
         text = Path(path).read_text(encoding="utf-8")
@@ -224,8 +237,44 @@ def load_config(path: str | Path, *, env: Mapping[str, str] | None = None) -> Ga
         at_line = exc.object[: exc.start].count(b"\n") + 1
         bad = f"not UTF-8 text (byte {exc.object[exc.start]:#04x} on line {at_line})"
         raise ConfigError(file, "", bad, "save the file as UTF-8 (YAML or JSON)") from None
-    raw = read_yaml(text, file)
-    return parse_config(raw if raw is not None else {}, file=file, env=env, base_dir=str(Path(path).resolve().parent))
+    raw = read_document(text, file)
+    raw = {} if raw is None else raw
+    base_dir = str(Path(path).resolve().parent)
+    return ConfigDocument(raw, file, base_dir, server_list_key(raw) is not None)
+
+
+def config_from(
+    document: ConfigDocument,
+    *,
+    env: Mapping[str, str] | None = None,
+    guards: Sequence[Mapping[str, Any]] = (),
+    upstream: str | None = None,
+) -> GatewayConfig:
+    """The `GatewayConfig` of a document read by `read_config_document`.
+
+    A client's server list becomes `upstreams`, run behind `guards` (a gateway config lists its own, so
+    `guards` must be empty for one). `upstream` keeps only the server so named: the others' settings (an
+    environment variable only they need) are not read at all.
+    """
+    raw, file = document.raw, document.file
+    if document.client:
+        raw = {"upstreams": client_upstreams(raw, file, workspace_of(Path(file)), only=upstream)}
+        if guards:
+            raw["interceptors"] = {"guards": [dict(guard) for guard in guards]}
+    elif guards:
+        raise ValueError("a gateway config lists its own guards")
+    elif upstream is not None and isinstance(raw, dict):
+        upstreams = raw.get("upstreams")
+        if not isinstance(upstreams, dict) or upstream not in upstreams:
+            known = ", ".join(map(repr, upstreams)) if isinstance(upstreams, dict) else "(none)"
+            raise ConfigError(file, "upstreams", f"no upstream named {upstream!r}", f"name one of: {known}")
+        raw = {**raw, "upstreams": {upstream: upstreams[upstream]}}
+    return parse_config(raw, file=file, env=env, base_dir=document.base_dir)
+
+
+def load_config(path: str | Path, *, env: Mapping[str, str] | None = None) -> GatewayConfig:
+    """Read and validate a gateway config, or a client's server list (its servers as upstreams, unguarded)."""
+    return config_from(read_config_document(path), env=env)
 
 
 def _default_cwd(data: dict[str, Any], base_dir: str) -> None:

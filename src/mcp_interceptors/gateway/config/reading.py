@@ -11,6 +11,7 @@
 
 from __future__ import annotations
 
+import json
 from typing import Any
 
 import yaml
@@ -22,6 +23,43 @@ MAX_VALUES = 100_000
 MAX_INT_DIGITS = 40
 
 _INT_TAG = "tag:yaml.org,2002:int"
+
+
+def read_document(text: str, file: str) -> Any:
+    """A config file's text as plain data: JSON when it is JSON (client configs may be tab-indented,
+    which YAML refuses), else YAML; `None` for an empty file."""
+    if text.lstrip().startswith("{"):
+        try:
+            return json.loads(text, object_pairs_hook=_unique_keys, parse_constant=_json_constant)
+        except json.JSONDecodeError:
+            pass  # YAML's flow style, e.g. `{upstreams: {...}}`
+        except RecursionError:
+            raise ConfigError(file, "", f"nested more than {MAX_DEPTH} levels deep", "flatten the document") from None
+        except _RepeatedKey as exc:
+            raise ConfigError(file, "", f"the key {exc.key!r} is given twice in one object", "keep one") from None
+        except ValueError as exc:  # an integer past Python's digit limit
+            raise ConfigError(file, "", f"cannot read the JSON ({exc})", "correct the value") from None
+    return read_yaml(text, file)
+
+
+class _RepeatedKey(ValueError):
+    def __init__(self, key: str) -> None:
+        super().__init__(key)
+        self.key = key
+
+
+def _unique_keys(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+    """JSON keeps the last of two equal keys silently, as YAML does."""
+    result: dict[str, Any] = {}
+    for key, value in pairs:
+        if key in result:
+            raise _RepeatedKey(key)
+        result[key] = value
+    return result
+
+
+def _json_constant(name: str) -> Any:
+    return float(name.replace("Infinity", "inf"))  # refused, naming its field, with YAML's `.inf`
 
 
 def read_yaml(text: str, file: str) -> Any:

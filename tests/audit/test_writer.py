@@ -160,6 +160,25 @@ async def test_response_finds_its_request_in_the_store_after_a_restart(
     assert verify_source(sqlite_store, key.trusted()).ok
 
 
+async def test_open_calls_past_the_limit_are_forgotten_oldest_first_and_read_back_from_the_store(
+    sqlite_store: SqliteStore, key: SigningKey, make_decision: Make, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    asked: list[str] = []
+    find_request = sqlite_store.find_request
+    monkeypatch.setattr(sqlite_store, "find_request", lambda call_id: asked.append(call_id) or find_request(call_id))
+    async with open_audit_writer(sqlite_store, key, open_calls_limit=2) as writer:
+        requests = [await writer.append(make_decision(call_id=f"open-{index}")) for index in range(3)]
+        responses = [
+            await writer.append(make_decision(phase="response", direction="receiving", call_id=f"open-{index}"))
+            for index in range(3)
+        ]
+    assert asked == ["open-0"]  # the oldest was dropped from memory; the other two were still there
+    for request, response in zip(requests, responses, strict=True):
+        assert response.compound is not None and response.compound.request is not None
+        assert response.compound.request.hash == request.hash
+    assert verify_source(sqlite_store, key.trusted()).ok
+
+
 async def test_group_commit_uses_fewer_transactions_than_appends(
     sqlite_store: SqliteStore, key: SigningKey, make_decision: Make
 ) -> None:

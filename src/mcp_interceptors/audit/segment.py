@@ -9,13 +9,13 @@ from __future__ import annotations
 import os
 import socket
 import uuid
-from collections import OrderedDict
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
 
 import orjson
+from cachetools import FIFOCache
 
 from mcp_interceptors.audit.records import (
     GENESIS_HASH,
@@ -77,10 +77,11 @@ class Segment:
         self.store = store
         self.key = key
         self.segment_id = uuid.uuid4().hex
-        self._open_calls_limit = open_calls_limit
         self._seq = -1
         self._prev_hash = GENESIS_HASH
-        self._open_calls: OrderedDict[str, CallEnd] = OrderedDict()
+        # Calls whose response never comes must not grow memory forever: past the limit the oldest is dropped
+        # (the store still has it, and `find_request` reads it back).
+        self._open_calls: FIFOCache[str, CallEnd] = FIFOCache(maxsize=open_calls_limit)
         #: The last record of a batch whose commit failed, until the store says whether it landed anyway.
         self._unsure: RecordRow | None = None
 
@@ -236,6 +237,3 @@ class Segment:
         for call_id, end in opened.items():
             if call_id not in closed:
                 self._open_calls[call_id] = end
-        # Calls whose response never comes must not grow memory forever; the store still has them.
-        while len(self._open_calls) > self._open_calls_limit:
-            self._open_calls.popitem(last=False)

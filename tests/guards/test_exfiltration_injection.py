@@ -13,7 +13,7 @@ from guard_support import messages, run_chain, tool_call
 
 from mcp_interceptors import ValidationResult, guards
 from mcp_interceptors.guards import injection
-from mcp_interceptors.guards.exfiltration import encoded_forms
+from mcp_interceptors.guards._taint import encoded_forms
 from mcp_interceptors.guards.injection import HeuristicDetector, Signal, combine
 
 pytestmark = pytest.mark.anyio
@@ -213,27 +213,6 @@ async def test_configured_patterns_and_pii_kinds_are_remembered() -> None:
         ("$.params.arguments.a", "ticket read from 'A' is sent to 'B'"),
         ("$.params.arguments.b", "email read from 'A' is sent to 'B'"),
     ]
-
-
-async def test_state_is_bounded_per_session() -> None:
-    host = guards.load("exfiltration-guard", {"max_values_per_session": 1, "pii_kinds": ["email"]})
-    await read_from(host, "A", "first.person@example.org")
-    for i in range(20):  # each value has several forms; the oldest go first
-        await read_from(host, "A", f"person{i}.x@example.org")
-    assert (await send_to(host, "B", "first.person@example.org")).status == "success"
-
-
-async def test_the_oldest_value_goes_with_all_its_forms_beyond_max_values_per_session() -> None:
-    """Only forms were bounded (16 per value allowed), so with `max_values_per_session: 1` two keys (six forms
-    each) were both remembered."""
-    host = guards.load("exfiltration-guard", {"max_values_per_session": 1})
-    await read_from(host, "A", f"first {AWS}")
-    await read_from(host, "A", f"second {STRIPE}")
-    assert (await send_to(host, "B", AWS)).status == "success"
-    assert (await send_to(host, "B", base64.b64encode(AWS.encode()).decode())).status == "success"
-    assert (await send_to(host, "B", STRIPE)).status == "validation_failed"
-    await read_from(host, "A", f"again {STRIPE}")  # the same value again evicts nothing
-    assert (await send_to(host, "B", STRIPE)).status == "validation_failed"
 
 
 async def test_many_values_and_many_strings() -> None:

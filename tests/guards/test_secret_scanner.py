@@ -14,7 +14,8 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from mcp_interceptors.guards._detectors import SECRET_KINDS, SecretScanner, secrets
+from mcp_interceptors.guards._detectors import SECRET_KINDS, SecretScanner
+from mcp_interceptors.guards._detectors import _secret_rules as secrets
 from mcp_interceptors.guards._detectors._engine import re2
 
 ENGINES = ["re", pytest.param("re2", marks=pytest.mark.skipif(re2 is None, reason="google-re2 not installed"))]
@@ -226,13 +227,19 @@ def test_extra_patterns_use_the_secret_group() -> None:
     assert [(f.kind, text[f.start : f.end]) for f in scanner.scan(text)] == [("acme_key", "0123456789abcdef")]
 
 
-def test_extra_patterns_with_lookarounds_fall_back_to_stdlib_re() -> None:
-    scanner = SecretScanner(kinds=[], extra_patterns={"acme_key": r"(?<![a-z])ACME-[0-9]{6}(?![0-9])"})
-    assert [(f.kind, f.start, f.end) for f in scanner.scan("x ACME-123456 zACME-123456")] == [("acme_key", 2, 13)]
+def test_extra_patterns_with_lookarounds_are_refused_not_run_on_stdlib_re() -> None:
+    # stdlib `re` backtracks: `(?!z)(a+)+$` held the event loop for seconds on "a" * 27 + "!".
+    with pytest.raises(ValueError, match=r"'acme_key' .* RE2 rejects it"):
+        SecretScanner(kinds=[], extra_patterns={"acme_key": r"(?<![a-z])ACME-[0-9]{6}"})
+
+
+def test_extra_patterns_run_on_re2_whatever_the_engine() -> None:
+    scanner = SecretScanner(kinds=[], extra_patterns={"acme_key": r"(a+)+$"}, engine="re")
+    assert scanner.scan("a" * 40 + "!") == []  # linear on re2; exponential on stdlib `re`
 
 
 def test_a_broken_extra_pattern_names_its_kind() -> None:
-    with pytest.raises(ValueError, match="extra secret pattern 'acme_key' does not compile"):
+    with pytest.raises(ValueError, match=r"extra secret pattern 'acme_key' .* does not compile"):
         SecretScanner(extra_patterns={"acme_key": "acme_(["})
 
 

@@ -18,12 +18,21 @@ import orjson
 from jsonschema import Draft202012Validator
 from jsonschema.exceptions import best_match
 
+from mcp_interceptors.guards._detectors._engine import PatternRefusedError, compile_user_pattern
 from mcp_interceptors.protocol.errors import InvalidParamsError
 from mcp_interceptors.protocol.events import CORE_EVENTS, WILDCARD
 
 T = TypeVar("T")
 
-__all__ = ["EVENT", "EVENT_OR_WILDCARD", "GuardSchema", "SettingsCache", "check_config", "config_path"]
+__all__ = [
+    "EVENT",
+    "EVENT_OR_WILDCARD",
+    "GuardSchema",
+    "SettingsCache",
+    "check_config",
+    "check_patterns",
+    "config_path",
+]
 
 #: An event the spec defines (§1.2), for guards' `events` fields: a typo would silently never match and
 #: disable the guard, so config names only these (the error lists them).
@@ -77,6 +86,22 @@ def config_path(parts: Iterable[Any]) -> str:
         else:
             out.append(f"[{orjson.dumps(str(part)).decode()}]")
     return "".join(out)
+
+
+def check_patterns(field: str, patterns: Mapping[str, str] | Iterable[str], *, ignore_case: bool = False) -> list[Any]:
+    """Compile configured regexes (`{key: regex}` or a list) as `compile_user_pattern` does, each
+    compiled; a bad one is a ValueError naming its field (`config.extra_patterns.acme`) and the pattern."""
+    entries = patterns.items() if isinstance(patterns, Mapping) else enumerate(patterns)
+    compiled = []
+    for key, source in entries:
+        where = config_path([field, key])
+        try:
+            compiled.append(compile_user_pattern(source, ignore_case=ignore_case))
+        except PatternRefusedError as exc:
+            raise ValueError(f"{where}: pattern {source!r} is refused: {exc}") from None
+        except ValueError as exc:
+            raise ValueError(f"{where} does not compile: {exc}") from None
+    return compiled
 
 
 class SettingsCache(Generic[T]):

@@ -2,19 +2,17 @@
 or a redacted copy that shares every untouched subtree with the input.
 
 Shared by `secrets`, `pii` and `exfiltration-guard`. Strings shorter than anything the scanner can find
-are skipped, which spares the regexes most keys, method names and short labels. A string that is wholly
-base64 of UTF-8 text (a resource's `blob`, an encoded file in a result, on one line or wrapped in lines) is
-also read decoded: its findings carry the string's path, and redaction re-encodes the redacted text as the
-original was laid out. With `across_blocks`, consecutive text content blocks are also read joined around
-their seams, as a model reads them: a value cut across two blocks is found (at the block where it starts)
-and redacted in each block it spans.
+are skipped, which spares the regexes most keys, method names and short labels. A string that hides what
+it carries (percent-encoded, HTML entities, backslash escapes, invisible or look-alike characters, base64,
+base64url or hex of text, see `_readings`) is also read undone: its findings carry the string's path, and
+redaction puts the placeholder where the reading maps them (re-encoding a blob as it was written). With
+`across_blocks`, consecutive text content blocks are also read joined around their seams, as a model reads
+them: a value cut across two blocks is found (at the block where it starts) and redacted in each block it
+spans.
 """
 
 from __future__ import annotations
 
-import base64
-import binascii
-import re
 from bisect import bisect_right
 from collections import Counter
 from collections.abc import Collection, Iterator, Sequence
@@ -22,7 +20,8 @@ from dataclasses import dataclass
 from itertools import accumulate
 from typing import Any, Protocol
 
-from mcp_interceptors.guards._detectors import Finding, redact
+from mcp_interceptors.guards._detectors import Finding
+from mcp_interceptors.guards._readings import Edit, Reading, apply_edits, edits_on_string, may_hide, readings_of
 from mcp_interceptors.guards._walk import (
     Path,
     PathMark,
@@ -50,11 +49,8 @@ CONTENT_EVENTS = ["tools/call", "prompts/get", "resources/read", "sampling/creat
 #: Spec §6 "inverse pair": redact early on requests, late on responses.
 REDACTION_PRIORITY = {"request": -50_000, "response": 50_000}
 _MAX_MESSAGES = 20
-#: Wholly base64 (padded, as MCP's `blob` and every encoder writes it), long enough to hold a finding.
-_BASE64_TEXT = re.compile(r"[A-Za-z0-9+/]+={0,2}")
-#: The same wrapped in lines (76 wide from MIME and the `base64` tool, 64 in PEM), ended by `\n` or `\r\n`.
-_BASE64_LINES = re.compile(r"(?:[A-Za-z0-9+/]+\r?\n)+[A-Za-z0-9+/]*={0,2}(?:\r?\n)?")
-_MIN_BASE64_LENGTH = 16
+#: Strings shorter than this hold no blob worth decoding (`_readings` decides the rest).
+_MIN_BLOB = 16
 #: The kind of a piece of a value cut across text blocks that is removed (the placeholder goes where it starts).
 _ERASED = ""
 #: How much text either side of a seam between two text blocks is read joined: a value cut across blocks is
@@ -157,50 +153,46 @@ class Hit:
     value: str
 
 
-def decoded_base64(text: str) -> str | None:
-    """`text` decoded, when it is wholly base64 of UTF-8 text, on one line or wrapped in lines (as MIME and
-    the `base64` tool write it); else None (binary data, or not base64)."""
-    if len(text) < _MIN_BASE64_LENGTH or " " in text:  # no space in either layout: prose is spared the regex
-        return None
-    if len(text) % 4 or not _BASE64_TEXT.fullmatch(text):
-        if "\n" not in text or not _BASE64_LINES.fullmatch(text):
-            return None
-        text = text.replace("\r", "").replace("\n", "")
-        if len(text) % 4:
-            return None
-    try:
-        return base64.b64decode(text, validate=True).decode("utf-8")
-    except (binascii.Error, UnicodeDecodeError):
-        return None
+#: What a string was found to carry: per reading (None: the string as sent), the findings in it.
+_Found = list[tuple[Reading | None, list[Finding]]]
 
 
-def encoded_like(original: str, text: str) -> str:
-    """`text` base64-encoded as `original` was: on one line, or in lines as wide as its first, with its
-    line ending (and its final line break, if it had one)."""
-    encoded = base64.b64encode(text.encode()).decode("ascii")
-    first_break = original.find("\n")
-    if first_break < 0:
-        return encoded
-    crlf = original[first_break - 1 : first_break] == "\r"
-    width = first_break - crlf
-    newline = "\r\n" if crlf else "\n"
-    wrapped = newline.join(encoded[i : i + width] for i in range(0, len(encoded), width))
-    return wrapped + newline if original.endswith("\n") else wrapped
-
-
-def _findings_of(scanner: TextScanner, texts: list[str]) -> dict[int, tuple[str, list[Finding], bool]]:
-    """`{i: (text read, findings, decoded?)}` for the strings with findings, read as they are or, failing
-    that, base64-decoded."""
+def _findings_of(scanner: TextScanner, texts: list[str]) -> dict[int, _Found]:
+    """`{i: found}` for the strings with findings: read as sent (all of them in one joined scan), and
+    through each of their readings (escapes and blobs undone, see `_readings`; those in one more scan)."""
     by_index = scanner.findings_by_index(texts)
-    found = {index: (texts[index], findings, False) for index, findings in by_index.items()} if by_index else {}
+    found: dict[int, _Found] = {index: [(None, findings)] for index, findings in by_index.items()}
+    minimum = scanner.min_length
+    hide = may_hide(SEPARATOR.join(texts))
+    readings: list[tuple[int, Reading]] = []
     for index, text in enumerate(texts):
-        # The length test spares most strings (keys, names, short values) the call.
-        if len(text) < _MIN_BASE64_LENGTH or index in found:
+        # Cheap tests first: most strings are short, or prose without anything encoded in it.
+        if len(text) < minimum:
             continue
-        decoded = decoded_base64(text)
-        if decoded is not None and (findings := scanner.findings(decoded)):
-            found[index] = (decoded, findings, True)
+        undo = hide and may_hide(text)
+        if not undo and (len(text) < _MIN_BLOB or " " in text):
+            continue
+        readings.extend((index, reading) for reading in readings_of(text, in_place=undo))
+    if readings:
+        for (index, reading), findings in zip(
+            readings, scanner.findings_many([reading.text for _, reading in readings]), strict=True
+        ):
+            if findings:
+                found.setdefault(index, []).append((reading, findings))
     return found
+
+
+def _values(found: _Found, text: str) -> Iterator[tuple[Reading | None, Finding, str]]:
+    """Each finding in string `text` with the value it covers, once per kind and value (a reading may find
+    again what the string as sent showed)."""
+    seen: set[tuple[str, str]] = set()
+    for reading, findings in found:
+        read = reading.text if reading is not None else text
+        for finding in findings:
+            value = read[finding.start : finding.end]
+            if (finding.kind, value) not in seen:
+                seen.add((finding.kind, value))
+                yield reading, finding, value
 
 
 @dataclass(frozen=True, slots=True)
@@ -277,9 +269,8 @@ def find_in_payload(payload: Any, scanner: TextScanner, *, include_keys: bool = 
     if found:
         for index, (path, _) in enumerate(walk_strings(payload, include_keys=include_keys, include_integers=integers)):
             if index in found:
-                text, findings, _ = found[index]
-                for finding in findings:
-                    yield Hit(path, finding.kind, text[finding.start : finding.end])
+                for _, finding, value in _values(found[index], texts[index]):
+                    yield Hit(path, finding.kind, value)
     for crossing in _crossings(scanner, payload, texts):
         yield Hit(crossing.pieces[0][0], crossing.kind, crossing.value)
 
@@ -288,7 +279,8 @@ def redact_payload(payload: Any, scanner: TextScanner, placeholder: str) -> tupl
     """`(new_payload, counts by kind, paths)`; the payload is returned as is when nothing was found.
 
     Strings are read without their paths; the paths of the strings with findings come from a second
-    walk, which only a payload that needs redacting pays for.
+    walk, which only a payload that needs redacting pays for. A finding in a reading is redacted in the
+    string where the reading maps it (a blob is written again, encoded as it was, around its placeholder).
     """
     integers = scanner.integers
     texts = string_values(payload, include_integers=integers)
@@ -298,28 +290,25 @@ def redact_payload(payload: Any, scanner: TextScanner, placeholder: str) -> tupl
         return payload, {}, []
     counts: Counter[str] = Counter()
 
-    def fill(finding: Finding) -> str:
-        return "" if finding.kind == _ERASED else placeholder.replace("{kind}", finding.kind)
+    def fill(kind: str) -> str:
+        return "" if kind == _ERASED else placeholder.replace("{kind}", kind)
 
-    # path: (the string as sent, the text read, findings in it, read base64-decoded?)
-    entries: dict[Path, tuple[str, str, list[Finding], bool]] = {}
+    # path: (the string as sent, edits on it)
+    entries: dict[Path, tuple[str, list[Edit]]] = {}
     if found:
         for index, (path, _) in enumerate(walk_strings(payload, include_integers=integers)):
             if index in found:
-                text, findings, decoded = found[index]
-                counts.update(f.kind for f in findings)
-                entries[path] = (texts[index], text, list(findings), decoded)
+                edits: list[Edit] = []
+                for reading, finding, _ in _values(found[index], texts[index]):
+                    counts[finding.kind] += 1
+                    edits.extend(edits_on_string(reading, [(finding.start, finding.end, finding.kind, None)], fill))
+                entries[path] = (texts[index], edits)
     # A value cut across text blocks: the placeholder where it starts, the rest of it removed.
     for crossing in crossings:
         counts[crossing.kind] += 1
         for k, (path, text, start, end) in enumerate(crossing.pieces):
-            entry = entries.setdefault(path, (text, text, [], False))
-            if not entry[3]:
-                entry[2].append(Finding(crossing.kind if k == 0 else _ERASED, start, end))
-    replacements: dict[Path, str] = {}
-    for path, (original, text, findings, decoded) in entries.items():
-        redacted = redact(text, findings, fill)
-        replacements[path] = encoded_like(original, redacted) if decoded else redacted
+            entries.setdefault(path, (text, []))[1].append((start, end, crossing.kind if k == 0 else _ERASED, None))
+    replacements = {path: apply_edits(text, edits, fill) for path, (text, edits) in entries.items()}
     new, _ = replace_strings(payload, lambda path, _text: replacements.get(path), include_integers=integers)
     return new, counts, [format_path(path) for path in replacements]
 

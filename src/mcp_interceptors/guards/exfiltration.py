@@ -10,18 +10,19 @@ allowed: the guard tracks flows, not values. The server of a payload is the invo
 
 from __future__ import annotations
 
-import base64
 import dataclasses
 import urllib.parse
-from collections.abc import Iterable, Iterator, Mapping
-from dataclasses import dataclass, field
+from collections.abc import Mapping
+from dataclasses import dataclass
 from typing import Any
 
-from mcp_interceptors.guards._config import GuardSchema, SettingsCache
+from mcp_interceptors.guards._config import GuardSchema, SettingsCache, check_patterns
 from mcp_interceptors.guards._detectors import PII_KINDS, SECRET_KINDS, PiiScanner, SecretScanner
 from mcp_interceptors.guards._names import ServerMap, params_of, server_for
+from mcp_interceptors.guards._readings import read_in_place
 from mcp_interceptors.guards._scanning import SEPARATOR, TextScanner, find_in_payload
-from mcp_interceptors.guards._state import SessionState, TtlMap
+from mcp_interceptors.guards._state import ANONYMOUS, TtlMap
+from mcp_interceptors.guards._taint import Flows, Origin, Overflow, is_allowed_flow
 from mcp_interceptors.guards._walk import Path, PathMark, format_path, string_values, walk_strings
 from mcp_interceptors.host import InterceptorHost, Invocation
 from mcp_interceptors.protocol.results import ValidationMessage, ValidationResult
@@ -32,10 +33,6 @@ SINK_REQUESTS = ["tools/call", "resources/read", "prompts/get"]
 #: A client's answers to sampling and elicitation go to the server that asked.
 SINK_RESPONSES = ["sampling/createMessage", "elicitation/create"]
 ENCODINGS = ("base64", "url", "hex")
-#: Kinds whose letter case carries no meaning: `BOB@CORP.COM` is the same address as `bob@corp.com`.
-CASELESS_KINDS = frozenset({"email"})
-#: Requests per session whose result may still arrive (outside the gateway, see `_Flows.pending`).
-_MAX_PENDING = 1024
 
 SCHEMA = GuardSchema(
     {
@@ -45,7 +42,7 @@ SCHEMA = GuardSchema(
             "type": "object",
             "additionalProperties": {"type": "string"},
             "default": {},
-            "description": "{kind: regex} of further sensitive values (group `secret` if present).",
+            "description": "{kind: regex} of further sensitive values, in RE2 syntax (group `secret` if present).",
         },
         "min_length": {"type": "integer", "minimum": 4, "default": 8, "description": "Shorter values are ignored."},
         "encodings": {"type": "array", "items": {"enum": list(ENCODINGS)}, "default": ["base64", "url", "hex"]},
@@ -79,6 +76,7 @@ class _Settings:
 
 
 def _compile(raw: Mapping[str, Any]) -> _Settings:
+    check_patterns("patterns", raw["patterns"])
     secrets = SecretScanner(raw["secret_kinds"], raw["patterns"])
     scanners = [TextScanner(secrets, min_length=raw["min_length"], batchable=not raw["patterns"])]
     if raw["pii_kinds"]:
@@ -90,40 +88,6 @@ def _compile(raw: Mapping[str, Any]) -> _Settings:
         raw["unknown_server"] == "block",
         ServerMap(raw["tool_servers"]),
     )
-
-
-def encoded_forms(value: str, encodings: Iterable[str]) -> Iterator[tuple[str, str]]:
-    """`(form, encoding)` for the value and each encoding of it that could appear inside larger text.
-
-    Base64 is produced at the three byte alignments (standard and URL-safe alphabets) and trimmed to
-    the characters that depend only on the value, so the value is found inside any encoded blob.
-    """
-    yield value, "raw"
-    data = value.encode("utf-8")
-    for encoding in encodings:
-        if encoding == "url":
-            for quoted in {urllib.parse.quote(value, safe=""), urllib.parse.quote_plus(value, safe="")}:
-                if quoted != value:
-                    yield quoted, "url"
-        elif encoding == "hex":
-            yield data.hex(), "hex"
-            yield data.hex().upper(), "hex"
-        elif encoding == "base64":
-            for offset in range(3):
-                text = base64.b64encode(b"\0" * offset + data).decode("ascii")
-                stable = text[-(-offset * 8 // 6) : (offset + len(data)) * 8 // 6]
-                yield stable, "base64"
-                urlsafe = stable.replace("+", "-").replace("/", "_")
-                if urlsafe != stable:
-                    yield urlsafe, "base64"
-
-
-@dataclass(frozen=True, slots=True)
-class _Origin:
-    kind: str
-    servers: frozenset[str | None]
-    encoding: str
-    caseless: bool = False  # the form is lower-case and is looked for in lower-cased text
 
 
 def _percent_decoded(text: str) -> str | None:
@@ -138,91 +102,43 @@ def _percent_decoded(text: str) -> str | None:
     return decoded if decoded != text else None
 
 
-@dataclass
-class _Flows:
-    """One session's remembered values, by every form they may travel in."""
-
-    forms: TtlMap[str, _Origin]
-    max_values: int
-    #: Each remembered value: the servers it came from and its forms (removed with it).
-    values: TtlMap[str, tuple[frozenset[str | None], tuple[str, ...]]] = field(init=False)
-    #: Outside the gateway a result names no tool: the server of each request, by `traceId`, until its result.
-    pending: TtlMap[str, str] = field(init=False)
-
-    def __post_init__(self) -> None:
-        self.values = TtlMap(max_items=self.max_values, ttl_s=self.forms.ttl_s)
-        self.pending = TtlMap(max_items=_MAX_PENDING, ttl_s=self.forms.ttl_s)
-
-    def remember(self, value: str, kind: str, server: str | None, settings: _Settings) -> None:
-        known = self.values.get(value)
-        if known is None and len(self.values) >= self.max_values:
-            oldest, (_, forms) = self.values.items()[0]  # the least recently read value goes, with its forms
-            self.values.pop(oldest)
-            for form in forms:
-                self.forms.pop(form)
-        servers = (known[0] if known is not None else frozenset()) | {server}
-        origins = [
-            (form, _Origin(kind, servers, encoding))
-            for form, encoding in encoded_forms(value, settings.encodings)
-            if len(form) >= settings.min_length
-        ]
-        if kind in CASELESS_KINDS:
-            origins.append((value.lower(), _Origin(kind, servers, "raw", caseless=True)))
-        for form, origin in origins:
-            self.forms.set(form, origin)
-        self.values.set(value, (servers, tuple(form for form, _ in origins)))
-
-    def carried(self, texts: list[str]) -> list[tuple[str, _Origin]]:
-        """The remembered forms that occur in any of `texts`: each form is searched once, in all of them joined."""
-        joined = SEPARATOR.join(texts)
-        lowered: str | None = None
-        found = []
-        for form, origin in self.forms.items():
-            if origin.caseless:
-                lowered = joined.lower() if lowered is None else lowered
-                if form in lowered:
-                    found.append((form, origin))
-            elif form in joined:
-                found.append((form, origin))
-        return found
-
-
-def _occurs(form: str, origin: _Origin, texts: list[str]) -> bool:
+def _occurs(form: str, origin: Origin, texts: list[str]) -> bool:
     return any(form in (text.lower() if origin.caseless else text) for text in texts)
 
 
-def _readings(text: str, decode: bool) -> list[str]:
-    """The string as sent, then percent-decoded when `url` is among the encodings and it has escapes."""
-    decoded = _percent_decoded(text) if decode else None
-    return [text] if decoded is None else [text, decoded]
+def _readings(text: str, decode: bool) -> list[tuple[str, str]]:
+    """`(text, how it was read)`: the string as sent, then percent-decoded when `url` is among the encodings
+    and it has escapes, then read as a reader sees it (other escapes decoded, invisible and look-alike
+    characters undone)."""
+    readings = [(text, "raw")]
+    if decode and (decoded := _percent_decoded(text)) is not None:
+        readings.append((decoded, "url"))
+    if (undone := read_in_place(text, percent=False)) is not None:
+        readings.append((undone, "escaped"))
+    return readings
 
 
-def _describe(origin: _Origin, target: str | None) -> str:
+def _texts(text: str, decode: bool) -> list[str]:
+    return [reading for reading, _ in _readings(text, decode)]
+
+
+def _describe(origin: Origin, target: str | None) -> str:
     sources = ", ".join(sorted(repr(s) if s else "an unknown server" for s in origin.servers))
     encoded = "" if origin.encoding == "raw" else f" ({origin.encoding}-encoded)"
     destination = repr(target) if target else "an unknown server"
     return f"{origin.kind} read from {sources} is sent to {destination}{encoded}"
 
 
-def is_allowed_flow(origin: _Origin, target: str | None, block_unknown: bool) -> bool:
-    """Back to a server the value came from is fine; where either end is unknown, `unknown_server` decides."""
-    if not block_unknown and (target is None or None in origin.servers):
-        return True
-    return target is not None and target in origin.servers
-
-
 class ExfiltrationGuard:
     def __init__(self, settings: SettingsCache[_Settings]) -> None:
         raw = settings.raw
         self.settings = settings
-        max_values = raw["max_values_per_session"]
-        per_session = max_values * 16  # a value has up to ~12 forms
-        ttl = raw["value_ttl_seconds"]
-        self.sessions: SessionState[_Flows] = SessionState(
-            lambda: _Flows(TtlMap(max_items=per_session, ttl_s=ttl), max_values),
-            max_sessions=raw["max_sessions"],
-            ttl_s=ttl,
-        )
+        self.max_values = raw["max_values_per_session"]
+        self.ttl_s = raw["value_ttl_seconds"]
+        #: Sessions that remember values are never evicted (see `_flows_for`); idle ones expire.
+        self.sessions: TtlMap[str, Flows] = TtlMap(max_items=raw["max_sessions"], ttl_s=self.ttl_s)
+        #: What sessions the guard had no room for read: it applies to every session.
+        self.overflow = Overflow(self.ttl_s)
 
     async def handle(self, inv: Invocation) -> ValidationResult | bool:
         settings = self.settings.for_config(inv.config)
@@ -231,46 +147,77 @@ class ExfiltrationGuard:
             return True
         return self.check(settings, inv)
 
+    def _flows_for(self, session_id: str | None) -> Flows | None:
+        """The session's memory, made on first use; None when the guard holds `max_sessions` sessions that all
+        remember something (one that remembers nothing is dropped to make room)."""
+        key = session_id or ANONYMOUS
+        flows = self.sessions.get(key)
+        if flows is not None:
+            return flows
+        flows = Flows(self.max_values, self.ttl_s)
+        if self.sessions.add(key, flows):
+            return flows
+        idle = next((k for k, other in self.sessions.items() if not other.holds_values()), None)
+        if idle is None:
+            return None
+        self.sessions.pop(idle)
+        return flows if self.sessions.add(key, flows) else None
+
     def learn(self, settings: _Settings, inv: Invocation) -> None:
         server = server_for(inv, None, settings.servers)
         trace = inv.context.trace_id if inv.context is not None else None
-        flows: _Flows | None = None
+        flows: Flows | None = None
         if server is None and trace is not None:
             # A result names no tool: its server is the one its request (same traceId) was attributed to.
-            flows = self.sessions.peek(inv.session_id)
+            flows = self.sessions.get(inv.session_id or ANONYMOUS)
             server = flows.pending.pop(trace) if flows is not None else None
         for scanner in settings.scanners:
             for hit in find_in_payload(inv.payload, scanner, include_keys=True):
-                flows = flows or self.sessions.get(inv.session_id)
-                flows.remember(hit.value, hit.kind, server, settings)
+                flows = flows or self._flows_for(inv.session_id)
+                if flows is None:  # no room for this session: every session fails closed for the kind
+                    self.overflow.note(hit.kind, server)
+                else:
+                    flows.remember(hit.value, hit.kind, server, settings.encodings, settings.min_length)
 
     def check(self, settings: _Settings, inv: Invocation) -> ValidationResult | bool:
         params = params_of(inv.payload)
         name = params.get("uri") if inv.event == "resources/read" else params.get("name")
         target = server_for(inv, name if isinstance(name, str) else None, settings.servers)
         trace = inv.context.trace_id if inv.context is not None and not inv.context.server else None
-        if inv.phase == "request" and target is not None and trace is not None:
-            # Outside the gateway: remembered for the result, which names no tool (see `learn`).
-            self.sessions.get(inv.session_id).pending.set(trace, target)
-        flows = self.sessions.peek(inv.session_id)
-        if flows is None or not len(flows.forms):
+        # Outside the gateway: remembered for the result, which names no tool (see `learn`).
+        if (
+            inv.phase == "request"
+            and target is not None
+            and trace is not None
+            and (mine := self._flows_for(inv.session_id))
+        ):
+            mine.pending.set(trace, target)
+        flows = self.sessions.get(inv.session_id or ANONYMOUS)
+        messages = self._carried(flows, settings, inv.payload, target) if flows is not None and len(flows.forms) else []
+        if not messages and (self.overflow or (flows is not None and flows.overflow)):
+            messages = self._shaped(flows, settings, inv.payload, target)
+        if not messages:
             return True
+        return ValidationResult(valid=False, severity="error", messages=tuple(messages[:20]), info={"target": target})
+
+    def _carried(self, flows: Flows, settings: _Settings, payload: Any, target: str | None) -> list[ValidationMessage]:
+        """Messages for the remembered values the payload carries to a server they may not go to."""
         minimum, decode = settings.min_length, "url" in settings.encodings
         texts = [
             reading
-            for text in string_values(inv.payload, include_keys=True)  # a mapping key is sent too
+            for text in string_values(payload, include_keys=True)  # a mapping key is sent too
             if len(text) >= minimum
-            for reading in _readings(text, decode)
+            for reading in _texts(text, decode)
         ]
         found = [
             (form, origin)
-            for form, origin in flows.carried(texts)
+            for form, origin in flows.carried(texts, SEPARATOR)
             if not is_allowed_flow(origin, target, settings.block_unknown)
         ]
         messages = []
         hidden: dict[Path, str] = {}
         strings = (
-            [(path, text) for path, text in walk_strings(inv.payload, include_keys=True) if len(text) >= minimum]
+            [(path, text) for path, text in walk_strings(payload, include_keys=True) if len(text) >= minimum]
             if found
             else []
         )
@@ -282,15 +229,36 @@ class ExfiltrationGuard:
                     hidden[path[:-1]] = "[REDACTED]"
                 shown = format_path(path, hidden)
                 messages.append(ValidationMessage(message=_describe(origin, target), severity="error", path=shown))
-        if not messages:
-            messages = _split_across_strings(flows, settings, inv.payload, target, decode)
-        if not messages:
-            return True
-        return ValidationResult(valid=False, severity="error", messages=tuple(messages[:20]), info={"target": target})
+        return messages or _split_across_strings(flows, settings, payload, target, decode)
+
+    def _shaped(
+        self, flows: Flows | None, settings: _Settings, payload: Any, target: str | None
+    ) -> list[ValidationMessage]:
+        """Fail closed past the caps: any value of a kind that could not be remembered, sent to a server it
+        may not have come from, is blocked (found by shape, as `secrets` and `pii` find it)."""
+        messages = []
+        hidden: dict[Path, str] = {}
+        for scanner in settings.scanners:
+            for hit in find_in_payload(payload, scanner, include_keys=True):
+                if flows is not None and flows.overflow.blocks(hit.kind, target, settings.block_unknown):
+                    cap = "max_values_per_session"
+                elif self.overflow.blocks(hit.kind, target, settings.block_unknown):
+                    cap = "max_sessions"
+                else:
+                    continue
+                if hit.path and hit.path[-1] is PathMark.KEY:
+                    hidden[hit.path[:-1]] = "[REDACTED]"
+                destination = repr(target) if target else "an unknown server"
+                text = (
+                    f"{hit.kind} sent to {destination}: more sensitive values were read than exfiltration-guard "
+                    f"remembers ({cap}), so no {hit.kind} goes to a server it may not have come from until they expire"
+                )
+                messages.append(ValidationMessage(message=text, severity="error", path=format_path(hit.path, hidden)))
+        return messages
 
 
 def _split_across_strings(
-    flows: _Flows, settings: _Settings, payload: Any, target: str | None, decode: bool
+    flows: Flows, settings: _Settings, payload: Any, target: str | None, decode: bool
 ) -> list[ValidationMessage]:
     """A value cut into pieces sent in several strings (`{"a": "AKIAJ7Q2", "b": "XKZ4M5N6P3RT"}`), found in
     the values joined in the order they are sent; the message names the string where the value starts."""
@@ -298,7 +266,7 @@ def _split_across_strings(
     if len(values) < 2:
         return []
     joined = "".join(values)
-    for form, origin in flows.carried(_readings(joined, decode)):
+    for form, origin in flows.carried(_texts(joined, decode), SEPARATOR):
         if is_allowed_flow(origin, target, settings.block_unknown):
             continue
         path = _string_at(payload, joined.find(form))
@@ -318,14 +286,15 @@ def _string_at(payload: Any, offset: int) -> Path:
     return ()
 
 
-def _origin_in(found: list[tuple[str, _Origin]], readings: list[str]) -> _Origin | None:
-    """The first found form in the string as sent, else in its decoded reading (then it travelled url-encoded)."""
+def _origin_in(found: list[tuple[str, Origin]], readings: list[tuple[str, str]]) -> Origin | None:
+    """The first found form in the string as sent, else in a reading of it (then it travelled encoded so)."""
     for form, origin in found:
-        if _occurs(form, origin, readings[:1]):
+        if _occurs(form, origin, [readings[0][0]]):
             return origin
     for form, origin in found:
-        if _occurs(form, origin, readings[1:]):
-            return origin if origin.encoding != "raw" else dataclasses.replace(origin, encoding="url")
+        for text, how in readings[1:]:
+            if _occurs(form, origin, [text]):
+                return origin if origin.encoding != "raw" else dataclasses.replace(origin, encoding=how)
     return None
 
 

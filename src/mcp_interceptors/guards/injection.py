@@ -22,7 +22,8 @@ from collections.abc import Awaitable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol, runtime_checkable
 
-from mcp_interceptors.guards._config import GuardSchema, SettingsCache
+from mcp_interceptors.guards._config import GuardSchema, SettingsCache, check_patterns
+from mcp_interceptors.guards._detectors._engine import compile_user_pattern
 from mcp_interceptors.guards._names import Glob
 from mcp_interceptors.guards._scanning import SEPARATOR
 from mcp_interceptors.guards._walk import format_path, string_values, walk_strings
@@ -136,8 +137,14 @@ class _PhraseMatcher:
     """The phrase checks: one combined re2 pass when google-re2 is installed, else keyword-gated `re`."""
 
     def __init__(self, phrases: Sequence[tuple[str, float, str, str, tuple[str, ...]]]) -> None:
-        self._each = [
-            (Signal(kind, score, detail), re.compile(source, re.IGNORECASE), keywords)
+        # A configured phrase runs on re2 only (`check_patterns` refused any other): on stdlib `re` a
+        # pattern such as `(a+)+$` backtracks for seconds on a short hostile text.
+        self._each: list[tuple[Signal, Any, tuple[str, ...]]] = [
+            (
+                Signal(kind, score, detail),
+                compile_user_pattern(source, ignore_case=True) if kind == "phrase" else re.compile(source, re.I),
+                keywords,
+            )
             for kind, score, detail, source, keywords in phrases
         ]
         self.any: Any = None
@@ -351,7 +358,12 @@ SCHEMA = GuardSchema(
         "block_threshold": {"type": "number", "minimum": 0, "maximum": 1, "default": 0.8},
         "warn_threshold": {"type": "number", "minimum": 0, "maximum": 1, "default": 0.5},
         "allowed_hosts": {"type": "array", "items": {"type": "string"}, "default": [], "description": "Host globs."},
-        "extra_phrases": {"type": "array", "items": {"type": "string"}, "default": [], "description": "Regexes."},
+        "extra_phrases": {
+            "type": "array",
+            "items": {"type": "string"},
+            "default": [],
+            "description": "Regexes in RE2 syntax.",
+        },
         "disabled_checks": {"type": "array", "items": {"enum": list(CHECKS)}, "default": []},
         "detectors": {
             "type": "array",
@@ -373,11 +385,7 @@ class _Settings:
 
 
 def _compile(raw: Mapping[str, Any]) -> _Settings:
-    for index, phrase in enumerate(raw["extra_phrases"]):
-        try:
-            re.compile(phrase)
-        except re.error as exc:
-            raise ValueError(f"config.extra_phrases[{index}] does not compile: {exc}") from None
+    check_patterns("extra_phrases", raw["extra_phrases"], ignore_case=True)
     if raw["warn_threshold"] > raw["block_threshold"]:
         raise ValueError("config.warn_threshold must not exceed config.block_threshold")
     detector = HeuristicDetector(raw["allowed_hosts"], raw["extra_phrases"], raw["disabled_checks"])

@@ -8,11 +8,13 @@ is returned untouched (no copy).
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Mapping
 from typing import Any
 
-from mcp_interceptors.guards._config import EVENT_OR_WILDCARD, GuardSchema, SettingsCache
+from mcp_interceptors.guards._config import EVENT_OR_WILDCARD, GuardSchema, SettingsCache, check_patterns
 from mcp_interceptors.guards._detectors import SECRET_KINDS, SecretScanner
+from mcp_interceptors.guards._detectors.secrets import example_keys
 from mcp_interceptors.guards._scanning import (
     CONTENT_EVENTS,
     REDACTION_PRIORITY,
@@ -21,8 +23,11 @@ from mcp_interceptors.guards._scanning import (
     find_in_payload,
     redact_payload,
 )
+from mcp_interceptors.guards._walk import format_path, walk_strings
 from mcp_interceptors.host import InterceptorHost, Invocation
 from mcp_interceptors.protocol.results import MutationResult, ValidationResult
+
+_log = logging.getLogger(__name__)
 
 #: No credential the scanner knows is shorter than this (`xoxb-1-abcdefgh`, `://u:secret@`).
 MIN_SECRET_LENGTH = 12
@@ -40,7 +45,7 @@ SCHEMA = GuardSchema(
             "type": "object",
             "additionalProperties": {"type": "string"},
             "default": {},
-            "description": "{kind: regex}; the group named `secret`, if any, is the value.",
+            "description": "{kind: regex} in RE2 syntax; the group named `secret`, if any, is the value.",
         },
         "allow": {
             "type": "array",
@@ -67,6 +72,7 @@ DESCRIPTION = {
 
 
 def _compile(raw: Mapping[str, Any]) -> tuple[TextScanner, Mapping[str, Any]]:
+    check_patterns("extra_patterns", raw["extra_patterns"])
     scanner = SecretScanner(raw["kinds"], raw["extra_patterns"])
     min_length = MIN_SECRET_LENGTH if not raw["extra_patterns"] else 1
     batchable = not raw["extra_patterns"]  # a user pattern could span the separator of a joined scan
@@ -81,6 +87,21 @@ def scrub_scanner(config: Mapping[str, Any], override: Mapping[str, Any] | None 
     blocked, only redacted)."""
     scanner, raw = SettingsCache("secrets", SCHEMA, config, _compile).for_config(override or {})
     return scanner, raw["placeholder"]
+
+
+def log_example_keys(guard: str, payload: Any) -> None:
+    """At DEBUG, one line per AWS documentation key the scan skipped on purpose (`AKIAIOSFODNN7EXAMPLE`),
+    naming the guard and the JSON path (never the key): the first key a user tries is often that one.
+    Costs nothing unless DEBUG is on for this logger."""
+    if not _log.isEnabledFor(logging.DEBUG):
+        return
+    for path, text in walk_strings(payload, include_keys=True):
+        if "EXAMPLE" in text and example_keys(text):
+            _log.debug(
+                "guard %r: known example key skipped at %s (AWS documentation keys never authenticate)",
+                guard,
+                format_path(path),
+            )
 
 
 def build(name: str, config: Mapping[str, Any]) -> InterceptorHost:
@@ -101,6 +122,7 @@ def build(name: str, config: Mapping[str, Any]) -> InterceptorHost:
         async def redact(inv: Invocation) -> MutationResult | None:
             scanner, raw = settings.for_config(inv.config)
             new, counts, paths = redact_payload(inv.payload, scanner, raw["placeholder"])
+            log_example_keys(name, inv.payload)
             if not counts:
                 return None
             return MutationResult(modified=True, payload=new, info={"redacted": dict(counts), "paths": paths})
@@ -111,6 +133,7 @@ def build(name: str, config: Mapping[str, Any]) -> InterceptorHost:
         async def deny(inv: Invocation) -> ValidationResult | bool:
             scanner, raw = settings.for_config(inv.config)
             hits = list(find_in_payload(inv.payload, scanner, include_keys=raw["scan_keys"]))
+            log_example_keys(name, inv.payload)
             return deny_result(hits, "credential") if hits else True
 
     return host

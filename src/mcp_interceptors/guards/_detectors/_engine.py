@@ -31,6 +31,7 @@ __all__ = [
     "DEFAULT_ENGINE",
     "CompiledPattern",
     "Engine",
+    "PatternRefusedError",
     "ScanText",
     "compile_prefilter",
     "compile_set",
@@ -241,18 +242,33 @@ def compile_prefilter(sources: list[str]) -> Any:
     return re2.compile("|".join(f"(?:{source})" for source in sources).encode("utf-8"), options)
 
 
-def compile_user_pattern(source: str, engine: Engine) -> Any:
-    """Compile a configured pattern: re2 when it is the engine and accepts the pattern (linear time on
-    hostile input), else stdlib `re` (lookarounds allowed). Either result has `finditer(str)` with char
-    spans and `groupindex`. Raises ValueError when neither engine can compile it."""
-    if engine == "re2":
-        options = re2.Options()
-        options.log_errors = False  # rejection is expected here: the pattern falls back to `re`
-        try:
-            return re2.compile(source, options)
-        except re2.error:
-            pass
+class PatternRefusedError(ValueError):
+    """A configured pattern stdlib `re` compiles but RE2 does not (a lookaround, a backreference)."""
+
+
+def compile_user_pattern(source: str, *, ignore_case: bool = False) -> Any:
+    """Compile a configured pattern on re2, whose matching takes linear time whatever the input. Its
+    result has `search` and `finditer(str)` with char spans, and `groupindex`.
+
+    Raises ValueError saying why when re2 rejects the pattern (a lookaround, a backreference) or is not
+    installed: stdlib `re` backtracks, and a pattern such as `(?!z)(a+)+$` then holds the event loop for
+    seconds on a 28-character input, which no deadline can interrupt (the match never yields).
+    """
+    if re2 is None:
+        raise PatternRefusedError("configured patterns need the google-re2 package (linear-time matching)")
+    options = re2.Options()
+    options.log_errors = False
+    options.case_sensitive = not ignore_case
     try:
-        return re.compile(source)
-    except re.error as error:
-        raise ValueError(str(error)) from None
+        return re2.compile(source, options)
+    except re2.error as error:
+        try:
+            re.compile(source)
+        except re.error as syntax:
+            raise ValueError(str(syntax)) from None
+        reason = error.args[0].decode() if error.args and isinstance(error.args[0], bytes) else str(error)
+        raise PatternRefusedError(
+            f"RE2 rejects it ({reason}); only RE2 syntax is accepted (no lookarounds or backreferences), "
+            "since a backtracking pattern can block the event loop on hostile input; rewrite it, or check "
+            "boundaries in the pattern itself (e.g. [^A-Za-z0-9] instead of a lookbehind)"
+        ) from None

@@ -10,7 +10,7 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from itertools import accumulate
 from typing import NamedTuple
 
-__all__ = ["Finding", "inside_any", "merge_findings", "merge_spans", "redact"]
+__all__ = ["Finding", "ends_escape", "inside_any", "merge_findings", "merge_spans", "redact"]
 
 
 class Finding(NamedTuple):
@@ -22,6 +22,29 @@ class Finding(NamedTuple):
     kind: str
     start: int
     end: int
+
+
+_HEX_DIGITS = frozenset("0123456789abcdefABCDEF")
+
+
+def ends_escape(text: str, index: int) -> bool:
+    """True when the text before `index` ends in an escape (`%3D`, `\\n`, `\\t`, `\\u0020`, `\\x20`): the
+    letter or digit before a candidate is then part of the escape, not of the candidate's word, so a
+    token after `token%3D`, `Bearer%20` or an escaped newline is not glued to anything."""
+    if index >= 3 and text[index - 3] == "%" and text[index - 2] in _HEX_DIGITS and text[index - 1] in _HEX_DIGITS:
+        return True
+    if index >= 2 and text[index - 2] == "\\" and text[index - 1] in "nrtbfv0":
+        return True
+    for width in (6, 4):  # \uXXXX, \xXX
+        head = index - width
+        if (
+            head >= 0
+            and text[head] == "\\"
+            and text[head + 1] == "ux"[width == 4]
+            and all(char in _HEX_DIGITS for char in text[head + 2 : index])
+        ):
+            return True
+    return False
 
 
 # `Finding(...)` runs the named tuple's `__new__`, a Python function; the merge makes one per finding.

@@ -18,7 +18,7 @@ from typing import Literal
 from ._checksums import IBAN_LENGTHS, is_card_number, is_iban, is_us_ssn
 from ._engine import CompiledPattern, ScanText, compile_prefilter, compile_set, engine_for, re2, resolve_engine
 from ._phone import CONTEXT_SEARCH, FORMATTED_PATTERN, PhoneJudge
-from .findings import Finding, inside_any, merge_spans
+from .findings import Finding, ends_escape, inside_any, merge_spans
 
 __all__ = ["DEFAULT_PHONE_REGIONS", "PII_KINDS", "PiiScanner"]
 
@@ -56,8 +56,11 @@ _EMAIL_DOMAIN = r"@[A-Za-z0-9][A-Za-z0-9-]*(?:\.[A-Za-z0-9-]+)*\.[A-Za-z]{2,24}"
 # `icon@2x.png` is an asset name, not an address.
 _FILE_SUFFIXES = frozenset({"png", "jpg", "jpeg", "gif", "svg", "webp", "ico", "bmp", "tiff"})
 
-_CARD = r"[0-9](?:[ -]?[0-9]){12,18}"
+_CARD = r"[0-9](?:[ .-]?[0-9]){12,18}"
 _CARD_RUN = re.compile(r"[0-9]+(?:[ -][0-9]+)*")
+# A card printed with dots (`4111.1111.1111.1111`): dots only, in a printed layout, the run taken whole
+# (a dotted run is otherwise a decimal, a version or an address).
+_DOTTED_CARD_RUN = re.compile(r"[0-9]+(?:\.[0-9]+)+")
 _DIGIT_GROUP = re.compile(r"[0-9]+")
 _CARD_RUN_CAP = 48
 # Printed card layouts: groups of four (the last may be shorter), or Amex/Diners 4-6-5 and 4-6-4.
@@ -114,8 +117,11 @@ _VALID_IPV6 = re.compile(_valid_ipv6_pattern())
 
 
 def _is_glued(text: str, start: int, end: int, before: frozenset[str], after: frozenset[str]) -> bool:
-    """True when the span touches `before` chars on its left or `after` chars on its right."""
-    return bool((start and text[start - 1] in before) or (end < len(text) and text[end] in after))
+    """True when the span touches `before` chars on its left (but for the end of an escape such as `%3D`
+    or `\\t`) or `after` chars on its right."""
+    if start and text[start - 1] in before and not ends_escape(text, start):
+        return True
+    return end < len(text) and text[end] in after
 
 
 def _digit_follows(text: str, end: int, joiners: str) -> bool:
@@ -127,6 +133,8 @@ def _check_email(text: str, start: int, end: int) -> tuple[int, int] | None:
     # The run of local-part chars just before the "@", up to 65 of them.
     window = text[max(0, start - 65) : start]
     local = window[len(window.rstrip(_EMAIL_LOCAL_CHARS)) :].lstrip(".")
+    if local[:1] in "nrt" and len(window) > len(local) and window[-len(local) - 1] == "\\":
+        local = local[1:]  # after an escaped newline or tab (`line1\\njane@...`): the escape is not the address
     if not local or len(local) > 64 or local.endswith(".") or ".." in local:
         return None
     local_start = start - len(local)
@@ -145,8 +153,10 @@ def _check_email(text: str, start: int, end: int) -> tuple[int, int] | None:
 def _check_card(text: str, start: int, end: int) -> tuple[int, int] | None:
     # The run of digit groups from here, capped: a card prints in at most 23 chars, and a longer run
     # (a table of numbers) must not cost more than a constant per candidate.
-    if start and text[start - 1] in _WORD_DOT_DASH:
+    if start and text[start - 1] in _WORD_DOT_DASH and not ends_escape(text, start):
         return None  # glued on the left (a slack token's digits, an id): decided before reading the run
+    if "." in text[start:end]:
+        return _check_dotted_card(text, start)
     run = _CARD_RUN.match(text, start, start + _CARD_RUN_CAP)
     run_end = run.end() if run else end
     if (run_end < len(text) and text[run_end] in _WORD) or _digit_follows(text, run_end, ". -"):
@@ -172,6 +182,17 @@ def _check_card(text: str, start: int, end: int) -> tuple[int, int] | None:
     return None
 
 
+def _check_dotted_card(text: str, start: int) -> tuple[int, int] | None:
+    run = _DOTTED_CARD_RUN.match(text, start, start + _CARD_RUN_CAP)
+    if run is None or (run.end() < len(text) and text[run.end()] in _WORD) or _digit_follows(text, run.end(), ". -"):
+        return None
+    sizes = [len(group) for group in run.group().split(".")]
+    if len(sizes) < 3 or not _is_card_layout(sizes):
+        return None
+    digits = run.group().replace(".", "")
+    return (start, run.end()) if 13 <= len(digits) <= 19 and is_card_number(digits) else None
+
+
 def _is_card_layout(lengths: list[int]) -> bool:
     if len(lengths) == 1:
         return True
@@ -180,7 +201,7 @@ def _is_card_layout(lengths: list[int]) -> bool:
 
 def _check_iban(text: str, start: int, end: int) -> tuple[int, int] | None:
     length = IBAN_LENGTHS.get(text[start : start + 2])
-    if length is None or (start and text[start - 1].isalnum()):
+    if length is None or (start and text[start - 1].isalnum() and not ends_escape(text, start)):
         return None
     span = text[start:end]
     compact = span.replace(" ", "")

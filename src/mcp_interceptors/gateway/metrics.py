@@ -1,5 +1,6 @@
 """Prometheus metrics of one gateway: its own `CollectorRegistry`, the hooks the forwarding code calls,
-and a small loopback listener serving the text exposition format (for a stdio gateway).
+and a loopback listener serving the exposition (prometheus_client's ASGI app on uvicorn; a stdio gateway's
+only way to expose them).
 
 The gateway (`server.py`, `session.py`, `legs.py`, `upstream.py`) calls in; this module imports
 nothing of theirs. Labelled children are cached, so a hot-path update is a dict lookup and an add.
@@ -7,19 +8,22 @@ nothing of theirs. Labelled children are cached, so a hot-path update is a dict 
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import logging
+import socket
 from collections.abc import Callable, Iterable, Iterator
 from typing import TYPE_CHECKING, Any, Literal
 
 import anyio
 import anyio.abc
-import h11
+import uvicorn
 from mcp_types import methods as wire_methods
-from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest, make_asgi_app
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 from prometheus_client.exposition import CONTENT_TYPE_LATEST
 from prometheus_client.registry import Collector
+from uvicorn.protocols.http.h11_impl import H11Protocol
 
 from mcp_interceptors.protocol.events import CLIENT_INITIATED_EVENTS, SERVER_INITIATED_EVENTS
 
@@ -35,7 +39,7 @@ Outcome = Literal["ok", "error", "blocked", "cancelled"]
 KNOWN_METHODS = frozenset(CLIENT_INITIATED_EVENTS | SERVER_INITIATED_EVENTS | wire_methods.SPEC_CLIENT_METHODS)
 #: Buckets in seconds: a chain of local guards takes well under a millisecond, an upstream call up to minutes.
 _BUCKETS = (0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0)
-#: How long the metrics listener gives one connection to send its request head and take the answer.
+#: How long a connection to the metrics listener may stay open (a scrape takes milliseconds).
 _READ_S = 10.0
 #: Connections the metrics listener serves at once; more are answered 503 and closed at once, so a scraper
 #: loop or a slowloris cannot hold the gateway's file descriptors.
@@ -234,78 +238,105 @@ CONTENT_TYPE = CONTENT_TYPE_LATEST
 async def serve_metrics(
     metrics: GatewayMetrics, host: str, port: int, *, task_status: anyio.abc.TaskStatus[int] = anyio.TASK_STATUS_IGNORED
 ) -> None:
-    """Serve `GET /metrics` on HOST:PORT (loopback, checked by the config) until cancelled; reports the port."""
-    listener = await anyio.create_tcp_listener(local_host=host, local_port=port)
-    open_connections = 0
+    """Serve `GET /metrics` on HOST:PORT (loopback, checked by the config) until cancelled; reports the port.
 
-    async def handle(stream: anyio.abc.SocketStream) -> None:
-        nonlocal open_connections
-        if open_connections >= _MAX_CONNECTIONS:
-            await _refuse(stream)
-            return
-        open_connections += 1
+    prometheus_client's ASGI app writes the exposition (content negotiation, gzip, `name[]` filters) and
+    uvicorn serves it, with `_ScrapeProtocol` bounding its connections."""
+    sock = _listening_socket(host, port)
+    config = uvicorn.Config(
+        _loopback_only(make_asgi_app(metrics.registry)),
+        http=_ScrapeProtocol,
+        lifespan="off",
+        log_config=None,  # the gateway's logging stays as it configured it
+        log_level="warning",
+        access_log=False,
+        server_header=False,
+        timeout_graceful_shutdown=1,
+    )
+    server = _ListenerServer(config)
+
+    async def run() -> None:
+        with anyio.CancelScope(shield=True):  # cancelled, it would leave its sockets open: it is asked to exit
+            await server.serve(sockets=[sock])
+
+    async with anyio.create_task_group() as tg:
+        tg.start_soon(run)
+        # uvicorn offers no readiness event; this loop only runs at start-up
+        while not server.started:
+            if server.should_exit:
+                raise OSError(f"the metrics listener on {host}:{port} did not start")
+            await anyio.sleep(0.01)
+        task_status.started(sock.getsockname()[1])
         try:
-            await _answer(metrics, stream)
+            await anyio.sleep_forever()
         finally:
-            open_connections -= 1
-
-    async with listener:
-        task_status.started(listener.extra(anyio.abc.SocketAttribute.local_port))
-        await listener.serve(handle)
+            server.should_exit = True
 
 
-async def _refuse(stream: anyio.abc.SocketStream) -> None:
-    """Too many connections: say 503 (without waiting for the request) and close."""
-    async with stream:
-        with anyio.move_on_after(1), contextlib.suppress(OSError, anyio.BrokenResourceError):
-            await stream.send(_BUSY)
-
-
-async def _answer(metrics: GatewayMetrics, stream: anyio.abc.SocketStream) -> None:
-    """One scrape per connection, within `_READ_S`. A bad or broken one is dropped alone: it never ends the
-    gateway."""
-    async with stream:
-        with anyio.move_on_after(_READ_S):
-            await _exchange(metrics, stream)
-
-
-async def _exchange(metrics: GatewayMetrics, stream: anyio.abc.SocketStream) -> None:
+def _listening_socket(host: str, port: int) -> socket.socket:
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    # IPPROTO_TCP named, so asyncio sets TCP_NODELAY on each accepted connection (it checks the protocol):
+    # without it, a kept-alive scrape waited ~40 ms for a delayed ACK before its last chunk was sent.
+    sock = socket.socket(family, socket.SOCK_STREAM, socket.IPPROTO_TCP)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
     try:
-        connection = h11.Connection(h11.SERVER)
-        request = await _read_request(connection, stream)
-        if request is None:
+        sock.bind((host, port))
+        sock.listen(_MAX_CONNECTIONS)
+    except OSError:
+        sock.close()
+        raise
+    sock.setblocking(False)
+    return sock
+
+
+class _ListenerServer(uvicorn.Server):
+    """uvicorn without its signal handlers: the gateway handles SIGTERM and SIGINT."""
+
+    @contextlib.contextmanager
+    def capture_signals(self) -> Iterator[None]:
+        yield
+
+
+class _ScrapeProtocol(H11Protocol):
+    """uvicorn's h11 protocol, bounded: past `_MAX_CONNECTIONS` a connection gets 503 at once (before it
+    sends anything), and a connection still open `_READ_S` after it was made is closed (a slowloris or a
+    stuck scraper cannot hold the gateway's file descriptors)."""
+
+    _deadline: asyncio.TimerHandle | None = None
+
+    def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
+        super().connection_made(transport)
+        if len(self.connections) > _MAX_CONNECTIONS:
+            transport.write(_BUSY)
+            transport.close()
             return
-        status, body = _response_for(metrics, request)
-        content_type = CONTENT_TYPE if status == 200 else "text/plain; charset=utf-8"
-        headers = [("content-type", content_type), ("content-length", str(len(body))), ("connection", "close")]
-        out = connection.send(h11.Response(status_code=status, headers=headers)) or b""
-        if request.method != b"HEAD":
-            out += connection.send(h11.Data(data=body)) or b""
-        out += connection.send(h11.EndOfMessage()) or b""
-        await stream.send(out)
-    except (OSError, anyio.BrokenResourceError, anyio.EndOfStream, h11.ProtocolError) as exc:
-        logger.debug("metrics listener: dropped a connection: %s", exc)
-    except Exception:
-        logger.exception("metrics listener: a scrape failed")
+        self._deadline = self.loop.call_later(_READ_S, transport.close)
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        if self._deadline is not None:
+            self._deadline.cancel()
+        super().connection_lost(exc)
 
 
-async def _read_request(connection: h11.Connection, stream: anyio.abc.SocketStream) -> h11.Request | None:
-    while True:
-        event = connection.next_event()
-        if event is h11.NEED_DATA:
-            connection.receive_data(await stream.receive())
-        elif isinstance(event, h11.Request):
-            return event
+def _loopback_only(app: Any) -> Any:
+    """`app` at `/metrics` (GET and HEAD) for loopback Host names only: a page on another site that resolves
+    its name to 127.0.0.1 (DNS rebinding) is refused, as it is on the HTTP front."""
+
+    async def guarded(scope: dict[str, Any], receive: Any, send: Any) -> None:
+        host = dict(scope["headers"]).get(b"host", b"")
+        if host.rsplit(b":", 1)[0] not in _LOOPBACK_HOSTS and host not in _LOOPBACK_HOSTS:
+            await _plain(send, 421, b"Misdirected request: the metrics listener answers loopback Host names only\n")
+        elif scope["path"] != "/metrics":
+            await _plain(send, 404, b"Not found: metrics are at /metrics\n")
+        elif scope["method"] not in ("GET", "HEAD"):
+            await _plain(send, 405, b"Method not allowed\n")
         else:
-            return None
+            await app(scope, receive, send)
+
+    return guarded
 
 
-def _response_for(metrics: GatewayMetrics, request: h11.Request) -> tuple[int, bytes]:
-    host = dict(request.headers).get(b"host", b"")
-    if host.rsplit(b":", 1)[0] not in _LOOPBACK_HOSTS and host not in _LOOPBACK_HOSTS:
-        return 421, b"Misdirected request: the metrics listener answers loopback Host names only\n"
-    if request.target.split(b"?", 1)[0] != b"/metrics":
-        return 404, b"Not found: metrics are at /metrics\n"
-    if request.method not in (b"GET", b"HEAD"):
-        return 405, b"Method not allowed\n"
-    return 200, metrics.exposition()
+async def _plain(send: Any, status: int, body: bytes) -> None:
+    headers = [(b"content-type", b"text/plain; charset=utf-8"), (b"content-length", str(len(body)).encode())]
+    await send({"type": "http.response.start", "status": status, "headers": headers})
+    await send({"type": "http.response.body", "body": body})

@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import os
 import shlex
+import shutil
 import signal
 import socket
 import subprocess
@@ -527,6 +528,49 @@ def test_bash_completion_offers_subcommands_options_and_guard_names(
 def test_bash_completion_offers_every_guard() -> None:
     script = cli("completion", "bash").stdout
     assert _bash_completions(script, "mcp-interceptors", "gateway", "--guard", "") == guards.available()
+
+
+def _shell(name: str) -> str:
+    """The shell's path; a missing one skips the test here, and fails it in CI (`MCPI_REQUIRE_SHELLS`)."""
+    path = shutil.which(name)
+    if path is None:
+        if os.environ.get("MCPI_REQUIRE_SHELLS"):
+            pytest.fail(f"{name} is not installed (.ci/run installs it)")
+        pytest.skip(f"{name} is not installed")
+    return path
+
+
+@pytest.mark.parametrize(
+    ("line", "offered"),
+    [
+        ("mcp-interceptors ga", ["gateway"]),
+        ("mcp-interceptors audit v", ["verify"]),
+        ("mcp-interceptors gateway --guard ex", ["exfiltration-guard"]),
+        ("mcp-interceptors serve --guard ", guards.available()),
+        ("mcp-interceptors completion f", ["fish"]),
+    ],
+)
+def test_fish_completion_offers_subcommands_and_guard_names(line: str, offered: list[str], tmp_path: Path) -> None:
+    script = tmp_path / "mcp-interceptors.fish"
+    script.write_text(cli("completion", "fish").stdout, encoding="utf-8")
+    program = f"source {shlex.quote(str(script))}; complete -C {shlex.quote(line)}"
+    done = subprocess.run([_shell("fish"), "--no-config", "-c", program], capture_output=True, text=True, timeout=60)
+    assert done.returncode == 0, done.stderr
+    assert [candidate.split("\t")[0] for candidate in done.stdout.splitlines()] == offered
+
+
+def test_zsh_completion_registers_for_the_command_when_evaluated() -> None:
+    script = cli("completion", "zsh").stdout
+    program = 'autoload -U compinit && compinit -u -D && eval "$MCPI_SCRIPT" && print -- ${_comps[mcp-interceptors]}'
+    done = subprocess.run(
+        [_shell("zsh"), "-f", "-c", program],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        env={**os.environ, "MCPI_SCRIPT": script},
+    )
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip() == "_shtab_mcp_interceptors"
 
 
 @pytest.mark.parametrize("shell", ["zsh", "fish", "tcsh", "powershell"])

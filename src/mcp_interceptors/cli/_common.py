@@ -167,7 +167,8 @@ def add_guard_argument(parser: Any, what: str) -> None:
         help=f'{what} (repeatable); CONFIG is its config as JSON or @file.json, e.g. secrets=\'{{"action": "deny"}}\''
         f" (keys: docs/guards.md). NAME is one of: {', '.join(names)}",
     )
-    action.complete = shtab.cmd(f"echo {' '.join(names)}")  # `completion` offers the names (`echo`: no Python)
+    # `completion` offers the names, one per line (fish splits a command's output by lines); no Python runs
+    action.complete = shtab.cmd(f"printf '%s\\n' {' '.join(names)}")
 
 
 def completes_files(action: argparse.Action) -> argparse.Action:

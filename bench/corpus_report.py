@@ -1,6 +1,6 @@
 """Precision/recall per entity type on the labelled scan corpus, as markdown: ours, Presidio, detect-secrets.
 
-Usage: python bench/corpus_report.py [--only-ours]
+Usage: python bench/corpus_report.py [--only-ours] [--guard-path]
 
 Three document sets: the 400 small documents (tests/data/scan_corpus/corpus.jsonl), the two 1 MB documents
 and a 1 MB "typical" document (`build_typical`). Our scanners and Presidio are scored per kind: a finding
@@ -8,6 +8,9 @@ counts only when its kind matches the planted item it overlaps. detect-secrets n
 plugin ("Base64 High Entropy String", ...), not by our kinds, so it is scored kind-agnostic: a planted
 secret counts as found when any detect-secrets finding overlaps it, and a finding is correct when it
 overlaps any planted secret. Presidio runs pattern recognizers only (no spaCy model can be installed).
+With `--guard-path`, our scanners run as the guards run them: each document a string of a payload, read as
+sent and through its readings (escapes, invisible characters, blobs undone; `guards/_readings.py`), each
+finding mapped back to the document; what the readings add to the findings is then in the figures.
 """
 
 from __future__ import annotations
@@ -97,9 +100,28 @@ def recall_by_kind(
     return {kind: hit[kind] / total[kind] if total[kind] else 1.0 for kind in kinds}
 
 
+def guard_path(scanner: Any, min_length: int, integers: bool = False) -> Callable[[str], list[Span]]:
+    """`scanner` as `_scanning` runs it on a payload's string (readings included), spans in the string."""
+    from mcp_interceptors.guards._readings import edits_on_string
+    from mcp_interceptors.guards._scanning import TextScanner, _findings_of
+
+    text_scanner = TextScanner(scanner, min_length=min_length, integers=integers)
+
+    def scan(text: str) -> list[Span]:
+        spans = set()  # a reading may find again what the string as sent showed
+        for reading, findings in _findings_of(text_scanner, [text]).get(0, []):
+            for finding in findings:
+                for start, end, kind, _ in edits_on_string(reading, [(*finding[1:], finding.kind, None)], str):
+                    spans.add(Span(kind, start, end))
+        return sorted(spans, key=lambda span: (span.start, span.end, span.kind))
+
+    return scan
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--only-ours", action="store_true", help="skip the Presidio and detect-secrets columns")
+    parser.add_argument("--guard-path", action="store_true", help="score ours through the guards' readings")
     args = parser.parse_args()
     gen, scoring = load("generate"), load("corpus_score")
     sets = {
@@ -116,13 +138,16 @@ def main() -> None:
         except ImportError:
             presidio = None
     secrets, pii = SecretScanner(), PiiScanner()
+    scan_secrets, scan_pii = secrets.scan, pii.scan
+    if args.guard_path:
+        scan_secrets, scan_pii = guard_path(secrets, 12), guard_path(pii, 6)
     with tempfile.TemporaryDirectory() as workdir:
         ds_scan = None if args.only_ours else detect_secrets_scan(workdir)
         for set_name, docs in sets.items():
             planted = sum(len(doc["labels"]) for doc in docs)
             size = sum(len(doc["text"].encode()) for doc in docs) / 1e6
             print(f"\n### {set_name} ({size:.2f} MB, {planted} planted items)\n")
-            ours = {**scoring.score(docs, secrets.scan, SECRET_KINDS), **scoring.score(docs, pii.scan, PII_KINDS)}
+            ours = {**scoring.score(docs, scan_secrets, SECRET_KINDS), **scoring.score(docs, scan_pii, PII_KINDS)}
             theirs = scoring.score(docs, presidio.scan, PII_KINDS) if presidio else {}
             ds_recall = recall_by_kind(docs, ds_scan, SECRET_KINDS) if ds_scan else {}
             ds_total = (

@@ -272,3 +272,42 @@ async def test_a_skipped_aws_example_key_is_logged_at_debug_without_the_key(
         f"guard 'secrets': known example key skipped at $.params.arguments.other {why}",
     ]
     assert "AKIAIOSFODNN7EXAMPLE" not in caplog.text and "EXAMPLEKEY" not in caplog.text
+
+
+#: Clean text that looks encoded: the readings must not make findings of it (precision).
+NEAR_MISSES = [
+    "https://example.com/search?q=hello%20world&lang=en&page=2%2F3",
+    "<p>Fish &amp; chips &mdash; &#8220;quoted&#8221; &nbsp;caf&eacute; &#x2764;</p>",
+    'line one\\nline two\\tTabbed \\u00e9t\\u00e9 \\"quoted\\" C:\\\\new\\\\test',
+    "commit 148793670389a403194d774dd481c6b5be33fcba, digest sha256:"
+    + "9f86d081884c7d659a2feaa0c55ad015a3bf4f1b2b0b822cd15d6c15b0f00a08",
+    "id 550e8400-e29b-41d4-a716-446655440000 and 123e4567-e89b-12d3-a456-426614174000",
+    "data:image/png;base64,iVBORw0KGgoAAAANSUhEUgAAAAEAAAABCAYAAAAfFcSJAAAADUlEQVR42mNkYPhfDwAChwGA60e6kgAAAABJRU5ErkJggg==",
+    b64("The quick brown fox jumps over the lazy dog, twice over."),
+    b"The quick brown fox jumps over".hex(),
+    "東京都千代田区"
+    + fullwidth("1-2-3")
+    + "、電話"
+    + fullwidth(":")
+    + "予約は"
+    + fullwidth("(")
+    + "午前"
+    + fullwidth(")")
+    + fullwidth("10")
+    + "時から。"
+    + fullwidth("ABC")
+    + "株式会社",
+    "family 👨\u200d👩\u200d👧 and flags 🏳\ufe0f\u200d🌈, soft\u00adhyphen",
+    "مَرْحَبًا بِكُمْ and Zu\u0308rich and e\u0301te\u0301",
+    "price 1.234.567,89 EUR; version 4.1.1.1; build 2024.11.30.1234",
+    "total 4111.1111 and 1111.1111 kg",
+    "eyJhbGciOiJIUzI1NiJ9 is only a header",
+    "%41%42%43 %7B%22a%22%3A1%7D " + urllib.parse.quote("name=José&city=Zürich"),
+]
+
+
+@pytest.mark.parametrize("text", NEAR_MISSES)
+@pytest.mark.parametrize("guard", ["secrets", "pii"])
+async def test_encoded_clean_text_is_not_a_finding(guard: str, text: str) -> None:
+    outcome = await run_chain(guards.load(guard), "tools/call", "request", request(text))
+    assert outcome.status == "success" and outcome.final_payload == request(text), outcome.results

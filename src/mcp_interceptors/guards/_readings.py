@@ -70,6 +70,7 @@ _BASE64URL = re.compile(r"[A-Za-z0-9_-]+={0,2}")
 _HEX = re.compile(r"[0-9A-Fa-f]+")
 #: Wrapped in lines (76 wide from MIME and the `base64` tool, 64 in PEM), ended by `\n` or `\r\n`.
 _BASE64_LINES = re.compile(r"(?:[A-Za-z0-9+/]+\r?\n)+[A-Za-z0-9+/]*={0,2}(?:\r?\n)?")
+_CONTROL = re.compile("[\x00-\x08\x0b\x0c\x0e-\x1f\x7f-\x9f]")
 #: A blob inside a value without spaces (`?d=...`, `key=...`): a run of either alphabet.
 _BLOB_RUN = re.compile(r"[A-Za-z0-9+/_-]{16,}={0,2}")
 
@@ -343,8 +344,9 @@ def _text_of(data: bytes) -> str | None:
 
 
 def _is_text(decoded: str) -> bool:
-    """Printable text, lines and tabs allowed: random bytes that happen to be UTF-8 are rarely that."""
-    return decoded.isprintable() or decoded.replace("\n", "").replace("\r", "").replace("\t", "").isprintable()
+    """No control characters but line breaks and tabs: random bytes that happen to be UTF-8 rarely pass,
+    and text with invisible characters in it (a disguised token) does."""
+    return _CONTROL.search(decoded) is None
 
 
 def decoded_base64(text: str) -> str | None:

@@ -102,7 +102,7 @@ def recall_by_kind(
 
 def guard_path(scanner: Any, min_length: int, integers: bool = False) -> Callable[[str], list[Span]]:
     """`scanner` as `_scanning` runs it on a payload's string (readings included), spans in the string."""
-    from mcp_interceptors.guards._readings import edits_on_string
+    from mcp_interceptors.guards._readings import span_on_string
     from mcp_interceptors.guards._scanning import TextScanner, _findings_of
 
     text_scanner = TextScanner(scanner, min_length=min_length, integers=integers)
@@ -111,8 +111,8 @@ def guard_path(scanner: Any, min_length: int, integers: bool = False) -> Callabl
         spans = set()  # a reading may find again what the string as sent showed
         for reading, findings in _findings_of(text_scanner, [text]).get(0, []):
             for finding in findings:
-                for start, end, kind, _ in edits_on_string(reading, [(*finding[1:], finding.kind, None)], str):
-                    spans.add(Span(kind, start, end))
+                start, end, _ = span_on_string(reading, finding.start, finding.end)
+                spans.add(Span(finding.kind, start, end))
         return sorted(spans, key=lambda span: (span.start, span.end, span.kind))
 
     return scan

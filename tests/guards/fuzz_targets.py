@@ -4,8 +4,8 @@
 Each target takes one input and raises AssertionError when an invariant breaks:
 - `walk`: the one walker (`_walk`) visits every string once, rebuilds an equal payload from identity
   replacements, and never raises, whatever the nesting or the values;
-- `scan`: `find_in_payload`/`redact_payload` never raise, and a redacted payload holds nothing the
-  denying form finds (whatever readings found it);
+- `scan`: `find_in_payload`/`redact_payload` never raise, and a redacted payload holds none of the values
+  the denying form found (whatever readings found them);
 - `guards`: the built-in scanning guards through their real invocation path (a chain) end in a decision,
   never an exception; a payload too deep for the chain fails closed naming the nesting;
 - `hidden`: a credential disguised by a random stack of the encodings the guards undo is still found.
@@ -64,7 +64,10 @@ def scan(payload: Any) -> None:
         hits = list(find_in_payload(payload, scanner, include_keys=True))
         redacted, counts, paths = redact_payload(payload, scanner, PLACEHOLDER)
         assert (redacted is payload) == (not counts), (counts, paths)
-        left = [(hit.path, hit.kind) for hit in find_in_payload(redacted, scanner)]
+        # Nothing found is left. (A redaction may leave text that reads as a new, shorter finding once its
+        # neighbour is a placeholder: `f00::f` glued to an address is no address until the address is gone.)
+        found = {(hit.kind, hit.value) for hit in hits}
+        left = [(hit.path, hit.kind) for hit in find_in_payload(redacted, scanner) if (hit.kind, hit.value) in found]
         assert not left, ("left after redaction", left, redacted)
         # What the denying form finds is redacted, but in mapping keys (never renamed).
         assert counts or all(hit.path and hit.path[-1] is PathMark.KEY for hit in hits), hits

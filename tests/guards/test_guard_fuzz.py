@@ -3,6 +3,9 @@
 
 from __future__ import annotations
 
+import subprocess
+import sys
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -69,3 +72,13 @@ async def test_a_payload_deeper_than_the_chain_takes_fails_closed_naming_the_nes
 def test_a_disguised_value_is_still_found(value: int, layers: list[str], last: str | None) -> None:
     # Readings go three deep: a character disguise under three encodings is a fourth layer.
     hidden(value, [last, *layers[:2]] if last else layers)
+
+
+def test_the_campaign_script_runs_every_target() -> None:
+    root = Path(__file__).resolve().parents[2]
+    argv = [sys.executable, "bench/fuzz_guards.py", "--engine", "hypothesis", "--all", "--runs", "15"]
+    done = subprocess.run(argv, cwd=root, capture_output=True, text=True, timeout=300, check=False)
+    assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-2000:]
+    lines = done.stdout.splitlines()
+    assert [line.split()[0] for line in lines] == ["walk", "scan", "guards", "hidden"]
+    assert all(line.endswith("findings: 0") for line in lines)

@@ -16,7 +16,7 @@ import html
 import re
 import unicodedata
 from bisect import bisect_right
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from functools import cache
 
@@ -32,6 +32,7 @@ __all__ = [
     "may_hide",
     "read_in_place",
     "readings_of",
+    "span_on_string",
 ]
 
 #: Readings of readings (base64 of base64 of percent-encoded text) go this deep, and a string gets at most
@@ -140,12 +141,50 @@ class Reading:
         return end if last < out_end else end + last - out_end + 1
 
 
-def edits_on_string(reading: Reading | None, edits: list[Edit], fill: Callable[[str], str]) -> list[Edit]:
-    """Edits on a reading's text carried back, reading by reading, to the string itself."""
+def edits_on_string(groups: Iterable[tuple[Reading | None, list[Edit]]], fill: Callable[[str], str]) -> list[Edit]:
+    """Edits on readings' texts (`(reading, edits)`; None for the string as sent) carried back to the string.
+
+    Deepest readings first, each reading's edits gathered before it maps them to its source: a blob is
+    written again once, with every edit found in it or in the readings of it.
+    """
+    final: list[Edit] = []
+    pending: dict[int, tuple[Reading, list[Edit]]] = {}
+    for reading, edits in groups:
+        if reading is None:
+            final.extend(edits)
+        else:
+            pending.setdefault(id(reading), (reading, []))[1].extend(edits)
+    while pending:
+        reading, edits = max(pending.values(), key=lambda entry: _depth(entry[0]))
+        del pending[id(reading)]
+        mapped = reading.edits_on_source(edits, fill)
+        if reading.parent is None:
+            final.extend(mapped)
+        else:
+            pending.setdefault(id(reading.parent), (reading.parent, []))[1].extend(mapped)
+    return final
+
+
+def span_on_string(reading: Reading | None, start: int, end: int) -> tuple[int, int, tuple[tuple[int, int], ...]]:
+    """Where `start:end` of a reading's text sits in the string: its span there, and for a blob on the way
+    its span inside each blob (innermost first), so two findings in one blob stay apart."""
+    inner: list[tuple[int, int]] = []
     while reading is not None:
-        edits = reading.edits_on_source(edits, fill)
+        if reading.blob is not None:
+            inner.append((start, end))
+            start, end = reading.blob[0], reading.blob[1]
+        else:
+            out_starts = [unit[2] for unit in reading.units]
+            start, end = reading._source_start(out_starts, start), reading._source_end(out_starts, end)
         reading = reading.parent
-    return edits
+    return start, end, tuple(inner)
+
+
+def _depth(reading: Reading | None) -> int:
+    depth = 0
+    while reading is not None:
+        depth, reading = depth + 1, reading.parent
+    return depth
 
 
 def apply_edits(text: str, edits: Sequence[Edit], fill: Callable[[str], str]) -> str:

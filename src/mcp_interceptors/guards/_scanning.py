@@ -21,7 +21,15 @@ from itertools import accumulate
 from typing import Any, Protocol
 
 from mcp_interceptors.guards._detectors import Finding
-from mcp_interceptors.guards._readings import Edit, Reading, apply_edits, edits_on_string, may_hide, readings_of
+from mcp_interceptors.guards._readings import (
+    Edit,
+    Reading,
+    apply_edits,
+    edits_on_string,
+    may_hide,
+    readings_of,
+    span_on_string,
+)
 from mcp_interceptors.guards._walk import (
     Path,
     PathMark,
@@ -182,17 +190,17 @@ def _findings_of(scanner: TextScanner, texts: list[str]) -> dict[int, _Found]:
     return found
 
 
-def _values(found: _Found, text: str) -> Iterator[tuple[Reading | None, Finding, str]]:
-    """Each finding in string `text` with the value it covers, once per kind and value (a reading may find
-    again what the string as sent showed)."""
-    seen: set[tuple[str, str]] = set()
+def _values(found: _Found, text: str) -> Iterator[tuple[Finding, str]]:
+    """Each finding in string `text` with the value it covers, once per place in the string (a reading may
+    find again what the string as sent showed, at the same place)."""
+    seen: set[tuple[str, tuple[int, int, tuple[tuple[int, int], ...]]]] = set()
     for reading, findings in found:
         read = reading.text if reading is not None else text
         for finding in findings:
-            value = read[finding.start : finding.end]
-            if (finding.kind, value) not in seen:
-                seen.add((finding.kind, value))
-                yield reading, finding, value
+            key = (finding.kind, span_on_string(reading, finding.start, finding.end))
+            if key not in seen:
+                seen.add(key)
+                yield finding, read[finding.start : finding.end]
 
 
 @dataclass(frozen=True, slots=True)
@@ -269,7 +277,7 @@ def find_in_payload(payload: Any, scanner: TextScanner, *, include_keys: bool = 
     if found:
         for index, (path, _) in enumerate(walk_strings(payload, include_keys=include_keys, include_integers=integers)):
             if index in found:
-                for _, finding, value in _values(found[index], texts[index]):
+                for finding, value in _values(found[index], texts[index]):
                     yield Hit(path, finding.kind, value)
     for crossing in _crossings(scanner, payload, texts):
         yield Hit(crossing.pieces[0][0], crossing.kind, crossing.value)
@@ -298,11 +306,11 @@ def redact_payload(payload: Any, scanner: TextScanner, placeholder: str) -> tupl
     if found:
         for index, (path, _) in enumerate(walk_strings(payload, include_integers=integers)):
             if index in found:
-                edits: list[Edit] = []
-                for reading, finding, _ in _values(found[index], texts[index]):
-                    counts[finding.kind] += 1
-                    edits.extend(edits_on_string(reading, [(finding.start, finding.end, finding.kind, None)], fill))
-                entries[path] = (texts[index], edits)
+                counts.update(finding.kind for finding, _ in _values(found[index], texts[index]))
+                groups: list[tuple[Reading | None, list[Edit]]] = [
+                    (reading, [(f.start, f.end, f.kind, None) for f in findings]) for reading, findings in found[index]
+                ]
+                entries[path] = (texts[index], edits_on_string(groups, fill))
     # A value cut across text blocks: the placeholder where it starts, the rest of it removed.
     for crossing in crossings:
         counts[crossing.kind] += 1

@@ -158,7 +158,7 @@ async def test_wrap_client_config_routes_every_server_through_the_gateway_and_ba
     assert wrapped["globalShortcut"] == "Ctrl+Space"
     for name, entry in wrapped["mcpServers"].items():
         assert Path(entry["command"]).is_absolute()
-        assert entry["args"][-6:] == ["--config", str(servers_file), "--upstream", name, "--guard", "secrets"]
+        assert entry["args"][-6:] == ["--config", str(servers_file), "--guard", "secrets", "--upstream", name]
     assert wrapped["mcpServers"]["web api"]["autoApprove"] == ["echo"]  # the client's own keys stay
     assert wrapped["mcpServers"]["off"]["disabled"] is True
 
@@ -186,9 +186,71 @@ async def test_wrap_again_with_other_guards_changes_the_guards_only(tmp_path: Pa
     assert second.returncode == 0, second.stderr.decode()
     entry = json.loads(path.read_text())["servers"]["web"]
     assert entry["type"] == "stdio"
-    assert entry["args"][-2:] == ["--guard", 'secrets={"action":"deny"}']
+    assert entry["args"][-4:] == ["--guard", 'secrets={"action":"deny"}', "--upstream", "web"]
     stored = json.loads((tmp_path / "mcp.gateway-upstreams.json").read_text())
     assert stored == {"servers": {"web": {"type": "http", "url": http_upstream}}}
     blocked = await call_echo(entry, SECRET)
     assert isinstance(blocked, MCPError) and blocked.code == -32602
     assert await call_echo(entry, "nothing secret") == "nothing secret"
+
+
+async def test_wrap_with_a_gateway_config_runs_every_server_behind_its_guards_and_audit(
+    tmp_path: Path, http_upstream: str
+) -> None:
+    gateway_config = tmp_path / "gateway.yaml"
+    gateway_config.write_text(
+        "interceptors:\n  guards: [{name: secrets, config: {action: deny}}]\n"
+        "audit: {enabled: true, store: audit.db, key_file: audit.key}\n",
+        encoding="utf-8",
+    )
+    path = write_json(tmp_path / "claude_desktop_config.json", {"mcpServers": {"web": {"url": http_upstream}}})
+    done = await run_cli("wrap-client-config", str(path), "--gateway-config", str(gateway_config))
+    assert done.returncode == 0, done.stderr.decode()
+    entry = json.loads(path.read_text())["mcpServers"]["web"]
+    servers_file = tmp_path / "claude_desktop_config.gateway-upstreams.json"
+    assert entry["args"][-6:] == ["--config", str(gateway_config), "--servers", str(servers_file), "--upstream", "web"]
+
+    blocked = await call_echo(entry, SECRET)
+    assert isinstance(blocked, MCPError) and blocked.code == -32602
+    store = str(tmp_path / "audit.db")  # the gateway config has no upstreams of its own: name the store
+    trail = await run_cli("audit", "tail", "--store", store, "--key-file", str(tmp_path / "audit.key"), "--json")
+    assert trail.returncode == 0, trail.stderr.decode()
+    decisions = [json.loads(line)["body"].get("decision") for line in trail.stdout.decode().splitlines()]
+    assert "deny" in decisions
+
+    undone = await run_cli("wrap-client-config", str(path), "--undo")
+    assert undone.returncode == 0, undone.stderr.decode()
+    assert json.loads(path.read_text()) == {"mcpServers": {"web": {"url": http_upstream}}}
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (("--undo", "--guard", "pii"), "--undo puts the original entries back"),
+        (("--guard", "pii", "--gateway-config", "g.yaml"), "give --guard or --gateway-config"),
+    ],
+)
+async def test_wrap_refuses_options_that_contradict(tmp_path: Path, args: tuple[str, ...], message: str) -> None:
+    path = write_json(tmp_path / "c.json", {"mcpServers": {"a": {"command": "x"}}})
+    done = await run_cli("wrap-client-config", str(path), *args)
+    assert done.returncode == 2
+    assert message in done.stderr.decode()
+    assert json.loads(path.read_text()) == {"mcpServers": {"a": {"command": "x"}}}
+
+
+async def test_check_joins_a_client_configs_servers_to_a_gateway_configs_upstreams(tmp_path: Path) -> None:
+    gateway_config = tmp_path / "gateway.yaml"
+    gateway_config.write_text("upstreams:\n  own: {url: 'http://127.0.0.1:9/mcp'}\n", encoding="utf-8")
+    servers = write_json(tmp_path / "claude.json", {"mcpServers": {"web": {"url": "http://127.0.0.1:8/mcp"}}})
+    done = await run_cli("gateway", "--check", str(gateway_config), "--servers", str(servers))
+    assert done.returncode == 0, done.stderr.decode()
+    lines = done.stdout.decode().splitlines()
+    assert "  own: streamable-http http://127.0.0.1:9/mcp  (tools/prompts as own__<name>)" in lines
+    assert "  web: streamable-http http://127.0.0.1:8/mcp  (tools/prompts as web__<name>)" in lines
+
+    clash = write_json(tmp_path / "clash.json", {"mcpServers": {"own": {"url": "http://127.0.0.1:8/mcp"}}})
+    refused = await run_cli("gateway", "--check", str(gateway_config), "--servers", str(clash))
+    assert refused.returncode == 1
+    assert refused.stderr.decode().startswith(
+        f"mcp-interceptors gateway: error: {clash}: mcpServers.own: the gateway config has an upstream of this name"
+    )

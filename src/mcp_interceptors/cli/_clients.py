@@ -40,6 +40,13 @@ def register(subcommands: Any) -> None:
     )
     completes_files(wrap.add_argument("path", metavar="PATH", help="the client's config file (JSON)"))
     add_guard_argument(wrap, "a built-in guard every wrapped server runs behind (default: secrets)")
+    completes_files(
+        wrap.add_argument(
+            "--gateway-config",
+            metavar="FILE",
+            help="run every wrapped server behind this gateway config (its guards, policies, audit) instead of --guard",
+        )
+    )
     wrap.add_argument("--undo", action="store_true", help="put the original entries back")
     wrap.add_argument("--dry-run", action="store_true", help="print the rewritten config instead of writing it")
     wrap.set_defaults(handler=run_wrap)
@@ -60,8 +67,12 @@ def servers_file_of(path: Path) -> Path:
 def run_wrap(args: argparse.Namespace) -> int:
     if args.stdio_command:
         raise CommandError("wrap-client-config takes no command after --", 2)
-    if args.undo and args.guard:
-        raise CommandError("--undo puts the original entries back: give it without --guard", 2)
+    if args.undo and (args.guard or args.gateway_config):
+        raise CommandError("--undo puts the original entries back: give it without --guard or --gateway-config", 2)
+    if args.guard and args.gateway_config:
+        raise CommandError("give --guard or --gateway-config (which lists its own guards), not both", 2)
+    if args.gateway_config:
+        _check_gateway_config(Path(args.gateway_config))
     path = Path(args.path).absolute()
     config = _read_json(path, required=True)
     key = next((name for name in SERVER_LISTS if isinstance(config.get(name), dict)), None)
@@ -71,11 +82,15 @@ def run_wrap(args: argparse.Namespace) -> int:
     stored = _read_json(servers_file, required=False).get(key, {})
     if not isinstance(stored, dict):
         raise CommandError(f"{servers_file}: {key} must be an object", 1)
-    guards: list[GuardChoice] = args.guard or [("secrets", None)]
+    if args.gateway_config:
+        gateway = ["--config", str(Path(args.gateway_config).absolute()), "--servers", str(servers_file)]
+    else:
+        guards: list[GuardChoice] = args.guard or [("secrets", None)]
+        gateway = ["--config", str(servers_file), *[a for g, c in guards for a in ("--guard", _guard_text(g, c))]]
     if args.undo:
         entries, changed = _unwrapped(config[key], stored, servers_file)
     else:
-        entries, changed = _wrapped(config[key], stored, servers_file, guards, vscode=key == "servers")
+        entries, changed = _wrapped(config[key], stored, servers_file, gateway, vscode=key == "servers")
     rewritten = {**config, key: entries}
     if args.dry_run:
         print(json.dumps(rewritten, indent=2, ensure_ascii=False))
@@ -107,12 +122,11 @@ def _backup(path: Path) -> Path:
 
 
 def _wrapped(
-    entries: dict[str, Any], stored: dict[str, Any], servers_file: Path, guards: list[GuardChoice], *, vscode: bool
+    entries: dict[str, Any], stored: dict[str, Any], servers_file: Path, options: list[str], *, vscode: bool
 ) -> tuple[dict[str, Any], list[str]]:
-    """Every entry as a gateway entry (`stored` gains the originals); the names whose entry changed."""
+    """Every entry as a gateway entry with `options` (`stored` gains the originals); the names whose entry changed."""
     result: dict[str, Any] = {}
     changed: list[str] = []
-    guard_args = [arg for guard, config in guards for arg in ("--guard", _guard_text(guard, config))]
     for name, entry in entries.items():
         if not isinstance(entry, dict):
             raise CommandError(f"server {name!r} is not an object", 1)
@@ -120,7 +134,7 @@ def _wrapped(
             stored[name] = {k: v for k, v in entry.items() if k != "disabled"}  # the client's switch stays its own
         elif name not in stored:
             raise CommandError(f"server {name!r} runs through the gateway, but {servers_file} has no original of it", 1)
-        gateway = [*launcher(), "gateway", "--config", str(servers_file), "--upstream", name, *guard_args]
+        gateway = [*launcher(), "gateway", *options, "--upstream", name]
         wrapped: dict[str, Any] = {"type": "stdio"} if vscode else {}
         wrapped.update(command=gateway[0], args=gateway[1:], **client_only_keys(entry))
         result[name] = wrapped
@@ -155,7 +169,21 @@ def _wrapped_by(entry: dict[str, Any]) -> str | None:
     program = Path(command).name.removesuffix(".exe")
     if program != "mcp-interceptors" and argv[1:3] != ["-m", "mcp_interceptors"]:
         return None
-    return argv[argv.index("--config") + 1] if argv.index("--config") + 1 < len(argv) else None
+    option = argv.index("--servers" if "--servers" in argv else "--config")  # where the originals are
+    return argv[option + 1] if option + 1 < len(argv) else None
+
+
+def _check_gateway_config(path: Path) -> None:
+    """A gateway config (not a client's), valid as far as reading it goes: a typo is found now, not by the
+    client failing to start every server."""
+    from mcp_interceptors.gateway.config import ConfigError, read_config_document
+
+    try:
+        document = read_config_document(path)
+    except ConfigError as exc:
+        raise CommandError(str(exc), 1) from None
+    if document.client:
+        raise CommandError(f"--gateway-config {path} is a client's server list, not a gateway config", 2)
 
 
 def _guard_text(name: str, config: dict[str, Any] | None) -> str:

@@ -69,6 +69,13 @@ def register(subcommands: Any) -> None:
     completes_files(
         gateway.add_argument("--check", metavar="FILE", help="validate FILE and print the resolved plan, then exit")
     )
+    completes_files(
+        gateway.add_argument(
+            "--servers",
+            metavar="FILE",
+            help="a client's mcpServers (or VS Code servers) file whose servers join the upstreams of --config",
+        )
+    )
     gateway.add_argument(
         "--upstream",
         metavar="NAME",
@@ -129,10 +136,15 @@ def _config(args: argparse.Namespace) -> tuple[GatewayConfig, str]:
                 "list guards in the gateway config instead",
                 2,
             )
+        servers = None
+        if args.servers is not None:
+            if document.client:
+                raise CommandError("--servers FILE goes with a gateway config as --config (this is a client's)", 2)
+            servers = read_config_document(args.servers)
         guards = [{"name": name, **({"config": config} if config else {})} for name, config in args.guard]
-        return config_from(document, guards=guards, upstream=args.upstream), file
-    if args.upstream is not None:
-        raise CommandError("--upstream NAME picks one upstream of --config FILE", 2)
+        return config_from(document, guards=guards, upstream=args.upstream, servers=servers), file
+    if args.upstream is not None or args.servers is not None:
+        raise CommandError(f"{'--upstream' if args.upstream else '--servers'} goes with --config FILE", 2)
     if args.stdio_command:
         return shortcut_config(args.guard, args.stdio_command), COMMAND_LINE
     raise CommandError("nothing to front: give --config FILE, or an upstream command after --", 2)

@@ -13,7 +13,12 @@ from typing import Any
 from pydantic import ValidationError
 
 from mcp_interceptors.gateway.config.base import ConfigError, redact_values
-from mcp_interceptors.gateway.config.client_configs import client_upstreams, server_list_key, workspace_of
+from mcp_interceptors.gateway.config.client_configs import (
+    client_upstreams,
+    server_list_key,
+    upstream_name,
+    workspace_of,
+)
 from mcp_interceptors.gateway.config.document import GatewayConfig
 from mcp_interceptors.gateway.config.reading import MAX_DEPTH, read_document
 from mcp_interceptors.gateway.config.servers import InterceptorsConfig
@@ -249,27 +254,48 @@ def config_from(
     env: Mapping[str, str] | None = None,
     guards: Sequence[Mapping[str, Any]] = (),
     upstream: str | None = None,
+    servers: ConfigDocument | None = None,
 ) -> GatewayConfig:
     """The `GatewayConfig` of a document read by `read_config_document`.
 
     A client's server list becomes `upstreams`, run behind `guards` (a gateway config lists its own, so
-    `guards` must be empty for one). `upstream` keeps only the server so named: the others' settings (an
-    environment variable only they need) are not read at all.
+    `guards` must be empty for one). `servers`, a client's server list, adds its servers to a gateway
+    config's upstreams. `upstream` keeps only the server so named: the others' settings (an environment
+    variable only they need) are not read at all.
     """
     raw, file = document.raw, document.file
     if document.client:
+        if servers is not None:
+            raise ValueError("servers go with a gateway config")
         raw = {"upstreams": client_upstreams(raw, file, workspace_of(Path(file)), only=upstream)}
         if guards:
             raw["interceptors"] = {"guards": [dict(guard) for guard in guards]}
-    elif guards:
+        return parse_config(raw, file=file, env=env, base_dir=document.base_dir)
+    if guards:
         raise ValueError("a gateway config lists its own guards")
-    elif upstream is not None and isinstance(raw, dict):
-        upstreams = raw.get("upstreams")
-        if not isinstance(upstreams, dict) or upstream not in upstreams:
-            known = ", ".join(map(repr, upstreams)) if isinstance(upstreams, dict) else "(none)"
-            raise ConfigError(file, "upstreams", f"no upstream named {upstream!r}", f"name one of: {known}")
-        raw = {**raw, "upstreams": {upstream: upstreams[upstream]}}
-    return parse_config(raw, file=file, env=env, base_dir=document.base_dir)
+    if not isinstance(raw, dict) or (servers is None and upstream is None):
+        return parse_config(raw, file=file, env=env, base_dir=document.base_dir)
+    upstreams: dict[str, Any] = raw["upstreams"] if isinstance(raw.get("upstreams"), dict) else {}
+    if servers is not None:
+        if not servers.client:
+            problem = "not a client's server list (mcpServers or servers)"
+            raise ConfigError(servers.file, "", problem, "give a Claude Desktop, Cursor or VS Code config")
+        named = server_list_key(servers.raw)
+        only = upstream if upstream is not None and upstream in servers.raw[named] else None
+        added = client_upstreams(servers.raw, servers.file, workspace_of(Path(servers.file)), only=only)
+        if only is not None:
+            upstreams = {}
+        for name in set(added) & set(upstreams):
+            fix = f"rename one of them (the gateway's is upstreams.{name} in {file})"
+            raise ConfigError(servers.file, f"{named}.{name}", "the gateway config has an upstream of this name", fix)
+        upstreams = {**upstreams, **added}
+    if upstream is not None and upstream not in upstreams and upstream_name(upstream) not in upstreams:
+        known = ", ".join(map(repr, upstreams)) or "(none)"
+        raise ConfigError(file, "upstreams", f"no upstream named {upstream!r}", f"name one of: {known}")
+    if upstream is not None:
+        key = upstream if upstream in upstreams else upstream_name(upstream)
+        upstreams = {key: upstreams[key]}
+    return parse_config({**raw, "upstreams": upstreams}, file=file, env=env, base_dir=document.base_dir)
 
 
 def load_config(path: str | Path, *, env: Mapping[str, str] | None = None) -> GatewayConfig:

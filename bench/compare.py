@@ -389,7 +389,7 @@ def write_csv(out: Path, cells: Sequence[Cell], args: argparse.Namespace) -> Non
 
 
 def write_markdown(out: Path, cells: Sequence[Cell], chain_rows: Sequence[tuple[str, float, float]]) -> None:
-    """compare.md: the tables as Markdown, for docs/benchmarks.md."""
+    """compare.md: the tables as Markdown, for docs/performance.md."""
     lines = [
         "| topology | c | variant | req/s | p50 ms | p99 ms | req/s ÷ direct | p50 ÷ direct | p99 ÷ direct |",
         "|---|---:|---|---:|---:|---:|---:|---:|---:|",

@@ -49,3 +49,10 @@ def test_the_configuration_page_has_its_generated_tables(site: Path) -> None:
     assert "config-reference" not in page
     for setting in ("upstreams.&lt;name&gt;.command", "http.max_body_bytes", "audit.writer", "scrub.errors"):
         assert f"<code>{setting}</code>" in page
+
+
+def test_the_command_line_page_has_every_commands_help(site: Path) -> None:
+    page = (site / "cli" / "index.html").read_text("utf-8")
+    assert "cli-reference" not in page
+    for command in ("list", "invoke", "gateway", "config-schema", "serve", "pin", "audit", "audit verify"):
+        assert f"usage: mcp-interceptors {command}" in page

@@ -50,6 +50,8 @@ _FENCE = re.compile(r"^(?P<indent> *)```(?P<lang>[\w-]*)(?P<attrs>[^\n`]*)$")
 _MARK = re.compile(r"^\s*<!-- snippet: (?P<kind>[\w-]+)(?P<options>[^>]*)-->\s*$")
 _TITLE = re.compile(r'title="([^"]+)"')
 TIMEOUT_S = 180
+#: How long a background block may take to listen (the demo runs before it serves).
+BACKGROUND_START_S = 150
 
 
 @dataclass
@@ -284,7 +286,7 @@ class Runner:
             )
         self.background.append((block, process))
         port = int(self.ports[f":{block.options['port']}"][1:]) if "port" in block.options else 0
-        deadline = time.monotonic() + 60
+        deadline = time.monotonic() + BACKGROUND_START_S
         while time.monotonic() < deadline:
             assert process.poll() is None, f"{block} exited {process.returncode}: {self.log(block)}"
             if port == 0:
@@ -293,7 +295,7 @@ class Runner:
             with contextlib.suppress(OSError), socket.create_connection(("127.0.0.1", port), timeout=1):
                 return
             time.sleep(0.2)
-        raise AssertionError(f"{block}: nothing listened on port {port} within 60 s: {self.log(block)}")
+        raise AssertionError(f"{block}: nothing listened on {port} within {BACKGROUND_START_S} s: {self.log(block)}")
 
     def log(self, block: Block) -> str:
         return (self.folder / f".snippet-{block.line}.log").read_text(encoding="utf-8", errors="replace")[-3000:]

@@ -71,8 +71,9 @@ def fresh_venv(tmp_path_factory: pytest.TempPathFactory) -> dict[str, str]:
     subprocess.run([sys.executable, "-m", "venv", "--system-site-packages", str(venv)], check=True, timeout=120)
     env = environment(venv / "bin")
     env.pop("VIRTUAL_ENV", None)
-    # pip installs from what is installed: no index, no build venv (PIP_NO_BUILD_ISOLATION=0 means off).
-    env.update(PIP_NO_INDEX="1", PIP_NO_BUILD_ISOLATION="0", PIP_DISABLE_PIP_VERSION_CHECK="1")
+    env["PIP_DISABLE_PIP_VERSION_CHECK"] = "1"
+    if os.environ.get("MCPI_PIP_WHEELS"):  # CI: the build backend from the wheels .ci/run fetched, offline
+        env.update(PIP_NO_INDEX="1", PIP_FIND_LINKS=os.environ["MCPI_PIP_WHEELS"])
     env.update(npm_config_update_notifier="false", npm_config_fund="false")
     if os.environ.get("MCPI_NPM_CACHE"):  # CI: npm installs from the cache .ci/run filled, offline
         env.update(npm_config_cache=os.environ["MCPI_NPM_CACHE"], npm_config_offline="true")

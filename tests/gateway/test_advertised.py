@@ -13,7 +13,7 @@ from mcp_interceptors import Chain
 from mcp_interceptors.gateway.config import parse_config
 from mcp_interceptors.gateway.server import Gateway
 from mcp_interceptors.gateway.session import DownstreamSession
-from mcp_interceptors.gateway.upstream import UpstreamConnection
+from mcp_interceptors.gateway.upstream.connection import UpstreamConnection
 
 pytestmark = pytest.mark.anyio
 

@@ -1,4 +1,4 @@
-"""`SessionRequests` (gateway/http_front.py): a handshake-era request reusing an id in flight is refused, and an
+"""`SessionRequests` (gateway/fronts/http.py): a handshake-era request reusing an id in flight is refused, and an
 id is free for the client's next request as soon as its answer is out. Also the HTTP path's per-call shortcuts:
 `McpPathFirst`, the tool schemas given to mcp's `Mcp-Param-*` check, the serverInfo stamp made only when needed."""
 
@@ -14,7 +14,7 @@ from mcp_types import SERVER_INFO_META_KEY
 
 from mcp_interceptors import Chain
 from mcp_interceptors.gateway.config import parse_config
-from mcp_interceptors.gateway.http_front import McpPathFirst, SessionRequests
+from mcp_interceptors.gateway.fronts.http import McpPathFirst, SessionRequests
 from mcp_interceptors.gateway.routing import build_catalog
 from mcp_interceptors.gateway.server import Gateway
 from mcp_interceptors.gateway.session import shape_modern

@@ -9,7 +9,8 @@ import anyio
 import pytest
 from mcp import MCPError
 
-from mcp_interceptors.gateway.jsonrpc import REQUEST_TIMEOUT, JsonRpcPeer, loads
+from mcp_interceptors.gateway.jsonrpc.framing import REQUEST_TIMEOUT, loads
+from mcp_interceptors.gateway.jsonrpc.peer import JsonRpcPeer
 
 pytestmark = pytest.mark.anyio
 

@@ -6,7 +6,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from mcp_interceptors.gateway.jsonrpc import LineBuffer, LineTooLongError, encode_line, loads
+from mcp_interceptors.gateway.jsonrpc.framing import LineBuffer, LineTooLongError, encode_line, loads
 
 
 @given(st.lists(st.sampled_from([b"a", b"bc", b"\n", b"", b"{}", b"\n\n"]), max_size=30), st.data())

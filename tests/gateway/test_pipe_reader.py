@@ -8,8 +8,8 @@ from pathlib import Path
 import anyio
 import pytest
 
-from mcp_interceptors.gateway import jsonrpc
-from mcp_interceptors.gateway.jsonrpc import pipe_reader, write_all
+from mcp_interceptors.gateway.jsonrpc import pipes
+from mcp_interceptors.gateway.jsonrpc.pipes import pipe_reader, write_all
 
 pytestmark = pytest.mark.anyio
 
@@ -28,7 +28,7 @@ async def test_a_regular_file_gets_no_pipe_reader(tmp_path: Path) -> None:
 async def test_a_reader_that_falls_behind_holds_the_writer_back_and_loses_nothing(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    monkeypatch.setattr(jsonrpc, "_PAUSE_READING_AT", 1000)
+    monkeypatch.setattr(pipes, "_PAUSE_READING_AT", 1000)
     read_fd, write_fd = os.pipe()
     os.set_blocking(write_fd, False)
     sent = bytes(range(256)) * 8000  # ~2 MB: many times the pipe's own buffer

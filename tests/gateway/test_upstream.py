@@ -1,4 +1,4 @@
-"""`gateway/upstream.py`: the supervised connection's reconnect backoff."""
+"""`gateway/upstream/`: the supervised connection's reconnect backoff, and the HTTP transports' limits."""
 
 from __future__ import annotations
 
@@ -11,9 +11,9 @@ import anyio
 import httpx2
 import pytest
 
-from mcp_interceptors.gateway import upstream
 from mcp_interceptors.gateway.config import TransportConfig
-from mcp_interceptors.gateway.upstream import UpstreamConnection
+from mcp_interceptors.gateway.upstream import connection, transports
+from mcp_interceptors.gateway.upstream.connection import UpstreamConnection
 
 pytestmark = pytest.mark.anyio
 
@@ -22,7 +22,7 @@ async def test_a_server_that_dies_right_after_its_handshake_is_restarted_with_gr
     monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
 ) -> None:
     """A crash loop (up, then gone at once) must not be restarted every 0.2 s forever."""
-    monkeypatch.setattr(upstream, "_BACKOFF_FIRST_S", 0.01)
+    monkeypatch.setattr(connection, "_BACKOFF_FIRST_S", 0.01)
     conn = UpstreamConnection("flaky", TransportConfig(command="server"))
     cycles = 0
 
@@ -34,7 +34,7 @@ async def test_a_server_that_dies_right_after_its_handshake_is_restarted_with_gr
             conn.close()
 
     monkeypatch.setattr(conn, "_connect_once", connect_once)
-    with caplog.at_level(logging.WARNING, logger=upstream.__name__), anyio.fail_after(10):
+    with caplog.at_level(logging.WARNING, logger=connection.__name__), anyio.fail_after(10):
         await conn.run()
     delays = [record.args[-1] for record in caplog.records if "reconnecting" in str(record.msg)]  # type: ignore[index]
     assert delays == [0.01, 0.02, 0.04, 0.08]
@@ -58,12 +58,12 @@ async def test_an_http_upstream_message_is_capped_but_not_its_event_stream() -> 
         kind, parts = bodies[request.url.path]
         return httpx2.Response(200, headers={"content-type": kind}, content=chunks(parts))
 
-    transport = upstream._MessageLimitTransport(httpx2.MockTransport(serve), 1000)
+    transport = transports._MessageLimitTransport(httpx2.MockTransport(serve), 1000)
     async with httpx2.AsyncClient(transport=transport) as client:
         assert len((await client.get("http://u/events")).content) == len(event) * 21 + 1
-        with pytest.raises(upstream.EventTooLongError, match=r"^an event longer than the limit of 1000 bytes$"):
+        with pytest.raises(transports.EventTooLongError, match=r"^an event longer than the limit of 1000 bytes$"):
             await client.get("http://u/event")
-        with pytest.raises(upstream.MessageTooLongError, match=r"^a message longer than the limit of 1000 bytes$"):
+        with pytest.raises(transports.MessageTooLongError, match=r"^a message longer than the limit of 1000 bytes$"):
             await client.get("http://u/json")
 
 
@@ -72,7 +72,7 @@ async def test_a_streamable_http_wire_closes_its_http_client_when_it_ends(monkey
     its pooled sockets stayed open in CLOSE-WAIT after the upstream hung up, a third of them per ended session
     across 100 DELETEd sessions."""
     made: list[httpx2.AsyncClient] = []
-    make = upstream.http_client_for
+    make = transports.http_client_for
 
     def http_client_for(*args: Any, **kwargs: Any) -> httpx2.AsyncClient:
         made.append(make(*args, **kwargs))
@@ -84,9 +84,9 @@ async def test_a_streamable_http_wire_closes_its_http_client_when_it_ends(monkey
         async with send, receive:
             yield receive, send
 
-    monkeypatch.setattr(upstream, "http_client_for", http_client_for)
-    monkeypatch.setattr(upstream, "open_transport", open_transport)
+    monkeypatch.setattr(transports, "http_client_for", http_client_for)
+    monkeypatch.setattr(transports, "open_transport", open_transport)
     with anyio.fail_after(5):
-        async with upstream.open_wire(TransportConfig(url="http://127.0.0.1:9/mcp")):
+        async with transports.open_wire(TransportConfig(url="http://127.0.0.1:9/mcp")):
             assert len(made) == 1 and not made[0].is_closed
     assert made[0].is_closed

@@ -38,8 +38,7 @@ from mcp_interceptors.gateway.config import (
     parse_config,
     read_config_document,
 )
-from mcp_interceptors.gateway.routing import RoutingError
-from mcp_interceptors.gateway.serve import (
+from mcp_interceptors.gateway.fronts.serve import (
     BindRefusedError,
     ListenError,
     cancelled_by_signal,
@@ -47,9 +46,10 @@ from mcp_interceptors.gateway.serve import (
     serve_http,
     serve_stdio,
 )
+from mcp_interceptors.gateway.routing import RoutingError
 from mcp_interceptors.gateway.server import Gateway, audit_key_location, audit_store_location
 from mcp_interceptors.gateway.sources import chain_for, populate_chain
-from mcp_interceptors.gateway.upstream import UpstreamUnavailableError
+from mcp_interceptors.gateway.upstream.errors import UpstreamUnavailableError
 from mcp_interceptors.invoker import Chain
 from mcp_interceptors.protocol.errors import InterceptorsError
 

@@ -36,7 +36,7 @@ from mcp_interceptors.audit.writer import (
     WriterStats,
     call_after_turns,
 )
-from mcp_interceptors.gateway.jsonrpc import spawn_piped
+from mcp_interceptors.gateway.jsonrpc.pipes import spawn_piped
 
 _log = logging.getLogger(__name__)
 #: Put first on the writer process's path, so it runs exactly the code we do.

@@ -42,7 +42,7 @@ from mcp_interceptors.gateway.auth import current_principal
 from mcp_interceptors.gateway.bridge import BRIDGE_TIMEOUT_S, Bridges
 from mcp_interceptors.gateway.config import GatewayConfig
 from mcp_interceptors.gateway.host_input import chain_body, result_body, vouched_context
-from mcp_interceptors.gateway.jsonrpc import INTERNAL_ERROR, INVALID_REQUEST, too_many_in_flight
+from mcp_interceptors.gateway.jsonrpc.framing import INTERNAL_ERROR, INVALID_REQUEST, too_many_in_flight
 from mcp_interceptors.gateway.legs import Governor
 from mcp_interceptors.gateway.metrics import GatewayMetrics, serve_metrics
 from mcp_interceptors.gateway.recording import RECEIPT_META_KEY, CallRecord, Leg, OpenInput, receipt_meta
@@ -50,7 +50,9 @@ from mcp_interceptors.gateway.routing import CALLS, LISTS, Catalog
 from mcp_interceptors.gateway.scrub import Scrubber
 from mcp_interceptors.gateway.session import STDIO_SESSION_KEY, DownstreamSession, Era
 from mcp_interceptors.gateway.tasks import without_tasks
-from mcp_interceptors.gateway.upstream import GATEWAY_CLIENT_INFO, UpstreamConnection, UpstreamUnavailableError
+from mcp_interceptors.gateway.upstream.connection import UpstreamConnection
+from mcp_interceptors.gateway.upstream.errors import UpstreamUnavailableError
+from mcp_interceptors.gateway.upstream.handshake import GATEWAY_CLIENT_INFO
 from mcp_interceptors.host import parse_invoke_params
 
 if TYPE_CHECKING:

@@ -35,13 +35,9 @@ from mcp_interceptors.gateway.routing import (
     build_catalog,
 )
 from mcp_interceptors.gateway.tasks import task_refusal
-from mcp_interceptors.gateway.upstream import (
-    ENVELOPE_KEYS,
-    UpstreamConnection,
-    UpstreamTimeoutError,
-    UpstreamUnavailableError,
-    first_error,
-)
+from mcp_interceptors.gateway.upstream.connection import UpstreamConnection
+from mcp_interceptors.gateway.upstream.errors import UpstreamTimeoutError, UpstreamUnavailableError, first_error
+from mcp_interceptors.gateway.upstream.handshake import ENVELOPE_KEYS
 from mcp_interceptors.protocol.errors import InterceptorsError
 from mcp_interceptors.protocol.invoke import InvocationContext, Principal, now_iso
 

@@ -24,7 +24,8 @@ from mcp import MCPError
 
 from mcp_interceptors.executor import Call
 from mcp_interceptors.gateway.config import ConfigError, GatewayConfig, InterceptorServerConfig, RequiredConfig
-from mcp_interceptors.gateway.upstream import UpstreamConnection, UpstreamTimeoutError, UpstreamUnavailableError
+from mcp_interceptors.gateway.upstream.connection import UpstreamConnection
+from mcp_interceptors.gateway.upstream.errors import UpstreamTimeoutError, UpstreamUnavailableError
 from mcp_interceptors.host import hooks_for
 from mcp_interceptors.invoker import (
     DEFAULT_DISCOVERY_TIMEOUT_MS,

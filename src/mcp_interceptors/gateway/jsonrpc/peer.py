@@ -1,34 +1,49 @@
-"""A lean JSON-RPC peer over newline-delimited byte streams: the gateway's fast stdio path.
+"""A lean JSON-RPC peer over newline-delimited byte streams: the gateway's fast stdio path, both ways.
 
-Messages stay dicts end to end (one parse and one dump per message), with no per-message
-model validation, tracing span or extra task hop. It offers the subset of mcp's dispatcher API the
-gateway uses (`run`, `send_raw_request`, `notify`), with ids, progress and cancellation.
+Messages stay dicts end to end (one parse and one dump per message), with no per-message model
+validation, tracing span or extra task hop. It offers the subset of mcp's dispatcher API the gateway
+uses (`run`, `send_raw_request`, `notify`), with ids, progress and cancellation. `run` is where every
+message from a stdio peer is read; `_serve` is where every answer to it is written.
+
+One piece (past ~400 lines): reading, the table of our requests awaiting answers and the table of the
+peer's requests being served are one connection's state, which `run`, `take_now` and `_drain` share.
 """
 
 from __future__ import annotations
 
 import asyncio
-import json
 import logging
-import os
-import stat
-from collections import deque
-from collections.abc import AsyncIterator, Awaitable, Callable, Coroutine, Mapping
-from contextlib import asynccontextmanager, nullcontext, suppress
-from functools import partial
-from typing import Any, cast
+from collections.abc import Awaitable, Callable, Coroutine, Mapping
+from contextlib import nullcontext, suppress
+from typing import Any
 
 import anyio
 import anyio.abc
-import orjson
-import pydantic_core
 from mcp import MCPError
-from mcp.client.stdio import get_default_environment
 from mcp.shared.dispatcher import CallOptions
+
+from mcp_interceptors.gateway.jsonrpc.framing import (
+    CONNECTION_CLOSED,
+    DEFAULT_MAX_IN_FLIGHT,
+    DEFAULT_MAX_LINE_BYTES,
+    INTERNAL_ERROR,
+    INVALID_REQUEST,
+    PARSE_ERROR,
+    REQUEST_TIMEOUT,
+    LineBuffer,
+    LineTooLongError,
+    Message,
+    encode_line,
+    error_response,
+    id_in_use,
+    is_request_id,
+    loads,
+    refusal,
+    too_many_in_flight,
+)
 
 logger = logging.getLogger(__name__)
 
-Message = dict[str, Any]
 OnRequest = Callable[[Any, str, dict[str, Any] | None], Awaitable[Any]]
 OnNotify = Callable[[Any, str, dict[str, Any] | None], Awaitable[None]]
 #: Messages this peer does not handle itself (answers to someone else's requests, say).
@@ -39,133 +54,6 @@ Divert = Callable[[Message], Awaitable[bool]]
 Leaves = Callable[[Message], bool]
 ReadChunk = Callable[[], Awaitable[bytes]]
 WriteBytes = Callable[[bytes], Awaitable[None]]
-
-CONNECTION_CLOSED = -32000
-REQUEST_TIMEOUT = -32001
-PARSE_ERROR = -32700
-INVALID_REQUEST = -32600
-INTERNAL_ERROR = -32603
-#: The longest line (one message) a peer reads unless told otherwise: a longer one ends the connection,
-#: so a peer that never sends a newline cannot grow our memory without bound.
-DEFAULT_MAX_LINE_BYTES = 64 * 1024 * 1024
-#: How many of the peer's requests we serve at once unless told otherwise; more are refused, not queued.
-DEFAULT_MAX_IN_FLIGHT = 1000
-_CHUNK = 1 << 16
-
-
-def loads(line: bytes) -> Any:
-    """One JSON text, parsed as mcp's own transports parse it (pydantic-core); raises `ValueError`.
-
-    pydantic-core keeps integers of any size exact, where orjson turns one past 64 bits into a double
-    (its low digits lost on the way upstream) and refuses one past the doubles (a valid request left
-    unanswered). It stops at 200 levels of nesting, so deeper text goes to orjson (1024 levels): the
-    gateway then answers a payload nested too deep with -32602 naming the field, not a parse error.
-    """
-    try:
-        return pydantic_core.from_json(line, allow_inf_nan=False)
-    except ValueError:
-        return orjson.loads(line)
-
-
-def is_request_id(value: object) -> bool:
-    """MCP ids (and progress tokens) are strings or integers; anything else is refused, never looked up."""
-    return type(value) is str or type(value) is int
-
-
-def error_response(request_id: Any, code: int, message: str, data: Any = None) -> Message:
-    """A JSON-RPC error answer (`data` only when there is some)."""
-    error: dict[str, Any] = {"code": code, "message": message}
-    if data is not None:
-        error["data"] = data
-    return {"jsonrpc": "2.0", "id": request_id, "error": error}
-
-
-def id_in_use(request_id: Any) -> Message:
-    """The -32600 answer to a request reusing the id of one still in flight (its cancellation and answer
-    would be ambiguous): every front, stdio, Streamable HTTP and `/sse`, answers it alike."""
-    message = "Invalid Request: id already in use by a request in flight"
-    return error_response(request_id, INVALID_REQUEST, message, {"field": "id"})
-
-
-def too_many_in_flight(limit: int, setting: str | None) -> tuple[str, dict[str, Any]]:
-    """The message and `data` of the -32603 refusing a request past a peer's `limit` of requests in flight
-    (`setting` names the config key that sets it): the stdio front's and the HTTP front's, alike."""
-    data: dict[str, Any] = {"reason": "too_many_requests_in_flight", "limit": limit}
-    if setting is not None:
-        data["setting"] = setting
-    return f"too many requests in flight (the limit is {limit}); retry when one has ended", data
-
-
-def refusal(message: Any) -> Message | None:
-    """The -32600 answer to a parsed message no handler may see, else None: MCP has no batches, a
-    request's id is a string or an integer (an object id reads as a notification to mcp's models, and
-    cannot key a table), its method a string, and the params of any request or notification an object."""
-    if not isinstance(message, dict):
-        return error_response(None, INVALID_REQUEST, "Invalid Request: a message must be a JSON object")
-    if "id" in message and "method" in message:
-        if not is_request_id(message["id"]):
-            return error_response(None, INVALID_REQUEST, "Invalid Request: id must be a string or an integer")
-        if not isinstance(message["method"], str):
-            return error_response(message["id"], INVALID_REQUEST, "Invalid Request: method must be a string")
-    if "method" in message and not isinstance(message.get("params", {}), dict | None):
-        # MCP's params are always an object; a string or list would reach code that reads its fields.
-        return error_response(
-            message.get("id"), INVALID_REQUEST, "Invalid Request: params must be an object", {"field": "params"}
-        )
-    return None
-
-
-class LineTooLongError(ValueError):
-    """A line grew past a `LineBuffer`'s limit; `lines` are the complete lines read before it."""
-
-    def __init__(self, limit: int, lines: list[bytes]) -> None:
-        super().__init__(f"a message longer than the limit of {limit} bytes")
-        self.limit = limit
-        self.lines = lines
-
-
-class LineBuffer:
-    """Cuts a byte stream into newline-delimited lines. A line that spans many chunks is joined once,
-    when its newline arrives, so a long message costs time linear in its size. A line longer than
-    `max_line_bytes` (None: no limit) raises `LineTooLongError` as soon as the buffer holds more."""
-
-    def __init__(self, max_line_bytes: int | None = None) -> None:
-        self._parts: list[bytes] = []
-        self._size = 0
-        self._max = max_line_bytes
-
-    @property
-    def empty(self) -> bool:
-        """Whether no part of a line is held (the next chunk starts a line)."""
-        return not self._parts
-
-    def take(self, chunk: bytes) -> tuple[list[bytes], LineTooLongError | None]:
-        """`feed`, for a reader that serves the complete lines before it hangs up on one too long."""
-        try:
-            return self.feed(chunk), None
-        except LineTooLongError as exc:
-            return exc.lines, exc
-
-    def feed(self, chunk: bytes) -> list[bytes]:
-        """The lines `chunk` completes (blank ones included), in order."""
-        if b"\n" not in chunk:
-            self._parts.append(chunk)
-            self._size += len(chunk)
-            if self._max is not None and self._size > self._max:
-                raise LineTooLongError(self._max, [])
-            return []
-        first, *lines, rest = chunk.split(b"\n")
-        self._parts.append(first)
-        completed = [b"".join(self._parts), *lines]
-        self._parts = [rest] if rest else []
-        self._size = len(rest)
-        if self._max is not None:
-            for index, line in enumerate(completed):
-                if len(line) > self._max:
-                    raise LineTooLongError(self._max, completed[:index])
-            if self._size > self._max:
-                raise LineTooLongError(self._max, completed)
-        return completed
 
 
 class _Pending:
@@ -205,7 +93,7 @@ class _Pending:
 _TIMED_OUT: Message = {"error": {"code": REQUEST_TIMEOUT, "message": "timed out"}}
 
 
-def _asyncio_loop() -> asyncio.AbstractEventLoop | None:
+def asyncio_loop() -> asyncio.AbstractEventLoop | None:
     """The running asyncio loop, or None on another backend (trio)."""
     try:
         return asyncio.get_running_loop()
@@ -240,7 +128,7 @@ class JsonRpcPeer:
         # scheduling round trip on each of the two sends every forwarded call makes). asyncio's own lock where
         # it runs: anyio's adds a task lookup and a cancellation check to every free acquire.
         self._write_lock: asyncio.Lock | anyio.Lock = (
-            anyio.Lock(fast_acquire=True) if _asyncio_loop() is None else asyncio.Lock()
+            anyio.Lock(fast_acquire=True) if asyncio_loop() is None else asyncio.Lock()
         )
         self._closed = False
         self._buffer = LineBuffer(max_line_bytes)
@@ -312,7 +200,7 @@ class JsonRpcPeer:
         """Run a handler in a task of its own: a bare asyncio task where asyncio runs (anyio's `start_soon`
         costs several times as much, on every request), kept here so `run` cancels and awaits it as a task
         group would."""
-        loop = _asyncio_loop()
+        loop = asyncio_loop()
         if loop is None:
             assert self._tg is not None
             self._tg.start_soon(lambda: coro)
@@ -530,7 +418,7 @@ class JsonRpcPeer:
         opts = opts or {}
         self._next += 1
         request_id = f"{self._prefix}-{self._next}"
-        loop = _asyncio_loop()
+        loop = asyncio_loop()
         pending = _Pending(loop, opts.get("on_progress"))
         body = dict(params) if params is not None else None
         if pending.on_progress is not None:
@@ -615,199 +503,3 @@ class JsonRpcPeer:
             except (anyio.BrokenResourceError, anyio.ClosedResourceError, BrokenPipeError, ConnectionError):
                 self._closed = True
                 raise MCPError(CONNECTION_CLOSED, "Connection closed") from None
-
-
-def encode_line(message: Message) -> bytes:
-    """One JSON line; the stdlib encoder covers what orjson refuses (integers beyond 64 bits)."""
-    try:
-        return orjson.dumps(message) + b"\n"
-    except TypeError:
-        return json.dumps(message, ensure_ascii=False, separators=(",", ":")).encode() + b"\n"
-
-
-@asynccontextmanager
-async def stdio_peer(
-    command: str,
-    args: list[str],
-    *,
-    env: Mapping[str, str] | None = None,
-    cwd: str | None = None,
-    max_line_bytes: int | None = DEFAULT_MAX_LINE_BYTES,
-    limit_setting: str | None = None,
-) -> AsyncIterator[JsonRpcPeer]:
-    """Spawn a stdio server and talk to it through a `JsonRpcPeer`; on exit it is stopped politely,
-    then terminated, then killed, each step bounded. A line from it longer than `max_line_bytes` ends
-    the connection (see `JsonRpcPeer`)."""
-    environment = {**get_default_environment(), **(env or {})}
-    process, stdin_fd, stdout_fd = await spawn_piped([command, *args], environment, cwd=cwd)
-    os.set_blocking(stdout_fd, False)
-    stdin_open = True
-
-    async def write(data: bytes) -> None:
-        if not stdin_open:  # never a write to whatever file takes the closed descriptor's number next
-            raise anyio.ClosedResourceError
-        await write_all(stdin_fd, data)
-
-    try:
-        async with pipe_reader(stdout_fd) as reader:
-            read = partial(read_chunk, stdout_fd) if reader is None else reader.read
-            peer = JsonRpcPeer(read, write, id_prefix="gw", max_line_bytes=max_line_bytes, limit_setting=limit_setting)
-            if reader is not None:
-                reader.take_now = peer.take_now
-            yield peer
-    finally:
-        stdin_open = False
-        anyio.notify_closing(stdin_fd)  # a write waiting on a full pipe ends as closed
-        os.close(stdin_fd)  # its end of input: a polite server exits
-        anyio.notify_closing(stdout_fd)  # a fallback read waiting on it ends
-        os.close(stdout_fd)
-        with anyio.CancelScope(shield=True):
-            await _stop(process)
-
-
-async def spawn_piped(
-    argv: list[str], env: Mapping[str, str], *, cwd: str | None = None
-) -> tuple[anyio.abc.Process, int, int]:
-    """Start `argv` with its stdin and stdout on pipes of ours (its stderr is ours): (process, the write end
-    of its stdin, non-blocking; the read end of its stdout). Closing them is the caller's."""
-    # Pipes, not anyio's process streams: those add a checkpoint and a scheduling round trip to every write,
-    # and layers of stream wrappers to every read, a measurable share of each call.
-    child_stdin, stdin_fd = os.pipe()
-    stdout_fd, child_stdout = os.pipe()
-    try:
-        process = await anyio.open_process(argv, stdin=child_stdin, stdout=child_stdout, env=env, cwd=cwd, stderr=None)
-    except BaseException:
-        os.close(stdin_fd)
-        os.close(stdout_fd)
-        raise
-    finally:
-        os.close(child_stdin)
-        os.close(child_stdout)
-    os.set_blocking(stdin_fd, False)
-    return process, stdin_fd, stdout_fd
-
-
-async def read_chunk(fd: int) -> bytes:
-    """What the non-blocking `fd` has (b"" at end of input), waiting until it has something."""
-    while True:
-        try:
-            return os.read(fd, _CHUNK)
-        except BlockingIOError:
-            await anyio.wait_readable(fd)
-
-
-#: How much a pipe reader holds unread before it stops reading the pipe (the writer then waits on it).
-_PAUSE_READING_AT = 1 << 20
-
-
-class PipeChunks(asyncio.Protocol):
-    """What the loop reads from a pipe, held until `read` takes it."""
-
-    def __init__(self, loop: asyncio.AbstractEventLoop) -> None:
-        self._loop = loop
-        #: Offered each chunk that arrives while `read` waits (nothing held); True: it took the chunk itself.
-        self.take_now: Callable[[bytes], bool] | None = None
-        self._chunks: deque[bytes] = deque()
-        self._held = 0
-        self._ended = False
-        self._waiter: asyncio.Future[None] | None = None
-        self._transport: asyncio.ReadTransport | None = None
-        self._paused = False
-
-    def connection_made(self, transport: asyncio.BaseTransport) -> None:
-        self._transport = cast(asyncio.ReadTransport, transport)  # uvloop's is one, though not a subclass
-
-    def data_received(self, data: bytes) -> None:
-        waiter = self._waiter
-        if waiter is not None and not waiter.done() and self.take_now is not None and self.take_now(data):
-            return
-        self._chunks.append(data)
-        self._held += len(data)
-        if self._held > _PAUSE_READING_AT and not self._paused and self._transport is not None:
-            self._paused = True  # a reader that falls behind holds the writer back, as the pipe itself would
-            self._transport.pause_reading()
-        self._wake()
-
-    def eof_received(self) -> bool:
-        self._ended = True
-        self._wake()
-        return False
-
-    def connection_lost(self, exc: Exception | None) -> None:
-        self._ended = True
-        self._wake()
-
-    def _wake(self) -> None:
-        waiter = self._waiter
-        if waiter is not None and not waiter.done():
-            waiter.set_result(None)
-
-    async def read(self) -> bytes:
-        """All that arrived since the last read (b"" at end of input), waiting for some if there is none."""
-        while not self._chunks:
-            if self._ended:
-                return b""
-            self._waiter = self._loop.create_future()
-            try:
-                await self._waiter
-            finally:
-                self._waiter = None
-        chunk = self._chunks.popleft() if len(self._chunks) == 1 else b"".join(self._chunks)
-        self._chunks.clear()
-        self._held = 0
-        if self._paused and self._transport is not None:
-            self._paused = False
-            self._transport.resume_reading()
-        return chunk
-
-
-@asynccontextmanager
-async def pipe_reader(fd: int) -> AsyncIterator[PipeChunks | None]:
-    """A reader (its `read` is a `ReadChunk`) for the pipe or socket `fd` (left open: the reader works on a
-    duplicate), or None for anything else (a regular file, a terminal) or a loop other than asyncio's.
-
-    The loop reads the pipe as data comes and hands it over in one step: waiting with `anyio.wait_readable`
-    instead registers and unregisters the descriptor with the loop on every read, and anyio's process
-    streams add their own layers, a measurable share of each message a gateway forwards.
-    """
-    loop = _asyncio_loop()
-    mode = os.fstat(fd).st_mode
-    if loop is None or not (stat.S_ISFIFO(mode) or stat.S_ISSOCK(mode)):  # uvloop aborts on a regular file
-        yield None
-        return
-    chunks = PipeChunks(loop)
-    pipe = os.fdopen(os.dup(fd), "rb", buffering=0)
-    try:
-        transport, _ = await loop.connect_read_pipe(lambda: chunks, pipe)
-    except BaseException:
-        pipe.close()
-        raise
-    try:
-        yield chunks
-    finally:
-        transport.close()
-
-
-async def write_all(fd: int, data: bytes) -> None:
-    """Write all of `data` to the non-blocking `fd`, waiting while its pipe is full."""
-    while data:
-        try:
-            written = os.write(fd, data)
-        except BlockingIOError:
-            await anyio.wait_writable(fd)
-            continue
-        data = data[written:]
-
-
-async def _stop(process: anyio.abc.Process) -> None:
-    with anyio.move_on_after(2):
-        await process.wait()
-        return
-    if process.returncode is None:
-        process.terminate()
-        with anyio.move_on_after(2):
-            await process.wait()
-            return
-        process.kill()
-        with anyio.move_on_after(2):
-            await process.wait()

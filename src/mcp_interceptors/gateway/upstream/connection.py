@@ -1,80 +1,69 @@
-"""One session with one upstream MCP server: connect once, reuse, reconnect with backoff.
+"""One upstream connection, supervised: connect once, reuse it, reconnect with backoff; and one call on it.
 
-The wire stays raw: stdio servers speak through our lean `JsonRpcPeer`, HTTP ones through mcp's
-transports under a `JSONRPCDispatcher`; params and results are plain dicts so unknown methods and
-fields survive. The connection performs the era's handshake itself (`initialize` or
-`server/discover`) and stamps the routing headers a Streamable-HTTP upstream needs.
+`run` keeps the connection up (a task in the gateway's task group); `request` sends one call in the
+connection's era and turns mcp's local failures into errors naming the upstream. What the upstream sends
+on its own goes to `on_request` / `on_notify`. The wire, the handshake and the errors have modules of
+their own (`transports`, `handshake`, `errors`).
+
+One piece (past ~400 lines): the supervisor and the request path share the live wire, the calls in
+flight on it and what a restart must restore, and each changes the others' state.
 """
 
 from __future__ import annotations
 
 import logging
 import time
-from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
-from contextlib import AbstractAsyncContextManager, asynccontextmanager
-from dataclasses import dataclass, field
-from typing import Any, Literal, Protocol
-from urllib.parse import urljoin, urlparse
+from collections.abc import Awaitable, Callable, Mapping
+from typing import Any
 
 import anyio
 import anyio.abc
 import httpx2
 from mcp import MCPError
-from mcp.client.streamable_http import streamable_http_client
 from mcp.shared.dispatcher import CallOptions, DispatchContext
-from mcp.shared.inbound import (
-    MCP_METHOD_HEADER,
-    MCP_NAME_HEADER,
-    MCP_PROTOCOL_VERSION_HEADER,
-    NAME_BEARING_METHODS,
-    encode_header_value,
-)
 from mcp.shared.jsonrpc_dispatcher import JSONRPCDispatcher
-from mcp.shared.message import SessionMessage
-from mcp_types import (
-    CLIENT_CAPABILITIES_META_KEY,
-    CLIENT_INFO_META_KEY,
-    CONNECTION_CLOSED,
-    INTERNAL_ERROR,
-    INVALID_REQUEST,
-    LOG_LEVEL_META_KEY,
-    PARSE_ERROR,
-    PROTOCOL_VERSION_META_KEY,
-    REQUEST_TIMEOUT,
-    SERVER_INFO_META_KEY,
-    jsonrpc_message_adapter,
-)
-from mcp_types.version import HANDSHAKE_PROTOCOL_VERSIONS, LATEST_HANDSHAKE_VERSION, LATEST_MODERN_VERSION
+from mcp_types import CONNECTION_CLOSED, INTERNAL_ERROR, INVALID_REQUEST
 
 from mcp_interceptors.gateway.config import TransportConfig
-from mcp_interceptors.gateway.jsonrpc import stdio_peer
 from mcp_interceptors.gateway.scrub import Scrubber
-from mcp_interceptors.gateway.tasks import is_task_method, task_refusal, without_tasks
+from mcp_interceptors.gateway.tasks import is_task_method, task_refusal
+from mcp_interceptors.gateway.upstream.errors import (
+    UpstreamTimeoutError,
+    UpstreamUnavailableError,
+    describe_exception,
+    innermost,
+    is_http_error,
+    is_local_close,
+    is_local_timeout,
+    is_lost_stream,
+    too_long,
+)
+from mcp_interceptors.gateway.upstream.handshake import (
+    SESSION_STATE_METHODS,
+    Era,
+    EraPreference,
+    EraRefusedError,
+    Handshake,
+    SessionState,
+    UpstreamInfo,
+    body_for_era,
+    envelope,
+    listen_flags,
+)
+from mcp_interceptors.gateway.upstream.transports import (
+    Wire,
+    http_client_for,
+    open_transport,
+    open_wire,
+    routing_headers,
+)
 
 logger = logging.getLogger(__name__)
 
-Era = Literal["legacy", "2026-07-28"]
-#: `legacy-first` is `auto` for a handshake-era client: `initialize` first, then `server/discover`.
-EraPreference = Literal["auto", "legacy-first", "legacy", "2026-07-28"]
 OnUpstreamRequest = Callable[[str, dict[str, Any] | None], Awaitable[dict[str, Any]]]
 OnUpstreamNotify = Callable[[str, dict[str, Any] | None], Awaitable[None]]
 
-#: The 2026-07-28 per-request envelope keys of `_meta`.
-ENVELOPE_KEYS = frozenset(
-    {PROTOCOL_VERSION_META_KEY, CLIENT_INFO_META_KEY, CLIENT_CAPABILITIES_META_KEY, LOG_LEVEL_META_KEY}
-)
-GATEWAY_CLIENT_INFO = {"name": "mcp-interceptors-gateway", "version": "0.1.0"}
-#: What the gateway presents when it has no downstream client to speak for (an HTTP gateway's shared
-#: connections, a stdio client that said nothing first): every client feature it can relay, so a server
-#: offers all it would offer some client; a request the client cannot serve gets that client's own error.
-DEFAULT_CLIENT_CAPABILITIES: dict[str, Any] = {
-    "roots": {"listChanged": True},
-    "sampling": {"context": {}, "tools": {}},
-    "elicitation": {"form": {}, "url": {}},
-}
 _BACKOFF_FIRST_S = 0.2
-#: Requests whose effect a handshake-era upstream keeps for the session (see `_restore_session_state`).
-_SESSION_STATE_METHODS = frozenset({"resources/subscribe", "resources/unsubscribe", "logging/setLevel"})
 _BACKOFF_MAX_S = 10.0
 #: A connection up this long resets the backoff; one that dies sooner (a crash loop) keeps backing off.
 _STABLE_S = 30.0
@@ -86,17 +75,6 @@ _CLOSE_GRACE_S = 3.0
 _CLOSE_SETTLE_S = 0.5
 
 
-@dataclass
-class UpstreamInfo:
-    """What the handshake told us about the upstream."""
-
-    era: Era
-    protocol_version: str
-    server_info: dict[str, Any] | None = None
-    capabilities: dict[str, Any] = field(default_factory=dict)
-    instructions: str | None = None
-
-
 class _Opened:
     """The task status `UpstreamConnection.open` hands `run`: set once its first handshake is done."""
 
@@ -105,242 +83,6 @@ class _Opened:
 
     def started(self, value: None = None) -> None:
         self.event.set()
-
-
-class _EraRefused(Exception):
-    """The upstream refused the era tried first and fixed the connection to it: reconnect in the other."""
-
-
-def _innermost(exc: BaseException) -> BaseException:
-    while isinstance(exc, BaseExceptionGroup) and len(exc.exceptions) == 1:
-        exc = exc.exceptions[0]
-    return exc
-
-
-def first_error(group: BaseExceptionGroup[MCPError]) -> MCPError:
-    """The first `MCPError` of a task group's failures, to answer with as one error."""
-    leaf: BaseException = group
-    while isinstance(leaf, BaseExceptionGroup):
-        leaf = leaf.exceptions[0]
-    assert isinstance(leaf, MCPError)
-    return leaf
-
-
-def describe_exception(exc: BaseException) -> str:
-    """One line for logs and errors, looking inside exception groups."""
-    exc = _innermost(exc)
-    if isinstance(exc, MCPError):
-        return f"{exc.message} (code {exc.code})"
-    return f"{type(exc).__name__}: {exc}" if str(exc) else type(exc).__name__
-
-
-class UpstreamUnavailableError(MCPError):
-    """The upstream is down or reconnecting; in-flight and new calls get this instead of hanging."""
-
-
-class UpstreamTimeoutError(MCPError):
-    """The upstream did not answer within the request's timeout (-32001; the request there is cancelled)."""
-
-
-class Wire(Protocol):
-    """What a connection needs from its JSON-RPC layer: mcp's dispatcher, or our lean stdio peer."""
-
-    async def run(self, on_request: Any, on_notify: Any, *, task_status: anyio.abc.TaskStatus[None]) -> None: ...
-
-    async def send_raw_request(
-        self, method: str, params: Mapping[str, Any] | None, opts: CallOptions | None = None
-    ) -> dict[str, Any]: ...
-
-    async def notify(self, method: str, params: Mapping[str, Any] | None, opts: CallOptions | None = None) -> None: ...
-
-
-OnHttpError = Callable[[int, str], None]
-
-
-@asynccontextmanager
-async def open_wire(config: TransportConfig, on_http_error: OnHttpError | None = None) -> AsyncIterator[Wire]:
-    """A stdio server gets the lean `JsonRpcPeer` (dicts end to end); HTTP and SSE use mcp's
-    transports under its `JSONRPCDispatcher`."""
-    if config.command is not None:
-        limit = config.max_message_bytes
-        async with stdio_peer(
-            config.command,
-            list(config.args),
-            env=config.env or None,
-            cwd=config.cwd,
-            max_line_bytes=limit,
-            limit_setting="max_message_bytes",
-        ) as peer:
-            yield peer
-        return
-    if config.url is not None and config.transport == "sse":
-        cut = _SseCut()
-        async with _sse_transport(config.url, http_client_for(config, on_http_error), cut) as (read, write):
-            yield _SseDispatcher(read, write, cut)
-        return
-    # The client is ours to close (mcp leaves a client it is given open): left open, each connection's
-    # pooled sockets stayed behind in CLOSE-WAIT, one set per ended session or reconnect.
-    async with (
-        http_client_for(config, on_http_error) as client,
-        open_transport(config, client) as (read, write),
-    ):
-        yield JSONRPCDispatcher(read, write)
-
-
-def open_transport(config: TransportConfig, http_client: httpx2.AsyncClient) -> AbstractAsyncContextManager[Any]:
-    """mcp's Streamable HTTP client transport to `config.url` on `http_client` (which it leaves open). One SSE
-    event is capped by `_MessageLimitTransport` at `max_message_bytes`; mcp's own 1 MiB cap would refuse less."""
-    assert config.url is not None
-    return streamable_http_client(config.url, http_client=http_client, max_sse_event_size=None)
-
-
-@dataclass
-class _SseCut:
-    """Why `_sse_transport` ended its event stream itself (an event over the limit), if it did."""
-
-    reason: str | None = None
-
-
-class _SseDispatcher(JSONRPCDispatcher[Any]):
-    """mcp's dispatcher over `_sse_transport`, with the `close_reason` of `JsonRpcPeer`."""
-
-    def __init__(self, read: Any, write: Any, cut: _SseCut) -> None:
-        super().__init__(read, write)
-        self._cut = cut
-
-    @property
-    def close_reason(self) -> str | None:
-        return self._cut.reason
-
-
-@asynccontextmanager
-async def _sse_transport(url: str, http_client: httpx2.AsyncClient, cut: _SseCut) -> AsyncIterator[tuple[Any, Any]]:
-    """A legacy SSE connection on our HTTP client, so one event is capped by the upstream's `max_message_bytes`
-    (`_MessageLimitTransport`); mcp's `sse_client` caps it at 1 MiB whatever the config says. The server
-    first names the endpoint to POST messages to; an event over the limit ends the stream (a legacy SSE
-    server has no other), recording why in `cut`."""
-    events_to_us, from_upstream = anyio.create_memory_object_stream[SessionMessage | Exception](0)
-    to_upstream, messages_to_post = anyio.create_memory_object_stream[SessionMessage](0)
-    async with (
-        http_client as client,
-        client.stream("GET", url, headers={"Accept": "text/event-stream", "Cache-Control": "no-store"}) as response,
-    ):
-        response.raise_for_status()  # the client follows no redirect: another origin's stream is never read
-
-        async def read_events(*, task_status: anyio.abc.TaskStatus[str]) -> None:
-            async with events_to_us:
-                try:
-                    async for event in httpx2.EventSource(response, max_event_size=None):
-                        if event.event == "endpoint":
-                            task_status.started(_same_origin_endpoint(url, event.data))
-                        elif event.event == "message" and event.data:
-                            try:
-                                message = jsonrpc_message_adapter.validate_json(event.data, by_name=False)
-                            except ValueError as exc:
-                                await events_to_us.send(exc)
-                                continue
-                            await events_to_us.send(SessionMessage(message))
-                except EventTooLongError as exc:
-                    cut.reason = str(exc)
-
-        async def post_messages(endpoint: str) -> None:
-            async with messages_to_post:
-                async for item in messages_to_post:
-                    body = item.message.model_dump(by_alias=True, mode="json", exclude_unset=True)
-                    try:
-                        (await client.post(endpoint, json=body)).raise_for_status()
-                    except httpx2.HTTPError as exc:
-                        logger.warning("POST to %s failed: %s", endpoint, exc)
-
-        async with from_upstream, to_upstream, anyio.create_task_group() as tg:
-            endpoint = await tg.start(read_events)
-            tg.start_soon(post_messages, endpoint)
-            yield from_upstream, to_upstream
-            tg.cancel_scope.cancel()
-
-
-def _same_origin_endpoint(url: str, announced: str) -> str:
-    """The message endpoint a legacy SSE server announced, which must be on the stream's own origin."""
-    endpoint = urljoin(url, announced)
-    if urlparse(endpoint)[:2] != urlparse(url)[:2]:
-        raise ValueError(f"the SSE server announced a message endpoint on another origin: {endpoint}")
-    return endpoint
-
-
-def _http_headers(config: TransportConfig) -> dict[str, str]:
-    headers = dict(config.headers)
-    if config.bearer_token:
-        headers["Authorization"] = f"Bearer {config.bearer_token}"
-    return headers
-
-
-def http_client_for(config: TransportConfig, on_http_error: OnHttpError | None = None) -> httpx2.AsyncClient:
-    """An HTTP client with the server's configured headers and timeouts."""
-    timeout = httpx2.Timeout(max(config.timeout_ms / 1000, 30.0), read=300.0)
-    hooks: dict[str, list[Any]] = {}
-    if on_http_error is not None:
-        report = on_http_error
-
-        async def heard(response: httpx2.Response) -> None:
-            if response.status_code >= 400:
-                report(response.status_code, response.reason_phrase)
-
-        hooks["response"] = [heard]
-    limit = config.max_message_bytes
-    transport = _MessageLimitTransport(httpx2.AsyncHTTPTransport(), limit)
-    return httpx2.AsyncClient(headers=_http_headers(config), timeout=timeout, event_hooks=hooks, transport=transport)
-
-
-class MessageTooLongError(httpx2.StreamError):
-    """An HTTP upstream's JSON answer grew past the message limit."""
-
-
-class EventTooLongError(httpx2.SSEError):
-    """One event of an HTTP upstream's SSE stream grew past the message limit."""
-
-
-class _MessageLimitTransport(httpx2.AsyncBaseTransport):
-    """Caps what one message from an HTTP upstream may hold in memory: a JSON body, or one SSE event
-    (an SSE stream as a whole may run as long as it likes). mcp's client reads either whole."""
-
-    def __init__(self, inner: httpx2.AsyncBaseTransport, limit: int) -> None:
-        self._inner = inner
-        self._limit = limit
-
-    async def handle_async_request(self, request: httpx2.Request) -> httpx2.Response:
-        response = await self._inner.handle_async_request(request)
-        events = response.headers.get("content-type", "").startswith("text/event-stream")
-        response.stream = _LimitedStream(response.stream, self._limit, events)
-        return response
-
-    async def aclose(self) -> None:
-        await self._inner.aclose()
-
-
-class _LimitedStream(httpx2.AsyncByteStream):
-    def __init__(self, inner: Any, limit: int, events: bool) -> None:
-        self._inner = inner
-        self._limit = limit
-        self._events = events
-
-    async def __aiter__(self) -> AsyncIterator[bytes]:
-        held = 0  # bytes of the current message (since the last blank line, for events)
-        tail = b""
-        async for chunk in self._inner:
-            if self._events:
-                seen = tail + chunk
-                end = max(seen.rfind(b"\n\n"), seen.rfind(b"\r\n\r\n"))
-                held = len(seen) - end - 2 if end >= 0 else held + len(chunk)
-                tail = seen[-3:]
-            else:
-                held += len(chunk)
-            if held > self._limit:
-                kind, error = (_EVENT_CUT, EventTooLongError) if self._events else (_MESSAGE_CUT, MessageTooLongError)
-                raise error(f"{kind} {self._limit} bytes")
-            yield chunk
-
-    async def aclose(self) -> None:
-        await self._inner.aclose()
 
 
 class UpstreamConnection:
@@ -366,7 +108,8 @@ class UpstreamConnection:
         #: What errors and logs call it: "upstream", or "interceptor server" for the gateway's remote hosts.
         self.role = role
         self.config = config
-        self.era_preference: EraPreference = config.era if era == "auto" else era
+        preference: EraPreference = config.era if era == "auto" else era
+        self._handshake = Handshake(preference, config.timeout_ms / 1000, config.url is not None, f"{role} {name!r}")
         self.client_params = dict(client_params or {})
         #: The log level a handshake-era client asked of a 2026-07-28 connection, sent with each request.
         self.log_level: str | None = None
@@ -374,10 +117,7 @@ class UpstreamConnection:
         self.on_notify = on_notify
         self.info: UpstreamInfo | None = None
         self.restarts = 0
-        #: What a handshake-era upstream was told that a restart makes it forget, sent again on reconnecting:
-        #: its resource subscriptions (uri -> the params sent) and its last `logging/setLevel` params.
-        self._subscriptions: dict[str, dict[str, Any]] = {}
-        self._log_level_params: dict[str, Any] | None = None
+        self._session_state = SessionState()
         self._listens = 0
         self._receivers: dict[object, OnUpstreamNotify] = {}
         self._dispatcher: Wire | None = None
@@ -469,9 +209,9 @@ class UpstreamConnection:
                         reason = await self._connect_once(on_ready)
                         self._last_error = f"the gateway closed it: it sent {reason}" if reason else "connection closed"
                     except Exception as exc:  # transport/handshake failure: report, then back off
-                        if isinstance(_innermost(exc), _EraRefused):
+                        if isinstance(innermost(exc), EraRefusedError):
                             continue  # reconnect at once on a fresh transport, in the handshake era
-                        self._last_error = self._explain(describe_exception(exc), _innermost(exc))
+                        self._last_error = self._explain(describe_exception(exc), innermost(exc))
                         if not started and not retry_start:
                             raise UpstreamUnavailableError(
                                 CONNECTION_CLOSED,
@@ -544,7 +284,7 @@ class UpstreamConnection:
             async with anyio.create_task_group() as tg:
                 await tg.start(self._pump, dispatcher, ended)
                 self._dispatcher = dispatcher
-                self.info = await self._handshake(dispatcher)
+                self.info = await self._handshake.run(dispatcher, self.client_params, self.log_level)
                 await self._restore_session_state(dispatcher)
                 self._connected.set()
                 self._last_error = None
@@ -577,10 +317,7 @@ class UpstreamConnection:
         now refuses is dropped, with a warning."""
         if self.era != "legacy":
             return
-        restore = [("resources/subscribe", params) for params in self._subscriptions.values()]
-        if self._log_level_params is not None:
-            restore.append(("logging/setLevel", self._log_level_params))
-        for method, params in restore:
+        for method, params in self._session_state.to_restore():
             body, opts = self._prepare(method, params, None, None, None, None)
             try:
                 await self._sent(dispatcher, method, body, opts, shared=dispatcher)
@@ -588,21 +325,7 @@ class UpstreamConnection:
                 raise  # down again: the next connection tries again
             except MCPError as exc:
                 logger.warning("%s %r: %s %s after its restart failed: %s", self.role, self.name, method, params, exc)
-                if method == "resources/subscribe":
-                    self._subscriptions.pop(str(params.get("uri")), None)
-                else:
-                    self._log_level_params = None
-
-    def _remember(self, method: str, params: Mapping[str, Any] | None) -> None:
-        """Keep what `_restore_session_state` sends again (after the upstream accepted it)."""
-        if self.era != "legacy" or params is None:
-            return
-        if method == "resources/subscribe":
-            self._subscriptions[str(params.get("uri"))] = dict(params)
-        elif method == "resources/unsubscribe":
-            self._subscriptions.pop(str(params.get("uri")), None)
-        elif method == "logging/setLevel":
-            self._log_level_params = dict(params)
+                self._session_state.forget(method, params)
 
     async def _pump(self, dispatcher: Wire, ended: anyio.Event, *, task_status: anyio.abc.TaskStatus[None]) -> None:
         try:
@@ -612,16 +335,7 @@ class UpstreamConnection:
 
     async def _listen(self) -> None:
         """2026-07-28 upstreams send `list_changed` only on a `subscriptions/listen` stream: keep one open."""
-        caps = self.info.capabilities if self.info is not None else {}
-        wanted = {
-            flag: True
-            for flag, feature in (
-                ("toolsListChanged", "tools"),
-                ("promptsListChanged", "prompts"),
-                ("resourcesListChanged", "resources"),
-            )
-            if (caps.get(feature) or {}).get("listChanged")
-        }
+        wanted = listen_flags(self.info.capabilities if self.info is not None else {})
         if not wanted:
             return
         self._listens += 1
@@ -651,7 +365,7 @@ class UpstreamConnection:
 
     def _explain(self, message: str, exc: BaseException) -> str:
         """mcp's stand-in for an HTTP error status, with the status it stands for."""
-        if not (isinstance(exc, MCPError) and _is_http_error(exc)) or self._http_error is None:
+        if not (isinstance(exc, MCPError) and is_http_error(exc)) or self._http_error is None:
             return message
         hint = f"; check the {self.role}'s bearer_token or headers" if self._http_error[:3] in ("401", "403") else ""
         return f"{message}: HTTP {self._http_error}{hint}"
@@ -676,69 +390,6 @@ class UpstreamConnection:
         else:
             self._scope.cancel()
 
-    # ------------------------------------------------------------------ handshake
-
-    async def _handshake(self, dispatcher: Wire) -> UpstreamInfo:
-        preference = self.era_preference
-        if preference == "legacy":
-            return await self._initialize(dispatcher)
-        if preference == "2026-07-28":
-            return await self._discover(dispatcher)
-        # `auto` tries 2026-07-28 first, `legacy-first` the handshake era; a refusal sets the other.
-        legacy_first = preference == "legacy-first"
-        first, second = (self._initialize, self._discover) if legacy_first else (self._discover, self._initialize)
-        other: EraPreference = "2026-07-28" if legacy_first else "legacy"
-        try:
-            return await first(dispatcher)
-        except MCPError as exc:
-            logger.debug("%s %r: handshake failed (%s); trying the %s era", self.role, self.name, exc.message, other)
-            self.era_preference = other
-            if self.is_http:
-                raise _EraRefused from None  # a fresh HTTP transport costs nothing
-        try:
-            # Most SDKs answer the other era's unknown method and go on: a stdio server is not started twice.
-            return await second(dispatcher)
-        except MCPError:
-            # Some servers fix a connection's era with its first message: start over on a fresh one.
-            raise _EraRefused from None
-
-    async def _discover(self, dispatcher: Wire) -> UpstreamInfo:
-        params = {"_meta": self.envelope()}
-        opts: CallOptions = {"timeout": self.config.timeout_ms / 1000}
-        if self.is_http:
-            opts["headers"] = {MCP_PROTOCOL_VERSION_HEADER: LATEST_MODERN_VERSION, MCP_METHOD_HEADER: "server/discover"}
-        result = await dispatcher.send_raw_request("server/discover", params, opts)
-        versions = result.get("supportedVersions") or []
-        if LATEST_MODERN_VERSION not in versions:
-            raise MCPError(-32022, f"upstream supports {versions}, not {LATEST_MODERN_VERSION}")
-        meta = result.get("_meta") or {}
-        return UpstreamInfo(
-            era="2026-07-28",
-            protocol_version=LATEST_MODERN_VERSION,
-            server_info=meta.get(SERVER_INFO_META_KEY),
-            capabilities=dict(result.get("capabilities") or {}),
-            instructions=result.get("instructions"),
-        )
-
-    async def _initialize(self, dispatcher: Wire) -> UpstreamInfo:
-        params = {
-            "protocolVersion": self.client_params.get("protocolVersion", LATEST_HANDSHAKE_VERSION),
-            "capabilities": self._client_capabilities(self.client_params.get("capabilities")),
-            "clientInfo": self.client_params.get("clientInfo", GATEWAY_CLIENT_INFO),
-        }
-        if params["protocolVersion"] not in HANDSHAKE_PROTOCOL_VERSIONS:
-            params["protocolVersion"] = LATEST_HANDSHAKE_VERSION
-        opts: CallOptions = {"timeout": self.config.timeout_ms / 1000, "cancel_on_abandon": False}
-        result = await dispatcher.send_raw_request("initialize", params, opts)
-        await dispatcher.notify("notifications/initialized", None)
-        return UpstreamInfo(
-            era="legacy",
-            protocol_version=str(result.get("protocolVersion") or params["protocolVersion"]),
-            server_info=result.get("serverInfo"),
-            capabilities=dict(result.get("capabilities") or {}),
-            instructions=result.get("instructions"),
-        )
-
     def speak_for(self, client_params: Mapping[str, Any] | None) -> None:
         """Present a stdio gateway's one handshake-era client from now on: its identity and capabilities
         in every 2026-07-28 request and in the `initialize` of a reconnection, and its logs unfiltered
@@ -749,23 +400,8 @@ class UpstreamConnection:
             self.log_level = "debug"
 
     def envelope(self, client_meta: Mapping[str, Any] | None = None) -> dict[str, Any]:
-        """The 2026-07-28 `_meta` envelope: the downstream client's if it sent one, else the gateway's."""
-        meta = dict(client_meta or {})
-        if self.log_level is not None:
-            meta.setdefault(LOG_LEVEL_META_KEY, self.log_level)
-        meta.setdefault(PROTOCOL_VERSION_META_KEY, LATEST_MODERN_VERSION)
-        meta.setdefault(CLIENT_INFO_META_KEY, self.client_params.get("clientInfo", GATEWAY_CLIENT_INFO))
-        sent = meta.get(CLIENT_CAPABILITIES_META_KEY, self.client_params.get("capabilities"))
-        meta[CLIENT_CAPABILITIES_META_KEY] = self._client_capabilities(sent)
-        return meta
-
-    @staticmethod
-    def _client_capabilities(sent: Any) -> Any:
-        """The client capabilities presented upstream (the gateway's if the client sent none), never with tasks:
-        an upstream must not send task-augmented requests, which the gateway refuses (gateway/tasks.py)."""
-        if sent is None:
-            return without_tasks(DEFAULT_CLIENT_CAPABILITIES)
-        return without_tasks(sent) if isinstance(sent, Mapping) else sent  # malformed: the upstream answers it
+        """The 2026-07-28 `_meta` envelope: the downstream client's if it sent one, else the one presented."""
+        return envelope(client_meta, self.client_params, self.log_level)
 
     # ------------------------------------------------------------------ traffic
 
@@ -870,8 +506,8 @@ class UpstreamConnection:
         self._inflight += 1
         try:
             result = await self._sent(dispatcher, method, body, opts, shared=dispatcher)
-            if method in _SESSION_STATE_METHODS:
-                self._remember(method, params)
+            if method in SESSION_STATE_METHODS and self.era == "legacy":
+                self._session_state.remember(method, params)
             return result
         except ValueError:
             if request_id is None:
@@ -892,16 +528,7 @@ class UpstreamConnection:
         timeout_s: float | None,
     ) -> tuple[dict[str, Any], CallOptions]:
         """The body in this connection's era (its envelope, or none) and the call's options."""
-        body = dict(params) if params is not None else {}
-        if self.era == "2026-07-28":
-            body["_meta"] = self.envelope(body.get("_meta"))
-        elif isinstance(meta := body.get("_meta"), Mapping) and any(key in meta for key in ENVELOPE_KEYS):
-            # A handshake-era upstream must not see a 2026-07-28 client's envelope (it would refuse it).
-            kept = {key: value for key, value in meta.items() if key not in ENVELOPE_KEYS}
-            if kept:
-                body["_meta"] = kept
-            else:
-                del body["_meta"]
+        body = body_for_era(params, self.era, self.envelope)
         opts: CallOptions = {"timeout": timeout_s if timeout_s is not None else self.config.timeout_ms / 1000}
         if request_id is not None:
             opts["request_id"] = request_id
@@ -919,14 +546,14 @@ class UpstreamConnection:
         try:
             return await dispatcher.send_raw_request(method, body or None, opts)
         except MCPError as exc:
-            if _is_local_timeout(exc, method):  # our deadline, not an upstream's own -32001 error
+            if is_local_timeout(exc, method):  # our deadline, not an upstream's own -32001 error
                 timeout_ms = opts["timeout"] * 1000
                 raise UpstreamTimeoutError(
                     exc.code,
                     f"{self.role} {self.name!r} did not answer {method} within {timeout_ms:g} ms",
                     {"upstream": self.name, "timeoutMs": timeout_ms},
                 ) from None
-            if _is_local_close(exc):  # not an upstream's own -32000 error, which passes through
+            if is_local_close(exc):  # not an upstream's own -32000 error, which passes through
                 if shared is not None and self._dispatcher is shared:
                     self._mark_down()
                 if self._closed:
@@ -950,14 +577,14 @@ class UpstreamConnection:
                 logger.warning("%s", message)
                 data = {"upstream": self.name, "reason": "session not found"}
                 raise UpstreamUnavailableError(CONNECTION_CLOSED, message, data) from None
-            if _is_http_error(exc) and self._http_error is not None:
+            if is_http_error(exc) and self._http_error is not None:
                 message = self._explain(f"{self.role} {self.name!r} answered with an error", exc)
                 raise MCPError(exc.code, message, {"upstream": self.name, "httpStatus": self._http_error}) from None
-            reason = _too_long(exc)
+            reason = too_long(exc)
             if reason is not None:
                 message = f"{self.role} {self.name!r} sent {reason}"
                 raise MCPError(INTERNAL_ERROR, message, {"upstream": self.name, "reason": reason}) from None
-            if _is_lost_stream(exc):  # this call's HTTP response stream broke; the connection may live on
+            if is_lost_stream(exc):  # this call's HTTP response stream broke; the connection may live on
                 message = f"{self.role} {self.name!r} closed the connection ({exc.message})"
                 raise UpstreamUnavailableError(CONNECTION_CLOSED, message, {"upstream": self.name}) from None
             raise
@@ -984,18 +611,8 @@ class UpstreamConnection:
             logger.debug("%s %r: notification %s dropped, connection closing", self.role, self.name, method)
 
     def _routing_headers(self, method: str, body: Mapping[str, Any]) -> dict[str, str]:
-        """`mcp-protocol-version` always; `mcp-method`/`mcp-name` in the 2026-07-28 era."""
         info = self.info
-        if info is None:
-            return {}
-        headers = {MCP_PROTOCOL_VERSION_HEADER: info.protocol_version}
-        if info.era == "2026-07-28":
-            headers[MCP_METHOD_HEADER] = method
-            key = NAME_BEARING_METHODS.get(method)
-            value = body.get(key) if key is not None else None
-            if isinstance(value, str):
-                headers[MCP_NAME_HEADER] = encode_header_value(value)
-        return headers
+        return {} if info is None else routing_headers(info.era, info.protocol_version, method, body)
 
     async def _on_request(self, dctx: DispatchContext[Any], method: str, params: Mapping[str, Any] | None) -> Any:
         if self.on_request is None:
@@ -1023,37 +640,3 @@ class UpstreamConnection:
 
 
 #: Our words for what `_MessageLimitTransport` cut off; mcp's HTTP client reports the error it raised as
-#: a -32700 (a JSON answer) or -32000 (an SSE event) whose message ends with them.
-_MESSAGE_CUT = "a message longer than the limit of"
-_EVENT_CUT = "an event longer than the limit of"
-
-
-def _too_long(exc: MCPError) -> str | None:
-    """The reason, if `exc` is mcp's report of a message our `_MessageLimitTransport` cut off."""
-    if exc.code not in (PARSE_ERROR, CONNECTION_CLOSED) or exc.data is not None:
-        return None
-    for words in (_MESSAGE_CUT, _EVENT_CUT):
-        at = exc.message.find(words)
-        if at >= 0:
-            return exc.message[at:]
-    return None
-
-
-def _is_local_timeout(exc: MCPError, method: str) -> bool:
-    """The dispatcher's own timeout (ours and mcp's word it alike), not an error the upstream sent."""
-    return exc.code == REQUEST_TIMEOUT and exc.message == f"Request {method!r} timed out" and exc.data is None
-
-
-def _is_http_error(exc: MCPError) -> bool:
-    """mcp's HTTP client's stand-in for a 4xx/5xx answer that carried no JSON-RPC error."""
-    return exc.code == INTERNAL_ERROR and exc.message == "Server returned an error response" and exc.data is None
-
-
-def _is_lost_stream(exc: MCPError) -> bool:
-    """mcp's HTTP client giving up on one request's response stream ("SSE stream ended without a response")."""
-    return exc.code == CONNECTION_CLOSED and exc.data is None and exc.message.startswith("SSE stream ")
-
-
-def _is_local_close(exc: MCPError) -> bool:
-    """The dispatcher's own "connection closed" outcome (an upstream may use -32000 for anything)."""
-    return exc.code == CONNECTION_CLOSED and exc.message == "Connection closed" and exc.data is None

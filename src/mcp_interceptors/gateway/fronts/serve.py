@@ -1,4 +1,4 @@
-"""Serve a `Gateway` on stdio or Streamable HTTP (plus the legacy SSE endpoint), with auth.
+"""Serve a `Gateway` on stdio or Streamable HTTP (plus the legacy SSE endpoint), with auth and signals.
 
 HTTP binds loopback by default with DNS-rebinding protection; a non-loopback bind needs auth
 unless `insecure_no_auth` is set. Shutdown is clean: uvicorn drains (calls still waiting on an
@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import contextlib
 import logging
-import re
 import signal
 import socket
 import sys
@@ -22,18 +21,15 @@ import uvicorn
 from mcp.server.auth.settings import AuthSettings
 from mcp.server.stdio import stdio_server
 from mcp.server.transport_security import TransportSecuritySettings
-from mcp.shared.jsonrpc_dispatcher import cancelled_request_id_from_params
-from mcp.shared.message import SessionMessage
-from mcp_types import JSONRPCError, JSONRPCNotification, JSONRPCRequest, JSONRPCResponse
 from sse_starlette.sse import AppStatus
 
 from mcp_interceptors.gateway.auth import build_auth
 from mcp_interceptors.gateway.config import GatewayConfig, authority, is_loopback
-from mcp_interceptors.gateway.http_front import streamable_http_app
-from mcp_interceptors.gateway.jsonrpc import id_in_use
+from mcp_interceptors.gateway.fronts.http import streamable_http_app
+from mcp_interceptors.gateway.fronts.sse import sse_routes
+from mcp_interceptors.gateway.fronts.stdio import serve_stdio_fast
 from mcp_interceptors.gateway.metrics import CONTENT_TYPE, GatewayMetrics
-from mcp_interceptors.gateway.server import SSE_SESSION_PREFIX, Gateway
-from mcp_interceptors.gateway.stdio import serve_stdio_fast
+from mcp_interceptors.gateway.server import Gateway
 
 logger = logging.getLogger(__name__)
 #: The names the Host header of a loopback bind may carry (besides `http.allowed_hosts`).
@@ -147,140 +143,6 @@ def _with_default_ports(entries: list[str]) -> list[str]:
     return entries + bare
 
 
-class SseRequestIds:
-    """The read side of a legacy `/sse` session: a request reusing the id of one still in flight is answered
-    with -32600 (`data: {field: "id"}`) on the stream and never reaches the server, as on stdio and
-    Streamable HTTP (ids `1` and `"1"` count as one, as there). Both requests ran, and both answers went out
-    with the same id, so the client could not tell them apart (nor cancel the first: mcp keys it by id).
-
-    A request is in flight from its arrival until its answer goes out (`writer`), or its
-    `notifications/cancelled` arrives (a cancelled request is never answered).
-    """
-
-    def __init__(self, read: Any, write: Any) -> None:
-        self._read = read
-        self._write = write
-        self.in_flight: set[str] = set()
-        self.writer = _SseAnswers(write, self.in_flight)
-
-    @property
-    def last_context(self) -> Any:
-        """The POST's context (its principal): mcp runs the handler in it."""
-        return getattr(self._read, "last_context", None)
-
-    async def receive(self) -> Any:
-        while True:
-            item = await self._read.receive()
-            message = getattr(item, "message", None)  # an Exception is a message mcp could not parse
-            if isinstance(message, JSONRPCNotification) and message.method == "notifications/cancelled":
-                cancelled = cancelled_request_id_from_params(message.params)
-                if cancelled is not None:
-                    self.in_flight.discard(str(cancelled))
-            if not isinstance(message, JSONRPCRequest):
-                return item
-            key = str(message.id)
-            if key not in self.in_flight:
-                self.in_flight.add(key)
-                return item
-            await self._write.send(SessionMessage(JSONRPCError.model_validate(id_in_use(message.id))))
-
-    async def aclose(self) -> None:
-        await self._read.aclose()
-
-    def __aiter__(self) -> SseRequestIds:
-        return self
-
-    async def __anext__(self) -> Any:
-        try:
-            return await self.receive()
-        except anyio.EndOfStream:
-            raise StopAsyncIteration from None
-
-    async def __aenter__(self) -> SseRequestIds:
-        return self
-
-    async def __aexit__(self, *exc: object) -> None:
-        await self.aclose()
-
-
-class _SseAnswers:
-    """The write side of a legacy `/sse` session: an answer ends its request's time in flight."""
-
-    def __init__(self, write: Any, in_flight: set[str]) -> None:
-        self._write = write
-        self._in_flight = in_flight
-
-    async def send(self, item: Any, /) -> None:
-        message = getattr(item, "message", None)  # an Exception is a message mcp could not parse
-        try:
-            await self._write.send(item)
-        finally:
-            if isinstance(message, (JSONRPCResponse, JSONRPCError)) and message.id is not None:
-                self._in_flight.discard(str(message.id))
-
-    async def aclose(self) -> None:
-        await self._write.aclose()
-
-    async def __aenter__(self) -> _SseAnswers:
-        return self
-
-    async def __aexit__(self, *exc: object) -> None:
-        await self.aclose()
-
-
-#: The first event of an SSE stream names the session: `data: /messages/?session_id=<hex>`.
-_SSE_SESSION_ID = re.compile(rb"session_id=([0-9a-fA-F]+)")
-
-
-def sse_routes(
-    gateway: Gateway, security: TransportSecuritySettings, max_body: int, auth: AuthSettings | None = None
-) -> list[Any]:
-    """The handshake-era SSE endpoint: GET /sse opens the stream, POST /messages/ carries requests.
-
-    With `auth`, both need a valid bearer token, as the Streamable HTTP path does: mcp wraps only
-    that path in its auth check, and the app-wide middleware merely reads the token.
-    """
-    from mcp.server.auth.middleware.bearer_auth import RequireAuthMiddleware
-    from mcp.server.auth.routes import build_resource_metadata_url
-    from mcp.server.sse import SseServerTransport
-    from starlette.routing import Mount, Route
-
-    transport = SseServerTransport("/messages/", security_settings=security, max_request_body_size=max_body)
-    server = gateway.server
-
-    class SseEndpoint:
-        """An ASGI endpoint: the SSE transport needs the raw `send` callable. Each SSE connection is its
-        own handshake-era session (keyed by the `session_id` the stream announces): when the stream ends,
-        so do that session's upstream sessions."""
-
-        async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
-            announced: list[str] = []
-
-            async def watch(message: Any) -> None:
-                if not announced and message.get("type") == "http.response.body":
-                    found = _SSE_SESSION_ID.search(bytes(message.get("body", b"")))
-                    if found is not None:
-                        announced.append(found.group(1).decode())
-                await send(message)
-
-            try:
-                async with transport.connect_sse(scope, receive, watch) as (read, write):
-                    guard = SseRequestIds(read, write)
-                    await server.run(guard, guard.writer, server.create_initialization_options())
-            finally:
-                if announced:
-                    gateway.close_session(SSE_SESSION_PREFIX + announced[0])
-
-    stream: Any = SseEndpoint()
-    messages: Any = _without_session_header(transport.handle_post_message)
-    if auth is not None:
-        metadata = build_resource_metadata_url(auth.resource_server_url) if auth.resource_server_url else None
-        scopes = auth.required_scopes or []
-        stream = RequireAuthMiddleware(stream, scopes, metadata)
-        messages = RequireAuthMiddleware(messages, scopes, metadata)
-    return [Route("/sse", endpoint=stream, methods=["GET"]), Mount("/messages/", app=messages)]
-
-
 def metrics_route(metrics: GatewayMetrics, security: TransportSecuritySettings, auth: AuthSettings | None) -> Any:
     """`GET /metrics`: the Prometheus text format, behind the same Host/Origin checks and bearer auth as the
     MCP endpoint (metrics name the upstreams and interceptors, and show the traffic)."""
@@ -304,17 +166,6 @@ def metrics_route(metrics: GatewayMetrics, security: TransportSecuritySettings, 
     if auth is not None:
         endpoint = RequireAuthMiddleware(endpoint, auth.required_scopes or [], None)
     return Route("/metrics", endpoint=endpoint, methods=["GET"])
-
-
-def _without_session_header(app: Any) -> Any:
-    """A `/messages/` POST names its session in `?session_id=`, which mcp checks against the caller; an
-    `Mcp-Session-Id` header there would name a Streamable HTTP session nobody checked, so it is dropped."""
-
-    async def messages(scope: Any, receive: Any, send: Any) -> None:
-        headers = [(name, value) for name, value in scope.get("headers") or [] if name.lower() != b"mcp-session-id"]
-        await app({**scope, "headers": headers}, receive, send)
-
-    return messages
 
 
 async def serve_http(

@@ -1,7 +1,7 @@
 """The Streamable HTTP endpoint: mcp's session manager behind mcp's bearer auth, with the gateway's own checks of
 a handshake-era session's requests (`SessionRequests`: a reused request id, a `DELETE` with calls in flight)
 between the two, so they only ever see a request mcp's auth let through. `serve.http_app` builds the rest of
-the app around it.
+the app around it; the requests themselves enter the gateway at the server's middleware (`server.py`).
 """
 
 from __future__ import annotations
@@ -31,7 +31,7 @@ from starlette.responses import Response
 from starlette.routing import BaseRoute, Route
 
 from mcp_interceptors.gateway.auth import current_principal
-from mcp_interceptors.gateway.jsonrpc import id_in_use, is_request_id, loads
+from mcp_interceptors.gateway.jsonrpc.framing import id_in_use, is_request_id, loads
 
 if TYPE_CHECKING:
     from mcp_interceptors.gateway.server import Gateway
@@ -93,8 +93,9 @@ class McpPathFirst:
     everything else (the lifespan, the other routes, `/mcp/`'s redirect) to the Starlette app.
 
     Starlette's layers (its error and exception middleware, the router's matching, a wrapper around every `send`)
-    cost a measurable share of each call and do nothing there: the endpoint accepts every method and raises no
-    `HTTPException`, and an exception it raises still gets uvicorn's bare 500, as Starlette's would be."""
+    do nothing there and cost a measurable share of each call (`bench/gateway_overhead.py`, HTTP cells): the
+    endpoint accepts every method and raises no `HTTPException`, and an exception it raises still gets uvicorn's
+    bare 500, as Starlette's would be."""
 
     def __init__(self, app: Starlette, path: str, endpoint: Any) -> None:
         self.app = app
@@ -112,20 +113,16 @@ class SessionRequests:
     """ASGI wrapper of mcp's Streamable HTTP transport for a handshake-era session's requests (those naming an
     `Mcp-Session-Id`, in a handshake-era version or none), once mcp's auth let them through.
 
-    A POST reusing the id of a request still in flight is refused with -32600 (`data: {field: "id"}`), as on
-    stdio: mcp keys each POST's answer stream by `str(id)`, so the second took over the first's stream and the
-    first POST waited forever (ids `1` and `"1"` collide there too, so both count as one). An id is in flight
-    until mcp has finished with its request; a request reusing one whose answer is already out (its client may
-    send the next at once) waits for that, briefly, instead of being refused. Ids are kept per session and per
-    caller (mcp's `authorization_context`): a caller naming someone else's session gets mcp's own 404.
+    - A POST reusing the id of a request in flight gets -32600 (`data: {field: "id"}`), as on stdio: mcp keys
+      a POST's answer stream by `str(id)` (`1` and `"1"` collide), so the second would take the first's stream.
+      One reusing an id whose answer is already out waits briefly for mcp to be done with it.
+    - A GET's `Last-Event-ID` is dropped: the gateway keeps no event store to resume from.
+    - A DELETE of the session ends its calls in flight first (-32000 on their streams, cancelled upstream),
+      then lets mcp end the session, which would close their streams empty.
 
-    A GET's `Last-Event-ID` is dropped: the gateway keeps no event store to resume from.
-
-    A `DELETE` of the session first ends the session's calls in flight (each answered -32000 on its stream,
-    cancelled upstream), then lets mcp end the session: mcp's `terminate` closed their streams empty.
-
-    The body is parsed here and again by mcp: mcp's transport takes the request as ASGI bytes, and by the time
-    mcp hands the parsed request on (the server's middleware) it has already given its id's stream away.
+    Ids are kept per session and per caller (mcp's `authorization_context`): a caller naming someone else's
+    session gets mcp's own 404. The body is parsed here and again by mcp: by the time mcp hands the parsed
+    request on (the server's middleware), it has already given its id's stream away.
     """
 
     def __init__(self, app: Any, gateway: Gateway, security: TransportSecuritySettings) -> None:
@@ -149,8 +146,8 @@ class SessionRequests:
         elif scope.get("method") == "DELETE":
             await self._delete(key, scope, receive, send)
         elif scope.get("method") == "GET" and b"last-event-id" in headers:
-            # mcp, with no event store (the gateway keeps none: it sends no event ids), answered such a GET with
-            # nothing at all (uvicorn: 500, and an error logged). As the TypeScript SDK does, the header is ignored.
+            # Without an event store mcp answers such a GET with nothing at all; the gateway sends no event ids,
+            # so there is nothing to resume from: the header is ignored, as the TypeScript SDK does.
             kept = [(name, value) for name, value in scope["headers"] if name.lower() != b"last-event-id"]
             await self.app({**scope, "headers": kept}, receive, send)
         else:

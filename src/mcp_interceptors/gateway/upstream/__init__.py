@@ -1,0 +1,1 @@
+"""One upstream MCP server: its connection (kept up, reused), its handshake, its transports and its errors."""

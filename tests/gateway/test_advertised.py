@@ -11,7 +11,7 @@ import pytest
 
 from mcp_interceptors import Chain
 from mcp_interceptors.gateway.config import parse_config
-from mcp_interceptors.gateway.server import Gateway
+from mcp_interceptors.gateway.gateway import Gateway
 from mcp_interceptors.gateway.session import DownstreamSession
 from mcp_interceptors.gateway.upstream.connection import UpstreamConnection
 
@@ -66,19 +66,19 @@ async def test_a_list_changed_while_a_call_is_routed_does_not_refuse_a_listed_to
     notification dropped that note before the call was checked against it: `-32602 Unknown tool: echo`."""
     config = parse_config({"upstreams": {"a": {"command": "python", "args": ["server.py"]}}})
     gateway = Gateway(config, Chain(role="server"))
-    session = DownstreamSession(gateway, key="s", era="legacy")
+    session = DownstreamSession(key="s", era="legacy")
     upstream = _Upstream()
     session.upstreams = {"a": cast(UpstreamConnection, upstream)}
-    settled = session._settled
+    settled = gateway.replies.settled
 
     async def settled_then_changed(result: dict[str, Any], record: Any) -> dict[str, Any]:
         answer = await settled(result, record)
         if "tools" in result:
-            await session.upstream_notification("a", "notifications/tools/list_changed", None)
+            await gateway.notifications.from_upstream(session, "a", "notifications/tools/list_changed", None)
         return answer
 
-    monkeypatch.setattr(session, "_settled", settled_then_changed)
+    monkeypatch.setattr(gateway.replies, "settled", settled_then_changed)
     with anyio.fail_after(5):
-        result = await session.handle("tools/call", {"name": "echo", "arguments": {}}, _Client(), 1)
+        result = await gateway.forwarder.handle(session, "tools/call", {"name": "echo", "arguments": {}}, _Client(), 1)
     assert result["content"] == [{"type": "text", "text": "echoed"}]
     assert upstream.calls == ["tools/call"]

@@ -17,7 +17,7 @@ from mcp import MCPError
 from mcp_interceptors import Chain
 from mcp_interceptors.gateway.auth import StaticTokenVerifier, build_auth, check_auth, principal_for
 from mcp_interceptors.gateway.config import ConfigError, load_config, parse_config
-from mcp_interceptors.gateway.server import Gateway
+from mcp_interceptors.gateway.gateway import Gateway
 from mcp_interceptors.protocol.invoke import Principal
 
 pytestmark = pytest.mark.anyio
@@ -109,8 +109,12 @@ async def test_a_client_named_like_a_user_is_not_that_user(tmp_path: Path) -> No
     assert (alice.type, alice.id) == ("user", "alice")
     assert (service.type, service.id) == ("service", "alice")
     gateway = Gateway(config, Chain(role="server"))
-    assert gateway.session("2026-07-28", None, alice, None) is not gateway.session("2026-07-28", None, service, None)
-    assert gateway.session("2026-07-28", None, alice, None) is gateway.session("2026-07-28", None, alice, None)
+    assert gateway.sessions.for_request("2026-07-28", None, alice, None) is not gateway.sessions.for_request(
+        "2026-07-28", None, service, None
+    )
+    assert gateway.sessions.for_request("2026-07-28", None, alice, None) is gateway.sessions.for_request(
+        "2026-07-28", None, alice, None
+    )
 
 
 async def test_each_static_token_is_a_user_of_its_own() -> None:
@@ -161,13 +165,13 @@ def test_a_handshake_session_serves_only_the_principal_that_opened_it() -> None:
     config = parse_config({"upstreams": {"a": {"command": "python", "args": ["server.py"]}}})
     gateway = Gateway(config, Chain(role="server"))
     alice = Principal(type="user", id="alice", claims={"scopes": ["read"]})
-    opened = gateway.session("legacy", "s-1", alice, None)
+    opened = gateway.sessions.for_request("legacy", "s-1", alice, None)
     again = Principal(type="user", id="alice", claims={"scopes": ["write"]})  # a refreshed token, same user
-    assert gateway.session("legacy", "s-1", again, None) is opened
+    assert gateway.sessions.for_request("legacy", "s-1", again, None) is opened
     assert opened.context(None).principal == again  # judged by its latest claims, not the first token's
     for other in (Principal(type="service", id="alice"), Principal(type="user", id="bob"), None):
         with pytest.raises(MCPError) as refused:
-            gateway.session("legacy", "s-1", other, None)
+            gateway.sessions.for_request("legacy", "s-1", other, None)
         assert (refused.value.code, refused.value.message) == (-32600, "Session not found")
 
 

@@ -7,8 +7,8 @@ from pathlib import Path
 import pytest
 from jsonschema import Draft202012Validator
 
+from mcp_interceptors.gateway.auditing import audit_store_location
 from mcp_interceptors.gateway.config import ConfigError, config_json_schema, load_config, parse_config, substitute_env
-from mcp_interceptors.gateway.server import audit_store_location
 
 
 def test_variables_defaults_and_a_literal_dollar_brace() -> None:

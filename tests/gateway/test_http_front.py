@@ -15,9 +15,9 @@ from mcp_types import SERVER_INFO_META_KEY
 from mcp_interceptors import Chain
 from mcp_interceptors.gateway.config import parse_config
 from mcp_interceptors.gateway.fronts.http import McpPathFirst, SessionRequests
+from mcp_interceptors.gateway.gateway import Gateway
 from mcp_interceptors.gateway.routing import build_catalog
-from mcp_interceptors.gateway.server import Gateway
-from mcp_interceptors.gateway.session import shape_modern
+from mcp_interceptors.gateway.shape import shape_modern
 
 pytestmark = pytest.mark.anyio
 
@@ -164,11 +164,11 @@ def test_a_tool_schema_without_x_mcp_header_is_not_handed_to_mcps_header_check()
     plain = {"type": "object", "properties": {"text": {"type": "string"}}}
     declaring = {"type": "object", "properties": {"where": {"anyOf": [{"type": "string", "x-mcp-header": "Where"}]}}}
     tools = [{"name": "echo", "inputSchema": plain}, {"name": "route", "inputSchema": declaring}]
-    gateway.startup_catalog = build_catalog({"a": {"tools/list": tools}}, {"a": ""})
-    assert gateway.tool_input_schema("echo") is None
-    assert gateway.tool_input_schema("echo") is None  # remembered: the same answer
-    assert gateway.tool_input_schema("route") == declaring
-    assert gateway.tool_input_schema("missing") is None
+    gateway.listings.startup = build_catalog({"a": {"tools/list": tools}}, {"a": ""})
+    assert gateway.mcp_server.tool_input_schema("echo") is None
+    assert gateway.mcp_server.tool_input_schema("echo") is None  # remembered: the same answer
+    assert gateway.mcp_server.tool_input_schema("route") == declaring
+    assert gateway.mcp_server.tool_input_schema("missing") is None
 
 
 def test_a_2026_result_without_a_server_info_stamp_gets_a_fresh_one_made_only_then() -> None:

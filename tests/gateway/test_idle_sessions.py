@@ -11,8 +11,9 @@ from mcp import MCPError
 
 from mcp_interceptors import Chain
 from mcp_interceptors.gateway.config import parse_config
-from mcp_interceptors.gateway.server import Gateway, session_key
+from mcp_interceptors.gateway.gateway import Gateway
 from mcp_interceptors.gateway.session import DownstreamSession
+from mcp_interceptors.gateway.sessions import session_key
 from mcp_interceptors.gateway.upstream.connection import UpstreamConnection
 from mcp_interceptors.protocol.invoke import Principal
 
@@ -27,16 +28,16 @@ def anyio_backend() -> str:
 async def sweep_until_one_closes(gateway: Gateway, idle_s: float) -> None:
     """Run the gateway's idle sweep until it closes a session."""
     closed = anyio.Event()
-    close_session = gateway.close_session
+    close_session = gateway.sessions.close
 
     def closing(key: str, **options: str) -> None:
         close_session(key, **options)
         closed.set()
 
-    gateway.close_session = closing  # type: ignore[method-assign]
+    gateway.sessions.close = closing  # type: ignore[method-assign]
     with anyio.fail_after(5):
         async with anyio.create_task_group() as tg:
-            tg.start_soon(gateway.sweep_idle_sessions, idle_s)
+            tg.start_soon(gateway.sessions.sweep_idle, idle_s)
             await closed.wait()
             tg.cancel_scope.cancel()
 
@@ -46,13 +47,13 @@ async def test_an_idle_session_closes_within_a_quarter_of_its_idle_time() -> Non
         {"upstreams": {"a": {"command": "python", "args": ["server.py"]}}, "http": {"session_idle_s": 0.4}}
     )
     gateway = Gateway(config, Chain(role="server"))
-    idle = DownstreamSession(gateway, key="idle", era="legacy", last_used=time.monotonic() - 1.0)
-    busy = DownstreamSession(gateway, key="busy", era="legacy", last_used=time.monotonic() + 60.0)
-    gateway.sessions.update({"idle": idle, "busy": busy})
+    idle = DownstreamSession(key="idle", era="legacy", last_used=time.monotonic() - 1.0)
+    busy = DownstreamSession(key="busy", era="legacy", last_used=time.monotonic() + 60.0)
+    gateway.sessions.by_key.update({"idle": idle, "busy": busy})
     started = anyio.current_time()
     await sweep_until_one_closes(gateway, config.http.session_idle_s)
     assert anyio.current_time() - started < 0.4  # swept every 0.1 s, not every minute
-    assert list(gateway.sessions) == ["busy"]
+    assert list(gateway.sessions.by_key) == ["busy"]
 
 
 def test_a_session_past_max_sessions_is_refused_until_one_closes() -> None:
@@ -62,18 +63,20 @@ def test_a_session_past_max_sessions_is_refused_until_one_closes() -> None:
         {"upstreams": {"a": {"command": "python", "args": ["server.py"]}}, "http": {"max_sessions": 2}}
     )
     gateway = Gateway(config, Chain(role="server"))
-    first = gateway.session("legacy", "s1", None, None)
-    gateway.session("legacy", "s2", None, None)
-    assert gateway.session("legacy", "s1", None, None) is first  # an open session is not a new one
+    first = gateway.sessions.for_request("legacy", "s1", None, None)
+    gateway.sessions.for_request("legacy", "s2", None, None)
+    assert gateway.sessions.for_request("legacy", "s1", None, None) is first  # an open session is not a new one
     with pytest.raises(MCPError) as caught:
-        gateway.session("legacy", "s3", None, None)
+        gateway.sessions.for_request("legacy", "s3", None, None)
     assert caught.value.code == -32603
     assert caught.value.message == "the gateway serves at most 2 sessions; end one (or wait for an idle one to close)"
     assert caught.value.data == {"reason": "too_many_sessions", "limit": 2, "setting": "http.max_sessions"}
-    assert set(gateway.sessions) == {"s1", "s2"}
-    gateway.session("2026-07-28", None, None, None)  # 2026-07-28 clients have no session of their own to open
-    gateway.close_session("s1")
-    assert gateway.session("legacy", "s3", None, None).key == "s3"
+    assert set(gateway.sessions.by_key) == {"s1", "s2"}
+    gateway.sessions.for_request(
+        "2026-07-28", None, None, None
+    )  # 2026-07-28 clients have no session of their own to open
+    gateway.sessions.close("s1")
+    assert gateway.sessions.for_request("legacy", "s3", None, None).key == "s3"
 
 
 def test_http_requests_in_flight_count_per_session_and_2026_requests_per_principal() -> None:
@@ -92,9 +95,9 @@ def test_http_requests_in_flight_count_per_session_and_2026_requests_per_princip
     assert len(set(keys)) == len(keys)
     assert session_key("2026-07-28", None, Principal(type="user", id="alice")) == keys[2]  # a new request, same caller
     for key in keys:
-        gateway._claim_a_request_slot(key)  # one each: the sessions do not share a budget
+        gateway.sessions.claim_request_slot(key)  # one each: the sessions do not share a budget
     with pytest.raises(MCPError) as caught:
-        gateway._claim_a_request_slot(keys[2])
+        gateway.sessions.claim_request_slot(keys[2])
     assert (caught.value.code, caught.value.data) == (
         -32603,
         {"reason": "too_many_requests_in_flight", "limit": 1, "setting": "http.max_requests_in_flight"},
@@ -111,13 +114,13 @@ def test_a_session_at_its_request_cap_is_logged_once_each_time_it_reaches_it(cap
     def refusals(count: int) -> None:
         for _ in range(count):
             with pytest.raises(MCPError):
-                gateway._claim_a_request_slot(key)
+                gateway.sessions.claim_request_slot(key)
 
-    with caplog.at_level("WARNING", logger="mcp_interceptors.gateway.server"):
-        gateway._claim_a_request_slot(key)
+    with caplog.at_level("WARNING", logger="mcp_interceptors.gateway.sessions"):
+        gateway.sessions.claim_request_slot(key)
         refusals(50)  # a client retrying in a loop
-        gateway._release_a_request_slot(key)
-        gateway._claim_a_request_slot(key)  # under the cap again, then at it again
+        gateway.sessions.release_request_slot(key)
+        gateway.sessions.claim_request_slot(key)  # under the cap again, then at it again
         refusals(3)
     warnings = [r.getMessage() for r in caplog.records if "http.max_requests_in_flight" in r.getMessage()]
     assert warnings == ["refusing requests of session s1: 1 requests in flight (http.max_requests_in_flight)"] * 2
@@ -132,13 +135,13 @@ async def test_calls_on_a_closed_session_are_told_why_it_closed() -> None:
     gateway = Gateway(config, Chain(role="server"))
     conns = {}
     for key in ("deleted", "idle", "open"):
-        session = DownstreamSession(gateway, key=key, era="legacy", last_used=time.monotonic() - 1.0)
+        session = DownstreamSession(key=key, era="legacy", last_used=time.monotonic() - 1.0)
         conns[key] = session.upstreams["a"] = UpstreamConnection("a", config.upstreams["a"], era="legacy")
-        gateway.sessions[key] = session
-    gateway.sessions["open"].inflight.append(object())  # type: ignore[arg-type]  # not idle: serving a call
-    gateway.close_session("deleted")
+        gateway.sessions.by_key[key] = session
+    gateway.sessions.by_key["open"].inflight.append(object())  # type: ignore[arg-type]  # not idle: serving a call
+    gateway.sessions.close("deleted")
     await sweep_until_one_closes(gateway, config.http.session_idle_s)
-    assert list(gateway.sessions) == ["open"]
+    assert list(gateway.sessions.by_key) == ["open"]
     gateway.close_upstreams()
     prefix = "the gateway closed its connection to upstream 'a'"
     assert conns["deleted"].closed_error().message == f"{prefix} (the client's session ended)"

@@ -14,8 +14,8 @@ from mcp_interceptors import Chain
 from mcp_interceptors.audit.writer import WriterStats
 from mcp_interceptors.gateway import metrics as metrics_module
 from mcp_interceptors.gateway.config import ConfigError, parse_config
+from mcp_interceptors.gateway.gateway import Gateway
 from mcp_interceptors.gateway.metrics import GatewayMetrics, serve_metrics
-from mcp_interceptors.gateway.server import Gateway
 from mcp_interceptors.gateway.session import DownstreamSession
 
 pytestmark = pytest.mark.anyio
@@ -159,22 +159,22 @@ def test_upstream_up_is_any_connection_up_and_connections_are_counted_by_state()
     config = parse_config({"upstreams": {"a": UPSTREAM, "b": UPSTREAM}, "http": {"metrics": True}})
     gateway = Gateway(config, Chain(role="server"))
     assert gateway.metrics is not None
-    gateway.shared = {"a": FakeConnection("a", up=False), "b": FakeConnection("b", up=True)}  # type: ignore[dict-item]
-    own = DownstreamSession(gateway, key="s1", era="legacy")
+    gateway.connections.shared = {"a": FakeConnection("a", up=False), "b": FakeConnection("b", up=True)}  # type: ignore[dict-item]
+    own = DownstreamSession(key="s1", era="legacy")
     own.upstreams = {"a": FakeConnection("a", up=True), "b": FakeConnection("b", up=False)}  # type: ignore[dict-item]
-    sharing = DownstreamSession(gateway, key="s2", era="legacy", upstreams=dict(gateway.shared))
-    gone = DownstreamSession(gateway, key="s3", era="legacy")
+    sharing = DownstreamSession(key="s2", era="legacy", upstreams=dict(gateway.connections.shared))
+    gone = DownstreamSession(key="s3", era="legacy")
     gone.upstreams = {"a": FakeConnection("a", up=False, closed=True)}  # type: ignore[dict-item]
-    gateway.sessions.update({"s1": own, "s2": sharing, "s3": gone})
+    gateway.sessions.by_key.update({"s1": own, "s2": sharing, "s3": gone})
     metrics = gateway.metrics
     assert value(metrics, "mcp_gateway_upstream_up", upstream="a") == 1  # s1's own connection is up
     assert value(metrics, "mcp_gateway_upstream_connections", upstream="a", state="up") == 1
     assert value(metrics, "mcp_gateway_upstream_connections", upstream="a", state="down") == 1  # shared, once
     assert value(metrics, "mcp_gateway_upstream_connections", upstream="b", state="down") == 1  # s1's own
     assert value(metrics, "mcp_gateway_upstream_connections", upstream="b", state="up") == 1
-    gateway.shared["a"].up = True  # type: ignore[attr-defined]
+    gateway.connections.shared["a"].up = True  # type: ignore[attr-defined]
     own.upstreams["a"].up = False  # type: ignore[attr-defined]
-    gateway.close_session("s1")
+    gateway.sessions.close("s1")
     assert value(metrics, "mcp_gateway_upstream_connections", upstream="b", state="down") == 0
     assert value(metrics, "mcp_gateway_upstream_up", upstream="a") == 1
 

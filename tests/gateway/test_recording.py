@@ -15,10 +15,10 @@ from mcp import MCPError
 
 from mcp_interceptors import Chain
 from mcp_interceptors.audit import AuditWriteError, SqliteStore, load_or_create_key, open_audit_writer, verify_source
-from mcp_interceptors.gateway import server
+from mcp_interceptors.gateway import open_inputs
 from mcp_interceptors.gateway.config import parse_config
+from mcp_interceptors.gateway.gateway import Gateway
 from mcp_interceptors.gateway.recording import CallRecord, Leg, OpenInput, new_call_id
-from mcp_interceptors.gateway.server import Gateway
 from mcp_interceptors.protocol.invoke import InvocationContext
 from mcp_interceptors.protocol.results import same_json
 
@@ -160,7 +160,7 @@ async def test_an_input_request_pushed_out_of_those_kept_is_closed_as_never_answ
 ) -> None:
     """The gateway keeps a bounded number of input requests awaiting a 2026-07-28 client's answer: the oldest,
     forgotten, gets a `cancelled` record (its call was left open); the newer one stays open, linkable."""
-    monkeypatch.setattr(server, "_OPEN_INPUTS_KEPT", 1)
+    monkeypatch.setattr(open_inputs, "_OPEN_INPUTS_KEPT", 1)
     store = SqliteStore(tmp_path / "audit.db")
     key = load_or_create_key(tmp_path / "audit-key")
     config = parse_config({"upstreams": {"a": {"command": "python", "args": ["server.py"]}}})
@@ -175,10 +175,10 @@ async def test_an_input_request_pushed_out_of_those_kept_is_closed_as_never_answ
                     record.approved_request(Leg("sampling/createMessage", "request", None, request))
                     await record.dispatched(executed=request, intent=request)
                     opened = OpenInput("sampling/createMessage", record.call_id, context)
-                    await gateway.open_input("s", "state", f"q{index}", opened)
-                assert gateway.close_input("s", "state", "q0") is None
-                assert gateway.close_input("other", "state", "q1") is None  # another session's
-                assert gateway.close_input("s", "state", "q1") is not None
+                    await gateway.rounds.open_inputs.open("s", "state", f"q{index}", opened)
+                assert gateway.rounds.open_inputs.close("s", "state", "q0") is None
+                assert gateway.rounds.open_inputs.close("other", "state", "q1") is None  # another session's
+                assert gateway.rounds.open_inputs.close("s", "state", "q1") is not None
         bodies = [orjson.loads(raw)["body"] for _, raw in store.iter_records()]
         report = verify_source(store, key.trusted())
     finally:

@@ -15,7 +15,8 @@ from mcp_types import CONNECTION_CLOSED
 from mcp_interceptors import Chain
 from mcp_interceptors.executor import Call
 from mcp_interceptors.gateway.config import ConfigError, load_config, parse_config
-from mcp_interceptors.gateway.sources import ConnectionSource, chain_for, populate_chain
+from mcp_interceptors.gateway.interceptor_servers import ConnectionSource
+from mcp_interceptors.gateway.sources import chain_for, populate_chain
 from mcp_interceptors.gateway.upstream.connection import UpstreamConnection
 from mcp_interceptors.gateway.upstream.errors import UpstreamUnavailableError
 from mcp_interceptors.guards.pinning import pin_document

@@ -18,7 +18,8 @@ from mcp_interceptors.audit.signing import (
     rotate_key,
 )
 from mcp_interceptors.audit.sqlite import SqliteStore
-from mcp_interceptors.audit.store import JsonlSource, RecordSource, Store, StoreError, open_source, open_store
+from mcp_interceptors.audit.store import JsonlSource, RecordSource, Store, StoreError
+from mcp_interceptors.audit.targets import open_source, open_store
 from mcp_interceptors.audit.verify import Finding, Problem, VerifyReport, verify_records, verify_source
 from mcp_interceptors.audit.writer import (
     AuditWriteError,

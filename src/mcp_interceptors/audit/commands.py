@@ -23,7 +23,8 @@ from mcp_interceptors.audit.signing import (
     read_public_keys,
     rotate_key,
 )
-from mcp_interceptors.audit.store import RecordSource, Store, open_source, open_store
+from mcp_interceptors.audit.store import RecordSource, Store
+from mcp_interceptors.audit.targets import open_source, open_store
 from mcp_interceptors.audit.verify import verify_source
 
 EXIT_OK: Final = 0

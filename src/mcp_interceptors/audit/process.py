@@ -33,7 +33,8 @@ import orjson
 from mcp_interceptors.audit.records import DecisionInput, PreparedEntry, prepare_entry
 from mcp_interceptors.audit.segment import Segment
 from mcp_interceptors.audit.signing import load_key
-from mcp_interceptors.audit.store import Store, open_store
+from mcp_interceptors.audit.store import Store
+from mcp_interceptors.audit.targets import open_store
 
 _log = logging.getLogger("mcp_interceptors.audit.process")
 

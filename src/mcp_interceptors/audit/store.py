@@ -11,7 +11,6 @@ from collections.abc import Collection, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal, NamedTuple, Protocol, runtime_checkable
-from urllib.parse import parse_qs
 
 import orjson
 
@@ -234,30 +233,3 @@ def split_record_id(record_id: str) -> tuple[str, int] | None:
 
 def is_postgres_url(target: str | Path) -> bool:
     return isinstance(target, str) and target.startswith(("postgresql:", "postgresql+", "postgres:"))
-
-
-def open_store(target: str | Path, *, create: bool = True) -> Store:
-    """A `postgresql://` URL opens PostgreSQL; a path or `sqlite:///path[?synchronous=full]` opens SQLite."""
-    if is_postgres_url(target):
-        from mcp_interceptors.audit.postgres import PostgresStore
-
-        return PostgresStore(str(target), create=create)
-    from mcp_interceptors.audit.sqlite import SqliteStore
-
-    text = str(target)
-    if not text.startswith("sqlite:///"):
-        return SqliteStore(Path(text).expanduser(), create=create)
-    path, _, query = text.removeprefix("sqlite:///").partition("?")
-    synchronous = parse_qs(query).get("synchronous", ["normal"])[-1].upper()
-    if synchronous not in ("FULL", "NORMAL"):
-        raise StoreError(f"{text}: synchronous must be full or normal, not {synchronous.lower()!r}")
-    return SqliteStore(
-        Path(path).expanduser(), create=create, synchronous="FULL" if synchronous == "FULL" else "NORMAL"
-    )
-
-
-def open_source(target: str | Path) -> RecordSource:
-    """Like `open_store` without creating anything; a `.jsonl` path reads an export."""
-    if not is_postgres_url(target) and str(target).endswith(".jsonl"):
-        return JsonlSource(Path(target).expanduser())
-    return open_store(target, create=False)

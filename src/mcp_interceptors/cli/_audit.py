@@ -106,8 +106,8 @@ def _named_locations(args: argparse.Namespace) -> tuple[str, Path, bool]:
     store: str | None = args.store
     key_file: Path | None = args.key_file
     if args.config:
+        from mcp_interceptors.gateway.auditing import audit_key_location, audit_store_location
         from mcp_interceptors.gateway.config import ConfigError, load_config
-        from mcp_interceptors.gateway.server import audit_key_location, audit_store_location
 
         try:
             config = load_config(args.config)

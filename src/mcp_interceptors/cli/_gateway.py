@@ -27,6 +27,7 @@ from mcp_interceptors.cli._common import (
     repeated_guards,
     run_on_loop,
 )
+from mcp_interceptors.gateway.auditing import audit_key_location, audit_store_location
 from mcp_interceptors.gateway.auth import check_auth
 from mcp_interceptors.gateway.check import check_report, missing_commands, render_check
 from mcp_interceptors.gateway.config import (
@@ -46,8 +47,8 @@ from mcp_interceptors.gateway.fronts.serve import (
     serve_http,
     serve_stdio,
 )
+from mcp_interceptors.gateway.gateway import Gateway
 from mcp_interceptors.gateway.routing import RoutingError
-from mcp_interceptors.gateway.server import Gateway, audit_key_location, audit_store_location
 from mcp_interceptors.gateway.sources import chain_for, populate_chain
 from mcp_interceptors.gateway.upstream.errors import UpstreamUnavailableError
 from mcp_interceptors.invoker import Chain

@@ -13,7 +13,6 @@ and recovers by itself.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
 import os
 import sys
@@ -44,34 +43,6 @@ _SOURCE: Final = str(Path(mcp_interceptors.__file__).resolve().parents[1])
 _STOP_S: Final = 5.0
 #: The longest wait between two attempts to start a writer process again.
 _RESTART_MAX_S: Final = 30.0
-
-
-def usable_cpus() -> float:
-    """How many CPUs this process may use: its CPU affinity, capped by a cgroup CPU quota if one is set."""
-    try:
-        count = float(len(os.sched_getaffinity(0)))
-    except (AttributeError, OSError):  # not on Linux
-        count = float(os.cpu_count() or 1)
-    quota = _cgroup_cpu_quota()
-    return count if quota is None else min(count, quota)
-
-
-def _cgroup_cpu_quota() -> float | None:
-    """The CPU quota of our cgroup in CPUs (cgroup v2 `cpu.max`, else v1 `cpu.cfs_quota_us`), None if unlimited."""
-    v2 = [Path("/sys/fs/cgroup/cpu.max")]
-    with contextlib.suppress(OSError):
-        for line in Path("/proc/self/cgroup").read_text().splitlines():
-            if line.startswith("0::"):
-                v2.insert(0, Path("/sys/fs/cgroup") / line[3:].lstrip("/") / "cpu.max")
-    for path in v2:
-        with contextlib.suppress(OSError, ValueError):
-            quota, period = path.read_text().split()
-            return None if quota == "max" else int(quota) / int(period)
-    with contextlib.suppress(OSError, ValueError):
-        quota_us = int(Path("/sys/fs/cgroup/cpu/cpu.cfs_quota_us").read_text())
-        period_us = int(Path("/sys/fs/cgroup/cpu/cpu.cfs_period_us").read_text())
-        return None if quota_us <= 0 else quota_us / period_us
-    return None
 
 
 class _Batch:

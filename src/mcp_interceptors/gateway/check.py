@@ -7,7 +7,7 @@ import shutil
 from typing import Any
 
 from mcp_interceptors.gateway.config import GatewayConfig
-from mcp_interceptors.gateway.legs import GOVERNED_EVENTS
+from mcp_interceptors.gateway.governor import GOVERNED_EVENTS
 from mcp_interceptors.invoker import Chain
 from mcp_interceptors.protocol.events import CLIENT_FEATURE_EVENTS, PHASES, SERVER_FEATURE_EVENTS, Direction
 

@@ -34,7 +34,7 @@ from mcp_interceptors.gateway.auth import current_principal
 from mcp_interceptors.gateway.jsonrpc.framing import id_in_use, is_request_id, loads
 
 if TYPE_CHECKING:
-    from mcp_interceptors.gateway.server import Gateway
+    from mcp_interceptors.gateway.gateway import Gateway
 
 #: How long a request reusing an answered request's id waits for mcp to be done with that one.
 _ANSWERED_GRACE_S = 2.0
@@ -188,7 +188,7 @@ class SessionRequests:
         """End the session's calls (if this caller may end the session), then the session."""
         session_id = key[0]
         refused = await self.checks.validate_request(Request(scope, receive))
-        if refused is None and self.gateway.end_session_calls(session_id, current_principal()):
+        if refused is None and self.gateway.sessions.end_calls(session_id, current_principal()):
             with anyio.move_on_after(_ENDED_CALLS_GRACE_S):
                 for entry in list(self.in_flight.get(key, {}).values()):
                     await entry.done.wait()
@@ -202,7 +202,7 @@ class SessionRequests:
 
         await self.app(scope, receive, watch)
         if 200 <= status < 300:
-            self.gateway.close_session(session_id)
+            self.gateway.sessions.close(session_id)
 
 
 class _InFlight:

@@ -28,8 +28,8 @@ from mcp_interceptors.gateway.config import GatewayConfig, authority, is_loopbac
 from mcp_interceptors.gateway.fronts.http import streamable_http_app
 from mcp_interceptors.gateway.fronts.sse import sse_routes
 from mcp_interceptors.gateway.fronts.stdio import serve_stdio_fast
+from mcp_interceptors.gateway.gateway import Gateway
 from mcp_interceptors.gateway.metrics import CONTENT_TYPE, GatewayMetrics
-from mcp_interceptors.gateway.server import Gateway
 
 logger = logging.getLogger(__name__)
 #: The names the Host header of a loopback bind may carry (besides `http.allowed_hosts`).

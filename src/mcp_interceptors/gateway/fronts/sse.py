@@ -15,10 +15,10 @@ from mcp.shared.message import SessionMessage
 from mcp_types import JSONRPCError, JSONRPCNotification, JSONRPCRequest, JSONRPCResponse
 
 from mcp_interceptors.gateway.jsonrpc.framing import id_in_use
-from mcp_interceptors.gateway.server import SSE_SESSION_PREFIX
+from mcp_interceptors.gateway.sessions import SSE_SESSION_PREFIX
 
 if TYPE_CHECKING:
-    from mcp_interceptors.gateway.server import Gateway
+    from mcp_interceptors.gateway.gateway import Gateway
 
 
 class SseRequestIds:
@@ -143,7 +143,7 @@ def sse_routes(
                     await server.run(guard, guard.writer, server.create_initialization_options())
             finally:
                 if announced:
-                    gateway.close_session(SSE_SESSION_PREFIX + announced[0])
+                    gateway.sessions.close(SSE_SESSION_PREFIX + announced[0])
 
     stream: Any = SseEndpoint()
     messages: Any = _without_session_header(transport.handle_post_message)

@@ -28,7 +28,7 @@ from mcp_interceptors.gateway.server import LOCAL_METHODS
 from mcp_interceptors.protocol.errors import InterceptorsError
 
 if TYPE_CHECKING:
-    from mcp_interceptors.gateway.server import Gateway
+    from mcp_interceptors.gateway.gateway import Gateway
 
 #: How long a stdio gateway waits for its client's first message before connecting its upstreams.
 FIRST_MESSAGE_WAIT_S = 2.0
@@ -64,14 +64,16 @@ class PeerDownstream:
 class StdioFront:
     """The gateway on stdio with a lean hot path.
 
-    Forwarded requests go straight from our `JsonRpcPeer` to the session. The gateway's mcp
-    `Server` still answers everything it owns (the handshake, discovery, ping, listen, the
+    Forwarded requests go straight from our `JsonRpcPeer` to the forwarder (`on_request`). The gateway's
+    mcp `Server` still answers everything it owns (the handshake, discovery, ping, listen, the
     interceptor-host methods) and anything before the handshake, over in-memory streams, so the
     protocol's rules for those stay mcp's.
     """
 
     def __init__(self, gateway: Gateway, peer: JsonRpcPeer, to_server: MemoryObjectSendStream[Any]) -> None:
-        self.gateway = gateway
+        self.sessions = gateway.sessions
+        self.forwarder = gateway.forwarder
+        self.notifications = gateway.notifications
         self.peer = peer
         self.to_server = to_server
         self.era: str | None = None
@@ -105,10 +107,10 @@ class StdioFront:
             forwarded = await self._to_server(message)
             if self.era == "legacy":
                 # The client can take requests now, before its first own request gives the session a channel.
-                session = self.gateway.session("legacy", None, None, self.client_params)
+                session = self.sessions.for_request("legacy", None, None, self.client_params)
                 if session.standalone is None:
                     session.standalone = PeerDownstream(self.peer)
-            self.gateway.stdio_client_ready()
+            self.sessions.stdio_client_ready()
             return forwarded
         if method == "initialize":
             self._initialize_id = message.get("id")
@@ -143,22 +145,24 @@ class StdioFront:
                     self.held_by_server.answered(body.get("id"))
 
     async def on_request(self, request_id: Any, method: str, params: dict[str, Any] | None) -> Any:
-        self.gateway.stdio_client_ready()  # a 2026-07-28 client makes no handshake: its first request counts
+        """A client request the forwarder serves (the peer writes the answer, or the error)."""
+        self.sessions.stdio_client_ready()  # a 2026-07-28 client makes no handshake: its first request counts
         era = self._era_of({"params": params})
-        session = self.gateway.session(
+        session = self.sessions.for_request(
             "2026-07-28" if era == "2026-07-28" else "legacy", None, None, self.client_params
         )
         meta = (params or {}).get("_meta")
         token = meta.get("progressToken") if isinstance(meta, dict) else None
         try:
-            return await session.handle(method, params, PeerDownstream(self.peer, token), request_id)
+            return await self.forwarder.handle(session, method, params, PeerDownstream(self.peer, token), request_id)
         except InterceptorsError as exc:
             raise MCPError(exc.code, exc.message, exc.data) from None
 
     async def on_notify(self, request_id: Any, method: str, params: dict[str, Any] | None) -> None:
         era = self.era if self.era is not None else "legacy"
-        session = self.gateway.session("legacy" if era == "legacy" else "2026-07-28", None, None, self.client_params)
-        await session.client_notification(method, params)
+        sessions = self.sessions
+        session = sessions.for_request("legacy" if era == "legacy" else "2026-07-28", None, None, self.client_params)
+        await self.notifications.from_client(session, method, params)
 
 
 async def connect_for_first_message(

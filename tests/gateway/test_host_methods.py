@@ -1,4 +1,4 @@
-"""`gateway/host_input.py`: the context the gateway vouches for, and payloads or results too deep to send."""
+"""`gateway/host_methods.py`: the context the gateway vouches for, and payloads or results too deep to send."""
 
 from __future__ import annotations
 
@@ -6,9 +6,9 @@ from typing import Any
 
 import pytest
 
-from mcp_interceptors.gateway.host_input import MAX_PAYLOAD_DEPTH, is_too_deep, result_body, vouched_context
+from mcp_interceptors.gateway.host_methods import result_body, vouched_context
 from mcp_interceptors.protocol.errors import InterceptorExecutionError
-from mcp_interceptors.protocol.invoke import InvocationContext, Principal
+from mcp_interceptors.protocol.invoke import MAX_PAYLOAD_DEPTH, InvocationContext, Principal, is_too_deep
 from mcp_interceptors.protocol.results import MutationResult
 
 OWN = InvocationContext(

@@ -1,4 +1,4 @@
-"""`gateway/legs.py`: the gateway's chain on one leg of a message, and the client's error for a block."""
+"""`gateway/governor.py`: the gateway's chain on one leg of a message, and the client's error for a block."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ import pytest
 from mcp import MCPError
 
 from mcp_interceptors import Chain, InterceptorHost, Invocation
-from mcp_interceptors.gateway.legs import Governor
+from mcp_interceptors.gateway.governor import Governor
 from mcp_interceptors.protocol.invoke import InvocationContext
 
 pytestmark = pytest.mark.anyio

@@ -1,0 +1,252 @@
+"""The gateway's upstream connections: one shared connection per upstream, and each handshake-era session's own.
+
+The shared ones connect at start (`connect_shared`); a handshake-era client's open on its first use
+(`of`), presenting its own `initialize` params. What an upstream sends on its own goes to the handlers
+`Traffic` gives (`input_rounds` for requests, `notifications` for notifications).
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Iterable, Mapping
+from functools import partial
+from typing import Any, Protocol
+
+import anyio
+import anyio.abc
+from mcp_types import CONNECTION_CLOSED
+
+from mcp_interceptors.gateway.config import GatewayConfig
+from mcp_interceptors.gateway.metrics import GatewayMetrics
+from mcp_interceptors.gateway.scrub import Scrubber
+from mcp_interceptors.gateway.session import DownstreamSession, Era
+from mcp_interceptors.gateway.upstream.connection import OnUpstreamNotify, OnUpstreamRequest, UpstreamConnection
+from mcp_interceptors.gateway.upstream.errors import UpstreamUnavailableError
+from mcp_interceptors.gateway.upstream.handshake import EraPreference
+
+logger = logging.getLogger(__name__)
+
+#: With several upstreams, how long the start waits for the others once one is connected (they go on
+#: connecting in the background and are listed when they are up).
+_START_GRACE_S = 10.0
+
+
+class Traffic(Protocol):
+    """Where what an upstream sends on its own goes: `(on_request, on_notify)` for a connection."""
+
+    def shared(self, upstream: str) -> tuple[OnUpstreamRequest, OnUpstreamNotify]: ...
+
+    def of_session(self, session: DownstreamSession, upstream: str) -> tuple[OnUpstreamRequest, OnUpstreamNotify]: ...
+
+
+class Connections:
+    """Opens, shares and closes upstream connections; `traffic` is set before the first one connects."""
+
+    def __init__(self, config: GatewayConfig, scrubber: Scrubber | None, metrics: GatewayMetrics | None) -> None:
+        self.config = config
+        self.scrubber = scrubber
+        self.metrics = metrics
+        self.traffic: Traffic | None = None
+        self.shared: dict[str, UpstreamConnection] = {}
+        #: Shutting down (`close_all`): no upstream session opens any more.
+        self.closing = False
+        #: Upstreams that refused a handshake-era session: their handshake-era clients use the shared one.
+        self.handshake_refused: set[str] = set()
+        #: Upstreams whose handshake-era sessions advertised `resources.subscribe` (its 2026-07-28 flag says
+        #: subscriptions/listen serves resources, not that resources/subscribe works in that era).
+        self.handshake_subscribe: set[str] = set()
+        self._tg: anyio.abc.TaskGroup | None = None
+
+    def run_in(self, tg: anyio.abc.TaskGroup) -> None:
+        """The task group every connection runs in (the gateway's)."""
+        self._tg = tg
+
+    @property
+    def task_group(self) -> anyio.abc.TaskGroup:
+        assert self._tg is not None, "gateway not started"
+        return self._tg
+
+    # ------------------------------------------------------------------ the shared connections
+
+    async def connect_shared(self, client_params: Mapping[str, Any] | None, client_era: Era | None) -> None:
+        """Connect every upstream at once. If none can start, fail with the first one's error; if some can,
+        keep retrying the others (listed once they connect).
+
+        `client_params` are the `initialize` params the connections present and `client_era` the era that
+        `era: auto` upstreams try first: a stdio gateway's one client's, else the gateway's own identity,
+        every client feature it relays, and 2026-07-28 first.
+        """
+        tg = self.task_group
+        assert self.traffic is not None, "no traffic handlers"
+        conns = {}
+        for name, upstream_config in self.config.upstreams.items():
+            on_request, on_notify = self.traffic.shared(name)
+            era: EraPreference = "legacy-first" if client_era == "legacy" and upstream_config.era == "auto" else "auto"
+            conns[name] = self._instrumented(
+                UpstreamConnection(
+                    name,
+                    upstream_config,
+                    era=era,
+                    client_params=client_params,
+                    on_request=on_request,
+                    on_notify=on_notify,
+                )
+            )
+        failures: dict[str, Exception] = {}
+        one_ready = anyio.Event()
+        pending = set(conns)
+
+        async def connect(name: str, conn: UpstreamConnection) -> None:
+            try:
+                await tg.start(conn.run)
+                one_ready.set()
+            except Exception as exc:
+                failures[name] = exc
+            pending.discard(name)
+            if not pending:
+                starting.cancel_scope.cancel()  # every one settled: no grace left to wait out
+
+        async def grace() -> None:
+            """One upstream that hangs in its start-up does not hold the others back for long."""
+            await one_ready.wait()
+            await anyio.sleep(_START_GRACE_S)
+            for name in pending:
+                failures[name] = UpstreamUnavailableError(
+                    CONNECTION_CLOSED, f"upstream {name!r} did not connect within {_START_GRACE_S:g} s of the first"
+                )
+            starting.cancel_scope.cancel()
+
+        # All at once: a client waits on the slowest server's start-up, not on the sum of them.
+        async with anyio.create_task_group() as starting:
+            for name, conn in conns.items():
+                starting.start_soon(connect, name, conn)
+            if len(conns) > 1:
+                starting.start_soon(grace)
+        if failures and len(failures) == len(conns):
+            raise next(failures[name] for name in conns if name in failures)  # the first in config order
+        for name, exc in failures.items():
+            # Several upstreams: the others serve; this one is retried with backoff and listed once back.
+            logger.error("upstream %r is unavailable (%s); serving without it until it connects", name, exc)
+            conns[name].left_out = True
+            tg.start_soon(partial(conns[name].run, retry_start=True))
+        self.shared.update(conns)
+
+    def is_shared(self, upstream: str, conn: UpstreamConnection | None) -> bool:
+        return conn is not None and self.shared.get(upstream) is conn
+
+    # ------------------------------------------------------------------ a session's own
+
+    async def of(self, session: DownstreamSession) -> dict[str, UpstreamConnection]:
+        """The session's upstream connections; a handshake-era session opens its own on first use."""
+        if session.upstreams:
+            return session.upstreams
+        if session.era != "legacy":
+            session.upstreams = dict(self.shared)
+            return session.upstreams
+        async with session.opening_lock:
+            if not session.upstreams:
+                try:
+                    session.upstreams = await self._open_for(session)
+                finally:
+                    session.opening.clear()
+        return session.upstreams
+
+    async def _open_for(self, session: DownstreamSession) -> dict[str, UpstreamConnection]:
+        """Per-session upstream sessions for a handshake-era client, presenting its own initialize params. Ending
+        the session (or shutting down) meanwhile closes those opened so far and raises -32000 at once."""
+        tg = self.task_group
+        assert self.traffic is not None, "no traffic handlers"
+        conns: dict[str, UpstreamConnection] = {}
+        down: list[UpstreamUnavailableError] = []
+        for name, upstream_config in self.config.upstreams.items():
+            if session.ended or self.closing:  # shutting down, or the session ended: it opens nothing more
+                self.close_own(session.opening, self.closing_why())
+                why = "the gateway is shutting down" if self.closing else "the session ended"
+                message = f"{why}: no session is opened with upstream {name!r}"
+                raise UpstreamUnavailableError(CONNECTION_CLOSED, message, {"upstream": name})
+            on_request, on_notify = self.traffic.of_session(session, name)
+            conn = self._instrumented(
+                UpstreamConnection(
+                    name,
+                    upstream_config,
+                    era="legacy",
+                    client_params=session.client_params,
+                    on_request=on_request,
+                    on_notify=on_notify,
+                )
+            )
+            session.opening.append(conn)  # closing the session meanwhile closes it (see `Sessions.close`)
+            shared = self.shared.get(name)
+            if shared is not None and not shared.up and len(self.config.upstreams) > 1:
+                # Down for the gateway too: not worth a session's wait; it joins the session once it connects.
+                if name in self.handshake_refused:
+                    conns[name] = shared  # it reconnects itself
+                    continue
+                conn.left_out = True
+                tg.start_soon(partial(conn.run, retry_start=True))
+                down.append(shared.unavailable())
+                conns[name] = conn
+                continue
+            try:
+                await conn.open(tg)
+                if conn.info is not None and (conn.info.capabilities.get("resources") or {}).get("subscribe"):
+                    self.handshake_subscribe.add(name)
+            except UpstreamUnavailableError as exc:
+                if session.ended or self.closing:  # closed while it opened: none of the others may outlive it
+                    self.close_own(session.opening, self.closing_why())
+                    raise
+                if shared is not None and shared.era == "2026-07-28":
+                    # A 2026-07-28-only upstream: share its connection; input requests are bridged per call.
+                    logger.info("upstream %r refuses a handshake-era session; bridging through the shared one", name)
+                    self.handshake_refused.add(name)
+                    conn = shared
+                elif len(self.config.upstreams) == 1:
+                    raise
+                else:  # down: the session uses the others, and this one joins when it connects
+                    logger.error("upstream %r is unavailable for session %s: %s", name, session.key, exc.message)
+                    conn.left_out = True
+                    tg.start_soon(partial(conn.run, retry_start=True))
+                    down.append(exc)
+            conns[name] = conn
+        if len(down) == len(conns):
+            for conn in conns.values():
+                conn.close()  # all the session's own: a shared connection is never counted down here
+            if len(down) == 1:
+                raise down[0]
+            # Every one: naming only the first said a call to another upstream's tool failed on that one.
+            reasons = "; ".join(exc.message for exc in down)
+            message = f"no upstream session could be opened: {reasons}"
+            raise UpstreamUnavailableError(CONNECTION_CLOSED, message, {"upstreams": list(conns)})
+        return conns
+
+    def _instrumented(self, conn: UpstreamConnection) -> UpstreamConnection:
+        """Metrics for an upstream connection, and the scrub of the log lines and progress it relays."""
+        conn.scrubber = self.scrubber
+        if self.metrics is not None:
+            conn.on_duration = self.metrics.upstream_timer(conn.name)
+            conn.on_restart = self.metrics.upstream_restarter(conn.name)
+        return conn
+
+    # ------------------------------------------------------------------ closing
+
+    def close_own(self, conns: Iterable[UpstreamConnection], why: str) -> None:
+        """Close those of `conns` that are a session's own (never a shared connection)."""
+        shared = {id(conn) for conn in self.shared.values()}
+        for conn in conns:
+            if id(conn) not in shared:
+                conn.close(why)
+
+    def closing_why(self) -> str:
+        return "shutting down" if self.closing else "the client's session ended"
+
+    def close_shared(self) -> None:
+        for conn in self.shared.values():
+            conn.close()
+
+    def open_connections(self, sessions: Iterable[DownstreamSession]) -> list[tuple[str, bool]]:
+        """`(upstream, up)` for every open upstream connection, each once: the shared ones and the
+        handshake-era sessions' own (the metrics' `upstream_up` and `upstream_connections`)."""
+        conns = {id(conn): conn for conn in self.shared.values()}
+        for session in sessions:
+            conns.update((id(conn), conn) for conn in session.upstreams.values())
+        return [(conn.name, conn.up) for conn in conns.values() if not conn.closed]

@@ -1,0 +1,316 @@
+"""One client request through the gateway: route, request chain, dispatch, response chain, reply.
+
+`Forwarder.handle` is where every front hands a request over and where each governed call starts and
+ends (its metrics outcome is counted there). Listings go to `listings`; calls (`tools/call`,
+`prompts/get`, `resources/*`, `completion/complete`) run `_call`; anything else passes through.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from typing import Any, get_args
+
+import anyio
+from mcp import MCPError
+from mcp.shared.inbound import mcp_param_headers, x_mcp_header_map
+from mcp_types import LoggingLevel
+
+from mcp_interceptors.gateway.connections import Connections
+from mcp_interceptors.gateway.governor import BlockedError, Governor
+from mcp_interceptors.gateway.input_rounds import InputRounds, Progress
+from mcp_interceptors.gateway.listings import Listings
+from mcp_interceptors.gateway.metrics import GatewayMetrics, Outcome
+from mcp_interceptors.gateway.recording import CallRecord, Leg
+from mcp_interceptors.gateway.reply import Replies, reraise
+from mcp_interceptors.gateway.routing import CALLS, LISTS
+from mcp_interceptors.gateway.session import Downstream, DownstreamSession
+from mcp_interceptors.gateway.shape import (
+    recorded,
+    renamed,
+    shape_handshake,
+    shape_modern,
+    without_answers,
+    without_meta,
+)
+from mcp_interceptors.gateway.tasks import task_refusal
+from mcp_interceptors.gateway.upstream.connection import UpstreamConnection
+from mcp_interceptors.protocol.errors import INVALID_PARAMS, METHOD_NOT_FOUND
+from mcp_interceptors.protocol.invoke import InvocationContext
+
+#: Bound on `input_required` round trips bridged for one handshake-era call (as mcp's client does).
+MAX_INPUT_ROUNDS = 10
+LOG_LEVELS: tuple[str, ...] = get_args(LoggingLevel)
+
+
+class Forwarder:
+    """Serves the requests of every session. `server_info` gives the gateway's `serverInfo` stamp."""
+
+    def __init__(
+        self,
+        *,
+        governor: Governor,
+        connections: Connections,
+        listings: Listings,
+        rounds: InputRounds,
+        replies: Replies,
+        metrics: GatewayMetrics | None,
+        server_info: Callable[[], dict[str, Any]],
+        advertised_equals_callable: bool,
+    ) -> None:
+        self.governor = governor
+        self.connections = connections
+        self.listings = listings
+        self.rounds = rounds
+        self.replies = replies
+        self.metrics = metrics
+        self.server_info = server_info
+        self.advertised_equals_callable = advertised_equals_callable
+        self._upstream_count = len(connections.config.upstreams)
+
+    async def handle(
+        self,
+        session: DownstreamSession,
+        method: str,
+        params: dict[str, Any] | None,
+        downstream: Downstream,
+        request_id: Any,
+    ) -> dict[str, Any]:
+        """Serve one request of `session`; raises `MCPError` for the client."""
+        if session.era != "legacy":  # only a handshake-era client ends its session's calls (`end_calls`)
+            return await self._measured(session, method, params, downstream, request_id)
+        if session.end_reason is None:
+            with session.call_scope() as scope:
+                try:
+                    return await self._measured(session, method, params, downstream, request_id)
+                finally:
+                    session.forget_call_scope(scope)
+        ended = session.ended_error()
+        assert ended is not None, "a call's scope ends it without an answer only when `end_calls` cancels it"
+        raise ended
+
+    async def _measured(
+        self,
+        session: DownstreamSession,
+        method: str,
+        params: dict[str, Any] | None,
+        downstream: Downstream,
+        request_id: Any,
+    ) -> dict[str, Any]:
+        metrics = self.metrics
+        if metrics is None:
+            return await self._handle(session, method, params, downstream, request_id)
+        outcome: Outcome = "error"
+        try:
+            result = await self._handle(session, method, params, downstream, request_id)
+            outcome = "ok"
+            return result
+        except BlockedError:
+            outcome = "blocked"
+            raise
+        except anyio.get_cancelled_exc_class():
+            outcome = "cancelled"  # the client cancelled it (or the gateway is stopping): no error was answered
+            raise
+        finally:
+            upstream = self.listings.server_of(session, method, "request", params)
+            if upstream is None and method in LISTS and self._upstream_count == 1:
+                upstream = next(iter(self.connections.config.upstreams))  # a listing of the only upstream
+            metrics.request_done(upstream, method, outcome)
+
+    async def _handle(
+        self,
+        session: DownstreamSession,
+        method: str,
+        params: dict[str, Any] | None,
+        downstream: Downstream,
+        request_id: Any,
+    ) -> dict[str, Any]:
+        if (refused := task_refusal(method, params)) is not None:
+            if method in LISTS or method in CALLS or method == "completion/complete":
+                # A governed call: the trail says why not.
+                await self.replies.refused(None, method, refused, session, request_id)
+            raise refused  # before any chain or upstream: a task's result would bypass both
+        session.inflight.append(downstream)
+        if session.standalone is None:
+            session.standalone = downstream
+        try:
+            if method in LISTS:
+                result = await self.listings.list(session, method, params, request_id)
+            elif method in CALLS or method == "completion/complete":
+                result = await self.call(session, method, params, downstream, request_id)
+            elif method == "logging/setLevel":
+                result = await self._broadcast(session, method, params)
+            else:
+                result = await self._passthrough(session, method, params, downstream)
+        except MCPError as exc:
+            # Calls and listings raise theirs scrubbed already (and the scrubber knows them: not scanned again);
+            # the rest (an upstream's error to a method passed through, to `logging/setLevel`) are scrubbed here.
+            reraise(exc, self.replies.scrub_error(exc))
+        finally:
+            session.inflight.remove(downstream)
+        if session.era == "2026-07-28":
+            return shape_modern(method, result, self.server_info)
+        return shape_handshake(result)
+
+    # ------------------------------------------------------------------ a governed call
+
+    async def call(
+        self,
+        session: DownstreamSession,
+        method: str,
+        params: dict[str, Any] | None,
+        downstream: Downstream,
+        request_id: Any,
+    ) -> dict[str, Any]:
+        """Route, run the request chain, dispatch, run the response chain, and settle the call's records."""
+        governor = self.governor
+        list_method = CALLS[method][0] if method in CALLS else "prompts/list"
+        record: CallRecord | None = None
+        try:
+            if self.advertised_equals_callable and list_method not in session.advertised:
+                # What this session is shown comes first: guards learn from listings (schemas, pins).
+                await self.listings.advertised(session, list_method)
+            route = await self.listings.route(session, method, params)
+            context = session.context(route.upstream, request_id)
+            record = self.replies.new_record(context)
+            await self.rounds.govern_responses(session, params, context, record)
+            client_params = params  # as sent: what a bridged call's retries must repeat (see `_forward`)
+            params = await governor.govern_request(method, params, context, record)
+            route = await self.listings.route(session, method, params, check=True)  # policy sees the final payload
+            conn = (await self.connections.of(session))[route.upstream]
+            upstream_params = renamed(method, params, route)
+            if record.enabled:  # built only when there is a trail
+                # What goes upstream is the approved payload, renamed for the upstream: intent and executed alike.
+                sent = {"method": method, "params": recorded(upstream_params)}
+                await record.dispatched(executed=sent, intent=sent)
+        except MCPError as exc:
+            await self.replies.refused(record, method, exc, session, request_id)
+        except anyio.get_cancelled_exc_class():
+            if record is not None:  # cancelled while its request chain ran, or after: closed before dispatch
+                await record.cancelled(method, session.ended_error())
+            raise
+        try:
+            headers = self._param_headers(session, conn, method, params, upstream_params.get("arguments"))
+            result = await self._forward(
+                session,
+                conn,
+                method,
+                upstream_params,
+                context,
+                downstream,
+                record,
+                headers,
+                client_params=client_params,
+            )
+        except MCPError as exc:
+            await self.replies.failed(record, method, exc)
+        except anyio.get_cancelled_exc_class():
+            await record.cancelled(method, session.ended_error())  # the client gave up on the call: the trail says so
+            raise
+        return await self.replies.settled(result, record)
+
+    async def _forward(
+        self,
+        session: DownstreamSession,
+        conn: UpstreamConnection,
+        method: str,
+        upstream_params: dict[str, Any],
+        context: InvocationContext,
+        downstream: Downstream,
+        record: CallRecord,
+        headers: dict[str, str],
+        *,
+        client_params: Mapping[str, Any] | None,
+    ) -> dict[str, Any]:
+        """Send the call and govern what comes back, including `input_required` rounds."""
+        relay = _progress_relay(downstream, upstream_params)
+        if session.era == "2026-07-28" and conn.era == "legacy":
+            # What a retry of this call must repeat: the client's request, as sent, but for its answers.
+            asked = {"method": method, "params": without_meta(without_answers(client_params))}
+            result = await self.rounds.bridged_call(session, conn, method, upstream_params, downstream, relay, asked)
+        else:
+            result = await conn.request(
+                method, upstream_params, on_progress=relay, headers=headers, on_notify=downstream.notify_related
+            )
+        for _ in range(MAX_INPUT_ROUNDS):
+            if result.get("resultType") != "input_required":
+                if method == "completion/complete":  # no event: no guard sees the values (D18)
+                    result = self.replies.scrub_result(result)
+                return await self.governor.govern_response(method, result, context, record)
+            governed = await self.rounds.govern_requests(session, result, context, record)
+            if session.era != "legacy":
+                await record.answered(Leg(method, "response", None, result), governed)
+                return governed  # a 2026-07-28 client answers and retries itself
+            # Bridge: a handshake-era client gets the embedded requests as ordinary server requests.
+            state = result.get("requestState")
+            requests = governed.get("inputRequests") or {}
+            answers = await self.rounds.ask_client(session, requests, state, downstream, context, record)
+            retry = {**upstream_params, "inputResponses": answers, "requestState": state}
+            result = await conn.request(method, retry, on_progress=relay, headers=headers)
+        raise MCPError(-32603, f"{method}: upstream asked for input more than {MAX_INPUT_ROUNDS} times")
+
+    def _param_headers(
+        self,
+        session: DownstreamSession,
+        conn: UpstreamConnection,
+        method: str,
+        params: Mapping[str, Any] | None,
+        arguments: Any,
+    ) -> dict[str, str]:
+        """`Mcp-Param-*` headers a 2026-07-28 HTTP upstream expects for a tool's `x-mcp-header` arguments."""
+        if method != "tools/call" or not conn.is_http or conn.era != "2026-07-28" or session.catalog is None:
+            return {}
+        exposed = (params or {}).get("name")
+        tool = session.catalog.item("tools/list", exposed) if isinstance(exposed, str) else None
+        schema = tool.get("inputSchema") if tool is not None else None
+        if not isinstance(schema, Mapping) or not isinstance(arguments, Mapping):
+            return {}
+        return mcp_param_headers(x_mcp_header_map(schema), arguments)
+
+    # ------------------------------------------------------------------ what no chain governs
+
+    async def _broadcast(
+        self, session: DownstreamSession, method: str, params: dict[str, Any] | None
+    ) -> dict[str, Any]:
+        conns = await self.connections.of(session)
+        logging = [conn for conn in conns.values() if conn.info is not None and "logging" in conn.info.capabilities]
+        if not logging:  # what a server without the logging capability answers (and the gateway advertises none)
+            raise MCPError(METHOD_NOT_FOUND, "Method not found", method)
+        # 2026-07-28 has no logging/setLevel: for a handshake-era client the level rides in each request's envelope.
+        in_envelope = [conn for conn in logging if conn.era == "2026-07-28" and session.era == "legacy"]
+        level = (params or {}).get("level")
+        if in_envelope and level not in LOG_LEVELS:
+            raise MCPError(INVALID_PARAMS, f"level must be one of {', '.join(LOG_LEVELS)}", {"field": "level"})
+        for conn in logging:
+            if conn in in_envelope:
+                conn.log_level = level
+            else:
+                await conn.request(method, params)
+        return {}
+
+    async def _passthrough(
+        self, session: DownstreamSession, method: str, params: dict[str, Any] | None, downstream: Downstream
+    ) -> dict[str, Any]:
+        conns = await self.connections.of(session)
+        if len(conns) != 1:
+            raise MCPError(
+                METHOD_NOT_FOUND,
+                f"Method not found: {method} cannot be routed to one of {len(conns)} upstreams",
+                method,
+            )
+        conn = next(iter(conns.values()))
+        result = await conn.request(
+            method, params, on_progress=_progress_relay(downstream, params), on_notify=downstream.notify_related
+        )
+        return self.replies.scrub_result(result)  # no event: no guard sees it (D18)
+
+
+def _progress_relay(downstream: Downstream, params: Mapping[str, Any] | None) -> Progress | None:
+    """Relay upstream progress to the client when it asked for progress."""
+    meta = (params or {}).get("_meta")
+    if not isinstance(meta, Mapping) or "progressToken" not in meta:
+        return None
+
+    async def relay(progress: float, total: float | None, message: str | None) -> None:
+        await downstream.progress(progress, total, message)
+
+    return relay

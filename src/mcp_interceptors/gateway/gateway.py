@@ -1,0 +1,166 @@
+"""The `Gateway`: the composition root. It builds the forwarder and what it needs from the config, owns the
+task group the shared upstreams, bridged calls and the audit writer run in, and connects and closes them.
+
+Below it the call path: `server` (mcp's transports deliver requests there) and the fronts (`fronts/`) hand
+each request to `forward.Forwarder`, which runs it through `listings`, `governor` and `connections`.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Mapping
+from typing import TYPE_CHECKING, Any
+
+import anyio.abc
+
+from mcp_interceptors.gateway.advertise import Advertiser
+from mcp_interceptors.gateway.auditing import start_audit_writer
+from mcp_interceptors.gateway.config import GatewayConfig
+from mcp_interceptors.gateway.connections import Connections
+from mcp_interceptors.gateway.forward import Forwarder
+from mcp_interceptors.gateway.governor import Governor
+from mcp_interceptors.gateway.host_methods import HostMethods
+from mcp_interceptors.gateway.input_rounds import InputRounds
+from mcp_interceptors.gateway.listings import Listings
+from mcp_interceptors.gateway.metrics import GatewayMetrics, serve_metrics
+from mcp_interceptors.gateway.notifications import Notifications
+from mcp_interceptors.gateway.reply import Replies
+from mcp_interceptors.gateway.scrub import Scrubber
+from mcp_interceptors.gateway.server import GatewayServer, new_server
+from mcp_interceptors.gateway.session import DownstreamSession, Era
+from mcp_interceptors.gateway.sessions import Sessions
+from mcp_interceptors.gateway.upstream.connection import OnUpstreamNotify, OnUpstreamRequest
+from mcp_interceptors.gateway.upstream.handshake import GATEWAY_CLIENT_INFO
+from mcp_interceptors.invoker import Chain
+
+if TYPE_CHECKING:
+    from mcp_interceptors.audit import RecordWriter
+
+logger = logging.getLogger(__name__)
+
+
+class Gateway:
+    """Fronts the configured upstreams and enforces the chain on every governed message."""
+
+    def __init__(self, config: GatewayConfig, chain: Chain, *, audit_writer: RecordWriter | None = None) -> None:
+        self.config = config
+        self.chain = chain
+        self.governor = Governor(
+            chain,
+            deadline_ms=config.chain.deadline_ms,
+            include_details=config.chain.include_error_details,
+            directions=config.chain.directions,
+            config=config.interceptors.config or None,
+        )
+        #: Kept only when something exposes them (`http.metrics`, `metrics.listen`): otherwise no cost at all.
+        self.metrics: GatewayMetrics | None = None
+        if config.collects_metrics:
+            self.metrics = GatewayMetrics(
+                config.upstreams,
+                open_sessions=lambda: len(self.sessions),
+                connections=lambda: self.connections.open_connections(self.sessions.by_key.values()),
+                audit_stats=lambda: self.replies.writer.stats if self.replies.writer is not None else None,
+            )
+            self.governor.metrics = self.metrics
+        #: [OURS] Redacts errors, log lines and progress messages with the `secrets`/`pii` guards' scanners.
+        self.scrubber = Scrubber.from_config(config)
+        self.replies = Replies(self.scrubber, receipts=config.audit.receipts, writer=audit_writer)
+        self.connections = Connections(config, self.scrubber, self.metrics)
+        self.sessions = Sessions(config, self.connections)
+        self.listings = Listings(config, self.governor, self.connections, self.replies)
+        self.rounds = InputRounds(self.governor, self.replies, self.sessions)
+        self.notifications = Notifications(self.sessions, self.connections)
+        self.connections.traffic = _Traffic(self.rounds, self.notifications)
+        #: The mcp `Server` the fronts serve (`server.GatewayServer` is its middleware).
+        self.server = new_server(config.name, GATEWAY_CLIENT_INFO["version"], self.notifications)
+        server = self.server
+        self.forwarder = Forwarder(
+            governor=self.governor,
+            connections=self.connections,
+            listings=self.listings,
+            rounds=self.rounds,
+            replies=self.replies,
+            metrics=self.metrics,
+            server_info=lambda: server.server_info_stamp,
+            advertised_equals_callable=config.advertised_equals_callable,
+        )
+        self.mcp_server = GatewayServer(
+            server,
+            sessions=self.sessions,
+            forwarder=self.forwarder,
+            listings=self.listings,
+            notifications=self.notifications,
+            advertiser=Advertiser(chain, self.connections, self.sessions, self.scrubber),
+            host_methods=HostMethods(config, chain, self.replies, self.listings, self.sessions.for_context),
+        )
+        self._tg: anyio.abc.TaskGroup | None = None
+
+    @property
+    def audit_writer(self) -> RecordWriter | None:
+        return self.replies.writer
+
+    @property
+    def task_group(self) -> anyio.abc.TaskGroup:
+        assert self._tg is not None, "gateway not started"
+        return self._tg
+
+    async def start(self, tg: anyio.abc.TaskGroup, *, connect: bool = True) -> None:
+        """Start the audit writer and, unless `connect` is false (a stdio gateway waits for its client
+        to say who it is), connect the upstreams."""
+        self._tg = tg
+        self.connections.run_in(tg)
+        self.rounds.run_in(tg)
+        if self.replies.writer is None and self.config.audit.enabled:
+            self.replies.writer = await start_audit_writer(self.config, tg)
+        if self.metrics is not None and (address := self.config.metrics.address) is not None:
+            await tg.start(serve_metrics, self.metrics, *address)
+        if connect:
+            await self.connect_upstreams()
+        tg.start_soon(self.sessions.sweep_idle, self.config.http.session_idle_s)
+
+    @property
+    def connected(self) -> bool:
+        """Whether the upstreams are connected (a stdio gateway waits for its client's first message)."""
+        return self.listings.startup is not None
+
+    async def connect_upstreams(
+        self, client_params: Mapping[str, Any] | None = None, client_era: Era | None = None
+    ) -> None:
+        """Connect every upstream (see `Connections.connect_shared`) and list them, checking collisions."""
+        await self.connections.connect_shared(client_params, client_era)
+        await self.listings.list_at_start()  # raises RoutingError on a collision
+
+    def close_upstreams(self) -> None:
+        """Close every upstream connection, shared and per-session (shutting down): calls still waiting
+        on one fail with an error naming it."""
+        self.connections.closing = True  # a session opened from now on (a request on its way) opens no upstream
+        self.sessions.close_all()
+        self.connections.close_shared()
+
+    def await_stdio_client(self) -> None:
+        """Serving one stdio client: requests the upstreams send before its handshake wait for it."""
+        self.sessions.await_stdio_client()
+
+    async def forget_inputs(self, why: str) -> None:
+        """Input requests still awaiting answers will never get them (`why`: the gateway stopped)."""
+        await self.rounds.open_inputs.forget(why)
+
+
+class _Traffic:
+    """What an upstream sends on its own: requests to `input_rounds`, notifications to `notifications`."""
+
+    def __init__(self, rounds: InputRounds, notifications: Notifications) -> None:
+        self.rounds = rounds
+        self.notifications = notifications
+
+    def shared(self, upstream: str) -> tuple[OnUpstreamRequest, OnUpstreamNotify]:
+        return self.rounds.shared_request_handler(upstream), self.notifications.shared_handler(upstream)
+
+    def of_session(self, session: DownstreamSession, upstream: str) -> tuple[OnUpstreamRequest, OnUpstreamNotify]:
+        async def on_request(method: str, params: dict[str, Any] | None) -> dict[str, Any]:
+            return await self.rounds.from_upstream(session, upstream, method, params)
+
+        async def on_notify(method: str, params: dict[str, Any] | None) -> None:
+            await self.notifications.from_upstream(session, upstream, method, params)
+
+        return on_request, on_notify

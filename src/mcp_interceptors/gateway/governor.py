@@ -59,7 +59,8 @@ class Governor:
         plan = self.chain.plan
         plans = []
         governed = False
-        # Loops: a comprehension or any() over a generator is one more frame, on every message.
+        # Loops: a comprehension or any() over a generator is one more frame, on every message
+        # (`bench/gateway_overhead.py`).
         for direction in self.directions:
             each = plan(event, phase, direction=direction)
             plans.append(each)
@@ -86,7 +87,8 @@ class Governor:
                 record.approved_request(Leg(event, "request", None, payload))
             return dict(params) if params is not None else None
         governed = await self._run(plans, event, "request", payload, context, record)
-        # `type(...) is dict` first: an ABC's isinstance costs more, and the payload is a dict all but always.
+        # `type(...) is dict` first: an ABC's isinstance costs more, and the payload is a dict all but always
+        # (`bench/gateway_overhead.py`).
         out = governed.get("params") if type(governed) is dict or isinstance(governed, Mapping) else None
         return dict(out) if type(out) is dict or isinstance(out, Mapping) else {}
 

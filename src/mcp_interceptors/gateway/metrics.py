@@ -2,7 +2,7 @@
 and a loopback listener serving the exposition (prometheus_client's ASGI app on uvicorn; a stdio gateway's
 only way to expose them).
 
-The gateway (`server.py`, `session.py`, `legs.py`, `upstream.py`) calls in; this module imports
+The gateway (`forward.py`, `governor.py`, `connections.py`, `upstream/connection.py`) calls in; this module imports
 nothing of theirs. Labelled children are cached, so a hot-path update is a dict lookup and an add.
 """
 

@@ -308,7 +308,7 @@ class CallRecord:
         if self.writer is None:
             return
         # Imported here: a gateway without an audit trail never loads it. From the modules, not the package,
-        # which a per-call `from package import` costs a lookup through `_handle_fromlist`.
+        # which a per-call `from package import` costs a lookup through `_handle_fromlist` (`bench/audit_overhead.py`).
         from mcp_interceptors.audit.records import DecisionInput
         from mcp_interceptors.audit.writer import AuditWriteError
 

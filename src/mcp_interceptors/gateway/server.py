@@ -110,8 +110,9 @@ class GatewayServer:
         self.notifications = notifications
         self.advertiser = advertiser
         self.server = server
-        # mcp installs a tracing middleware by default; it costs on every forwarded message and the
-        # gateway records its own decisions, so the gateway's middleware is the only one.
+        # mcp installs a tracing middleware by default; it costs on every forwarded message
+        # (`bench/gateway_overhead.py`, HTTP cells) and the gateway records its own decisions, so the
+        # gateway's middleware is the only one.
         self.server.middleware[:] = [self.middleware]
         # mcp validates `Mcp-Param-*` headers (SEP-2243) against the called tool's schema before dispatch.
         self.server.get_tool_input_schema = self.tool_input_schema

@@ -64,7 +64,8 @@ class _Pending:
     def __init__(self, loop: asyncio.AbstractEventLoop | None, on_progress: Any = None) -> None:
         self.outcome: Message | None = None
         self.on_progress = on_progress
-        # A bare future on asyncio: anyio's Event wraps asyncio's, which makes a future per wait on top.
+        # A bare future on asyncio: anyio's Event wraps asyncio's, one more future per wait (stdio cells of
+        # `bench/gateway_overhead.py`).
         self._done: asyncio.Future[None] | anyio.Event = anyio.Event() if loop is None else loop.create_future()
 
     def settle(self, outcome: Message) -> None:
@@ -126,7 +127,8 @@ class JsonRpcPeer:
         self._tasks: dict[asyncio.Task[None], anyio.CancelScope] = {}
         # Lines stay whole against our own writers; taking a free lock need not also yield to the loop (a
         # scheduling round trip on each of the two sends every forwarded call makes). asyncio's own lock where
-        # it runs: anyio's adds a task lookup and a cancellation check to every free acquire.
+        # it runs: anyio's adds a task lookup and a cancellation check to every free acquire
+        # (`bench/gateway_overhead.py`, stdio cells).
         self._write_lock: asyncio.Lock | anyio.Lock = (
             anyio.Lock(fast_acquire=True) if asyncio_loop() is None else asyncio.Lock()
         )
@@ -198,8 +200,8 @@ class JsonRpcPeer:
 
     def _start_handler(self, coro: Coroutine[Any, Any, None], scope: anyio.CancelScope) -> None:
         """Run a handler in a task of its own: a bare asyncio task where asyncio runs (anyio's `start_soon`
-        costs several times as much, on every request), kept here so `run` cancels and awaits it as a task
-        group would."""
+        costs several times as much, on every request: `bench/gateway_overhead.py`, stdio cells), kept here
+        so `run` cancels and awaits it as a task group would."""
         loop = asyncio_loop()
         if loop is None:
             assert self._tg is not None
@@ -436,7 +438,8 @@ class JsonRpcPeer:
                 await pending.wait()
             elif loop is not None:
                 # A timer that answers the request itself: a deadline cancel scope costs several times as much
-                # (its own timer, task bookkeeping and a scope on each side of the wait), on every call.
+                # (its own timer, task bookkeeping and a scope on each side of the wait), on every call
+                # (`bench/gateway_overhead.py`, stdio cells).
                 timer = loop.call_later(timeout, pending.time_out)
                 await pending.wait()
             else:

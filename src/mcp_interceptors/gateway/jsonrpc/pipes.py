@@ -73,7 +73,8 @@ async def spawn_piped(
     """Start `argv` with its stdin and stdout on pipes of ours (its stderr is ours): (process, the write end
     of its stdin, non-blocking; the read end of its stdout). Closing them is the caller's."""
     # Pipes, not anyio's process streams: those add a checkpoint and a scheduling round trip to every write,
-    # and layers of stream wrappers to every read, a measurable share of each call.
+    # and layers of stream wrappers to every read, a measurable share of each call
+    # (`bench/gateway_overhead.py`, stdio cells).
     child_stdin, stdin_fd = os.pipe()
     stdout_fd, child_stdout = os.pipe()
     try:
@@ -170,7 +171,7 @@ async def pipe_reader(fd: int) -> AsyncIterator[PipeChunks | None]:
 
     The loop reads the pipe as data comes and hands it over in one step: waiting with `anyio.wait_readable`
     instead registers and unregisters the descriptor with the loop on every read, and anyio's process
-    streams add their own layers, a measurable share of each message a gateway forwards.
+    streams add their own layers, a measurable share of each message a gateway forwards (`bench/gateway_overhead.py`).
     """
     loop = asyncio_loop()
     mode = os.fstat(fd).st_mode

@@ -16,11 +16,12 @@ pytestmark = pytest.mark.anyio
 async def test_a_call_that_ends_between_rounds_keeps_its_result_for_the_retry() -> None:
     """The upstream stops waiting for its answer and returns: the client's late retry gets that result."""
     runs = 0
+    waiting = anyio.CancelScope()
 
     async def call(bridged: BridgedCall) -> dict[str, Any]:
         nonlocal runs
         runs += 1
-        with anyio.move_on_after(0.05):
+        with waiting:  # the upstream stops waiting when the test says so
             await bridged.ask("sampling/createMessage", {"messages": []})
         return {"content": [{"type": "text", "text": "gave up waiting"}]}
 
@@ -31,7 +32,8 @@ async def test_a_call_that_ends_between_rounds_keeps_its_result_for_the_retry() 
             first = await bridged.next_reply()
             assert first["resultType"] == "input_required"
             token = first["requestState"]
-            await anyio.sleep(0.2)  # the upstream call is over before the client answers
+            waiting.cancel()
+            await anyio.wait_all_tasks_blocked()  # the upstream call is over before the client answers
             late = bridges.find(token, "owner")
             assert late is bridged
             assert bridges.asker("legacy", "roots/list") is None  # no longer a target for upstream requests
@@ -43,8 +45,10 @@ async def test_a_call_that_ends_between_rounds_keeps_its_result_for_the_retry() 
 
 
 async def test_an_error_that_ends_the_call_between_rounds_reaches_the_retry() -> None:
+    waiting = anyio.CancelScope()
+
     async def call(bridged: BridgedCall) -> dict[str, Any]:
-        with anyio.move_on_after(0.05):
+        with waiting:
             await bridged.ask("elicitation/create", {})
         raise MCPError(-32603, "upstream failed")
 
@@ -53,7 +57,8 @@ async def test_an_error_that_ends_the_call_between_rounds_reaches_the_retry() ->
         async with anyio.create_task_group() as tg:
             bridged = bridges.start(tg, "owner", "legacy", call)
             token = (await bridged.next_reply())["requestState"]
-            await anyio.sleep(0.2)
+            waiting.cancel()
+            await anyio.wait_all_tasks_blocked()  # the call ended between rounds
             late = bridges.find(token, "owner")
             assert late is not None
             with pytest.raises(MCPError, match="upstream failed"):
@@ -135,11 +140,12 @@ async def test_a_retry_without_an_answer_is_asked_again() -> None:
 
 
 async def test_a_question_the_upstream_stopped_waiting_for_is_not_asked_again() -> None:
+    waiting = anyio.CancelScope()
     gave_up = anyio.Event()
     release = anyio.Event()
 
     async def call(bridged: BridgedCall) -> dict[str, Any]:
-        with anyio.move_on_after(0.05):
+        with waiting:
             await bridged.ask("roots/list", {})
         gave_up.set()
         await release.wait()
@@ -150,6 +156,7 @@ async def test_a_question_the_upstream_stopped_waiting_for_is_not_asked_again() 
         async with anyio.create_task_group() as tg:
             bridged = bridges.start(tg, "owner", "legacy", call)
             assert list((await bridged.resume({}))["inputRequests"]) == ["q1"]
+            waiting.cancel()  # the upstream stops waiting for its answer
             await gave_up.wait()
             release.set()
             assert await bridged.resume({}) == {"roots": "none"}

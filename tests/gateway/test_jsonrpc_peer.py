@@ -58,11 +58,16 @@ async def test_at_end_of_input_a_drain_answers_requests_read_and_fails_ours_to_t
     async def write(data: bytes) -> None:
         written.append(loads(data))
 
+    input_ended = anyio.Event()
+
     async def read() -> bytes:
-        return lines.pop(0) if lines else b""
+        if lines:
+            return lines.pop(0)
+        input_ended.set()
+        return b""
 
     async def on_request(request_id: Any, method: str, params: dict[str, Any] | None) -> Any:
-        await anyio.sleep(0.05)  # still running when end of input is read
+        await input_ended.wait()  # still running when end of input is read
         if method == "asks-back":
             try:
                 await peer.send_raw_request("sampling/createMessage", {})
@@ -115,11 +120,11 @@ async def test_take_now_starts_whole_chunks_of_requests_and_leaves_anything_else
             assert not peer.take_now(request(1) + request(1))  # the second reuses the first's id
             assert not peer.take_now(request(1) + b'{"jsonrpc": "2.0", "id": 9, "method": "x", "params": []}\n')
             assert not peer.take_now(b'{"jsonrpc": "2.0", "id": "gw-1", "result": {}}\n')  # not an answer we await
-            await anyio.sleep(0.01)
+            await anyio.wait_all_tasks_blocked()
             assert started == [] and not peer.is_serving(1)
             assert peer.take_now(request(1) + b"\n" + request("two"))
             assert peer.is_serving(1) and peer.is_serving("two")
             assert not peer.take_now(request(3) + request(4))  # past max_in_flight: run refuses the fourth
-            await anyio.sleep(0.01)
+            await anyio.wait_all_tasks_blocked()
             assert started == [1, "two"]
             tg.cancel_scope.cancel()

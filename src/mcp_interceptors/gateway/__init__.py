@@ -1,0 +1,1 @@
+"""The gateway: fronts, the forwarder and the upstream connections (docs/architecture.md shows the call path)."""

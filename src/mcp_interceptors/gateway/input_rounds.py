@@ -162,20 +162,24 @@ class InputRounds:
         of the request they answer: the one the gateway sent under that key (it remembers them), and every
         one the answer's shape could be read as (roots with an `action`, say), so no guard is skipped. A
         refused answer ends the bridged call it was for, if any."""
+        responses = (params or {}).get("inputResponses")
+        if not isinstance(responses, dict):  # not a retry: every call comes here first
+            return
         try:
-            await self._govern_responses(session, params, context, record)
+            await self._govern_responses(session, responses, (params or {}).get("requestState"), context, record)
         except (MCPError, InterceptorsError) as exc:
             # The answer is refused: so is the call.
             self.abandon_bridged(session, (params or {}).get("requestState"), exc)
             raise
 
     async def _govern_responses(
-        self, session: DownstreamSession, params: dict[str, Any] | None, context: InvocationContext, record: CallRecord
+        self,
+        session: DownstreamSession,
+        responses: dict[str, Any],
+        state: Any,
+        context: InvocationContext,
+        record: CallRecord,
     ) -> None:
-        responses = (params or {}).get("inputResponses")
-        if not isinstance(responses, dict):
-            return
-        state = (params or {}).get("requestState")
         for key, value in list(responses.items()):
             # The request it answers; its audit call, so request and answer make one compound receipt.
             opened = self.open_inputs.close(session.key, state, str(key)) if isinstance(state, str) else None

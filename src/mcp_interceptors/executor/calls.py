@@ -86,18 +86,15 @@ Runner = Callable[[Any, Mapping[str, Any] | None, InvocationContext | None], Awa
 class Source(Protocol):
     """Where interceptors run: an in-process host or a remote MCP host connection.
 
-    A source may set `concurrent = False` to say its invocations never suspend (in-process coroutines
-    with no `await` that can yield, as `InterceptorHost.concurrent` tells), so parallel invocation gains
-    nothing: the executor then runs its validators one after another, and a run of such sources alone
-    (`local = True`, no timeout of their own) without a cancel scope, which could never fire in it.
+    `call.payload` is the chain's own object, shared with the other validators of its pass: a source must not
+    change it in place (a mutation answers with a new payload). In-process sources may say more
+    (`InterceptorHost` says all three):
 
-    `call.payload` is the chain's own object, shared with the validators of its pass and the caller, and
-    not copied for a source of your own (an `InterceptorHost` copies it for its handlers): a source must
-    not change it in place; a mutation answers with a new payload.
-
-    A local source may also offer `prepare(name, event, phase) -> Runner | None`: the invocation of an
-    interceptor whose handler never suspends, looked up once per plan. A plan whose every step has one
-    runs in one loop (`_StillPlan`); None leaves that step to `invoke`.
+    | Optional attribute | Says | The executor then |
+    |---|---|---|
+    | `local = True` | it runs in this process | sends it no `timeoutMs`: its own cancel scopes bound it |
+    | `concurrent = False` | its invocations never suspend | runs its validators one after another |
+    | `prepare(name, event, phase)` | a `Runner` per interceptor and point (or None) | runs a plan of them in one loop |
     """
 
     async def invoke(self, call: Call) -> InterceptorResult:

@@ -66,13 +66,13 @@ class Advertiser:
             result["instructions"] = only.instructions if scrubber is None else scrubber.result(only.instructions)
 
     def _unrelayed_subscribe(self, upstream: str, legacy: bool) -> bool:
-        """Whether `upstream`'s `resources.subscribe` would promise the client what the gateway cannot relay.
+        """Whether `upstream`'s `resources.subscribe` flag would promise what the gateway cannot relay.
 
-        A 2026-07-28 connection's flag promises `resourceSubscriptions` on subscriptions/listen, which the gateway
-        does not ask of an upstream, and a handshake-era client's resources/subscribe cannot go there either. A
-        handshake-era client with upstream sessions of its own is promised it once such a session showed the
-        upstream serves resources/subscribe: mcp's servers advertise the 2026-07-28 flag whenever they serve
-        subscriptions/listen, and answer resources/subscribe -32601 in the handshake era without a handler."""
+        On a 2026-07-28 connection it promises `resourceSubscriptions` on subscriptions/listen, which the gateway
+        asks of no upstream: so for 2026-07-28 clients, and for handshake-era clients bridged to it. A
+        handshake-era client with upstream sessions of its own is promised it once one of them showed that the
+        upstream serves `resources/subscribe` (mcp's servers set the 2026-07-28 flag whenever they serve listen).
+        """
         conn = self.connections.shared.get(upstream)
         if conn is None or conn.era != "2026-07-28":
             return False

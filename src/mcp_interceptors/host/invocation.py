@@ -233,7 +233,7 @@ def result_of(registered: Registered, outcome: Any, given: Any, phase: Phase, du
 
 def _malformed_return(descriptor: InterceptorDescriptor, exc: TypeError | ValueError) -> InterceptorExecutionError:
     """-32603 naming the interceptor for a return its result cannot be built from, such as `(False, 5)` or
-    messages without `message`; it was answered -32602 (blaming the invoker's params) or with code 0."""
+    messages without `message`: the handler's fault, not the invoker's params (-32602)."""
     if isinstance(exc, ValidationError):
         error = exc.errors(include_url=False)[0]
         where = ".".join(str(part) for part in error["loc"])

@@ -568,7 +568,7 @@ class UpstreamConnection:
                 raise UpstreamUnavailableError(CONNECTION_CLOSED, message, data) from None
             if shared is not None and self._session_lost(exc):
                 # Streamable HTTP: a 404 to a request naming a session means the server no longer knows it (it
-                # restarted): the client must start a new session. Kept, every later request got the same 404.
+                # restarted): the client must start a new session, or every later request gets the same 404.
                 if self._dispatcher is shared:
                     self._mark_down()
                     if self._ended is not None:

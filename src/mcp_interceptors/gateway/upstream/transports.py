@@ -74,7 +74,7 @@ async def open_wire(config: TransportConfig, on_http_error: OnHttpError | None =
             yield _SseDispatcher(read, write, cut)
         return
     # The client is ours to close (mcp leaves a client it is given open): left open, each connection's
-    # pooled sockets stayed behind in CLOSE-WAIT, one set per ended session or reconnect.
+    # pooled sockets would stay behind in CLOSE-WAIT, one set per ended session or reconnect.
     async with (
         http_client_for(config, on_http_error) as client,
         open_transport(config, client) as (read, write),

@@ -3,7 +3,7 @@ readers and writers of non-blocking descriptors that cost one loop step per chun
 
 Pipes, not anyio's process streams: those add a checkpoint and a scheduling round trip to every write,
 and layers of stream wrappers to every read, a measurable share of each message a gateway forwards
-(`bench/jsonrpc_load.py`, `bench/gateway_overhead.py` stdio cells).
+(`bench/gateway_overhead.py`, stdio cells).
 """
 
 from __future__ import annotations

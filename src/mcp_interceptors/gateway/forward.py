@@ -2,7 +2,7 @@
 
 `Forwarder.handle` is where every front hands a request over and where each governed call starts and
 ends (its metrics outcome is counted there). Listings go to `listings`; calls (`tools/call`,
-`prompts/get`, `resources/*`, `completion/complete`) run `_call`; anything else passes through.
+`prompts/get`, `resources/*`, `completion/complete`) run `call`; anything else passes through.
 """
 
 from __future__ import annotations

@@ -46,10 +46,10 @@ def run_ui(args: argparse.Namespace) -> int:
 
     from mcp_interceptors.audit import AuditError
     from mcp_interceptors.audit.commands import trust_anchors
+    from mcp_interceptors.gateway.auditing import audit_key_location, audit_store_location
     from mcp_interceptors.gateway.auth import build_auth
     from mcp_interceptors.gateway.config import ConfigError, authority, is_loopback, load_config
-    from mcp_interceptors.gateway.serve import ListenError, check_listen
-    from mcp_interceptors.gateway.server import audit_key_location, audit_store_location
+    from mcp_interceptors.gateway.fronts.serve import ListenError, check_listen
     from mcp_interceptors.ui import AuditReader, UiAuth, UiSettings, allowed_hosts_for, create_app, serve_ui
 
     logging.basicConfig(level=args.log_level, stream=sys.stderr, format="%(levelname)s %(name)s: %(message)s")

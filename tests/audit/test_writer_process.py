@@ -260,7 +260,7 @@ async def test_a_writer_process_that_cannot_start_again_is_retried_until_it_can(
         key_file.rename(moved)  # a new process cannot load its key: it does not open a segment
         (child,) = _writer_children()
         child.send_signal(signal.SIGKILL)
-        with anyio.fail_after(10):
+        with anyio.fail_after(30):  # each retry starts a Python process: seconds apiece on a loaded machine
             await until(lambda: caplog.text.count("did not start again") >= 2)  # retried, each time later
             with pytest.raises(AuditWriteError):
                 await writer.submit(make_decision())

@@ -51,6 +51,7 @@ from mcp_interceptors.gateway.gateway import Gateway
 from mcp_interceptors.gateway.routing import RoutingError
 from mcp_interceptors.gateway.sources import chain_for, populate_chain
 from mcp_interceptors.gateway.upstream.errors import UpstreamUnavailableError
+from mcp_interceptors.gateway.web_view import has_own_listener, serve_ui_listener
 from mcp_interceptors.invoker import Chain
 from mcp_interceptors.protocol.errors import InterceptorsError
 
@@ -198,6 +199,8 @@ def _run_command(args: argparse.Namespace, config: GatewayConfig, file: str) -> 
         if http is not None:
             check_listen(*http)  # before any upstream starts
         _check_metrics_listen(config, file, http)
+        if has_own_listener(config, http is not None):
+            check_listen(*config.ui.address)  # the web view's own listener, before any upstream starts
         run_on_loop(args.loop, _serve, config, file, http, args.insecure_no_auth)
         return 0
     except ConfigError as exc:
@@ -354,6 +357,8 @@ async def _run_gateway(
                 gateway.await_stdio_client()
             # A stdio gateway has one client: it connects the upstreams when that client says who it is.
             await gateway.start(tg, connect=http is not None)
+            if has_own_listener(config, http is not None):
+                await tg.start(serve_ui_listener, config)
         if starting.cancel_called:
             tg.cancel_scope.cancel()
             return
@@ -365,6 +370,9 @@ async def _run_gateway(
 
             def ready() -> None:
                 print(f"gateway listening on {url}", file=sys.stderr, flush=True)
+                if config.ui.enabled and config.ui.listen is None:
+                    view = f"http://{authority(host, port)}{config.ui.path}/"
+                    print(f"audit web view on {view}", file=sys.stderr, flush=True)
 
             await serve_http(gateway, host, port, insecure_no_auth=insecure_no_auth, on_ready=ready)
         with anyio.CancelScope(shield=True):  # before the audit writer stops: their records go with its flush

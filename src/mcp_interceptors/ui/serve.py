@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+import contextlib
+from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 
 import anyio
@@ -21,8 +22,11 @@ def allowed_hosts_for(host: str, extra: Sequence[str] = ()) -> list[str]:
     return names
 
 
-async def serve_ui(app: Any, host: str, port: int, *, on_ready: Callable[[], None] | None = None) -> None:
-    """Serve `app` until uvicorn is told to stop (SIGINT, SIGTERM)."""
+async def serve_ui(
+    app: Any, host: str, port: int, *, on_ready: Callable[[], None] | None = None, own_signals: bool = True
+) -> None:
+    """Serve `app` until uvicorn is told to stop (SIGINT, SIGTERM), or, with `own_signals=False` (inside a
+    program that handles its signals itself, the gateway), until the task is cancelled."""
     config = uvicorn.Config(
         app,
         host=host,
@@ -33,7 +37,7 @@ async def serve_ui(app: Any, host: str, port: int, *, on_ready: Callable[[], Non
         proxy_headers=False,  # a request's address is its connection's
         timeout_graceful_shutdown=2,  # open live streams end when the server stops
     )
-    server = uvicorn.Server(config)
+    server = uvicorn.Server(config) if own_signals else _Embedded(config)
     async with anyio.create_task_group() as tg:
         tg.start_soon(server.serve)
         if on_ready is not None:
@@ -42,3 +46,11 @@ async def serve_ui(app: Any, host: str, port: int, *, on_ready: Callable[[], Non
                 await anyio.sleep(0.02)
             if server.started:
                 on_ready()
+
+
+class _Embedded(uvicorn.Server):
+    """uvicorn without its signal handlers: the program around it stops it by cancelling its task."""
+
+    @contextlib.contextmanager
+    def capture_signals(self) -> Iterator[None]:
+        yield

@@ -4,10 +4,10 @@ from __future__ import annotations
 
 from typing import Annotated, Any
 
-from pydantic import ConfigDict, Field, PrivateAttr, field_validator
+from pydantic import ConfigDict, Field, PrivateAttr, ValidationInfo, field_validator
 from pydantic.json_schema import SkipJsonSchema
 
-from mcp_interceptors.gateway.config.base import NAME_PATTERN, Model, redact_values
+from mcp_interceptors.gateway.config.base import NAME_PATTERN, Model, is_loopback, redact_values
 from mcp_interceptors.gateway.config.servers import InterceptorsConfig, UpstreamConfig
 from mcp_interceptors.gateway.config.settings import (
     AuditConfig,
@@ -17,6 +17,7 @@ from mcp_interceptors.gateway.config.settings import (
     MetricsConfig,
     ScrubConfig,
     StdioConfig,
+    UiConfig,
 )
 
 
@@ -45,6 +46,7 @@ class GatewayConfig(Model):
     audit: AuditConfig = Field(default_factory=AuditConfig)
     metrics: MetricsConfig = Field(default_factory=MetricsConfig)
     scrub: ScrubConfig = Field(default_factory=ScrubConfig)
+    ui: UiConfig = Field(default_factory=UiConfig)
     #: The folder relative paths resolve against (the config file's); set by `load_config`, not by users.
     base_dir: SkipJsonSchema[str | None] = None
     #: Each value `${VAR}` substitution put in the file, with the VAR it came from (see `redact`).
@@ -60,6 +62,20 @@ class GatewayConfig(Model):
     def _some_upstream(cls, value: dict[str, UpstreamConfig]) -> dict[str, UpstreamConfig]:
         if not value:
             raise ValueError("at least one upstream server is needed")
+        return value
+
+    @field_validator("ui")
+    @classmethod
+    def _ui_reads_an_audit_store(cls, value: UiConfig, info: ValidationInfo) -> UiConfig:
+        audit, auth, http = (info.data.get(name) for name in ("audit", "auth", "http"))
+        if not value.enabled:
+            return value
+        if isinstance(audit, AuditConfig) and not audit.enabled:
+            raise ValueError("the web view reads the audit trail: set `audit.enabled: true` too")
+        if isinstance(auth, AuthConfig) and not auth.enabled and not is_loopback(value.address[0]):
+            raise ValueError(f"{value.listen!r} is not a loopback address: serving the view there needs `auth`")
+        if isinstance(http, HttpConfig) and value.listen is None and value.path in (http.path, "/sse", "/metrics"):
+            raise ValueError(f"`ui.path` {value.path!r} is taken by the HTTP front; choose another (default /ui)")
         return value
 
     @property

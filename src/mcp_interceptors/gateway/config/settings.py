@@ -219,3 +219,30 @@ class MetricsConfig(Model):
     @property
     def address(self) -> tuple[str, int] | None:
         return split_listen(self.listen) if self.listen is not None else None
+
+
+class UiConfig(Model):
+    """The audit trail's web view (docs/ui.md)."""
+
+    enabled: bool = Field(False, description="Serve the live web view of the audit trail; needs `audit.enabled`.")
+    path: Annotated[str, Field(pattern=r"^/[A-Za-z0-9._~/-]*[A-Za-z0-9._~-]$")] = Field(
+        "/ui", description="Where an HTTP gateway (--http) serves the view, on its own port (unless `listen` is set)."
+    )
+    listen: str | None = Field(
+        None,
+        description="HOST:PORT of a listener of its own: where a stdio gateway serves the view (default "
+        "127.0.0.1:8765), or an HTTP gateway instead of `path`. An address that is not loopback needs `auth`.",
+        examples=["127.0.0.1:8765"],
+    )
+
+    @field_validator("listen")
+    @classmethod
+    def _address(cls, value: str | None) -> str | None:
+        if value is not None:
+            split_listen(value)
+        return value
+
+    @property
+    def address(self) -> tuple[str, int]:
+        """Where a listener of its own serves the view."""
+        return split_listen(self.listen) if self.listen is not None else ("127.0.0.1", 8765)

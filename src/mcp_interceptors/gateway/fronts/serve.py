@@ -30,6 +30,7 @@ from mcp_interceptors.gateway.fronts.sse import sse_routes
 from mcp_interceptors.gateway.fronts.stdio import serve_stdio_fast
 from mcp_interceptors.gateway.gateway import Gateway
 from mcp_interceptors.gateway.metrics import CONTENT_TYPE, GatewayMetrics
+from mcp_interceptors.gateway.web_view import ui_mount
 
 logger = logging.getLogger(__name__)
 #: The names the Host header of a loopback bind may carry (besides `http.allowed_hosts`).
@@ -121,6 +122,8 @@ def http_app(gateway: Gateway, host: str, port: int, *, insecure_no_auth: bool =
     routes = sse_routes(gateway, security, config.http.max_body_bytes, auth_settings) if config.http.sse else []
     if config.http.metrics and gateway.metrics is not None:
         routes.append(metrics_route(gateway.metrics, security, auth_settings))
+    if (web_view := ui_mount(config, verifier, allowed_hosts)) is not None:
+        routes.append(web_view)
     # `json_response` stays off. For 2026-07-28 requests mcp already answers with a JSON body unless the
     # call emits a notification first. For the handshake era the flag covers every session of the manager,
     # and it drops the progress, log and sampling/elicitation traffic relayed during a call

@@ -46,6 +46,7 @@ from mcp_interceptors.protocol.errors import (
     MalformedResultError,
     WideningOverrideError,
 )
+from mcp_interceptors.protocol.escalation import Escalation, escalate, escalation_of
 from mcp_interceptors.protocol.events import EXTENSION_ID
 from mcp_interceptors.protocol.invoke import InvocationContext, InvokeParams, Principal
 from mcp_interceptors.protocol.results import (
@@ -71,6 +72,7 @@ __all__ = [
     "Compat",
     "Discovery",
     "DiscoveryError",
+    "Escalation",
     "HookEntry",
     "HookMismatchError",
     "HostConnectionError",
@@ -105,6 +107,8 @@ __all__ = [
     "chain_error",
     "direction_for",
     "discover",
+    "escalate",
+    "escalation_of",
     "invoke_interceptor",
     "list_interceptors",
     "parse_descriptors",

@@ -6,11 +6,11 @@ remote MCP host connection both implement it, and a test fakes it with a plain f
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable, Mapping
-from dataclasses import dataclass, field
+from collections.abc import Awaitable, Callable, Iterable, Mapping
+from dataclasses import dataclass, field, replace
 from typing import Any, Protocol
 
-from mcp_interceptors.planning import Plan
+from mcp_interceptors.planning import Escalated, Plan, is_lifted
 from mcp_interceptors.protocol.chain import (
     AbortedAt,
     ChainExecutionResult,
@@ -117,10 +117,21 @@ class ChainResult:
     aborted_at: AbortedAt | None
     total_duration_ms: float
     plan: Plan = field(repr=False)
+    #: Blocked only by these escalations (a validator asked for a person's approval): see `approved`.
+    escalations: tuple[Escalated, ...] = ()
+    #: The payload a yes to every escalation lets through (withheld from `final_payload` until then).
+    pending_payload: Any = field(default=None, repr=False)
 
     @property
     def allowed(self) -> bool:
         return self.status == "success"
+
+    def approved(self, interceptors: Iterable[str]) -> ChainResult | None:
+        """This result as it is once a person approved the escalations of `interceptors`: allowed, with the
+        withheld payload, if that lifts every escalation that blocked it; else None (it stays blocked)."""
+        if not is_lifted(self.escalations, interceptors):
+            return None
+        return replace(self, status="success", final_payload=self.pending_payload, aborted_at=None, escalations=())
 
     def to_wire(self) -> dict[str, Any]:
         """The camelCase `ChainExecutionResult` body (for logs and `interceptor/executeChain`)."""

@@ -106,6 +106,8 @@ async def execute_plan(
         aborted_at=outcome.aborted_at,
         total_duration_ms=(time.perf_counter() - started) * 1000,
         plan=plan,
+        escalations=outcome.escalations,
+        pending_payload=outcome.pending_payload,
     )
 
 

@@ -15,6 +15,7 @@ from typing import Any, Literal, NamedTuple
 from mcp_interceptors.planning.plan import Batch, Plan, Step
 from mcp_interceptors.planning.policy import Policy
 from mcp_interceptors.protocol.chain import AbortedAt, AbortType, ChainStatus, InvocationFailure, ValidationSummary
+from mcp_interceptors.protocol.escalation import Escalation, escalation_of
 from mcp_interceptors.protocol.results import (
     InterceptorResult,
     MutationResult,
@@ -110,6 +111,13 @@ class Outcome(NamedTuple):
         return self.result is None
 
 
+class Escalated(NamedTuple):
+    """An active validator's verdict that asks a person's approval instead of blocking outright."""
+
+    interceptor: str
+    escalation: Escalation
+
+
 @dataclass
 class RunResult:
     status: ChainStatus
@@ -118,10 +126,20 @@ class RunResult:
     failures: list[InvocationFailure]
     validation_summary: ValidationSummary
     aborted_at: AbortedAt | None
+    #: Blocked only by these escalations: a person's yes to every one lets `pending_payload` through.
+    escalations: tuple[Escalated, ...] = ()
+    pending_payload: Any = None
 
     @property
     def allowed(self) -> bool:
         return self.status == "success"
+
+
+def is_lifted(escalations: Sequence[Escalated], approved: Iterable[str]) -> bool:
+    """Whether a run blocked only by `escalations` may go on: a person approved each escalating interceptor
+    (named in `approved`). A run with none is not blocked by escalations, so approval lifts nothing."""
+    names = set(approved)
+    return bool(escalations) and all(item.interceptor in names for item in escalations)
 
 
 @dataclass
@@ -145,6 +163,7 @@ class ChainRun:
     _failures: list[InvocationFailure] = field(init=False, default_factory=list)
     _status: ChainStatus = field(init=False, default="success")
     _aborted_at: AbortedAt | None = field(init=False, default=None)
+    _escalations: list[Escalated] = field(init=False, default_factory=list)
 
     def __post_init__(self) -> None:
         self._current = self.payload
@@ -186,12 +205,22 @@ class ChainRun:
                 self._record_sink(step, outcome)
 
     def result(self) -> RunResult:
+        """The run's result. One that nothing blocked but escalations did is blocked, and says by which: its
+        payload is withheld as `pending_payload`, for the invoker that gets a person's approval of them."""
+        summary = summary_of(self._results)
+        if self._escalations and not self.blocked:
+            first = self._escalations[0]
+            reason = f"validation failed (approval required): {first.escalation.message}"
+            aborted_at = AbortedAt(interceptor=first.interceptor, reason=reason, type="validation")
+            escalations, pending = tuple(self._escalations), self._current
+            results, failures = self._results, self._failures
+            return RunResult("validation_failed", None, results, failures, summary, aborted_at, escalations, pending)
         return RunResult(
             self._status,
             None if self.blocked else self._current,
             self._results,
             self._failures,
-            summary_of(self._results),
+            summary,
             self._aborted_at,
         )
 
@@ -221,6 +250,10 @@ class ChainRun:
             audit = observe or not step.active
             self._results.append(as_audit(result) if audit else result)
             if not audit and not self.blocked and is_blocking_verdict(result, self.severity_rule):
+                escalation = escalation_of(result)
+                if escalation is not None:  # blocks unless a person approves; the run goes on meanwhile
+                    self._escalations.append(Escalated(step.name, escalation))
+                    return
                 first = result.messages[0].message if result.messages else None
                 reason = f"validation failed ({result.severity or 'error'})" + (f": {first}" if first else "")
                 self._block(AbortedAt(interceptor=step.name, reason=reason, type="validation"), "validation_failed")

@@ -9,6 +9,7 @@ import threading
 from collections.abc import Callable
 from contextlib import closing
 from pathlib import Path
+from typing import Any
 
 import anyio
 import orjson
@@ -21,6 +22,7 @@ from mcp_interceptors.audit.commands import (
     EXIT_FAILED,
     EXIT_OK,
     Follower,
+    decided_by,
     export_jsonl,
     keys,
     show,
@@ -417,3 +419,79 @@ def test_verify_locates_a_malformed_record_by_the_record_before_it_when_rows_are
     out = io.StringIO()
     assert verify(sqlite_store.path, out, key_path=_key_path(tmp_path)) == EXIT_FAILED
     assert f"#3: edited: not a well-formed audit record (stored after {trail[2]})" in out.getvalue()
+
+
+# ---- what `tail` says decided a record
+
+
+@pytest.mark.parametrize(
+    ("body", "said"),
+    [
+        (
+            {
+                "decision": "deny",
+                "interceptors": [
+                    {"name": "pii", "type": "validation", "valid": True},
+                    {
+                        "name": "secrets",
+                        "type": "validation",
+                        "valid": False,
+                        "messages": [{"message": "credential found: aws_access_key", "path": "$.params.arguments.x"}],
+                    },
+                ],
+            },
+            "by secrets: credential found: aws_access_key at $.params.arguments.x",
+        ),
+        (
+            {"decision": "deny", "interceptors": [{"name": "size-limit", "type": "validation", "valid": False}]},
+            "by size-limit: invalid (error)",
+        ),
+        (
+            {"decision": "deny", "interceptors": [{"name": "far", "error": {"code": -32603, "reason": "timeout"}}]},
+            "by far: timeout",
+        ),
+        (
+            {"decision": "deny", "interceptors": [], "error": {"code": -32602, "message": "not shown", "reason": "r"}},
+            "by not shown r",
+        ),
+        (
+            {
+                "decision": "deny",
+                "interceptors": [
+                    {"name": "shadow", "type": "validation", "valid": False, "mode": "audit"},
+                    {"name": "open", "error": {"reason": "down"}, "fail_open": True},
+                ],
+                "error": None,
+            },
+            None,
+        ),
+        (
+            {"decision": "allow", "interceptors": [{"name": "secrets", "type": "mutation", "modified": True}]},
+            "changed by secrets",
+        ),
+        ({"decision": "allow", "interceptors": [{"name": "secrets", "type": "mutation", "modified": False}]}, None),
+        (
+            {
+                "decision": "deny",
+                "interceptors": [
+                    {
+                        "name": "g",
+                        "type": "validation",
+                        "valid": False,
+                        "messages": [{"message": f"m{i}"} for i in range(5)],
+                    }
+                ],
+            },
+            "by g: m0; g: m1; g: m2 (and 2 more)",
+        ),
+        (
+            {
+                "decision": "deny",
+                "interceptors": [{"name": "g", "valid": False, "messages": [{"message": "a\x1b[2Jb"}]}],
+            },
+            "by g: a\\x1b[2Jb",
+        ),
+    ],
+)
+def test_decided_by_names_the_interceptor_and_its_reason(body: dict[str, Any], said: str | None) -> None:
+    assert decided_by(body) == said

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import sys
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any, Final, TextIO
 
@@ -359,8 +359,53 @@ def _print_record(out: TextIO, pos: int, raw: bytes, as_json: bool) -> bool:
         )
         if body.get("drift"):
             line += "  DRIFT"
+        if (why := decided_by(body)) is not None:
+            line += f"  {why}"
     out.write(f"{body.get('time')}  {record.get('id')}  {line}\n")
     return True
+
+
+#: At most this many reasons on one `tail` line (`audit show ID` has them all).
+_TAIL_REASONS = 3
+
+
+def decided_by(body: Mapping[str, Any]) -> str | None:
+    """What `tail` says decided a decision record: the interceptors that denied it and why (`by NAME: reason
+    at PATH`), the gateway's or upstream's error, or which interceptors changed an allowed payload."""
+    entries = [e for e in body.get("interceptors") or () if isinstance(e, Mapping) and e.get("mode") != "audit"]
+    if body.get("decision") != "allow":
+        reasons: list[str] = []
+        for entry in entries:
+            name = entry.get("name")
+            error = entry.get("error")
+            if entry.get("valid") is False:
+                messages = [m for m in entry.get("messages") or () if isinstance(m, Mapping)]
+                reasons.extend(f"{name}: {_said(m)}" for m in messages)
+                if not messages:
+                    reasons.append(f"{name}: invalid ({entry.get('severity') or 'error'})")
+            elif isinstance(error, Mapping) and not entry.get("fail_open"):
+                reasons.append(f"{name}: {error.get('reason') or 'failed'}")
+        error = body.get("error")
+        if not reasons and isinstance(error, Mapping):
+            reasons.append(" ".join(str(error[k]) for k in ("message", "reason") if error.get(k) is not None))
+        if not reasons:
+            return None
+        more = f" (and {len(reasons) - _TAIL_REASONS} more)" if len(reasons) > _TAIL_REASONS else ""
+        return _printable("by " + "; ".join(reasons[:_TAIL_REASONS]) + more)
+    changed = [
+        str(e.get("name")) for e in entries if e.get("type") == "mutation" and (e.get("modified") or e.get("diff"))
+    ]
+    return _printable("changed by " + ", ".join(changed)) if changed else None
+
+
+def _said(message: Mapping[str, Any]) -> str:
+    path = message.get("path")
+    return f"{message.get('message')}" + (f" at {path}" if path else "")
+
+
+def _printable(text: str) -> str:
+    """`text` with control characters escaped: a record's strings must not drive the reader's terminal."""
+    return "".join(char if char.isprintable() else f"\\x{ord(char):02x}" for char in text)
 
 
 def _fail(err: TextIO, problem: object) -> int:

@@ -238,7 +238,13 @@ LOG_LEVELS = ("DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL")
 
 
 def add_log_level_argument(parser: Any) -> None:
-    """`--log-level`, any case: a name logging does not know is a usage error, not a traceback."""
+    """`--log-level` (any case: a name logging does not know is a usage error, not a traceback) and `--log-format`."""
     parser.add_argument(
         "--log-level", default="WARNING", type=str.upper, choices=LOG_LEVELS, help="logging level for stderr"
+    )
+    parser.add_argument(
+        "--log-format",
+        default="text",
+        choices=("text", "json"),
+        help="stderr lines as text (default) or one JSON object per line",
     )

@@ -48,6 +48,7 @@ from mcp_interceptors.gateway.fronts.serve import (
     serve_stdio,
 )
 from mcp_interceptors.gateway.gateway import Gateway
+from mcp_interceptors.gateway.logs import configure_logging
 from mcp_interceptors.gateway.routing import RoutingError
 from mcp_interceptors.gateway.sources import chain_for, populate_chain
 from mcp_interceptors.gateway.upstream.errors import UpstreamUnavailableError
@@ -153,7 +154,7 @@ def _config(args: argparse.Namespace) -> tuple[GatewayConfig, str]:
 
 
 def run_gateway(args: argparse.Namespace) -> int:
-    logging.basicConfig(level=args.log_level.upper(), stream=sys.stderr, format="%(levelname)s %(name)s: %(message)s")
+    configure_logging(args.log_level, args.log_format)
     if args.json and not args.check:
         raise CommandError("--json goes with --check (it prints the plan as JSON)", 2)
     if args.check and (args.config or args.http):  # it would check one file and ignore the rest without a word

@@ -41,6 +41,7 @@ from mcp_interceptors.executor import Call
 from mcp_interceptors.gateway.config import authority, is_loopback
 from mcp_interceptors.gateway.fronts.serve import ListenError, check_listen
 from mcp_interceptors.gateway.fronts.stdio_transport import fd_stdio_server
+from mcp_interceptors.gateway.logs import configure_logging
 from mcp_interceptors.guards.pinning import pin_document
 from mcp_interceptors.host import InterceptorHost, Invocation
 from mcp_interceptors.protocol.descriptors import InterceptorDescriptor
@@ -133,7 +134,7 @@ def _delegate(host: InterceptorHost, descriptor: InterceptorDescriptor) -> Any:
 
 
 def run_serve(args: argparse.Namespace) -> int:
-    logging.basicConfig(level=args.log_level.upper(), stream=sys.stderr, format="%(levelname)s %(name)s: %(message)s")
+    configure_logging(args.log_level, args.log_format)
     if args.stdio_command:
         raise CommandError("serve takes no command after --", 2)
     if repeated := repeated_guards(args.guard):

@@ -13,6 +13,7 @@ from typing import Any
 
 from mcp_interceptors.audit import DEFAULT_KEY_PATH
 from mcp_interceptors.cli._common import CommandError, add_log_level_argument
+from mcp_interceptors.gateway.logs import configure_logging
 
 DEFAULT_LISTEN = "127.0.0.1:8765"
 
@@ -40,8 +41,6 @@ def register(subcommands: Any) -> None:
 
 
 def run_ui(args: argparse.Namespace) -> int:
-    import logging
-
     import anyio
 
     from mcp_interceptors.audit import AuditError
@@ -52,7 +51,7 @@ def run_ui(args: argparse.Namespace) -> int:
     from mcp_interceptors.gateway.fronts.serve import ListenError, check_listen
     from mcp_interceptors.ui import AuditReader, UiAuth, UiSettings, allowed_hosts_for, create_app, serve_ui
 
-    logging.basicConfig(level=args.log_level, stream=sys.stderr, format="%(levelname)s %(name)s: %(message)s")
+    configure_logging(args.log_level, args.log_format)
     host, port = _parse_listen(args.listen)
     store, key_file, auth = args.audit, args.key_file, None
     try:

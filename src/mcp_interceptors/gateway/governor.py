@@ -11,10 +11,12 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass
+from logging import INFO
 from typing import TYPE_CHECKING, Any
 
 from mcp import MCPError
 
+from mcp_interceptors.gateway.logs import decisions, log_blocked, log_changed, log_refused_payload
 from mcp_interceptors.gateway.recording import CallRecord, Leg
 from mcp_interceptors.invoker import Chain, chain_error, invalid_payload_error, payload_problem
 from mcp_interceptors.planning import Plan
@@ -122,6 +124,7 @@ class Governor:
             if self.metrics is not None:
                 self.metrics.chain_ran(result)
             if not result.allowed:
+                log_blocked(result, record.call_id if record is not None else "")
                 if record is not None:
                     await record.denied(Leg(event, phase, result, payload))
                 raise BlockedError.of(chain_error(result, include_details=self.include_details))
@@ -130,9 +133,12 @@ class Governor:
                 payload_problem(event, phase, result.final_payload) if result.final_payload is not payload else None
             )
             if problem is not None:  # a mutator's replacement must be a payload of the same event and phase
+                log_refused_payload(result, problem, record.call_id if record is not None else "")
                 if record is not None:
                     await record.denied(Leg(event, phase, result, payload))
                 raise BlockedError.of(invalid_payload_error(result, problem))
+            if result.final_payload is not payload and decisions.isEnabledFor(INFO):
+                log_changed(result, record.call_id if record is not None else "")
             payload = result.final_payload
         if record is not None:
             leg = Leg(event, phase, result, given)

@@ -14,7 +14,10 @@ from pathlib import Path
 import anyio
 import mcp_types as types
 import pytest
+import yaml
 from guard_support import E2E_TIMEOUT_S, gateway_client, gateway_config
+from helpers import child_env, cli_argv, stderr_log, stdio_transport
+from mcp import Client
 
 pytestmark = [pytest.mark.anyio, pytest.mark.e2e]
 
@@ -69,3 +72,16 @@ async def test_results_hiding_a_card_or_key_are_redacted_before_the_client(tmp_p
             hidden = await client.call_tool("leak", {"case": "zero-width-token"})
             assert text_of(hidden) == "key [REDACTED:aws_access_key]"
             assert AWS not in json.dumps(hidden.model_dump())
+
+
+async def test_a_skipped_aws_example_key_is_logged_at_debug_by_the_gateway(tmp_path: Path) -> None:
+    path = tmp_path / "gateway.yaml"
+    path.write_text(yaml.safe_dump(bypass_config(), sort_keys=False))
+    argv = cli_argv("gateway", "--config", str(path), "--log-level", "DEBUG")
+    with anyio.fail_after(E2E_TIMEOUT_S), stderr_log("gateway") as log:
+        async with Client(stdio_transport(argv, log, env=child_env()), mode="legacy") as client:
+            sent = "try AKIAIOSFODNN7EXAMPLE"
+            assert text_of(await client.call_tool("echo", {"text": sent})) == sent  # skipped on purpose
+        written = log.path.read_text()
+    assert "guard 'secrets': known example key skipped at $.params.arguments.text" in written
+    assert "AKIAIOSFODNN7EXAMPLE" not in written.replace(sent, "")  # the key only where a payload is logged

@@ -171,7 +171,7 @@ def _findings_of(scanner: TextScanner, texts: list[str]) -> dict[int, _Found]:
     by_index = scanner.findings_by_index(texts)
     found: dict[int, _Found] = {index: [(None, findings)] for index, findings in by_index.items()}
     minimum = scanner.min_length
-    hide = may_hide(SEPARATOR.join(texts))
+    hide = may_hide(texts[0] if len(texts) == 1 else SEPARATOR.join(texts))
     readings: list[tuple[int, Reading]] = []
     for index, text in enumerate(texts):
         # Cheap tests first: most strings are short, or prose without anything encoded in it.

@@ -64,8 +64,12 @@ def main() -> None:
         if not line.strip():
             continue
         message = json.loads(line)
-        if "method" not in message:  # an answer to our roots/list
+        if "method" not in message:  # an answer to our roots/list, told on stderr as the filesystem server does
             state["roots"] = message.get("result", {}).get("roots", message.get("error"))
+            said = state["roots"]
+            told = f"{len(said)} roots" if isinstance(said, list) else f"Failed to request roots: {said}"
+            sys.stderr.write(f"roots-upstream: {told}\n")
+            sys.stderr.flush()
         elif "id" in message:
             answer(message)
         elif message["method"] in ("notifications/initialized", "notifications/roots/list_changed"):

@@ -16,8 +16,9 @@ from typing import Any
 import anyio
 import mcp_types as types
 import pytest
-from e2e_support import ConfigWriter, fresh_gateway, text_of
-from helpers import pid_alive
+from e2e_support import ConfigWriter, fresh_gateway, gateway_env, text_of
+from helpers import cli_argv, free_tcp_port, pid_alive, running, until
+from mcp import Client
 
 ROOTS_UPSTREAM = str(Path(__file__).resolve().parent / "roots_upstream.py")
 PROJECT = "file:///work/project"
@@ -104,3 +105,27 @@ async def test_upstreams_of_a_stdio_gateway_see_the_client_s_own_capabilities(
             seen = json.loads(text_of(await client.call_tool("capabilities", {})))
     assert "roots" in seen
     assert "sampling" not in seen and "elicitation" not in seen
+
+
+@pytest.mark.parametrize("mode", ["legacy", "2026-07-28"])
+async def test_an_http_gateway_answers_roots_asked_at_start_with_none_and_says_so_once_at_info(
+    write_config: ConfigWriter, tmp_path: Path, mode: str
+) -> None:
+    """An HTTP gateway's shared connection has no client to ask: the upstream gets an empty list, not an error
+    it would log as a failure at every start, and the gateway logs one INFO line, no warning."""
+    config = write_config(roots_config(tmp_path / "pids"))
+    port = free_tcp_port()
+    argv = cli_argv("gateway", "--config", str(config), "--http", f"127.0.0.1:{port}", "--log-level", "INFO")
+    with anyio.fail_after(60):
+        async with running(argv, port=port, env=gateway_env(), label="HTTP gateway") as child:
+            async with Client(f"http://127.0.0.1:{port}/mcp", mode=mode) as client:
+                await client.list_tools()
+            await until(lambda: "roots-upstream:" in child.stderr_path.read_text(encoding="utf-8"))
+            logged = child.stderr_path.read_text(encoding="utf-8")
+    asked = [line for line in logged.splitlines() if "roots/list" in line]
+    assert asked == [
+        "INFO mcp_interceptors.gateway.input_rounds: upstream 'files' asked for roots/list with no client to ask "
+        "(outside any call): no roots"
+    ], logged
+    assert "roots-upstream: 0 roots" in logged.splitlines()  # the shared connection's answer
+    assert "WARNING" not in logged and "Failed" not in logged and "no downstream session" not in logged

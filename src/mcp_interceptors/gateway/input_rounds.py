@@ -47,6 +47,8 @@ class InputRounds:
         self.open_inputs = OpenInputs(replies)
         self.bridges = Bridges(on_end=self.open_inputs.bridged_call_ended)
         self._tg: anyio.abc.TaskGroup | None = None
+        #: The upstreams told "no roots" (`_no_roots`), each logged once.
+        self._answered_no_roots: set[str] = set()
 
     def run_in(self, tg: anyio.abc.TaskGroup) -> None:
         """The task group bridged calls run in (the gateway's)."""
@@ -101,11 +103,21 @@ class InputRounds:
             if bridged is not None:
                 return await bridged.ask(method, params)
             session = await self.sessions.stdio_session(_STDIO_CLIENT_WAIT_S)
+            if session is None and method == "roots/list":
+                return self._no_roots(upstream)
             if session is None:
                 raise MCPError(-32600, f"no downstream session can answer {method} from {upstream!r}")
             return await self.from_upstream(session, upstream, method, params)
 
         return handle
+
+    def _no_roots(self, upstream: str) -> dict[str, Any]:
+        """No roots, for a `roots/list` no client can answer: an HTTP gateway's shared connection asked outside
+        any call, as servers do right after their handshake. An error only made them log a failure at start."""
+        if upstream not in self._answered_no_roots:
+            self._answered_no_roots.add(upstream)
+            logger.info("upstream %r asked for roots/list with no client to ask (outside any call): no roots", upstream)
+        return {"roots": []}
 
     # ------------------------------------------------------------------ 2026-07-28: input_required rounds
 

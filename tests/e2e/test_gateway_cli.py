@@ -69,8 +69,8 @@ async def test_check_warns_about_stdio_commands_this_machine_cannot_find(write_c
     done = await run_cli("gateway", "--check", str(config), env=gateway_env())
     assert done.returncode == 0  # a config may be checked on another machine than the one that runs it
     assert done.stderr.decode().splitlines() == [
-        "warning: upstreams.missing.command: 'no-such-server-xyz' was not found on PATH or is not executable",
-        "warning: upstreams.gone.command: './x.sh' was not found on PATH or is not executable",
+        "warning: upstream 'missing': command 'no-such-server-xyz' not found on PATH (upstreams.missing.command)",
+        "warning: upstream 'gone': command './x.sh' not found (upstreams.gone.command)",
     ]
 
 

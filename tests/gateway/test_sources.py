@@ -215,3 +215,16 @@ async def test_errors_about_an_interceptor_server_call_it_one_not_an_upstream() 
             tg.cancel_scope.cancel()
     assert "interceptor server 'remote' failed to start" in str(refused.value)
     assert "upstream" not in str(refused.value)
+
+
+async def test_a_server_whose_command_cannot_run_is_named_with_its_command(tmp_path: Path) -> None:
+    """What the OS says (`FileNotFoundError`) names neither the command nor the server: the error does."""
+    config = remote_host_config({"command": str(tmp_path / "no-such-guard")})
+    with anyio.fail_after(20):
+        async with anyio.create_task_group() as tg:
+            with pytest.raises(ConfigError) as refused:
+                await populate_chain(chain_for(config), config, tg, file="gateway.yaml")
+            tg.cancel_scope.cancel()
+    assert f"interceptor server 'remote' failed to start: command '{tmp_path / 'no-such-guard'}' not found" in str(
+        refused.value
+    )

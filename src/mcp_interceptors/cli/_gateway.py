@@ -3,13 +3,10 @@
 from __future__ import annotations
 
 import argparse
-import errno
 import json
 import logging
-import os
 import re
 import sys
-from pathlib import Path
 from typing import Any
 
 import anyio
@@ -27,9 +24,9 @@ from mcp_interceptors.cli._common import (
     repeated_guards,
     run_on_loop,
 )
-from mcp_interceptors.gateway.auditing import audit_key_location, audit_store_location
+from mcp_interceptors.gateway.auditing import start_audit_writer
 from mcp_interceptors.gateway.auth import check_auth
-from mcp_interceptors.gateway.check import check_report, missing_commands, render_check
+from mcp_interceptors.gateway.check import check_report, render_check
 from mcp_interceptors.gateway.config import (
     ConfigError,
     GatewayConfig,
@@ -39,16 +36,17 @@ from mcp_interceptors.gateway.config import (
     parse_config,
     read_config_document,
 )
-from mcp_interceptors.gateway.fronts.serve import (
-    BindRefusedError,
-    ListenError,
-    cancelled_by_signal,
-    check_listen,
-    serve_http,
-    serve_stdio,
-)
+from mcp_interceptors.gateway.fronts.serve import cancelled_by_signal, serve_http, serve_stdio
 from mcp_interceptors.gateway.gateway import Gateway
 from mcp_interceptors.gateway.logs import configure_logging
+from mcp_interceptors.gateway.preflight import (
+    BindRefusedError,
+    ListenError,
+    check_audit_key,
+    check_audit_store,
+    missing_commands,
+    preflight,
+)
 from mcp_interceptors.gateway.routing import RoutingError
 from mcp_interceptors.gateway.sources import chain_for, populate_chain
 from mcp_interceptors.gateway.upstream.errors import UpstreamUnavailableError
@@ -193,15 +191,12 @@ class _Redacting(logging.Filter):
 def _run_command(args: argparse.Namespace, config: GatewayConfig, file: str) -> int:
     guards: list[GuardChoice] = args.guard
     try:
-        check_auth(config, file)
         if args.check:
+            check_auth(config, file)
             return anyio.run(_check, config, file, args.json)
         http = _parse_http(args.http) if args.http else None
-        if http is not None:
-            check_listen(*http)  # before any upstream starts
-        _check_metrics_listen(config, file, http)
-        if has_own_listener(config, http is not None):
-            check_listen(*config.ui.address)  # the web view's own listener, before any upstream starts
+        # Every check that can refuse the start, before any upstream, interceptor server or listener starts.
+        preflight(config, file, http, insecure_no_auth=args.insecure_no_auth)
         run_on_loop(args.loop, _serve, config, file, http, args.insecure_no_auth)
         return 0
     except ConfigError as exc:
@@ -217,23 +212,6 @@ def _run_command(args: argparse.Namespace, config: GatewayConfig, file: str) -> 
         if isinstance(leaf, ConfigError):
             raise _config_error(leaf, guards) from None
         raise CommandError(_first_message(group)) from None
-
-
-def _check_metrics_listen(config: GatewayConfig, file: str, http: tuple[str, int] | None) -> None:
-    """The metrics listener's address must be free, and not the HTTP front's: said before any upstream starts,
-    naming the setting (a bare `Address already in use` would not say which listener)."""
-    if (address := config.metrics.address) is None:
-        return
-    where = f"metrics.listen in {file}"
-    if http is not None and http[1] == address[1] and http[0] in (address[0], "", "0.0.0.0", "::"):
-        raise CommandError(
-            f"{where}: {authority(*address)} is where --http {authority(*http)} serves MCP; "
-            "give the metrics listener another port, or use `http.metrics: true` to serve GET /metrics on the front"
-        )
-    try:
-        check_listen(*address)
-    except ListenError as exc:
-        raise CommandError(f"{where}: {exc}") from None
 
 
 def _config_error(exc: ConfigError, guards: list[GuardChoice]) -> CommandError:
@@ -274,8 +252,8 @@ def _parse_http(value: str) -> tuple[str, int]:
 
 
 async def _check(config: GatewayConfig, file: str, as_json: bool) -> int:
-    _check_audit_key(config, file)
-    _check_audit_store(config, file, create=False)
+    check_audit_key(config, file)
+    check_audit_store(config, file, create=False)
     async with anyio.create_task_group() as tg:
         chain = chain_for(config)
         await populate_chain(chain, config, tg, file=file)
@@ -283,53 +261,14 @@ async def _check(config: GatewayConfig, file: str, as_json: bool) -> int:
             print(json.dumps(check_report(config, chain, file), indent=2))
         else:
             print(render_check(config, chain, file))
-        for warning in missing_commands(config):
-            print(warning, file=sys.stderr)
+        for missing in missing_commands(config, interceptor_servers=False):  # discovered above already
+            print(f"warning: {missing} ({missing.path})", file=sys.stderr)
         tg.cancel_scope.cancel()
     return 0
 
 
-def _check_audit_key(config: GatewayConfig, file: str) -> None:
-    """An existing key file must be readable as a key (the gateway creates a missing one at start)."""
-    if not config.audit.enabled:
-        return
-    from mcp_interceptors.audit import DEFAULT_KEY_PATH, KeyFileError, load_key  # only with audit on
-
-    path = audit_key_location(config) or DEFAULT_KEY_PATH.expanduser()
-    if not path.exists():
-        return
-    try:
-        load_key(path)
-    except KeyFileError as exc:
-        fix = "point audit.key_file at the gateway's key file, or at a path where it can create one"
-        raise ConfigError(file, "audit.key_file", str(exc), fix) from None
-
-
-def _check_audit_store(config: GatewayConfig, file: str, *, create: bool) -> None:
-    """The store's folder must exist or be creatable (`create`: create it, as the gateway does at start)."""
-    if not config.audit.enabled or "://" in config.audit.store:
-        return
-    path = Path(audit_store_location(config, create=False))
-    folder = path.parent
-    try:
-        if create:
-            folder.mkdir(mode=0o700, parents=True, exist_ok=True)
-            return
-        existing = next(p for p in (folder, *folder.parents) if p.exists())
-        if not existing.is_dir() or not os.access(existing, os.W_OK | os.X_OK):
-            raise PermissionError(errno.EACCES, "not a folder the gateway can write in", str(existing))
-    except OSError as exc:
-        raise ConfigError(
-            file,
-            "audit.store",
-            f"cannot create the folder of {str(path)!r} ({exc.strerror}: {exc.filename or folder})",
-            "point audit.store at a path the gateway can write, or create its folder",
-        ) from None
-
-
 async def _serve(config: GatewayConfig, file: str, http: tuple[str, int] | None, insecure_no_auth: bool) -> None:
     _log.info("gateway starting on the %s event loop", loop_name())
-    _check_audit_store(config, file, create=True)
     chain = chain_for(config)
     _log.info("start-up heap frozen: %d objects the collector skips", freeze_start_up_heap())
     try:
@@ -352,8 +291,11 @@ async def _run_gateway(
 ) -> None:
     async with anyio.create_task_group() as tg:
         async with cancelled_by_signal(tg) as starting:  # SIGTERM while starting: stop what started, exit 0
+            # The audit store opens before any interceptor server or upstream starts: one it cannot open stops
+            # the start with nothing to undo.
+            writer = await start_audit_writer(config, tg) if config.audit.enabled else None
             await populate_chain(chain, config, tg, file=file)
-            gateway = Gateway(config, chain)
+            gateway = Gateway(config, chain, audit_writer=writer)
             if http is None:
                 gateway.await_stdio_client()
             # A stdio gateway has one client: it connects the upstreams when that client says who it is.

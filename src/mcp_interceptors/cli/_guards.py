@@ -39,9 +39,9 @@ from mcp_interceptors.cli._core import _run
 from mcp_interceptors.cli._gateway import _parse_http
 from mcp_interceptors.executor import Call
 from mcp_interceptors.gateway.config import authority, is_loopback
-from mcp_interceptors.gateway.fronts.serve import ListenError, check_listen
 from mcp_interceptors.gateway.fronts.stdio_transport import fd_stdio_server
 from mcp_interceptors.gateway.logs import configure_logging
+from mcp_interceptors.gateway.preflight import ListenError, check_listen
 from mcp_interceptors.guards.pinning import pin_document
 from mcp_interceptors.host import InterceptorHost, Invocation
 from mcp_interceptors.protocol.descriptors import InterceptorDescriptor

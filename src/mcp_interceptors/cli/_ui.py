@@ -48,7 +48,7 @@ def run_ui(args: argparse.Namespace) -> int:
     from mcp_interceptors.gateway.auditing import audit_key_location, audit_store_location
     from mcp_interceptors.gateway.auth import build_auth
     from mcp_interceptors.gateway.config import ConfigError, authority, is_loopback, load_config
-    from mcp_interceptors.gateway.fronts.serve import ListenError, check_listen
+    from mcp_interceptors.gateway.preflight import ListenError, check_listen
     from mcp_interceptors.ui import AuditReader, UiAuth, UiSettings, allowed_hosts_for, create_app, serve_ui
 
     configure_logging(args.log_level, args.log_format)

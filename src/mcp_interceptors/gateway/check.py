@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import os
-import shutil
 from typing import Any
 
 from mcp_interceptors.gateway.config import GatewayConfig
@@ -95,22 +93,3 @@ def render_check(config: GatewayConfig, chain: Chain, file: str) -> str:
         for skipped in row["skipped"]:
             lines.append(f"    - skipped {skipped['interceptor']}: {skipped['reason']}")
     return "\n".join(lines)
-
-
-def missing_commands(config: GatewayConfig) -> list[str]:
-    """Warnings for stdio upstreams whose command this machine cannot find (the gateway would fail at start).
-
-    Interceptor servers need none: `--check` discovers them, so a missing one is already an error.
-    """
-    warnings = []
-    for name, server in config.upstreams.items():
-        if server.command is None:
-            continue
-        command = server.command
-        if server.cwd is not None and os.sep in command and not os.path.isabs(command):
-            command = os.path.join(server.cwd, command)  # where the gateway starts it (load_config sets cwd)
-        if shutil.which(command, path=server.env.get("PATH")) is None:
-            warnings.append(
-                f"warning: upstreams.{name}.command: {server.command!r} was not found on PATH or is not executable"
-            )
-    return warnings

@@ -10,7 +10,6 @@ from __future__ import annotations
 import contextlib
 import logging
 import signal
-import socket
 import sys
 from collections.abc import AsyncIterator, Callable, Iterator
 from typing import Any
@@ -24,12 +23,13 @@ from mcp.server.transport_security import TransportSecuritySettings
 from sse_starlette.sse import AppStatus
 
 from mcp_interceptors.gateway.auth import build_auth
-from mcp_interceptors.gateway.config import GatewayConfig, authority, is_loopback
+from mcp_interceptors.gateway.config import GatewayConfig, authority
 from mcp_interceptors.gateway.fronts.http import streamable_http_app
 from mcp_interceptors.gateway.fronts.sse import sse_routes
 from mcp_interceptors.gateway.fronts.stdio import serve_stdio_fast
 from mcp_interceptors.gateway.gateway import Gateway
 from mcp_interceptors.gateway.metrics import CONTENT_TYPE, GatewayMetrics
+from mcp_interceptors.gateway.preflight import ListenError, check_bind
 from mcp_interceptors.gateway.web_view import ui_mount
 
 logger = logging.getLogger(__name__)
@@ -43,38 +43,6 @@ _ABORT_MARGIN_S = 0.5
 #: When the drain ends, open SSE streams (GET, `/sse`) are ended; sse-starlette notices within 0.5 s, and
 #: uvicorn cancels what is still running this much later (a cancelled stream logs a traceback).
 _STREAMS_END_S = 1.0
-
-
-class BindRefusedError(ValueError):
-    """A non-loopback bind without authentication."""
-
-
-class ListenError(OSError):
-    """The HTTP front cannot listen on HOST:PORT (the port is taken, the host is not this machine's, ...)."""
-
-
-def check_listen(host: str, port: int) -> None:
-    """Raise `ListenError` with the reason if HOST:PORT cannot be bound, as asyncio's `create_server` binds it.
-
-    Checked before uvicorn starts: uvicorn only logs a failed bind and raises `SystemExit`.
-    """
-    try:
-        addresses = socket.getaddrinfo(host or None, port, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE)
-    except OSError as exc:
-        raise ListenError(f"cannot listen on {authority(host, port)}: {exc.strerror or exc}") from None
-    for family, kind, proto, _, address in addresses:
-        try:
-            probe = socket.socket(family, kind, proto)
-        except OSError:  # a family this machine lacks: asyncio skips it too
-            continue
-        with probe:
-            try:
-                probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-                if family == socket.AF_INET6:
-                    probe.setsockopt(socket.IPPROTO_IPV6, socket.IPV6_V6ONLY, 1)
-                probe.bind(address)
-            except OSError as exc:
-                raise ListenError(f"cannot listen on {authority(host, port)}: {exc.strerror or exc}") from None
 
 
 async def serve_stdio(gateway: Gateway) -> None:
@@ -96,11 +64,7 @@ async def serve_stdio(gateway: Gateway) -> None:
 def http_app(gateway: Gateway, host: str, port: int, *, insecure_no_auth: bool = False) -> Any:
     """The Starlette app serving `http.path` (Streamable HTTP) and, optionally, `/sse` + `/messages/`."""
     config: GatewayConfig = gateway.config
-    if not is_loopback(host) and not config.auth.enabled and not insecure_no_auth:
-        raise BindRefusedError(
-            f"refusing to serve {authority(host, port)} without authentication; configure `auth` "
-            "(tokens or jwt) or pass --insecure-no-auth"
-        )
+    check_bind(config, host, port, insecure_no_auth=insecure_no_auth)  # also checked before anything starts
     allowed_hosts = [f"{h}:*" for h in ("127.0.0.1", "localhost", "[::1]")] + list(config.http.allowed_hosts)
     if host not in LOOPBACK:
         allowed_hosts.append(authority(host, port))

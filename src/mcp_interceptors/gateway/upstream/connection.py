@@ -12,6 +12,7 @@ flight on it and what a restart must restore, and each changes the others' state
 from __future__ import annotations
 
 import logging
+import os
 import time
 from collections.abc import Awaitable, Callable, Mapping
 from typing import Any
@@ -364,7 +365,12 @@ class UpstreamConnection:
         self._http_error = f"{status} {reason}".strip()
 
     def _explain(self, message: str, exc: BaseException) -> str:
-        """mcp's stand-in for an HTTP error status, with the status it stands for."""
+        """mcp's stand-in for an HTTP error status, with the status it stands for; a stdio server that could not
+        be run, with its command (the OS error names neither)."""
+        if isinstance(exc, FileNotFoundError | PermissionError) and (command := self.config.command) is not None:
+            if self.config.cwd is not None and not os.path.isdir(self.config.cwd):
+                return f"cannot run command {command!r} in {self.config.cwd!r}: no such folder"
+            return f"command {command!r} {'not found' if isinstance(exc, FileNotFoundError) else 'is not executable'}"
         if not (isinstance(exc, MCPError) and is_http_error(exc)) or self._http_error is None:
             return message
         hint = f"; check the {self.role}'s bearer_token or headers" if self._http_error[:3] in ("401", "403") else ""

@@ -9,10 +9,9 @@ from __future__ import annotations
 
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any
+from functools import cache
+from typing import TYPE_CHECKING, Any
 
-import celpy
-from celpy.adapter import json_to_cel
 from jsonschema.exceptions import best_match
 
 from mcp_interceptors.guards._config import GuardSchema, SettingsCache
@@ -27,6 +26,9 @@ from mcp_interceptors.guards._schemas import CompiledSchema, compile_config_sche
 from mcp_interceptors.guards._walk import format_path
 from mcp_interceptors.host import InterceptorHost, Invocation
 from mcp_interceptors.protocol.results import ValidationMessage, ValidationResult
+
+if TYPE_CHECKING:
+    import celpy
 
 _PATTERN = {
     "oneOf": [
@@ -122,7 +124,15 @@ def _pattern(raw: str | Mapping[str, str]) -> _Pattern:
     return _Pattern(Glob([server]) if server is not None else None, Glob([raw.get("tool", "*")]))
 
 
-_CEL = celpy.Environment()
+@cache
+def _cel() -> celpy.Environment:
+    """The CEL environment, built on the first rule written in CEL: its parser costs ~0.25 s of a gateway's
+    start (`bench/footprint.py cold-start`), which a policy without CEL rules never needs."""
+    import celpy
+
+    return celpy.Environment()
+
+
 #: The variables a CEL rule can name (see `_activation`).
 _CEL_VARIABLES = frozenset({"args", "tool", "server", "principal", "session"})
 #: Names CEL itself declares: type names (`type(args.n) == int`) and the protobuf well-known types' package.
@@ -178,8 +188,8 @@ def _compile_rule(index: int, raw: Mapping[str, Any]) -> _ArgumentRule:
     program = None
     if "cel" in raw:
         try:
-            tree = _CEL.compile(raw["cel"])
-            program = _CEL.program(tree)
+            tree = _cel().compile(raw["cel"])
+            program = _cel().program(tree)
         except Exception as exc:  # celpy raises its own parse error types
             detail = " ".join(str(exc).split())
             raise ValueError(f"config.arguments[{index}].cel does not compile: {detail}") from None
@@ -218,6 +228,8 @@ def _activation(inv: Invocation, tool: str, server: str | None, arguments: Mappi
         "principal": principal,
         "session": inv.session_id or "",
     }
+    from celpy.adapter import json_to_cel  # loaded already: only CEL rules need an activation
+
     return {key: json_to_cel(value) for key, value in values.items()}
 
 
@@ -233,7 +245,9 @@ def _check_rule(rule: _ArgumentRule, arguments: Mapping[str, Any], activation: d
             outcome = rule.program.evaluate(activation)
         except Exception as exc:  # a CEL evaluation error (e.g. a missing field) denies: fail closed
             return rule.message or f"argument rule #{rule.index} ({rule.cel}) could not be evaluated: {exc.args[0]}"
-        if not isinstance(outcome, bool | celpy.celtypes.BoolType):
+        from celpy.celtypes import BoolType  # loaded with the rule's program
+
+        if not isinstance(outcome, bool | BoolType):
             return f"argument rule #{rule.index} ({rule.cel}) must evaluate to a bool, got {type(outcome).__name__}"
         if not outcome:
             return rule.message or f"argument rule #{rule.index} failed: {rule.cel}"

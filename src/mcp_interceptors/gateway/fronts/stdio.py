@@ -119,7 +119,8 @@ class StdioFront:
         return await self._to_server(message)  # the handshake, the gateway's own methods, or before the handshake
 
     def _era_of(self, message: dict[str, Any]) -> str | None:
-        meta = (message.get("params") or {}).get("_meta")
+        params = message.get("params")
+        meta = params.get("_meta") if isinstance(params, dict) else None
         if isinstance(meta, dict) and PROTOCOL_VERSION_META_KEY in meta:
             return "2026-07-28"
         return self.era

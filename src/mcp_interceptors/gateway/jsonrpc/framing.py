@@ -70,22 +70,49 @@ def too_many_in_flight(limit: int, setting: str | None) -> tuple[str, dict[str, 
 
 
 def refusal(message: Any) -> Message | None:
-    """The -32600 answer to a parsed message no handler may see, else None: MCP has no batches, a
-    request's id is a string or an integer (an object id reads as a notification to mcp's models, and
-    cannot key a table), its method a string, and the params of any request or notification an object."""
-    if not isinstance(message, dict):
-        return error_response(None, INVALID_REQUEST, "Invalid Request: a message must be a JSON object")
-    if "id" in message and "method" in message:
-        if not is_request_id(message["id"]):
-            return error_response(None, INVALID_REQUEST, "Invalid Request: id must be a string or an integer")
-        if not isinstance(message["method"], str):
-            return error_response(message["id"], INVALID_REQUEST, "Invalid Request: method must be a string")
-    if "method" in message and not isinstance(message.get("params", {}), dict | None):
-        # MCP's params are always an object; a string or list would reach code that reads its fields.
-        return error_response(
-            message.get("id"), INVALID_REQUEST, "Invalid Request: params must be an object", {"field": "params"}
-        )
-    return None
+    """The -32600 answer to a parsed message no handler may see, else None: the one shape check every
+    message read by a front or from a peer passes before anything looks at it.
+
+    A JSON-RPC 2.0 message is an object whose `jsonrpc` is "2.0": a request (`method` and `id`), a
+    notification (`method`, no `id`) or an answer (`result` or `error`, not both, and an `id`). MCP has no
+    batches; an id is a string or an integer (an object id reads as a notification to mcp's models, and
+    cannot key a table), a method a string, and the params of every MCP request or notification an object.
+    The answer carries the message's id when it has a usable one (null otherwise) and names the field.
+    """
+    if type(message) is not dict:
+        return _invalid(None, "a message must be a JSON object")
+    request_id = message.get("id")
+    usable_id = request_id if is_request_id(request_id) else None
+    if "method" in message:
+        if "id" in message and usable_id is None:
+            return _invalid(None, "id must be a string or an integer", "id")
+        if message.get("jsonrpc") != "2.0":
+            return _invalid(usable_id, 'jsonrpc must be "2.0"', "jsonrpc")
+        if type(message["method"]) is not str:
+            return _invalid(usable_id, "method must be a string", "method")
+        if not isinstance(message.get("params"), dict | None):
+            # MCP's params are always an object; a string or list would reach code that reads its fields.
+            return _invalid(usable_id, "params must be an object", "params")
+        return None
+    if is_answer_shaped(message):
+        if message.get("jsonrpc") != "2.0":
+            return _invalid(usable_id, 'jsonrpc must be "2.0"', "jsonrpc")
+        if "result" in message and "error" in message:
+            return _invalid(usable_id, "an answer carries a result or an error, not both", "result")
+        return None
+    return _invalid(usable_id, "a message needs a method (a request or notification) or a result or error", "method")
+
+
+def is_answer_shaped(message: Message) -> bool:
+    """Whether `message` (an object) means to be an answer: no method, and a result or an error. A bad
+    one is never answered (an answer to an answer could start a loop); it fails the request it names."""
+    return "method" not in message and ("result" in message or "error" in message)
+
+
+def _invalid(request_id: Any, reason: str, field: str | None = None) -> Message:
+    return error_response(
+        request_id, INVALID_REQUEST, f"Invalid Request: {reason}", {"field": field} if field is not None else None
+    )
 
 
 class LineTooLongError(ValueError):

@@ -36,6 +36,7 @@ from mcp_interceptors.gateway.jsonrpc.framing import (
     encode_line,
     error_response,
     id_in_use,
+    is_answer_shaped,
     is_request_id,
     loads,
     refusal,
@@ -244,6 +245,24 @@ class JsonRpcPeer:
             return False
         if not self._buffer.empty or (self._max_line_bytes is not None and len(chunk) > self._max_line_bytes):
             return False
+        try:
+            taken = self._takeable(chunk, leaves)
+        except Exception:  # `run` handles the chunk instead, and fails the message that raised, logging it once
+            logger.debug("a chunk was left to the reading task", exc_info=True)
+            return False
+        if taken is None:
+            return False
+        for message in taken:
+            if "method" in message:
+                params = message.get("params")
+                self._start(message["id"], message["method"], params if isinstance(params, dict) else None, on_request)
+            else:
+                self._pending[message["id"]].settle(message)
+        return True
+
+    def _takeable(self, chunk: bytes, leaves: Leaves) -> list[Message] | None:
+        """The messages of `chunk` if `take_now` may handle them all, else None. Each passes the shape
+        check (`refusal`) before anything else looks at it."""
         taken: list[Message] = []
         ids: set[Any] = set()
         for line in chunk.split(b"\n")[:-1]:
@@ -252,24 +271,18 @@ class JsonRpcPeer:
             try:
                 message = loads(line)
             except ValueError:
-                return False
-            if type(message) is not dict or not is_request_id(message.get("id")) or not leaves(message):
-                return False
+                return None
+            if refusal(message) is not None or not is_request_id(message.get("id")) or not leaves(message):
+                return None
             if "method" in message:  # a request, if `run` would start it: else it answers it, in order
                 request_id = message["id"]
-                if refusal(message) is not None or request_id in ids or self._over_capacity(request_id, len(ids)):
-                    return False
+                if request_id in ids or self._over_capacity(request_id, len(ids)):
+                    return None
                 ids.add(request_id)
             elif message["id"] not in self._pending:
-                return False
+                return None
             taken.append(message)
-        for message in taken:
-            if "method" in message:
-                params = message.get("params")
-                self._start(message["id"], message["method"], params if isinstance(params, dict) else None, on_request)
-            else:
-                self._pending[message["id"]].settle(message)
-        return True
+        return taken
 
     async def _drain(self, seconds: float) -> None:
         """End of input with the peer's requests in flight: a client that writes its requests and closes its
@@ -317,14 +330,43 @@ class JsonRpcPeer:
             return
         refused = refusal(message)
         if refused is not None:
-            await self._send(refused)
+            if type(message) is dict and is_answer_shaped(message):
+                self._malformed_answer(message, refused)  # never answered: it fails the request it names
+            else:
+                await self._send(refused)
             return
+        try:
+            await self._handle(message, on_request, on_notify, on_foreign, divert)
+        except Exception as exc:
+            if self._closed:
+                raise  # our output is gone: the connection ends
+            # Anything a message makes a handler raise fails that message alone; the connection lives.
+            logger.exception("a message from the peer could not be handled")
+            if "method" in message and "id" in message:
+                data = {"reason": f"{type(exc).__name__}: {exc}"[:500]}
+                await self._send(error_response(message["id"], INTERNAL_ERROR, "Internal error", data))
+
+    def _malformed_answer(self, message: Message, refused: Message) -> None:
+        pending = self._pending.get(message.get("id")) if is_request_id(message.get("id")) else None
+        reason = refused["error"]["message"]
+        if pending is None:
+            logger.debug("dropping a malformed answer: %s", reason)
+            return
+        pending.settle({"error": {"code": INTERNAL_ERROR, "message": f"malformed answer: {reason}"}})
+
+    async def _handle(
+        self,
+        message: Message,
+        on_request: OnRequest,
+        on_notify: OnNotify,
+        on_foreign: OnForeign | None,
+        divert: Divert | None,
+    ) -> None:
+        """One message that passed the shape check."""
         if "id" in message and not is_request_id(message["id"]):
             # an answer we cannot match (a peer's parse error carries id null): nothing to reply to
             logger.debug("dropping an answer with id %r", message["id"])
             return
-        if "method" in message and not isinstance(message["method"], str):
-            return  # a notification with no usable method: nothing to do or say
         if divert is not None and await divert(message):
             return
         method = message.get("method")

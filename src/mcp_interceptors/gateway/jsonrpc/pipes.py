@@ -9,6 +9,7 @@ and layers of stream wrappers to every read, a measurable share of each message 
 from __future__ import annotations
 
 import asyncio
+import logging
 import os
 import stat
 from collections import deque
@@ -23,6 +24,8 @@ from mcp.client.stdio import get_default_environment
 
 from mcp_interceptors.gateway.jsonrpc.framing import DEFAULT_MAX_LINE_BYTES
 from mcp_interceptors.gateway.jsonrpc.peer import JsonRpcPeer, asyncio_loop
+
+logger = logging.getLogger(__name__)
 
 _CHUNK = 1 << 16
 
@@ -122,7 +125,7 @@ class PipeChunks(asyncio.Protocol):
 
     def data_received(self, data: bytes) -> None:
         waiter = self._waiter
-        if waiter is not None and not waiter.done() and self.take_now is not None and self.take_now(data):
+        if waiter is not None and not waiter.done() and self.take_now is not None and self._taken(data):
             return
         self._chunks.append(data)
         self._held += len(data)
@@ -130,6 +133,16 @@ class PipeChunks(asyncio.Protocol):
             self._paused = True  # a reader that falls behind holds the writer back, as the pipe itself would
             self._transport.pause_reading()
         self._wake()
+
+    def _taken(self, data: bytes) -> bool:
+        """Whether `take_now` handled `data`. An exception here would reach the loop, which closes the pipe
+        (the peer's input would end as if it had closed it): the chunk goes to `read` instead."""
+        assert self.take_now is not None
+        try:
+            return self.take_now(data)
+        except Exception:
+            logger.exception("a pipe's early reader raised; the chunk is read the ordinary way")
+            return False
 
     def eof_received(self) -> bool:
         self._ended = True

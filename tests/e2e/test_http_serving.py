@@ -1191,8 +1191,8 @@ async def test_a_handshake_era_request_without_a_usable_id_is_not_relayed_past_t
     write_config: ConfigWriter, tmp_path: Path, request_id: Any
 ) -> None:
     """mcp reads a request whose id is not a string or an integer as a notification, and the gateway relayed
-    every client notification to the upstreams: such a `tools/call` reached the upstream ungoverned. It is
-    now ignored, as a direct mcp server ignores it (202, nothing runs)."""
+    every client notification to the upstreams: such a `tools/call` reached the upstream ungoverned. The
+    HTTP front's shape check now refuses it (400, -32600 naming `id`) before mcp reads it, and nothing runs."""
     config = write_config({"upstreams": {"slow": wire_logging_upstream(tmp_path)}})
     async with serve(config) as base, httpx2.AsyncClient(timeout=60) as http:
         url = f"{base}/mcp"
@@ -1204,7 +1204,8 @@ async def test_a_handshake_era_request_without_a_usable_id_is_not_relayed_past_t
             await until(
                 lambda: any(m.get("method") == "notifications/roots/list_changed" for m in sent_upstream(tmp_path))
             )
-    assert sent.status_code == 202
+    assert sent.status_code == 400
+    assert sent.json()["error"]["data"] == {"field": "id"}
     assert [m for m in sent_upstream(tmp_path) if m.get("method") == "tools/call"] == []
 
 

@@ -107,5 +107,9 @@ async def test_a_message_off_the_json_rpc_envelope_gets_32600_naming_the_field(w
         for index, (message, answer_id, field) in enumerate(ENVELOPES):
             await client.send(message)
             reply = await client.answer()
-            assert (reply["id"], reply["error"]["code"], reply["error"]["data"]) == (answer_id, -32600, {"field": field})
+            assert (reply["id"], reply["error"]["code"], reply["error"]["data"]) == (
+                answer_id,
+                -32600,
+                {"field": field},
+            )
             assert (await client.request({"jsonrpc": "2.0", "id": f"p-{index}", "method": "ping"}))["result"] == {}

@@ -9,7 +9,6 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 import anyio
-import orjson
 from mcp.server.auth.middleware.auth_context import AuthContextMiddleware
 from mcp.server.auth.middleware.bearer_auth import (
     AuthenticatedUser,
@@ -27,11 +26,11 @@ from starlette.applications import Starlette
 from starlette.middleware import Middleware
 from starlette.middleware.authentication import AuthenticationMiddleware
 from starlette.requests import Request
-from starlette.responses import Response
 from starlette.routing import BaseRoute, Route
 
 from mcp_interceptors.gateway.auth import current_principal
-from mcp_interceptors.gateway.jsonrpc.framing import id_in_use, is_request_id, loads
+from mcp_interceptors.gateway.fronts.bodies import REFUSED, json_response, shape_checked
+from mcp_interceptors.gateway.jsonrpc.framing import id_in_use, is_request_id
 
 if TYPE_CHECKING:
     from mcp_interceptors.gateway.gateway import Gateway
@@ -135,6 +134,11 @@ class SessionRequests:
 
     async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
         headers = dict(scope.get("headers") or []) if scope.get("type") == "http" else {}
+        message: Any = None
+        if scope.get("method") == "POST":
+            message, receive = await shape_checked(scope, receive, send, self.max_body)
+            if message is REFUSED:
+                return
         session = headers.get(b"mcp-session-id")
         version = headers.get(b"mcp-protocol-version")
         if session is None or (version is not None and version.decode("latin-1") not in HANDSHAKE_PROTOCOL_VERSIONS):
@@ -142,7 +146,7 @@ class SessionRequests:
             return
         key = (session.decode("latin-1"), _caller(scope))
         if scope.get("method") == "POST":
-            await self._post(key, scope, receive, send)
+            await self._post(key, message, scope, receive, send)
         elif scope.get("method") == "DELETE":
             await self._delete(key, scope, receive, send)
         elif scope.get("method") == "GET" and b"last-event-id" in headers:
@@ -153,11 +157,11 @@ class SessionRequests:
         else:
             await self.app(scope, receive, send)
 
-    async def _post(self, key: tuple[str, Any], scope: Any, receive: Any, send: Any) -> None:
-        body, replay = await _read_body(receive, self.max_body)
-        request_id = _request_id(body) if replay is None else None
+    async def _post(self, key: tuple[str, Any], message: Any, scope: Any, receive: Any, send: Any) -> None:
+        """A POST of session `key`; `message` is its body, parsed (None: not read, or not JSON)."""
+        request_id = _request_id(message)
         if request_id is None:
-            await self.app(scope, replay or _replaying(body, receive), send)
+            await self.app(scope, receive, send)
             return
         ids = self.in_flight.setdefault(key, {})
         held = ids.get(str(request_id))
@@ -166,7 +170,7 @@ class SessionRequests:
                 await held.done.wait()
             held = ids.get(str(request_id))
         if held is not None:
-            await _json_response(400, id_in_use(request_id))(scope, receive, send)
+            await json_response(400, id_in_use(request_id))(scope, receive, send)
             return
         ids[str(request_id)] = entry = _InFlight()
 
@@ -176,7 +180,7 @@ class SessionRequests:
             await send(message)
 
         try:
-            await self.app(scope, _replaying(body, receive), sending)
+            await self.app(scope, receive, sending)
         finally:
             if ids.get(str(request_id)) is entry:
                 del ids[str(request_id)]
@@ -221,47 +225,9 @@ def _caller(scope: Any) -> Any:
     return tuple(sorted(authorization_context(user).items()))
 
 
-async def _read_body(receive: Any, limit: int) -> tuple[bytes, Any]:
-    """The request body, with None; or, past `limit` bytes or on a disconnect, what was read so far and a
-    `receive` that replays it then goes on reading (mcp answers those as it would have)."""
-    chunks: list[bytes] = []
-    size = 0
-    while True:
-        message = await receive()
-        if message.get("type") != "http.request":
-            return b"".join(chunks), _replaying(b"".join(chunks), receive, more=True, first=message)
-        chunk = bytes(message.get("body", b""))
-        chunks.append(chunk)
-        size += len(chunk)
-        if not message.get("more_body", False):
-            return b"".join(chunks), None
-        if size > limit:
-            return b"".join(chunks), _replaying(b"".join(chunks), receive, more=True)
-
-
-def _replaying(body: bytes, receive: Any, *, more: bool = False, first: Any = None) -> Any:
-    """A `receive` that yields `body` first (as one chunk, then `first` if given), then reads on."""
-    queued: list[Any] = [{"type": "http.request", "body": body, "more_body": more}]
-    if first is not None:
-        queued.append(first)
-
-    async def replay() -> Any:
-        return queued.pop(0) if queued else await receive()
-
-    return replay
-
-
-def _request_id(body: bytes) -> Any:
-    """The id of the request `body` holds, else None (a notification, an answer, a bad message: mcp's)."""
-    try:
-        message = loads(body)
-    except ValueError:
-        return None
+def _request_id(message: Any) -> Any:
+    """The id of the request `message` is, else None (a notification, an answer: mcp's)."""
     if not isinstance(message, dict) or not isinstance(message.get("method"), str):
         return None
     request_id = message.get("id")
     return request_id if is_request_id(request_id) else None
-
-
-def _json_response(status: int, message: Any) -> Response:
-    return Response(orjson.dumps(message), status_code=status, media_type="application/json")

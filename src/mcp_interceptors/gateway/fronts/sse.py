@@ -14,6 +14,7 @@ from mcp.shared.jsonrpc_dispatcher import cancelled_request_id_from_params
 from mcp.shared.message import SessionMessage
 from mcp_types import JSONRPCError, JSONRPCNotification, JSONRPCRequest, JSONRPCResponse
 
+from mcp_interceptors.gateway.fronts.bodies import REFUSED, shape_checked
 from mcp_interceptors.gateway.jsonrpc.framing import id_in_use
 from mcp_interceptors.gateway.sessions import SSE_SESSION_PREFIX
 
@@ -146,7 +147,7 @@ def sse_routes(
                     gateway.sessions.close(SSE_SESSION_PREFIX + announced[0])
 
     stream: Any = SseEndpoint()
-    messages: Any = _without_session_header(transport.handle_post_message)
+    messages: Any = _without_session_header(transport.handle_post_message, max_body)
     if auth is not None:
         metadata = build_resource_metadata_url(auth.resource_server_url) if auth.resource_server_url else None
         scopes = auth.required_scopes or []
@@ -155,11 +156,16 @@ def sse_routes(
     return [Route("/sse", endpoint=stream, methods=["GET"]), Mount("/messages/", app=messages)]
 
 
-def _without_session_header(app: Any) -> Any:
+def _without_session_header(app: Any, max_body: int) -> Any:
     """A `/messages/` POST names its session in `?session_id=`, which mcp checks against the caller; an
-    `Mcp-Session-Id` header there would name a Streamable HTTP session nobody checked, so it is dropped."""
+    `Mcp-Session-Id` header there would name a Streamable HTTP session nobody checked, so it is dropped.
+    Its body passes the shape check first (`bodies.shape_checked`)."""
 
     async def messages(scope: Any, receive: Any, send: Any) -> None:
+        if scope.get("type") == "http" and scope.get("method") == "POST":
+            message, receive = await shape_checked(scope, receive, send, max_body)
+            if message is REFUSED:
+                return
         headers = [(name, value) for name, value in scope.get("headers") or [] if name.lower() != b"mcp-session-id"]
         await app({**scope, "headers": headers}, receive, send)
 

@@ -45,6 +45,8 @@ def standard_config(**overrides: Any) -> dict[str, Any]:
         "upstreams": {"e2e": upstream_entry()},
         "interceptors": {"hosts": [{"module": "e2e_hosts:host"}]},
         "expose_execute_chain": True,
+        # The test host's interceptors are invoked by clients (conformance-style): trusted, as `shared` says.
+        "client_interceptor_methods": "shared",
     }
     config.update(overrides)
     return config

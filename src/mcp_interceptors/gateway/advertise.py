@@ -23,8 +23,18 @@ _CAPABILITY_KEYS = ("tools", "prompts", "resources", "logging", "completions")
 class Advertiser:
     """Patches the handshake results mcp's server makes."""
 
-    def __init__(self, chain: Chain, connections: Connections, sessions: Sessions, scrubber: Scrubber | None) -> None:
+    def __init__(
+        self,
+        chain: Chain,
+        connections: Connections,
+        sessions: Sessions,
+        scrubber: Scrubber | None,
+        *,
+        extension: bool = True,
+    ) -> None:
         self.chain = chain
+        #: Whether the interceptors extension is advertised (not when its methods are off for clients).
+        self.extension = extension
         self.connections = connections
         self.sessions = sessions
         self.scrubber = scrubber
@@ -54,10 +64,9 @@ class Advertiser:
             for key in ("experimental",) if legacy else ("experimental", "extensions"):
                 if isinstance(theirs := only.capabilities.get(key), Mapping) and theirs:
                     capabilities[key] = {**theirs, **(capabilities.get(key) or {})}
-        if legacy:
-            capabilities["experimental"] = {**(capabilities.get("experimental") or {}), EXTENSION_ID: settings}
-        else:
-            capabilities["extensions"] = {**(capabilities.get("extensions") or {}), EXTENSION_ID: settings}
+        if self.extension:
+            key = "experimental" if legacy else "extensions"
+            capabilities[key] = {**(capabilities.get(key) or {}), EXTENSION_ID: settings}
         # Never tasks, whatever an upstream advertises: the gateway refuses them (gateway/tasks.py).
         result["capabilities"] = without_tasks(capabilities)
         if only is not None and only.instructions:

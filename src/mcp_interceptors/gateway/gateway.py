@@ -90,7 +90,13 @@ class Gateway:
             forwarder=self.forwarder,
             listings=self.listings,
             notifications=self.notifications,
-            advertiser=Advertiser(chain, self.connections, self.sessions, self.scrubber),
+            advertiser=Advertiser(
+                chain,
+                self.connections,
+                self.sessions,
+                self.scrubber,
+                extension=config.client_interceptor_methods != "off",
+            ),
             host_methods=HostMethods(config, chain, self.replies, self.listings, self.sessions.for_context),
         )
         self._tg: anyio.abc.TaskGroup | None = None

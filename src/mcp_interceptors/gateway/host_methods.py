@@ -1,5 +1,6 @@
 """The gateway as an interceptor host: it answers `interceptors/list` (what it enforces), `interceptor/invoke`
-and, opt-in, `interceptor/executeChain`, taking nothing a client says on trust (spec §7).
+and, opt-in, `interceptor/executeChain`, taking nothing a client says on trust (spec §7). Clients' invocations
+run against instances of their own (`client_scope.py`), never the state the gateway's chains use.
 
 The context is the one the gateway's own legs would set for the caller (principal, session, server); a
 payload too deeply nested is refused; results become wire bodies or errors naming the interceptor.
@@ -15,6 +16,7 @@ from mcp.server import Server, ServerRequestContext
 from pydantic import ValidationError
 
 from mcp_interceptors.executor import Call, ChainResult
+from mcp_interceptors.gateway.client_scope import ClientScope
 from mcp_interceptors.gateway.config import GatewayConfig
 from mcp_interceptors.gateway.listings import Listings
 from mcp_interceptors.gateway.recording import RECEIPT_META_KEY, Leg, receipt_meta
@@ -68,11 +70,15 @@ class HostMethods:
     ) -> None:
         self.config = config
         self.chain = chain
+        #: What clients' invocations run against: never the gateway's own guard state unless `shared`.
+        self.scope = ClientScope(config, chain)
         self.replies = replies
         self.listings = listings
         self.session_of = session_of
 
     def register(self, server: Server[Any]) -> None:
+        if not self.scope.serves:  # `client_interceptor_methods: off`: mcp answers -32601, as a server without them
+            return
         server.add_request_handler(LIST_METHOD, RawParams, self._serve_list)
         server.add_request_handler(INVOKE_METHOD, RawParams, self._serve_invoke)
         if self.config.expose_execute_chain:
@@ -104,7 +110,7 @@ class HostMethods:
             if configured is not None:  # the verdict the gateway enforces, not one the client configures
                 update["config"] = dict(configured)
             call = Call.for_params(parsed.model_copy(update=update), entry.descriptor.type)
-            result = await self.chain.sources[entry.source].invoke(call)
+            result = await self.scope.source(entry.source).invoke(call)
             return result_body(result, parsed.name)
         except InterceptorsError as exc:
             raise MCPError(exc.code, exc.message, exc.data) from None
@@ -125,7 +131,7 @@ class HostMethods:
             if unknown:  # as for `interceptors`: a misspelt name must not silently drop the caller's config
                 raise unknown_interceptors_error(unknown, field="config")
             context = self._host_context(ctx, parsed.context, parsed.event, parsed.phase, parsed.payload)
-            result = await self.chain.execute(
+            result = await self.scope.chain().execute(
                 parsed.event,
                 parsed.phase,
                 parsed.payload,

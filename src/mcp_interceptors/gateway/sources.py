@@ -109,11 +109,11 @@ async def populate_chain(chain: Chain, config: GatewayConfig, tg: anyio.abc.Task
     if config.interceptors.guards:
         _importable(config.base_dir)
     with _widening_as_config_error(file):
-        for index, guard in enumerate(config.interceptors.guards):
-            guard_config = guard_config_in(guard.name, guard.config, config.base_dir)
-            host = load_guard(guard.name, guard_config, file, index)
-            guard_interceptors.append((guard.name, guard_config, [d.name for d in getattr(host, "descriptors", [])]))
-            chain.add_local(host, name=_unique(chain, guard.name), overrides=_pick(overrides, host))
+        named = guard_source_configs(config)  # the guards come first: their source names are known up front
+        for index, (source, (guard, guard_config)) in enumerate(named.items()):
+            host = load_guard(guard, guard_config, file, index)
+            guard_interceptors.append((guard, guard_config, [d.name for d in getattr(host, "descriptors", [])]))
+            chain.add_local(host, name=_unique(chain, source), overrides=_pick(overrides, host))
         for index, host_config in enumerate(config.interceptors.hosts):
             host = load_host(host_config.module, file, index, config.base_dir)
             name = host_config.name or getattr(host, "name", None) or host_config.module
@@ -203,6 +203,18 @@ async def check_guard_configs(
             closer = getattr(probe, "aclose", None)  # a Redis-backed rate-limit holds a (never used) pool
             if callable(closer):
                 await closer()
+
+
+def guard_source_configs(config: GatewayConfig) -> dict[str, tuple[str, dict[str, Any]]]:
+    """Chain source name -> (guard name, its config, paths resolved) of every configured built-in guard, named
+    as `populate_chain` names them (a guard configured twice is `name`, then `name-2`)."""
+    named: dict[str, tuple[str, dict[str, Any]]] = {}
+    for guard in config.interceptors.guards:
+        source, suffix = guard.name, 2
+        while source in named:
+            source, suffix = f"{guard.name}-{suffix}", suffix + 1
+        named[source] = (guard.name, guard_config_in(guard.name, guard.config, config.base_dir))
+    return named
 
 
 def _pick(overrides: dict[str, Overrides], host: LocalHost) -> dict[str, Overrides]:

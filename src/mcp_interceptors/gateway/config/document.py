@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Annotated, Any
+from typing import Annotated, Any, Literal
 
 from pydantic import ConfigDict, Field, PrivateAttr, ValidationInfo, field_validator
 from pydantic.json_schema import SkipJsonSchema
@@ -39,6 +39,15 @@ class GatewayConfig(Model):
     interceptors: InterceptorsConfig = Field(default_factory=InterceptorsConfig)
     chain: ChainConfig = Field(default_factory=ChainConfig)
     expose_execute_chain: bool = False
+    client_interceptor_methods: Literal["scoped", "shared", "off"] = Field(
+        "scoped",
+        description=(
+            "What clients' `interceptors/list`, `interceptor/invoke` and `interceptor/executeChain` run against. "
+            "`scoped`: built-in guards of their own (the gateway's guard state is never touched; interceptors "
+            "of `interceptors.hosts` and remote servers refuse them). `shared`: the gateway's own instances "
+            "(trusted clients only: a client can change what the guards learned). `off`: not served (-32601)."
+        ),
+    )
     advertised_equals_callable: bool = True
     auth: AuthConfig = Field(default_factory=AuthConfig)
     http: HttpConfig = Field(default_factory=HttpConfig)

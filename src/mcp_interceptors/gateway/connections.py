@@ -31,6 +31,40 @@ logger = logging.getLogger(__name__)
 _START_GRACE_S = 10.0
 
 
+class _Start:
+    """The task status a shared connection's first `run` gets: `ready` once its first handshake is done,
+    `settled` then or when its start failed."""
+
+    def __init__(self) -> None:
+        self.ready = False
+        self.settled = anyio.Event()
+
+    def started(self, value: None = None) -> None:
+        self.ready = True
+        self.settled.set()
+
+
+async def _wait_for_start(starts: list[_Start]) -> None:
+    """Until every connection is up or failed, or, with several, `_START_GRACE_S` after the first is up."""
+    async with anyio.create_task_group() as starting:
+
+        async def grace_after(start: _Start) -> None:
+            await start.settled.wait()
+            if start.ready:  # one that hangs in its start does not hold the others back for long
+                await anyio.sleep(_START_GRACE_S)
+                starting.cancel_scope.cancel()
+
+        async def all_settled() -> None:
+            for start in starts:
+                await start.settled.wait()
+            starting.cancel_scope.cancel()
+
+        starting.start_soon(all_settled)
+        if len(starts) > 1:
+            for start in starts:
+                starting.start_soon(grace_after, start)
+
+
 class Traffic(Protocol):
     """Where what an upstream sends on its own goes: `(on_request, on_notify)` for a connection."""
 
@@ -92,44 +126,45 @@ class Connections:
                     on_notify=on_notify,
                 )
             )
-        failures: dict[str, Exception] = {}
-        one_ready = anyio.Event()
-        pending = set(conns)
+        failures: dict[str, UpstreamUnavailableError] = {}
+        starts = {name: _Start() for name in conns}
+        decided = anyio.Event()
 
-        async def connect(name: str, conn: UpstreamConnection) -> None:
+        async def supervise(name: str, conn: UpstreamConnection) -> None:
+            """Run the connection in the gateway's task group from the start: one slow to start is never cut off
+            (killed mid-start, a server started through `npx` was started again and again); once the gateway
+            serves without it, it goes on connecting and is listed when it is up."""
             try:
-                await tg.start(conn.run)
-                one_ready.set()
-            except Exception as exc:
+                await conn.run(task_status=starts[name])
+                return
+            except UpstreamUnavailableError as exc:  # raised only before it was ready: later failures are retried
                 failures[name] = exc
-            pending.discard(name)
-            if not pending:
-                starting.cancel_scope.cancel()  # every one settled: no grace left to wait out
+            finally:
+                starts[name].settled.set()
+            await decided.wait()
+            if self.shared.get(name) is conn and not conn.closed:  # the gateway serves without it: retry
+                await conn.run(retry_start=True)
 
-        async def grace() -> None:
-            """One upstream that hangs in its start-up does not hold the others back for long."""
-            await one_ready.wait()
-            await anyio.sleep(_START_GRACE_S)
-            for name in pending:
-                failures[name] = UpstreamUnavailableError(
-                    CONNECTION_CLOSED, f"upstream {name!r} did not connect within {_START_GRACE_S:g} s of the first"
-                )
-            starting.cancel_scope.cancel()
-
-        # All at once: a client waits on the slowest server's start-up, not on the sum of them.
-        async with anyio.create_task_group() as starting:
-            for name, conn in conns.items():
-                starting.start_soon(connect, name, conn)
-            if len(conns) > 1:
-                starting.start_soon(grace)
-        if failures and len(failures) == len(conns):
-            raise next(failures[name] for name in conns if name in failures)  # the first in config order
-        for name, exc in failures.items():
-            # Several upstreams: the others serve; this one is retried with backoff and listed once back.
-            logger.error("upstream %r is unavailable (%s); serving without it until it connects", name, exc)
-            conns[name].left_out = True
-            tg.start_soon(partial(conns[name].run, retry_start=True))
+        for name, conn in conns.items():
+            tg.start_soon(supervise, name, conn)
+        try:
+            await _wait_for_start(list(starts.values()))
+        except BaseException:  # cancelled while starting: nothing is left connecting
+            for conn in conns.values():
+                conn.close()
+            decided.set()
+            raise
+        if len(failures) == len(conns):
+            decided.set()  # nothing serves: the gateway fails to start, and none is retried
+            raise next(failures[name] for name in conns)  # the first in config order
+        for name, conn in conns.items():
+            if not starts[name].ready:
+                # Several upstreams: the others serve; this one goes on connecting and is listed once up.
+                why = failures[name].message if name in failures else f"not connected within {_START_GRACE_S:g} s"
+                logger.error("upstream %r is unavailable (%s); serving without it until it connects", name, why)
+                conn.left_out = True
         self.shared.update(conns)
+        decided.set()
 
     def is_shared(self, upstream: str, conn: UpstreamConnection | None) -> bool:
         return conn is not None and self.shared.get(upstream) is conn

@@ -242,9 +242,11 @@ def interceptor(gateway: StdioGateway, answer_line: str, verdict: Any) -> None:
     """`answer_line` is the host's raw answer; `verdict` the result it carries (None: it carries none that
     answers the invocation, so the host's following `valid: true` decides)."""
     try:
-        json.dumps(verdict, allow_nan=False)
-    except ValueError:
-        verdict = None  # Infinity or NaN: no JSON, so the line answers nothing and the fallback decides
+        json.dumps(verdict, allow_nan=False, ensure_ascii=False).encode("utf-8")
+    except ValueError:  # UnicodeEncodeError too
+        # Infinity, NaN or a lone surrogate: no JSON a reader takes, so the line may answer nothing and the
+        # host's following `valid: true` decide
+        verdict = None
     answer = gateway.call("echo", {"text": "through", "verdict": answer_line})
     assert is_answer(answer), answer
     forwarded = "result" in answer and not answer["result"].get("isError")
@@ -264,14 +266,14 @@ def verdict_line(verdict: Any, kind: str = "result") -> str:
 class HttpGateway:
     """A real Streamable HTTP gateway (the CLI as a child on a loopback port)."""
 
-    def __init__(self, folder: Path) -> None:
+    def __init__(self, folder: Path, *, audit: bool = False, upstream_timeout_ms: int = 3000) -> None:
         import socket
 
         with socket.socket() as sock:
             sock.bind(("127.0.0.1", 0))
             self.port = sock.getsockname()[1]
         self.folder = folder
-        config = gateway_config(folder, audit=False)
+        config = gateway_config(folder, audit=audit, upstream_timeout_ms=upstream_timeout_ms)
         self.stderr = open(folder / "http.stderr", "wb")  # noqa: SIM115
         argv = [
             sys.executable,

@@ -422,3 +422,11 @@ def test_the_campaign_script_runs_every_target() -> None:
     assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-2000:]
     reported = [line.split()[0] for line in done.stdout.splitlines() if "inputs in" in line]
     assert reported == ["peer", "stdio", "upstream", "interceptor", "http", "config", "jwt", "jwks", "audit"]
+
+
+def test_audit_verify_names_a_store_whose_schema_bytes_are_damaged(audit_store: Path, tmp_path: Path) -> None:
+    data = bytearray(audit_store.read_bytes())
+    data[data.index(b"CREATE TABLE audit_records") + 7] = 0x80  # SQLite then quotes bytes that are no UTF-8
+    (tmp_path / "audit.db").write_bytes(bytes(data))
+    code, text = targets.audit_verify(tmp_path / "audit.db")
+    assert code == 2 and text.startswith("error: cannot open the audit database "), text

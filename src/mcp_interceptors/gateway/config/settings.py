@@ -135,8 +135,17 @@ class HttpConfig(Model):
         100,
         description=(
             "How many handshake-era sessions (each with upstream sessions of its own: a process per stdio "
-            "upstream) may be open at once: a request that would open one more gets -32603 "
+            "upstream) and `/sse` streams may be open at once, counted from their first request (an "
+            "`initialize` alone holds one until it idles out): one more gets HTTP 503 with -32603 "
             "(`data.reason: too_many_sessions`)."
+        ),
+    )
+    max_sessions_per_principal: Count | None = Field(
+        None,
+        description=(
+            "How many of those sessions one principal (a token's user or client) may hold, so that one cannot "
+            "lock the others out: past it, -32603 (`data.setting` names this). Unset: a quarter of "
+            "`max_sessions`, at least 1. Without auth every client shares `max_sessions` alone."
         ),
     )
     max_requests_in_flight: Count = Field(
@@ -155,6 +164,13 @@ class HttpConfig(Model):
         description="Serve Prometheus metrics at GET /metrics on the HTTP front (same auth and Host checks as "
         "the MCP endpoint).",
     )
+
+    @property
+    def session_share(self) -> int:
+        """The sessions one principal may hold: `max_sessions_per_principal`, else a quarter of `max_sessions`."""
+        if self.max_sessions_per_principal is not None:
+            return min(self.max_sessions_per_principal, self.max_sessions)
+        return max(1, self.max_sessions // 4)
 
 
 class StdioConfig(Model):

@@ -1,6 +1,6 @@
 """Serve a `Gateway` on stdio or Streamable HTTP (plus the legacy SSE endpoint), with auth and signals.
 
-HTTP binds loopback by default with DNS-rebinding protection; a non-loopback bind needs auth
+HTTP binds loopback by default with DNS-rebinding protection (`hosts.py`); a non-loopback bind needs auth
 unless `insecure_no_auth` is set. Shutdown is clean: uvicorn drains (calls still waiting on an
 upstream when the drain ends get a JSON-RPC error), then upstreams close.
 """
@@ -24,6 +24,7 @@ from sse_starlette.sse import AppStatus
 
 from mcp_interceptors.gateway.auth import build_auth
 from mcp_interceptors.gateway.config import GatewayConfig, authority
+from mcp_interceptors.gateway.fronts.hosts import StrictHosts
 from mcp_interceptors.gateway.fronts.http import streamable_http_app
 from mcp_interceptors.gateway.fronts.sse import sse_routes
 from mcp_interceptors.gateway.fronts.stdio import serve_stdio_fast
@@ -92,7 +93,8 @@ def http_app(gateway: Gateway, host: str, port: int, *, insecure_no_auth: bool =
     # call emits a notification first. For the handshake era the flag covers every session of the manager,
     # and it drops the progress, log and sampling/elicitation traffic relayed during a call
     # (docs/benchmarks.md, "JSON responses").
-    return streamable_http_app(gateway, security, auth_settings, verifier, routes)
+    app = streamable_http_app(gateway, security, auth_settings, verifier, routes)
+    return StrictHosts(app, security.allowed_hosts, security.allowed_origins)
 
 
 def _with_default_ports(entries: list[str]) -> list[str]:

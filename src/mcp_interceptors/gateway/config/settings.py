@@ -148,6 +148,20 @@ class HttpConfig(Model):
             "`max_sessions`, at least 1. Without auth every client shares `max_sessions` alone."
         ),
     )
+    header_timeout_s: Annotated[float, Field(gt=0, le=3600, allow_inf_nan=False)] = Field(
+        10,
+        description=(
+            "How long a client may take to send a request's headers, from its connection or the request's "
+            "first byte: then the connection is closed, before any auth check (slow clients hold no socket)."
+        ),
+    )
+    body_timeout_s: Annotated[float, Field(gt=0, le=3600, allow_inf_nan=False)] = Field(
+        30,
+        description=(
+            "How long a client may take to send a request's body once its headers are read: then the "
+            "connection is closed."
+        ),
+    )
     max_requests_in_flight: Count = Field(
         1000,
         description=(

@@ -161,8 +161,25 @@ class Forwarder:
         downstream: Downstream,
         request_id: Any,
     ) -> dict[str, Any]:
-        """Route, run the request chain, dispatch, run the response chain, and settle the call's records."""
-        governor = self.governor
+        """Route, run the request chain, dispatch, run the response chain, and settle the call's records.
+
+        The call runs on the governor current when it starts, to its end: a config reload changes only later calls.
+        """
+        governor = self.governor.hold()
+        try:
+            return await self._call(governor, session, method, params, downstream, request_id)
+        finally:
+            governor.release()
+
+    async def _call(
+        self,
+        governor: Governor,
+        session: DownstreamSession,
+        method: str,
+        params: dict[str, Any] | None,
+        downstream: Downstream,
+        request_id: Any,
+    ) -> dict[str, Any]:
         list_method = CALLS[method][0] if method in CALLS else "prompts/list"
         record: CallRecord | None = None
         try:
@@ -191,6 +208,7 @@ class Forwarder:
         try:
             headers = self._param_headers(session, conn, method, params, upstream_params.get("arguments"))
             result = await self._forward(
+                governor,
                 session,
                 conn,
                 method,
@@ -210,6 +228,7 @@ class Forwarder:
 
     async def _forward(
         self,
+        governor: Governor,
         session: DownstreamSession,
         conn: UpstreamConnection,
         method: str,
@@ -235,7 +254,7 @@ class Forwarder:
             if result.get("resultType") != "input_required":
                 if method == "completion/complete":  # no event: no guard sees the values (D18)
                     result = self.replies.scrub_result(result)
-                return await self.governor.govern_response(method, result, context, record)
+                return await governor.govern_response(method, result, context, record)
             governed = await self.rounds.govern_requests(session, result, context, record)
             if session.era != "legacy":
                 await record.answered(Leg(method, "response", None, result), governed)

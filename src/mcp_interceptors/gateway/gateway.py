@@ -45,13 +45,7 @@ class Gateway:
     def __init__(self, config: GatewayConfig, chain: Chain, *, audit_writer: RecordWriter | None = None) -> None:
         self.config = config
         self.chain = chain
-        self.governor = Governor(
-            chain,
-            deadline_ms=config.chain.deadline_ms,
-            include_details=config.chain.include_error_details,
-            directions=config.chain.directions,
-            config=config.interceptors.config or None,
-        )
+        self.governor = _governor_for(config, chain)
         #: Kept only when something exposes them (`http.metrics`, `metrics.listen`): otherwise no cost at all.
         self.metrics: GatewayMetrics | None = None
         if config.collects_metrics:
@@ -147,9 +141,36 @@ class Gateway:
         """Serving one stdio client: requests the upstreams send before its handshake wait for it."""
         self.sessions.await_stdio_client()
 
+    def replace_policy(self, config: GatewayConfig, chain: Chain) -> tuple[Chain, Governor]:
+        """New calls run on `chain` and the chain settings and scrubbing of `config` (its `interceptors` and
+        `chain` sections); calls in flight finish on the old ones, returned for the caller to retire."""
+        old = self.chain, self.governor
+        governor = _governor_for(config, chain)
+        governor.metrics = self.metrics
+        scrubber = Scrubber.from_config(config)
+        # No await from here on: a call starts on the old policy or on the new one, never on a mix.
+        self.config, self.chain, self.governor, self.scrubber = config, chain, governor, scrubber
+        self.forwarder.governor = self.listings.governor = self.rounds.governor = governor
+        self.mcp_server.advertiser.chain = self.mcp_server.host_methods.chain = chain
+        self.mcp_server.host_methods.config = config
+        self.replies.scrubber = self.connections.scrubber = self.mcp_server.advertiser.scrubber = scrubber
+        for conn in self.connections.every_connection(self.sessions.by_key.values()):
+            conn.scrubber = scrubber
+        return old
+
     async def forget_inputs(self, why: str) -> None:
         """Input requests still awaiting answers will never get them (`why`: the gateway stopped)."""
         await self.rounds.open_inputs.forget(why)
+
+
+def _governor_for(config: GatewayConfig, chain: Chain) -> Governor:
+    return Governor(
+        chain,
+        deadline_ms=config.chain.deadline_ms,
+        include_details=config.chain.include_error_details,
+        directions=config.chain.directions,
+        config=config.interceptors.config or None,
+    )
 
 
 class _Traffic:

@@ -10,10 +10,11 @@ it at both (the receiving point gates raw input first), `[receive]` only on arri
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from logging import INFO
 from typing import TYPE_CHECKING, Any
 
+import anyio
 from mcp import MCPError
 
 from mcp_interceptors.gateway.logs import decisions, log_blocked, log_changed, log_refused_payload
@@ -49,6 +50,25 @@ class Governor:
     config: Mapping[str, Mapping[str, Any]] | None = None
     directions: tuple[Direction, ...] = ("sending",)
     metrics: GatewayMetrics | None = None
+    #: Calls running on this governor (`hold`/`release`): a reload retires it once they are done (`drained`).
+    users: int = field(default=0, init=False, repr=False)
+    _idle: anyio.Event | None = field(default=None, init=False, repr=False)
+
+    def hold(self) -> Governor:
+        """One more call runs on this governor until it calls `release`; returns it."""
+        self.users += 1
+        return self
+
+    def release(self) -> None:
+        self.users -= 1
+        if self.users == 0 and self._idle is not None:
+            self._idle.set()
+
+    async def drained(self) -> None:
+        """Until no call holds it (a config reload replaced it for new calls)."""
+        while self.users:
+            self._idle = anyio.Event()
+            await self._idle.wait()
 
     def is_governed(self, event: str, phase: Phase) -> bool:
         """Whether any interceptor would run: lets the hot path skip building payloads."""

@@ -15,12 +15,13 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
+import anyio
 import anyio.abc
 from jsonschema import Draft202012Validator
 from jsonschema.exceptions import best_match
 
 from mcp_interceptors.gateway.config import ConfigError, GatewayConfig
-from mcp_interceptors.gateway.interceptor_servers import add_server, verify_key_for
+from mcp_interceptors.gateway.interceptor_servers import ConnectionSource, add_server, verify_key_for
 from mcp_interceptors.invoker import (
     Chain,
     LocalHost,
@@ -230,3 +231,15 @@ def _unique(chain: Chain, name: str) -> str:
     while f"{name}-{suffix}" in taken:
         suffix += 1
     return f"{name}-{suffix}"
+
+
+async def close_sources(chain: Chain, *, replaced: bool = False) -> None:
+    """Give in-process hosts that hold resources (a Redis pool, say) the chance to release them; `replaced` (a
+    config reload put another chain in force): close its interceptor servers' connections too."""
+    with anyio.CancelScope(shield=True), anyio.move_on_after(5):
+        for source in chain.sources.values():
+            if replaced and isinstance(source, ConnectionSource):
+                source.conn.close("a config reload replaced it")
+            closer = getattr(source, "aclose", None)
+            if callable(closer):
+                await closer()

@@ -66,6 +66,12 @@ class GatewayConfig(Model):
         so secrets (a token in an argument or a URL) stay out of `--check` output, errors and logs."""
         return redact_values(text, self._substituted)
 
+    def with_policy_of(self, other: GatewayConfig) -> GatewayConfig:
+        """This config with `other`'s `interceptors` and `chain` sections: what a config reload puts in force."""
+        merged = self.model_copy(update={"interceptors": other.interceptors, "chain": other.chain})
+        merged._substituted = {**self._substituted, **other._substituted}
+        return merged
+
     @field_validator("upstreams")
     @classmethod
     def _some_upstream(cls, value: dict[str, UpstreamConfig]) -> dict[str, UpstreamConfig]:

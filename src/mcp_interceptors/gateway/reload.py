@@ -65,7 +65,7 @@ class Reloader:
             try:
                 await populate_chain(chain, config, self.gateway.task_group, file=self.file)
             except Exception as exc:  # a guard that refuses its config, an interceptor server that cannot start
-                await close_sources(chain, replaced=True)  # what started before the failure
+                await close_sources(chain, replaced_by=self.gateway.chain)  # what started before the failure
                 return self._refuse(why, config.redact(str(exc)))
             later = [name for name in type(config).model_fields if _differs(name, config, current)]
             old_chain, old_governor = self.gateway.replace_policy(current.with_policy_of(config), chain)
@@ -88,7 +88,7 @@ class Reloader:
                     ", ".join(later),
                     self.file,
                 )
-            self.gateway.task_group.start_soon(_retire, old_chain, old_governor)
+            self.gateway.task_group.start_soon(_retire, old_chain, old_governor, chain)
             return True
 
     def _refuse(self, why: str, reason: str) -> bool:
@@ -129,7 +129,8 @@ def _fingerprint(path: str) -> bytes | None:
         return None
 
 
-async def _retire(chain: Chain, governor: Governor) -> None:
-    """Once no call runs on the replaced policy, close its interceptor servers and hosts."""
+async def _retire(chain: Chain, governor: Governor, successor: Chain) -> None:
+    """Once no call runs on the replaced policy, close its interceptor servers and hosts (not those it shares
+    with its successor)."""
     await governor.drained()
-    await close_sources(chain, replaced=True)
+    await close_sources(chain, replaced_by=successor)

@@ -233,11 +233,16 @@ def _unique(chain: Chain, name: str) -> str:
     return f"{name}-{suffix}"
 
 
-async def close_sources(chain: Chain, *, replaced: bool = False) -> None:
-    """Give in-process hosts that hold resources (a Redis pool, say) the chance to release them; `replaced` (a
-    config reload put another chain in force): close its interceptor servers' connections too."""
+async def close_sources(chain: Chain, *, replaced_by: Chain | None = None) -> None:
+    """Give in-process hosts that hold resources (a Redis pool, say) the chance to release them. `replaced_by` (a
+    config reload put that chain in force): close this one's interceptor servers' connections too, and leave
+    alone the sources the two share (a host module is imported once)."""
+    replaced = replaced_by is not None
+    shared = {id(source) for source in replaced_by.sources.values()} if replaced_by is not None else set()
     with anyio.CancelScope(shield=True), anyio.move_on_after(5):
         for source in chain.sources.values():
+            if id(source) in shared:
+                continue
             if replaced and isinstance(source, ConnectionSource):
                 source.conn.close("a config reload replaced it")
             closer = getattr(source, "aclose", None)

@@ -15,6 +15,7 @@ import anyio.abc
 
 from mcp_interceptors.gateway.advertise import Advertiser
 from mcp_interceptors.gateway.auditing import start_audit_writer
+from mcp_interceptors.gateway.client_scope import ClientScope
 from mcp_interceptors.gateway.config import GatewayConfig
 from mcp_interceptors.gateway.connections import Connections
 from mcp_interceptors.gateway.forward import Forwarder
@@ -153,6 +154,7 @@ class Gateway:
         self.forwarder.governor = self.listings.governor = self.rounds.governor = governor
         self.mcp_server.advertiser.chain = self.mcp_server.host_methods.chain = chain
         self.mcp_server.host_methods.config = config
+        self.mcp_server.host_methods.scope = ClientScope(config, chain)  # clients' own guards, from the new config
         self.replies.scrubber = self.connections.scrubber = self.mcp_server.advertiser.scrubber = scrubber
         for conn in self.connections.every_connection(self.sessions.by_key.values()):
             conn.scrubber = scrubber

@@ -51,7 +51,7 @@ from mcp_interceptors.gateway.preflight import (
 )
 from mcp_interceptors.gateway.reload import Reloader
 from mcp_interceptors.gateway.routing import RoutingError
-from mcp_interceptors.gateway.sources import chain_for, close_sources, populate_chain
+from mcp_interceptors.gateway.sources import chain_for, close_sources, populate_chain, state_for
 from mcp_interceptors.gateway.upstream.errors import UpstreamUnavailableError
 from mcp_interceptors.gateway.web_view import has_own_listener, serve_ui_listener
 from mcp_interceptors.invoker import Chain
@@ -309,13 +309,14 @@ async def _run_gateway(
     reloading: _Reloading,
 ) -> None:
     chain = chains[0]
+    state = state_for(config)
     async with anyio.create_task_group() as tg:
         async with cancelled_by_signal(tg) as starting:  # SIGTERM while starting: stop what started, exit 0
             # The audit store opens before any interceptor server or upstream starts: one it cannot open stops
             # the start with nothing to undo.
             writer = await start_audit_writer(config, tg) if config.audit.enabled else None
-            await populate_chain(chain, config, tg, file=file)
-            gateway = Gateway(config, chain, audit_writer=writer)
+            await populate_chain(chain, config, tg, file=file, state=state)
+            gateway = Gateway(config, chain, audit_writer=writer, state=state)
             if http is None:
                 gateway.await_stdio_client()
             # A stdio gateway has one client: it connects the upstreams when that client says who it is.
@@ -341,6 +342,9 @@ async def _run_gateway(
             await serve_http(gateway, host, port, insecure_no_auth=insecure_no_auth, on_ready=ready)
         with anyio.CancelScope(shield=True):  # before the audit writer stops: their records go with its flush
             await gateway.forget_inputs("the gateway stopped")
+            if state is not None:
+                with anyio.move_on_after(5):
+                    await state.aclose()
         tg.cancel_scope.cancel()
 
 

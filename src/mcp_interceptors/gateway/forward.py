@@ -22,6 +22,7 @@ from mcp_interceptors.gateway.listings import Listings
 from mcp_interceptors.gateway.metrics import GatewayMetrics, Outcome
 from mcp_interceptors.gateway.recording import CallRecord, Leg
 from mcp_interceptors.gateway.reply import Replies, reraise
+from mcp_interceptors.gateway.request_state import RequestStates, opened_retry, sealed_round
 from mcp_interceptors.gateway.routing import CALLS, LISTS
 from mcp_interceptors.gateway.session import Downstream, DownstreamSession
 from mcp_interceptors.gateway.shape import (
@@ -56,6 +57,7 @@ class Forwarder:
         metrics: GatewayMetrics | None,
         server_info: Callable[[], dict[str, Any]],
         advertised_equals_callable: bool,
+        request_states: RequestStates | None = None,
     ) -> None:
         self.governor = governor
         self.connections = connections
@@ -65,6 +67,7 @@ class Forwarder:
         self.metrics = metrics
         self.server_info = server_info
         self.advertised_equals_callable = advertised_equals_callable
+        self.request_states = request_states or RequestStates()
         self._upstream_count = len(connections.config.upstreams)
 
     async def handle(
@@ -189,7 +192,16 @@ class Forwarder:
             route = await self.listings.route(session, method, params)
             context = session.context(route.upstream, request_id)
             record = self.replies.new_record(context)
-            await self.rounds.govern_responses(session, params, context, record)
+            asked: dict[str, str] | None = None
+            if (
+                session.era == "2026-07-28"
+                and params is not None
+                and params.get("requestState") is not None
+                and (await self.connections.of(session))[route.upstream].era == "2026-07-28"
+            ):
+                # The gateway's own token (a bridged call's is its own): any replica opens it, or refuses it.
+                params, asked = opened_retry(self.request_states, session.key, route.upstream, method, params)
+            await self.rounds.govern_responses(session, params, context, record, asked)
             client_params = params  # as sent: what a bridged call's retries must repeat (see `_forward`)
             params = await governor.govern_request(method, params, context, record)
             route = await self.listings.route(session, method, params, check=True)  # policy sees the final payload
@@ -257,6 +269,10 @@ class Forwarder:
                 return await governor.govern_response(method, result, context, record)
             governed = await self.rounds.govern_requests(session, result, context, record)
             if session.era != "legacy":
+                if conn.era == "2026-07-28":  # the retry may land on any replica: the gateway's sealed token
+                    governed = sealed_round(
+                        self.request_states, session.key, conn.name, method, client_params, governed
+                    )
                 await record.answered(Leg(method, "response", None, result), governed)
                 return governed  # a 2026-07-28 client answers and retries itself
             # Bridge: a handshake-era client gets the embedded requests as ordinary server requests.

@@ -26,6 +26,7 @@ from mcp_interceptors.gateway.listings import Listings
 from mcp_interceptors.gateway.metrics import GatewayMetrics, serve_metrics
 from mcp_interceptors.gateway.notifications import Notifications
 from mcp_interceptors.gateway.reply import Replies
+from mcp_interceptors.gateway.request_state import RequestStates
 from mcp_interceptors.gateway.scrub import Scrubber
 from mcp_interceptors.gateway.server import GatewayServer, new_server
 from mcp_interceptors.gateway.session import DownstreamSession, Era
@@ -33,6 +34,7 @@ from mcp_interceptors.gateway.sessions import Sessions
 from mcp_interceptors.gateway.upstream.connection import OnUpstreamNotify, OnUpstreamRequest
 from mcp_interceptors.gateway.upstream.handshake import GATEWAY_CLIENT_INFO
 from mcp_interceptors.invoker import Chain
+from mcp_interceptors.state import StateStore
 
 if TYPE_CHECKING:
     from mcp_interceptors.audit import RecordWriter
@@ -43,9 +45,18 @@ logger = logging.getLogger(__name__)
 class Gateway:
     """Fronts the configured upstreams and enforces the chain on every governed message."""
 
-    def __init__(self, config: GatewayConfig, chain: Chain, *, audit_writer: RecordWriter | None = None) -> None:
+    def __init__(
+        self,
+        config: GatewayConfig,
+        chain: Chain,
+        *,
+        audit_writer: RecordWriter | None = None,
+        state: StateStore | None = None,
+    ) -> None:
         self.config = config
         self.chain = chain
+        #: The state store replicas share (`state.redis_url`), which the guards were given; None in memory.
+        self.state = state
         self.governor = _governor_for(config, chain)
         #: Kept only when something exposes them (`http.metrics`, `metrics.listen`): otherwise no cost at all.
         self.metrics: GatewayMetrics | None = None
@@ -78,6 +89,10 @@ class Gateway:
             metrics=self.metrics,
             server_info=lambda: server.server_info_stamp,
             advertised_equals_callable=config.advertised_equals_callable,
+            request_states=RequestStates(
+                [key.encode("utf-8") for key in config.state.request_state_keys],
+                ttl_s=config.state.request_state_ttl_seconds,
+            ),
         )
         self.mcp_server = GatewayServer(
             server,

@@ -63,7 +63,8 @@ class Reloader:
                 return self._refuse(why, current.redact(str(exc)))
             chain = chain_for(config)
             try:
-                await populate_chain(chain, config, self.gateway.task_group, file=self.file)
+                # The guards keep the shared state store of the start (a new `state:` applies at the next start).
+                await populate_chain(chain, config, self.gateway.task_group, file=self.file, state=self.gateway.state)
             except Exception as exc:  # a guard that refuses its config, an interceptor server that cannot start
                 await close_sources(chain, replaced_by=self.gateway.chain)  # what started before the failure
                 return self._refuse(why, config.redact(str(exc)))

@@ -31,6 +31,7 @@ from mcp_interceptors.gateway.fronts.read_deadlines import ReadDeadlinesApp, dea
 from mcp_interceptors.gateway.fronts.sse import sse_routes
 from mcp_interceptors.gateway.fronts.stdio import serve_stdio_fast
 from mcp_interceptors.gateway.gateway import Gateway
+from mcp_interceptors.gateway.health import health_route
 from mcp_interceptors.gateway.metrics import CONTENT_TYPE, GatewayMetrics
 from mcp_interceptors.gateway.preflight import ListenError, check_bind
 from mcp_interceptors.gateway.web_view import ui_mount
@@ -87,6 +88,7 @@ def http_app(gateway: Gateway, host: str, port: int, *, insecure_no_auth: bool =
     )
     auth_settings, verifier = build_auth(config, host, port)
     routes = sse_routes(gateway, security, config.http.max_body_bytes, auth_settings) if config.http.sse else []
+    routes.append(health_route(gateway))
     if config.http.metrics and gateway.metrics is not None:
         routes.append(metrics_route(gateway.metrics, security, auth_settings))
     if (web_view := ui_mount(config, verifier, allowed_hosts)) is not None:

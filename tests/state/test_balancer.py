@@ -58,12 +58,6 @@ def haproxy_binary() -> str:
     return binary
 
 
-class Replica:
-    def __init__(self, config: Path, port: int, index: int) -> None:
-        self.argv = cli_argv("gateway", "--config", str(config), "--http", f"127.0.0.1:{port}")
-        self.port, self.label = port, f"replica {index}"
-
-
 @asynccontextmanager
 async def balanced(tmp_path: Path, config: dict[str, Any], count: int = 2) -> AsyncIterator[tuple[str, list[Any]]]:
     """`count` replicas behind HAProxy; the balancer's MCP URL and the replicas' `running` children."""
@@ -94,7 +88,8 @@ def text_of(result: Any) -> str:
 
 async def test_replicas_behind_haproxy_share_verdicts_and_survive_a_sigkill(tmp_path: Path, redis_url: str) -> None:
     prefix = f"t{uuid.uuid4().hex[:8]}:"
-    limits = {"limits": [{"limit": "6/minute", "per": ["session"]}], "redis_url": redis_url, "key_prefix": prefix}
+    rule = {"limit": "3/minute", "per": ["session"], "tool": "a__echo"}
+    limits = {"limits": [rule], "redis_url": redis_url, "key_prefix": prefix}
     config = gateway_config(
         [{"name": "exfiltration-guard"}, {"name": "rate-limit", "config": limits}],
         upstreams={"a": upstream("server-a"), "b": upstream("server-b")},
@@ -109,7 +104,7 @@ async def test_replicas_behind_haproxy_share_verdicts_and_survive_a_sigkill(tmp_
                     with pytest.raises(MCPError) as refused:
                         await modern.call_tool("b__post", {"text": f"found {SECRET}"})
                     assert refused.value.error.data["interceptor"] == "exfiltration-guard"
-                # 3 calls counted so far (the refused ones too: rate-limit runs first); 3 more fit, then none.
+                # Three calls fit the limit, whichever replica takes each; the fourth is refused.
                 for _ in range(3):
                     assert text_of(await modern.call_tool("a__echo", {"text": "hi"})) == "hi"
                 with pytest.raises(MCPError) as limited:
@@ -128,7 +123,9 @@ async def test_replicas_behind_haproxy_share_verdicts_and_survive_a_sigkill(tmp_
             async with Client(url, mode="2026-07-28") as after:
                 for _ in range(4):
                     assert text_of(await after.call_tool("b__echo", {"text": "still"})) == "still"
-            async with running(argv, port=port, env=child_env(), label="replica 0 again"):
-                async with Client(url, mode="2026-07-28") as back:
-                    for _ in range(4):
-                        assert text_of(await back.call_tool("b__echo", {"text": "back"})) == "back"
+            async with (
+                running(argv, port=port, env=child_env(), label="replica 0 again"),
+                Client(url, mode="2026-07-28") as back,
+            ):
+                for _ in range(4):
+                    assert text_of(await back.call_tool("b__echo", {"text": "back"})) == "back"

@@ -168,7 +168,7 @@ async def test_tool_pins_are_shared_so_a_rug_pull_seen_by_one_replica_is_refused
 
 
 @pytest.mark.parametrize("guard", ["exfiltration-guard", "tool-pinning"])
-async def test_an_unreachable_state_fails_closed_with_state_unavailable(guard: str) -> None:
+async def test_r70_an_unreachable_state_fails_closed_with_state_unavailable(guard: str) -> None:
     state = open_state(f"redis://127.0.0.1:{free_tcp_port()}/0", timeout_s=0.5)
     host = guards.load(guard, {}, state=state)
     try:

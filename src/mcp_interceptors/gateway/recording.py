@@ -47,8 +47,11 @@ def _error_entry(exc: MCPError, *data_keys: str) -> dict[str, Any]:
     return error
 
 
-def interceptor_entries(result: ChainResult, payload_in: Any) -> list[dict[str, Any]]:
-    """Per-interceptor audit entries; mutators carry the payload before and after (the record keeps a diff)."""
+def interceptor_entries(
+    result: ChainResult, payload_in: Any, approvals: Mapping[str, Mapping[str, Any]] | None = None
+) -> list[dict[str, Any]]:
+    """Per-interceptor audit entries; mutators carry the payload before and after (the record keeps a diff), and
+    an escalating validator the `approval` it got (who was asked, the answer and when)."""
     entries: list[dict[str, Any]] = []
     current = payload_in
     for item in result.results:
@@ -63,6 +66,9 @@ def interceptor_entries(result: ChainResult, payload_in: Any) -> list[dict[str, 
             entry["severity"] = item.severity
             if item.messages:
                 entry["messages"] = [m.to_wire() for m in item.messages]
+            approval = approvals.get(item.interceptor or "") if approvals else None
+            if approval is not None:
+                entry["approval"] = dict(approval)
         elif isinstance(item, MutationResult):
             entry["modified"] = item.modified
             entry["payload_before"] = current
@@ -105,6 +111,8 @@ class Leg:
     phase: Phase
     result: ChainResult | None
     payload_in: Any
+    #: Per escalating interceptor, the approval a person gave it or refused (`approvals.asking`).
+    approvals: Mapping[str, Mapping[str, Any]] | None = None
 
 
 @dataclass(frozen=True)
@@ -134,8 +142,6 @@ class CallRecord:
     #: Whether this call's allowed request was recorded, and whether a record closing the call was.
     opened: bool = False
     ended: bool = False
-    #: Text the mutations of this call (and of the calls embedded in it) removed: no later record keeps it.
-    redacted: set[str] = field(default_factory=set)
     _principal: dict[str, Any] | None = field(default=None, repr=False)
 
     @property
@@ -150,16 +156,8 @@ class CallRecord:
         if self.writer is None:
             return self
         if call_id is None:
-            return CallRecord(self.writer, self.context, pending=self.pending, parent=self, redacted=self.redacted)
-        return CallRecord(
-            self.writer,
-            self.context,
-            call_id=call_id,
-            pending=self.pending,
-            parent=self,
-            opened=True,
-            redacted=self.redacted,
-        )
+            return CallRecord(self.writer, self.context, pending=self.pending, parent=self)
+        return CallRecord(self.writer, self.context, call_id=call_id, pending=self.pending, parent=self, opened=True)
 
     def for_server(self, server: str) -> CallRecord:
         """The same call, attributed to one upstream (a merged listing's per-upstream response)."""
@@ -167,13 +165,7 @@ class CallRecord:
             return self
         context = self.context.model_copy(update={"server": server})
         return CallRecord(
-            self.writer,
-            context,
-            call_id=self.call_id,
-            pending=self.pending,
-            request=self.request,
-            parent=self,
-            redacted=self.redacted,
+            self.writer, context, call_id=self.call_id, pending=self.pending, request=self.request, parent=self
         )
 
     async def denied(self, leg: Leg) -> list[AuditReceipt]:
@@ -325,7 +317,7 @@ class CallRecord:
             return
         # Imported here: a gateway without an audit trail never loads it. From the modules, not the package,
         # which a per-call `from package import` costs a lookup through `_handle_fromlist` (`bench/audit_overhead.py`).
-        from mcp_interceptors.audit.records import DecisionInput, removed_texts
+        from mcp_interceptors.audit.records import DecisionInput
         from mcp_interceptors.audit.writer import AuditWriteError
 
         result = leg.result
@@ -334,7 +326,6 @@ class CallRecord:
         principal = self._principal
         if principal is None and self.context.principal is not None:
             principal = self._principal = self.context.principal.to_wire()  # once per call, not per leg
-        entries = interceptor_entries(result, leg.payload_in) if result is not None else ()
         decision_input = DecisionInput(
             timestamp=datetime.now(UTC),
             event=leg.event,
@@ -346,11 +337,10 @@ class CallRecord:
             principal=principal,
             server=self.context.server,
             call_id=self.call_id,
-            interceptors=entries,
+            interceptors=interceptor_entries(result, leg.payload_in, leg.approvals) if result is not None else (),
             intent_payload=intent,
             executed_payload=executed,
             error=error,
-            redacted=tuple(self.redacted),
         )
         try:
             self.pending.append(await self.writer.submit(decision_input))
@@ -358,8 +348,6 @@ class CallRecord:
             raise unrecordable(leg, exc, from_client=self.parent is None and leg.phase == "request") from None
         except AuditWriteError as exc:  # the writer is gone (its process died, or the gateway is stopping)
             raise unwritten(leg.event, leg.phase, self.call_id, exc) from None
-        if any(entry.get("modified") for entry in entries):  # what this leg removed stays out of the later ones
-            removed_texts(entries, self.redacted)
         if leg.phase == "request" and decision == "allow":
             self.opened = True
             return

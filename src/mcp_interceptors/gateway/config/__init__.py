@@ -52,7 +52,6 @@ from mcp_interceptors.gateway.config.settings import (
     MetricsConfig,
     Point,
     ScrubConfig,
-    StateConfig,
     StdioConfig,
 )
 
@@ -76,7 +75,6 @@ __all__ = [
     "Point",
     "RequiredConfig",
     "ScrubConfig",
-    "StateConfig",
     "StdioConfig",
     "TransportConfig",
     "UpstreamConfig",

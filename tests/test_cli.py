@@ -613,3 +613,11 @@ def test_freeze_start_up_heap_takes_what_start_up_built_out_of_full_collections(
         assert not any(id(item) in collected for item in built)
     finally:
         gc.unfreeze()
+
+
+def test_watch_without_a_config_file_is_a_usage_error() -> None:
+    done = cli("gateway", "--watch", "--", sys.executable, "-c", "pass")
+    line = one_line_error(done, 2)
+    assert line == (
+        "mcp-interceptors gateway: error: --watch goes with --config FILE (it reloads that file when it changes)"
+    )

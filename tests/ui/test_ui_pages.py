@@ -129,6 +129,11 @@ def test_a_foreign_host_header_is_refused(view: TestClient) -> None:
     assert view.get("/", headers={"host": "localhost:8765"}).status_code == 200
 
 
+def test_f11_a_host_whose_port_is_not_digits_is_refused(view: TestClient) -> None:
+    for forged in ("localhost:evil", "127.0.0.1:8765@evil.com", "localhost:8765x"):
+        assert view.get("/", headers={"host": forged}).status_code == 421, forged
+
+
 def test_the_fragments_and_charts_render(view: TestClient) -> None:
     fragment = view.get("/fragment/calls?verdict=denied").text
     assert [row["key"] for row in rows_of(fragment)] == ["c-denied"]

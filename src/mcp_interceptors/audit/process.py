@@ -68,6 +68,8 @@ def decision_to_wire(decision: DecisionInput) -> bytes:
         "intent_payload": decision.intent_payload,
         "error": decision.error,
     }
+    if decision.redacted:
+        wire["redacted"] = decision.redacted
     if decision.executed_payload is decision.intent_payload:
         wire["same"] = True  # hashed once, as in-process (`body_for`)
     else:
@@ -92,6 +94,7 @@ def decision_from_wire(wire: Mapping[str, Any]) -> DecisionInput:
         intent_payload=intent,
         executed_payload=intent if wire.get("same") else wire["executed_payload"],
         error=wire["error"],
+        redacted=wire.get("redacted", ()),
     )
 
 

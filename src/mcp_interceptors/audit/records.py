@@ -16,6 +16,7 @@ from typing import Any, Final, Literal, NamedTuple, get_args
 import orjson
 
 from mcp_interceptors.audit._diff import json_diff
+from mcp_interceptors.audit._withhold import ABSENT, Masker, removed_by, withhold_diff
 from mcp_interceptors.canonical import canonical_json
 from mcp_interceptors.protocol.chain import ChainStatus
 from mcp_interceptors.protocol.errors import InterceptorsError
@@ -47,7 +48,6 @@ _ENTRY_KEYS: Final = (
     "modified",
     "duration_ms",
     "error",
-    "approval",
 )
 _WORDS: Final = tuple(
     (name, frozenset(get_args(kind)))
@@ -71,7 +71,8 @@ class DecisionInput:
     `intent_payload` is the payload the chain approved, `executed_payload` the one actually dispatched;
     either may be None (a denial dispatches nothing). `interceptors` holds one mapping per interceptor:
     name, type, mode, valid, severity, messages, modified, duration_ms, error, and for mutators either
-    `payload_before` + `payload_after` or a ready `diff` (RFC 6902 operations).
+    `payload_before` + `payload_after` or a ready `diff` (RFC 6902 operations). `redacted` holds text that
+    mutations removed in earlier legs of the same call: the record withholds it wherever it would keep it.
     """
 
     timestamp: datetime
@@ -88,6 +89,7 @@ class DecisionInput:
     intent_payload: Any = None
     executed_payload: Any = None
     error: Mapping[str, Any] | None = None
+    redacted: Sequence[str] = ()
 
     def __post_init__(self) -> None:
         if self.timestamp.tzinfo is None:
@@ -171,6 +173,45 @@ def drift_for(intent_hash: str | None, executed_hash: str | None) -> bool | None
     return intent_hash != executed_hash
 
 
+def removed_texts(interceptors: Sequence[Mapping[str, Any]], into: set[str] | None = None) -> set[str]:
+    """The text the mutations among `interceptors` (with `payload_before` and `payload_after`, not marked
+    `modified: false`) took out of their payloads, active or shadow: what later records of the same call must
+    not keep (`DecisionInput.redacted`)."""
+    removed: set[str] = set() if into is None else into
+    for item in interceptors:
+        if item.get("modified", True) and "payload_before" in item and "payload_after" in item:
+            before = item["payload_before"]
+            removed_by(json_diff(before, item["payload_after"]), before, removed)
+    return removed
+
+
+def kept_entries(decision: DecisionInput) -> tuple[list[dict[str, Any]], Masker]:
+    """The interceptor entries as a record keeps them (docs/audit.md, *What a record keeps*): each diff's
+    values only where the final payload still holds them, and no text a mutation of the call removed (in
+    diffs, paths, messages, errors). Returns the masker too, for the record's other fields."""
+    items = decision.interceptors
+    entries = [entry_for(item) for item in items]
+    if not decision.redacted and not any(entry.get("diff") for entry in entries):
+        return entries, Masker(())  # nothing changed: the common case costs one scan
+    removed = set(decision.redacted)
+    for item, entry in zip(items, entries, strict=True):
+        if entry.get("diff") and "payload_before" in item:
+            removed_by(entry["diff"], item["payload_before"], removed)
+    masker = Masker(removed)
+    # A leg that was not allowed went nowhere: its mutations keep their operations, not their values.
+    final = decision.intent_payload if decision.decision == "allow" else None
+    for item, entry in zip(items, entries, strict=True):
+        if entry.get("diff"):
+            before = item.get("payload_before", ABSENT)
+            shadow = item.get("mode") == "audit"
+            entry["diff"] = withhold_diff(entry["diff"], final, masker, before, shadow=shadow)
+        if masker:
+            for key in ("messages", "error"):
+                if key in entry:
+                    entry[key] = masker.value(entry[key])
+    return entries, masker
+
+
 def body_for(decision: DecisionInput) -> dict[str, Any]:
     """The decision part of a record (everything the chain envelope does not add)."""
     intent, executed = decision.intent_payload, decision.executed_payload
@@ -178,6 +219,8 @@ def body_for(decision: DecisionInput) -> dict[str, Any]:
     # The same JSON hashes alike: one canonical form serves both (a copy made on the way out is the common case).
     same = executed is intent or (executed is not None and intent is not None and same_json(executed, intent))
     executed_hash = intent_hash if same else payload_hash(executed)
+    entries, masker = kept_entries(decision)
+    error = None if decision.error is None else dict(decision.error)
     return {
         "time": format_time(decision.timestamp),
         "session_id": decision.session_id,
@@ -189,11 +232,11 @@ def body_for(decision: DecisionInput) -> dict[str, Any]:
         "decision": decision.decision,
         "status": decision.status,
         "call_id": decision.call_id,
-        "interceptors": [entry_for(item) for item in decision.interceptors],
+        "interceptors": entries,
         "intent_hash": intent_hash,
         "executed_hash": executed_hash,
         "drift": drift_for(intent_hash, executed_hash),
-        "error": None if decision.error is None else dict(decision.error),
+        "error": masker.value(error) if masker and error is not None else error,
     }
 
 

@@ -69,6 +69,10 @@ _INSERT_RECORD = insert_sql(RECORDS_TABLE, RECORD_COLUMNS, "?")
 _INSERT_RECEIPT = insert_sql(RECEIPTS_TABLE, RECEIPT_COLUMNS, "?")
 _FETCH_SIZE = 1000
 
+#: What a damaged file raises: SQLite's errors, and the UnicodeDecodeError Python's sqlite3 raises when
+#: SQLite's own message quotes a damaged schema's bytes.
+_SQLITE_ERRORS = (sqlite3.Error, UnicodeDecodeError)
+
 
 class SqliteStore:
     """`Store` over one SQLite file. Safe to share across threads; calls are serialised by a lock."""
@@ -89,7 +93,7 @@ class SqliteStore:
         self._lock = threading.Lock()
         try:
             self._conn = sqlite3.connect(path, isolation_level=None, check_same_thread=False, timeout=30.0)
-        except sqlite3.Error as exc:
+        except _SQLITE_ERRORS as exc:
             raise StoreError(f"cannot open the audit database {path}: {exc}") from exc
         try:
             self._conn.execute("PRAGMA busy_timeout = 30000")
@@ -106,7 +110,7 @@ class SqliteStore:
                 for table in (RECORDS_TABLE, RECEIPTS_TABLE):
                     if not self._conn.execute("SELECT 1 FROM sqlite_master WHERE name = ?", (table,)).fetchone():
                         raise StoreError(f"{path} is not an audit database (no {table} table)")
-        except sqlite3.Error as exc:
+        except _SQLITE_ERRORS as exc:
             self._conn.close()
             raise StoreError(f"cannot open the audit database {path}: {exc}") from exc
         except StoreError:
@@ -248,7 +252,7 @@ class SqliteStore:
         """A file that cannot be read (damaged, or changed under us) raises `StoreError` naming it."""
         try:
             yield
-        except sqlite3.Error as exc:
+        except _SQLITE_ERRORS as exc:
             raise StoreError(f"cannot read the audit database {self.path}: {exc}") from exc
 
 

@@ -184,8 +184,15 @@ def _kind_of(line: bytes) -> object:
 
 
 def index_item(columns: Sequence[str], values: Sequence[object]) -> tuple[ItemKind, bytes]:
-    """The `"index"` item `iter_snapshot(index=True)` yields after a row."""
-    return "index", orjson.dumps(dict(zip(columns, values, strict=True)))
+    """The `"index"` item `iter_snapshot(index=True)` yields after a row. A value JSON has no type for (a
+    BLOB written into an index column) becomes an object no record's value equals, so the walk names it."""
+    return "index", orjson.dumps(dict(zip(columns, values, strict=True)), default=_unlike_any_record_value)
+
+
+def _unlike_any_record_value(value: object) -> object:
+    if isinstance(value, bytes | bytearray | memoryview):
+        return {"stored_bytes": bytes(value).hex()}
+    raise TypeError(f"Type is not JSON serializable: {type(value).__name__}")
 
 
 def tail_as_recorded(tail: SegmentTail, record: str | bytes) -> SegmentTail:

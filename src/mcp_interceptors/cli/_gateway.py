@@ -7,6 +7,8 @@ import json
 import logging
 import re
 import sys
+from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Any
 
 import anyio
@@ -47,8 +49,9 @@ from mcp_interceptors.gateway.preflight import (
     missing_commands,
     preflight,
 )
+from mcp_interceptors.gateway.reload import Reloader
 from mcp_interceptors.gateway.routing import RoutingError
-from mcp_interceptors.gateway.sources import chain_for, populate_chain
+from mcp_interceptors.gateway.sources import chain_for, close_sources, populate_chain, state_for
 from mcp_interceptors.gateway.upstream.errors import UpstreamUnavailableError
 from mcp_interceptors.gateway.web_view import has_own_listener, serve_ui_listener
 from mcp_interceptors.invoker import Chain
@@ -91,6 +94,11 @@ def register(subcommands: Any) -> None:
     )
     gateway.add_argument(
         "--json", action="store_true", help="with --check: print the upstreams, deadline and plan as JSON"
+    )
+    gateway.add_argument(
+        "--watch",
+        action="store_true",
+        help="with --config: reload the guards and policies when the file changes (SIGHUP reloads them too)",
     )
     add_log_level_argument(gateway)
     add_loop_argument(gateway)
@@ -158,6 +166,8 @@ def run_gateway(args: argparse.Namespace) -> int:
     if args.check and (args.config or args.http):  # it would check one file and ignore the rest without a word
         given = "--config" if args.config else "--http"
         raise CommandError(f"--check FILE checks that file and exits: give it without {given}", 2)
+    if args.watch and not args.config:
+        raise CommandError("--watch goes with --config FILE (it reloads that file when it changes)", 2)
     if repeated := repeated_guards(args.guard):
         raise CommandError(f"--guard {', '.join(repeated)} is given twice; give each guard once, with one config", 2)
     try:
@@ -197,7 +207,8 @@ def _run_command(args: argparse.Namespace, config: GatewayConfig, file: str) -> 
         http = _parse_http(args.http) if args.http else None
         # Every check that can refuse the start, before any upstream, interceptor server or listener starts.
         preflight(config, file, http, insecure_no_auth=args.insecure_no_auth)
-        run_on_loop(args.loop, _serve, config, file, http, args.insecure_no_auth)
+        reloading = _Reloading(lambda: _config(args)[0], [p for p in (args.config, args.servers) if p], args.watch)
+        run_on_loop(args.loop, _serve, config, file, http, args.insecure_no_auth, reloading)
         return 0
     except ConfigError as exc:
         raise _config_error(exc, guards) from None
@@ -267,35 +278,45 @@ async def _check(config: GatewayConfig, file: str, as_json: bool) -> int:
     return 0
 
 
-async def _serve(config: GatewayConfig, file: str, http: tuple[str, int] | None, insecure_no_auth: bool) -> None:
+@dataclass(frozen=True)
+class _Reloading:
+    """How the running gateway reloads its config: `load` reads it as the command line did; `files` (the config
+    and `--servers` files) are watched with `--watch`."""
+
+    load: Callable[[], GatewayConfig]
+    files: list[str]
+    watch: bool
+
+
+async def _serve(
+    config: GatewayConfig, file: str, http: tuple[str, int] | None, insecure_no_auth: bool, reloading: _Reloading
+) -> None:
     _log.info("gateway starting on the %s event loop", loop_name())
-    chain = chain_for(config)
+    chains = [chain_for(config)]  # the one in force last: a reload closes those it replaced
     _log.info("start-up heap frozen: %d objects the collector skips", freeze_start_up_heap())
     try:
-        await _run_gateway(chain, config, file, http, insecure_no_auth)
+        await _run_gateway(chains, config, file, http, insecure_no_auth, reloading)
     finally:
-        await close_sources(chain)
-
-
-async def close_sources(chain: Chain) -> None:
-    """Give in-process hosts that hold resources (a Redis pool, say) the chance to release them."""
-    with anyio.CancelScope(shield=True), anyio.move_on_after(5):
-        for source in chain.sources.values():
-            closer = getattr(source, "aclose", None)
-            if callable(closer):
-                await closer()
+        await close_sources(chains[-1])
 
 
 async def _run_gateway(
-    chain: Chain, config: GatewayConfig, file: str, http: tuple[str, int] | None, insecure_no_auth: bool
+    chains: list[Chain],
+    config: GatewayConfig,
+    file: str,
+    http: tuple[str, int] | None,
+    insecure_no_auth: bool,
+    reloading: _Reloading,
 ) -> None:
+    chain = chains[0]
+    state = state_for(config)
     async with anyio.create_task_group() as tg:
         async with cancelled_by_signal(tg) as starting:  # SIGTERM while starting: stop what started, exit 0
             # The audit store opens before any interceptor server or upstream starts: one it cannot open stops
             # the start with nothing to undo.
             writer = await start_audit_writer(config, tg) if config.audit.enabled else None
-            await populate_chain(chain, config, tg, file=file)
-            gateway = Gateway(config, chain, audit_writer=writer)
+            await populate_chain(chain, config, tg, file=file, state=state)
+            gateway = Gateway(config, chain, audit_writer=writer, state=state)
             if http is None:
                 gateway.await_stdio_client()
             # A stdio gateway has one client: it connects the upstreams when that client says who it is.
@@ -305,6 +326,7 @@ async def _run_gateway(
         if starting.cancel_called:
             tg.cancel_scope.cancel()
             return
+        tg.start_soon(_reload_on_request, gateway, file, reloading, chains)
         if http is None:
             await serve_stdio(gateway)
         else:
@@ -320,4 +342,18 @@ async def _run_gateway(
             await serve_http(gateway, host, port, insecure_no_auth=insecure_no_auth, on_ready=ready)
         with anyio.CancelScope(shield=True):  # before the audit writer stops: their records go with its flush
             await gateway.forget_inputs("the gateway stopped")
+            if state is not None:
+                with anyio.move_on_after(5):
+                    await state.aclose()
         tg.cancel_scope.cancel()
+
+
+async def _reload_on_request(gateway: Gateway, file: str, reloading: _Reloading, chains: list[Chain]) -> None:
+    """SIGHUP (and with `--watch`, a change of the files) reloads the config; `chains` ends with the one in force."""
+    if not reloading.files:  # `--guard ... -- cmd`: nothing to read again
+        return
+    reloader = Reloader(gateway, reloading.load, file, on_applied=chains.append)
+    async with anyio.create_task_group() as tg:
+        tg.start_soon(reloader.on_sighup)
+        if reloading.watch:
+            tg.start_soon(reloader.watch, reloading.files)

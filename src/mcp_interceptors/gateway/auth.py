@@ -7,6 +7,7 @@ the protected-resource metadata; we only decide whether a token is good and who 
 from __future__ import annotations
 
 import hmac
+import json
 import logging
 from pathlib import Path
 from typing import Any
@@ -74,10 +75,13 @@ class JwtVerifier:
         that holds no public key, or a private one, is refused here rather than failing every token."""
         text = self._path.read_text(encoding="utf-8")
         keys: list[tuple[str | None, Any]]
-        if not self._jwks:
-            keys = [(None, jwt.PyJWK.from_json(text).key if text.lstrip().startswith("{") else _public_key(text))]
-        else:
-            keys = [(key.key_id, key.key) for key in jwt.PyJWKSet.from_json(text).keys]
+        try:
+            if not self._jwks:
+                keys = [(None, jwt.PyJWK.from_json(text).key if text.lstrip().startswith("{") else _public_key(text))]
+            else:
+                keys = [(key.key_id, key.key) for key in jwt.PyJWKSet.from_dict(_jwks_document(text)).keys]
+        except (TypeError, KeyError, AttributeError) as exc:  # PyJWT's own, on a JWK of the wrong shape
+            raise ValueError(f"a key of the file cannot be read ({type(exc).__name__}: {exc})") from None
         for key_id, key in keys:
             if isinstance(key, _PRIVATE_KEYS):
                 which = "the key" if key_id is None else f"key {key_id!r}"
@@ -158,6 +162,15 @@ class JwtVerifier:
                 k: v for k, v in claims.items() if k in ("iss", "aud", "sub", "azp", "client_id", "groups", "roles")
             },
         )
+
+
+def _jwks_document(text: str) -> dict[str, Any]:
+    """A JWKS file's JSON, of the shape PyJWT reads (it raises AttributeError on `null` or a list)."""
+    document = json.loads(text)
+    keys = document.get("keys") if isinstance(document, dict) else None
+    if not isinstance(keys, list) or not all(isinstance(key, dict) for key in keys):
+        raise ValueError("a JWKS is a JSON object whose `keys` is a list of JWK objects")
+    return {"keys": keys}
 
 
 def _name(claim: object) -> str | None:

@@ -281,7 +281,11 @@ class Connections:
     def open_connections(self, sessions: Iterable[DownstreamSession]) -> list[tuple[str, bool]]:
         """`(upstream, up)` for every open upstream connection, each once: the shared ones and the
         handshake-era sessions' own (the metrics' `upstream_up` and `upstream_connections`)."""
+        return [(conn.name, conn.up) for conn in self.every_connection(sessions)]
+
+    def every_connection(self, sessions: Iterable[DownstreamSession]) -> list[UpstreamConnection]:
+        """Every open upstream connection, each once: the shared ones and the handshake-era sessions' own."""
         conns = {id(conn): conn for conn in self.shared.values()}
         for session in sessions:
             conns.update((id(conn), conn) for conn in session.upstreams.values())
-        return [(conn.name, conn.up) for conn in conns.values() if not conn.closed]
+        return [conn for conn in conns.values() if not conn.closed]

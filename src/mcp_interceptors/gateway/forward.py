@@ -15,8 +15,6 @@ from mcp import MCPError
 from mcp.shared.inbound import mcp_param_headers, x_mcp_header_map
 from mcp_types import LoggingLevel
 
-from mcp_interceptors.gateway.approvals.asking import Approvals
-from mcp_interceptors.gateway.approvals.verdicts import ApprovalRound, Granted
 from mcp_interceptors.gateway.connections import Connections
 from mcp_interceptors.gateway.governor import BlockedError, Governor
 from mcp_interceptors.gateway.input_rounds import InputRounds, Progress
@@ -24,6 +22,7 @@ from mcp_interceptors.gateway.listings import Listings
 from mcp_interceptors.gateway.metrics import GatewayMetrics, Outcome
 from mcp_interceptors.gateway.recording import CallRecord, Leg
 from mcp_interceptors.gateway.reply import Replies, reraise
+from mcp_interceptors.gateway.request_state import RequestStates, opened_retry, sealed_round
 from mcp_interceptors.gateway.routing import CALLS, LISTS
 from mcp_interceptors.gateway.session import Downstream, DownstreamSession
 from mcp_interceptors.gateway.shape import (
@@ -58,7 +57,7 @@ class Forwarder:
         metrics: GatewayMetrics | None,
         server_info: Callable[[], dict[str, Any]],
         advertised_equals_callable: bool,
-        approvals: Approvals | None = None,
+        request_states: RequestStates | None = None,
     ) -> None:
         self.governor = governor
         self.connections = connections
@@ -68,8 +67,7 @@ class Forwarder:
         self.metrics = metrics
         self.server_info = server_info
         self.advertised_equals_callable = advertised_equals_callable
-        #: Asks a person when a chain escalates (None: an escalation blocks like any error verdict).
-        self.approvals = approvals
+        self.request_states = request_states or RequestStates()
         self._upstream_count = len(connections.config.upstreams)
 
     async def handle(
@@ -166,8 +164,25 @@ class Forwarder:
         downstream: Downstream,
         request_id: Any,
     ) -> dict[str, Any]:
-        """Route, run the request chain, dispatch, run the response chain, and settle the call's records."""
-        governor = self.governor
+        """Route, run the request chain, dispatch, run the response chain, and settle the call's records.
+
+        The call runs on the governor current when it starts, to its end: a config reload changes only later calls.
+        """
+        governor = self.governor.hold()
+        try:
+            return await self._call(governor, session, method, params, downstream, request_id)
+        finally:
+            governor.release()
+
+    async def _call(
+        self,
+        governor: Governor,
+        session: DownstreamSession,
+        method: str,
+        params: dict[str, Any] | None,
+        downstream: Downstream,
+        request_id: Any,
+    ) -> dict[str, Any]:
         list_method = CALLS[method][0] if method in CALLS else "prompts/list"
         record: CallRecord | None = None
         try:
@@ -177,20 +192,18 @@ class Forwarder:
             route = await self.listings.route(session, method, params)
             context = session.context(route.upstream, request_id)
             record = self.replies.new_record(context)
-            approvals = self.approvals
-            pending = approvals.take_round(session, method, params) if approvals is not None else None
-            granted: Granted = {}
-            if pending is not None and approvals is not None:  # a retry answering the gateway's approval round
-                record, context = pending.record, pending.context
-                granted = await approvals.judge_round(session, pending, params)
-                params = pending.params
-            else:
-                if approvals is not None:
-                    granted = approvals.carried(session, params)
-                await self.rounds.govern_responses(session, params, context, record)
+            asked: dict[str, str] | None = None
+            if (
+                session.era == "2026-07-28"
+                and params is not None
+                and params.get("requestState") is not None
+                and (await self.connections.of(session))[route.upstream].era == "2026-07-28"
+            ):
+                # The gateway's own token (a bridged call's is its own): any replica opens it, or refuses it.
+                params, asked = opened_retry(self.request_states, session.key, route.upstream, method, params)
+            await self.rounds.govern_responses(session, params, context, record, asked)
             client_params = params  # as sent: what a bridged call's retries must repeat (see `_forward`)
-            approver = approvals.approver(session, downstream, context, params, granted) if approvals else None
-            params = await governor.govern_request(method, params, context, record, approver)
+            params = await governor.govern_request(method, params, context, record)
             route = await self.listings.route(session, method, params, check=True)  # policy sees the final payload
             conn = (await self.connections.of(session))[route.upstream]
             upstream_params = renamed(method, params, route)
@@ -198,8 +211,6 @@ class Forwarder:
                 # What goes upstream is the approved payload, renamed for the upstream: intent and executed alike.
                 sent = {"method": method, "params": recorded(upstream_params)}
                 await record.dispatched(executed=sent, intent=sent)
-        except ApprovalRound as asked:
-            return asked.result  # the call waits for the client's retry with the answers (its record too)
         except MCPError as exc:
             await self.replies.refused(record, method, exc, session, request_id)
         except anyio.get_cancelled_exc_class():
@@ -209,6 +220,7 @@ class Forwarder:
         try:
             headers = self._param_headers(session, conn, method, params, upstream_params.get("arguments"))
             result = await self._forward(
+                governor,
                 session,
                 conn,
                 method,
@@ -218,7 +230,6 @@ class Forwarder:
                 record,
                 headers,
                 client_params=client_params,
-                granted=approver.granted if approver is not None else {},
             )
         except MCPError as exc:
             await self.replies.failed(record, method, exc)
@@ -229,6 +240,7 @@ class Forwarder:
 
     async def _forward(
         self,
+        governor: Governor,
         session: DownstreamSession,
         conn: UpstreamConnection,
         method: str,
@@ -239,7 +251,6 @@ class Forwarder:
         headers: dict[str, str],
         *,
         client_params: Mapping[str, Any] | None,
-        granted: Granted,
     ) -> dict[str, Any]:
         """Send the call and govern what comes back, including `input_required` rounds."""
         relay = _progress_relay(downstream, upstream_params)
@@ -255,12 +266,14 @@ class Forwarder:
             if result.get("resultType") != "input_required":
                 if method == "completion/complete":  # no event: no guard sees the values (D18)
                     result = self.replies.scrub_result(result)
-                return await self.governor.govern_response(method, result, context, record)
+                return await governor.govern_response(method, result, context, record)
             governed = await self.rounds.govern_requests(session, result, context, record)
             if session.era != "legacy":
+                if conn.era == "2026-07-28":  # the retry may land on any replica: the gateway's sealed token
+                    governed = sealed_round(
+                        self.request_states, session.key, conn.name, method, client_params, governed
+                    )
                 await record.answered(Leg(method, "response", None, result), governed)
-                if self.approvals is not None:  # its retry is this call: what a person approved stays approved
-                    self.approvals.carry(session, governed, granted)
                 return governed  # a 2026-07-28 client answers and retries itself
             # Bridge: a handshake-era client gets the embedded requests as ordinary server requests.
             state = result.get("requestState")

@@ -14,8 +14,8 @@ from typing import TYPE_CHECKING, Any
 import anyio.abc
 
 from mcp_interceptors.gateway.advertise import Advertiser
-from mcp_interceptors.gateway.approvals.asking import Approvals
 from mcp_interceptors.gateway.auditing import start_audit_writer
+from mcp_interceptors.gateway.client_scope import ClientScope
 from mcp_interceptors.gateway.config import GatewayConfig
 from mcp_interceptors.gateway.connections import Connections
 from mcp_interceptors.gateway.forward import Forwarder
@@ -26,6 +26,7 @@ from mcp_interceptors.gateway.listings import Listings
 from mcp_interceptors.gateway.metrics import GatewayMetrics, serve_metrics
 from mcp_interceptors.gateway.notifications import Notifications
 from mcp_interceptors.gateway.reply import Replies
+from mcp_interceptors.gateway.request_state import RequestStates
 from mcp_interceptors.gateway.scrub import Scrubber
 from mcp_interceptors.gateway.server import GatewayServer, new_server
 from mcp_interceptors.gateway.session import DownstreamSession, Era
@@ -33,6 +34,7 @@ from mcp_interceptors.gateway.sessions import Sessions
 from mcp_interceptors.gateway.upstream.connection import OnUpstreamNotify, OnUpstreamRequest
 from mcp_interceptors.gateway.upstream.handshake import GATEWAY_CLIENT_INFO
 from mcp_interceptors.invoker import Chain
+from mcp_interceptors.state import StateStore
 
 if TYPE_CHECKING:
     from mcp_interceptors.audit import RecordWriter
@@ -43,16 +45,19 @@ logger = logging.getLogger(__name__)
 class Gateway:
     """Fronts the configured upstreams and enforces the chain on every governed message."""
 
-    def __init__(self, config: GatewayConfig, chain: Chain, *, audit_writer: RecordWriter | None = None) -> None:
+    def __init__(
+        self,
+        config: GatewayConfig,
+        chain: Chain,
+        *,
+        audit_writer: RecordWriter | None = None,
+        state: StateStore | None = None,
+    ) -> None:
         self.config = config
         self.chain = chain
-        self.governor = Governor(
-            chain,
-            deadline_ms=config.chain.deadline_ms,
-            include_details=config.chain.include_error_details,
-            directions=config.chain.directions,
-            config=config.interceptors.config or None,
-        )
+        #: The state store replicas share (`state.redis_url`), which the guards were given; None in memory.
+        self.state = state
+        self.governor = _governor_for(config, chain)
         #: Kept only when something exposes them (`http.metrics`, `metrics.listen`): otherwise no cost at all.
         self.metrics: GatewayMetrics | None = None
         if config.collects_metrics:
@@ -75,8 +80,6 @@ class Gateway:
         #: The mcp `Server` the fronts serve (`server.GatewayServer` is its middleware).
         self.server = new_server(config.name, GATEWAY_CLIENT_INFO["version"], self.notifications)
         server = self.server
-        #: Asks the client's user when a chain escalates (the `approval` guard, or an interceptor server's).
-        self.approvals = Approvals()
         self.forwarder = Forwarder(
             governor=self.governor,
             connections=self.connections,
@@ -86,7 +89,10 @@ class Gateway:
             metrics=self.metrics,
             server_info=lambda: server.server_info_stamp,
             advertised_equals_callable=config.advertised_equals_callable,
-            approvals=self.approvals,
+            request_states=RequestStates(
+                [key.encode("utf-8") for key in config.state.request_state_keys],
+                ttl_s=config.state.request_state_ttl_seconds,
+            ),
         )
         self.mcp_server = GatewayServer(
             server,
@@ -120,7 +126,6 @@ class Gateway:
         self._tg = tg
         self.connections.run_in(tg)
         self.rounds.run_in(tg)
-        self.approvals.run_in(tg)
         if self.replies.writer is None and self.config.audit.enabled:
             self.replies.writer = await start_audit_writer(self.config, tg)
         if self.metrics is not None and (address := self.config.metrics.address) is not None:
@@ -152,9 +157,37 @@ class Gateway:
         """Serving one stdio client: requests the upstreams send before its handshake wait for it."""
         self.sessions.await_stdio_client()
 
+    def replace_policy(self, config: GatewayConfig, chain: Chain) -> tuple[Chain, Governor]:
+        """New calls run on `chain` and the chain settings and scrubbing of `config` (its `interceptors` and
+        `chain` sections); calls in flight finish on the old ones, returned for the caller to retire."""
+        old = self.chain, self.governor
+        governor = _governor_for(config, chain)
+        governor.metrics = self.metrics
+        scrubber = Scrubber.from_config(config)
+        # No await from here on: a call starts on the old policy or on the new one, never on a mix.
+        self.config, self.chain, self.governor, self.scrubber = config, chain, governor, scrubber
+        self.forwarder.governor = self.listings.governor = self.rounds.governor = governor
+        self.mcp_server.advertiser.chain = self.mcp_server.host_methods.chain = chain
+        self.mcp_server.host_methods.config = config
+        self.mcp_server.host_methods.scope = ClientScope(config, chain)  # clients' own guards, from the new config
+        self.replies.scrubber = self.connections.scrubber = self.mcp_server.advertiser.scrubber = scrubber
+        for conn in self.connections.every_connection(self.sessions.by_key.values()):
+            conn.scrubber = scrubber
+        return old
+
     async def forget_inputs(self, why: str) -> None:
         """Input requests still awaiting answers will never get them (`why`: the gateway stopped)."""
         await self.rounds.open_inputs.forget(why)
+
+
+def _governor_for(config: GatewayConfig, chain: Chain) -> Governor:
+    return Governor(
+        chain,
+        deadline_ms=config.chain.deadline_ms,
+        include_details=config.chain.include_error_details,
+        directions=config.chain.directions,
+        config=config.interceptors.config or None,
+    )
 
 
 class _Traffic:

@@ -10,13 +10,13 @@ it at both (the receiving point gates raw input first), `[receive]` only on arri
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from logging import INFO
 from typing import TYPE_CHECKING, Any
 
+import anyio
 from mcp import MCPError
 
-from mcp_interceptors.gateway.approvals.verdicts import ApprovalDenied, Approver, Granted
 from mcp_interceptors.gateway.logs import decisions, log_blocked, log_changed, log_refused_payload
 from mcp_interceptors.gateway.recording import CallRecord, Leg
 from mcp_interceptors.invoker import Chain, chain_error, invalid_payload_error, payload_problem
@@ -50,6 +50,25 @@ class Governor:
     config: Mapping[str, Mapping[str, Any]] | None = None
     directions: tuple[Direction, ...] = ("sending",)
     metrics: GatewayMetrics | None = None
+    #: Calls running on this governor (`hold`/`release`): a reload retires it once they are done (`drained`).
+    users: int = field(default=0, init=False, repr=False)
+    _idle: anyio.Event | None = field(default=None, init=False, repr=False)
+
+    def hold(self) -> Governor:
+        """One more call runs on this governor until it calls `release`; returns it."""
+        self.users += 1
+        return self
+
+    def release(self) -> None:
+        self.users -= 1
+        if self.users == 0 and self._idle is not None:
+            self._idle.set()
+
+    async def drained(self) -> None:
+        """Until no call holds it (a config reload replaced it for new calls)."""
+        while self.users:
+            self._idle = anyio.Event()
+            await self._idle.wait()
 
     def is_governed(self, event: str, phase: Phase) -> bool:
         """Whether any interceptor would run: lets the hot path skip building payloads."""
@@ -76,14 +95,12 @@ class Governor:
         params: Mapping[str, Any] | None,
         context: InvocationContext,
         record: CallRecord | None = None,
-        approver: Approver | None = None,
     ) -> dict[str, Any] | None:
         """Run the request chain on `{method, params}`; returns the governed params, which are what is sent.
 
         `params._meta` is part of the payload (spec §1.2: the request minus JSON-RPC framing): it is forwarded,
         so the chain sees it and may redact or block what it carries, like any other field.
         With a `record`, the approved leg waits there for its dispatch; a denial is recorded at once.
-        With an `approver`, a chain that only escalations blocked goes on if a person approves them.
         """
         payload = {"method": event, "params": dict(params) if params is not None else {}}
         plans = self._plans(event, "request")
@@ -91,7 +108,7 @@ class Governor:
             if record is not None and record.enabled:
                 record.approved_request(Leg(event, "request", None, payload))
             return dict(params) if params is not None else None
-        governed = await self._run(plans, event, "request", payload, context, record, approver)
+        governed = await self._run(plans, event, "request", payload, context, record)
         # `type(...) is dict` first: an ABC's isinstance costs more, and the payload is a dict all but always
         # (`bench/gateway_overhead.py`).
         out = governed.get("params") if type(governed) is dict or isinstance(governed, Mapping) else None
@@ -117,23 +134,19 @@ class Governor:
         payload: Any,
         context: InvocationContext,
         record: CallRecord | None,
-        approver: Approver | None = None,
     ) -> Any:
         """The chain at each configured point (`plans`) in turn; the first block stops the message."""
-        approvals: Granted = {}
         for plan in plans:
             given = payload  # what the last point's chain was given: the leg's recorded input
             result = await self.chain.run_plan(
                 plan, payload, config=self.config, context=context, timeout_ms=self.deadline_ms
             )
-            if result.escalations and approver is not None:
-                result = await self._approved(approver, Leg(event, phase, result, payload), record, approvals)
             if self.metrics is not None:
                 self.metrics.chain_ran(result)
             if not result.allowed:
                 log_blocked(result, record.call_id if record is not None else "")
                 if record is not None:
-                    await record.denied(Leg(event, phase, result, payload, approvals or None))
+                    await record.denied(Leg(event, phase, result, payload))
                 raise BlockedError.of(chain_error(result, include_details=self.include_details))
             # The payload a leg is given is one of its event (the gateway builds it): only a replacement is checked.
             problem = (
@@ -148,23 +161,9 @@ class Governor:
                 log_changed(result, record.call_id if record is not None else "")
             payload = result.final_payload
         if record is not None:
-            leg = Leg(event, phase, result, given, approvals or None)
+            leg = Leg(event, phase, result, given)
             if phase == "request":
                 record.approved_request(leg)
             else:
                 await record.answered(leg, payload)
         return payload
-
-    async def _approved(self, approver: Approver, leg: Leg, record: CallRecord | None, approvals: Granted) -> Any:
-        """`leg`'s chain result once a person approved its escalations (or as blocked, if that lifts nothing);
-        a refusal is recorded with the answers and becomes the client's error."""
-        assert leg.result is not None
-        try:
-            approvals.update(await approver(leg, record))
-        except ApprovalDenied as denied:
-            if record is not None:
-                await record.denied(
-                    Leg(leg.event, leg.phase, leg.result, leg.payload_in, {**approvals, **denied.approvals})
-                )
-            raise BlockedError.of(denied.error) from None
-        return leg.result.approved(approvals) or leg.result

@@ -168,17 +168,24 @@ class InputRounds:
         return {**result, "inputRequests": governed}
 
     async def govern_responses(
-        self, session: DownstreamSession, params: dict[str, Any] | None, context: InvocationContext, record: CallRecord
+        self,
+        session: DownstreamSession,
+        params: dict[str, Any] | None,
+        context: InvocationContext,
+        record: CallRecord,
+        asked: Mapping[str, str] | None = None,
     ) -> None:
         """2026-07-28 retry (of any call that can ask for input): the client's answers run the response chain
         of the request they answer: the one the gateway sent under that key (it remembers them), and every
         one the answer's shape could be read as (roots with an `action`, say), so no guard is skipped. A
-        refused answer ends the bridged call it was for, if any."""
+        refused answer ends the bridged call it was for, if any. `asked` (from the gateway's sealed `requestState`)
+        names the request each key answered where this replica did not send it."""
         responses = (params or {}).get("inputResponses")
         if not isinstance(responses, dict):  # not a retry: every call comes here first
             return
         try:
-            await self._govern_responses(session, responses, (params or {}).get("requestState"), context, record)
+            state = (params or {}).get("requestState")
+            await self._govern_responses(session, responses, state, context, record, asked or {})
         except (MCPError, InterceptorsError) as exc:
             # The answer is refused: so is the call.
             self.abandon_bridged(session, (params or {}).get("requestState"), exc)
@@ -191,10 +198,13 @@ class InputRounds:
         state: Any,
         context: InvocationContext,
         record: CallRecord,
+        asked: Mapping[str, str],
     ) -> None:
         for key, value in list(responses.items()):
             # The request it answers; its audit call, so request and answer make one compound receipt.
             opened = self.open_inputs.close(session.key, state, str(key)) if isinstance(state, str) else None
+            if opened is None and str(key) in asked:  # sent by another replica: its method, without its call
+                opened = OpenInput(asked[str(key)])
             methods = input_response_methods(value)
             if opened is not None and opened.method not in methods:
                 methods = (opened.method, *methods)

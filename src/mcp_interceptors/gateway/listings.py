@@ -71,7 +71,20 @@ class Listings:
         self, session: DownstreamSession, method: str, params: dict[str, Any] | None, request_id: Any
     ) -> dict[str, Any]:
         """A listing, governed per upstream; what it shows is noted as advertised to `session`."""
-        governor = self.governor
+        governor = self.governor.hold()  # to its end, as a call (see `Forwarder.call`)
+        try:
+            return await self._list(governor, session, method, params, request_id)
+        finally:
+            governor.release()
+
+    async def _list(
+        self,
+        governor: Governor,
+        session: DownstreamSession,
+        method: str,
+        params: dict[str, Any] | None,
+        request_id: Any,
+    ) -> dict[str, Any]:
         record = self.replies.new_record(session.context(None, request_id))
         try:
             if (params or {}).get("cursor") is not None and (count := len(await self.connections.of(session))) > 1:
@@ -102,7 +115,7 @@ class Listings:
                     # The chain shaped this listing for this caller (its principal, say): not one to share.
                     result = {**result, "cacheScope": "private"}
             else:
-                result = await self._merged(session, method, request_id, record)
+                result = await self._merged(governor, session, method, request_id, record)
         except MCPError as exc:
             session.forget_shown(method)  # a listing that fails (a guard blocked it, say) shows nothing
             await self.replies.failed(record, method, exc)
@@ -134,7 +147,7 @@ class Listings:
         return result
 
     async def _merged(
-        self, session: DownstreamSession, method: str, request_id: Any, record: CallRecord
+        self, governor: Governor, session: DownstreamSession, method: str, request_id: Any, record: CallRecord
     ) -> dict[str, Any]:
         """Every page from every upstream, exposed under prefixes, each upstream's part governed on its own."""
         catalog = await self.refresh_catalog(session, methods=(method,))
@@ -143,7 +156,7 @@ class Listings:
         governed: list[dict[str, Any]] = []
         for upstream in await self.connections.of(session):
             mine = [item for item in catalog.listing(method) if routes[item[key]].upstream == upstream]
-            result = await self.governor.govern_response(
+            result = await governor.govern_response(
                 method, {items_key: mine}, session.context(upstream, request_id), record.for_server(upstream)
             )
             governed.extend(item for item in result.get(items_key) or [] if isinstance(item, dict))

@@ -47,11 +47,8 @@ def _error_entry(exc: MCPError, *data_keys: str) -> dict[str, Any]:
     return error
 
 
-def interceptor_entries(
-    result: ChainResult, payload_in: Any, approvals: Mapping[str, Mapping[str, Any]] | None = None
-) -> list[dict[str, Any]]:
-    """Per-interceptor audit entries; mutators carry the payload before and after (the record keeps a diff), and
-    an escalating validator the `approval` it got (who was asked, the answer and when)."""
+def interceptor_entries(result: ChainResult, payload_in: Any) -> list[dict[str, Any]]:
+    """Per-interceptor audit entries; mutators carry the payload before and after (the record keeps a diff)."""
     entries: list[dict[str, Any]] = []
     current = payload_in
     for item in result.results:
@@ -66,9 +63,6 @@ def interceptor_entries(
             entry["severity"] = item.severity
             if item.messages:
                 entry["messages"] = [m.to_wire() for m in item.messages]
-            approval = approvals.get(item.interceptor or "") if approvals else None
-            if approval is not None:
-                entry["approval"] = dict(approval)
         elif isinstance(item, MutationResult):
             entry["modified"] = item.modified
             entry["payload_before"] = current
@@ -111,8 +105,6 @@ class Leg:
     phase: Phase
     result: ChainResult | None
     payload_in: Any
-    #: Per escalating interceptor, the approval a person gave it or refused (`approvals.asking`).
-    approvals: Mapping[str, Mapping[str, Any]] | None = None
 
 
 @dataclass(frozen=True)
@@ -142,6 +134,8 @@ class CallRecord:
     #: Whether this call's allowed request was recorded, and whether a record closing the call was.
     opened: bool = False
     ended: bool = False
+    #: Text the mutations of this call (and of the calls embedded in it) removed: no later record keeps it.
+    redacted: set[str] = field(default_factory=set)
     _principal: dict[str, Any] | None = field(default=None, repr=False)
 
     @property
@@ -156,8 +150,16 @@ class CallRecord:
         if self.writer is None:
             return self
         if call_id is None:
-            return CallRecord(self.writer, self.context, pending=self.pending, parent=self)
-        return CallRecord(self.writer, self.context, call_id=call_id, pending=self.pending, parent=self, opened=True)
+            return CallRecord(self.writer, self.context, pending=self.pending, parent=self, redacted=self.redacted)
+        return CallRecord(
+            self.writer,
+            self.context,
+            call_id=call_id,
+            pending=self.pending,
+            parent=self,
+            opened=True,
+            redacted=self.redacted,
+        )
 
     def for_server(self, server: str) -> CallRecord:
         """The same call, attributed to one upstream (a merged listing's per-upstream response)."""
@@ -165,7 +167,13 @@ class CallRecord:
             return self
         context = self.context.model_copy(update={"server": server})
         return CallRecord(
-            self.writer, context, call_id=self.call_id, pending=self.pending, request=self.request, parent=self
+            self.writer,
+            context,
+            call_id=self.call_id,
+            pending=self.pending,
+            request=self.request,
+            parent=self,
+            redacted=self.redacted,
         )
 
     async def denied(self, leg: Leg) -> list[AuditReceipt]:
@@ -317,7 +325,7 @@ class CallRecord:
             return
         # Imported here: a gateway without an audit trail never loads it. From the modules, not the package,
         # which a per-call `from package import` costs a lookup through `_handle_fromlist` (`bench/audit_overhead.py`).
-        from mcp_interceptors.audit.records import DecisionInput
+        from mcp_interceptors.audit.records import DecisionInput, removed_texts
         from mcp_interceptors.audit.writer import AuditWriteError
 
         result = leg.result
@@ -326,6 +334,7 @@ class CallRecord:
         principal = self._principal
         if principal is None and self.context.principal is not None:
             principal = self._principal = self.context.principal.to_wire()  # once per call, not per leg
+        entries = interceptor_entries(result, leg.payload_in) if result is not None else ()
         decision_input = DecisionInput(
             timestamp=datetime.now(UTC),
             event=leg.event,
@@ -337,10 +346,11 @@ class CallRecord:
             principal=principal,
             server=self.context.server,
             call_id=self.call_id,
-            interceptors=interceptor_entries(result, leg.payload_in, leg.approvals) if result is not None else (),
+            interceptors=entries,
             intent_payload=intent,
             executed_payload=executed,
             error=error,
+            redacted=tuple(self.redacted),
         )
         try:
             self.pending.append(await self.writer.submit(decision_input))
@@ -348,6 +358,8 @@ class CallRecord:
             raise unrecordable(leg, exc, from_client=self.parent is None and leg.phase == "request") from None
         except AuditWriteError as exc:  # the writer is gone (its process died, or the gateway is stopping)
             raise unwritten(leg.event, leg.phase, self.call_id, exc) from None
+        if any(entry.get("modified") for entry in entries):  # what this leg removed stays out of the later ones
+            removed_texts(entries, self.redacted)
         if leg.phase == "request" and decision == "allow":
             self.opened = True
             return

@@ -109,6 +109,7 @@ class GatewayServer:
         self.listings = listings
         self.notifications = notifications
         self.advertiser = advertiser
+        self.host_methods = host_methods
         self.server = server
         # mcp installs a tracing middleware by default; it costs on every forwarded message
         # (`bench/gateway_overhead.py`, HTTP cells) and the gateway records its own decisions, so the

@@ -1,7 +1,8 @@
 """Key → `DownstreamSession`: the session a request belongs to, its owner check, the caps, the idle sweep.
 
 A handshake-era client's session is keyed by its transport session (one on stdio); 2026-07-28 requests,
-which carry none, share one per principal. `http.max_sessions` caps the sessions, and
+which carry none, share one per principal. `http.max_sessions` (and each principal's share) caps the
+handshake-era HTTP sessions, counted by their slots (`session_slots.py`) from their first request, and
 `http.max_requests_in_flight` each session's HTTP requests.
 """
 
@@ -22,6 +23,7 @@ from mcp_interceptors.gateway.config import GatewayConfig
 from mcp_interceptors.gateway.connections import Connections
 from mcp_interceptors.gateway.jsonrpc.framing import INTERNAL_ERROR, INVALID_REQUEST, too_many_in_flight
 from mcp_interceptors.gateway.session import STDIO_SESSION_KEY, DownstreamSession, Era
+from mcp_interceptors.gateway.session_slots import SessionRefusedError, SessionSlots, Slot, owner_of
 from mcp_interceptors.protocol.invoke import Principal
 
 logger = logging.getLogger(__name__)
@@ -53,7 +55,12 @@ def era_and_transport_session(ctx: ServerRequestContext[Any, Any]) -> tuple[Era,
 
 def _owner(principal: Principal | None) -> tuple[str, str | None] | None:
     """Who a session belongs to: a principal's type and id (its claims may differ from token to token)."""
-    return (principal.type, principal.id) if principal is not None else None
+    return owner_of(principal)
+
+
+def _is_slotted(session: DownstreamSession) -> bool:
+    """A handshake-era HTTP session (or `/sse` stream's): counted by its slot, not here."""
+    return session.era == "legacy" and session.key != STDIO_SESSION_KEY
 
 
 class Sessions:
@@ -70,9 +77,38 @@ class Sessions:
         #: sessions refused since they were last under the cap: one warning each time a session reaches it
         self._at_cap: set[str] = set()
         self._stdio_client: anyio.Event | None = None
+        #: The handshake-era HTTP sessions and `/sse` streams open, by owner (`http.max_sessions`).
+        self.slots = SessionSlots(config.http.max_sessions, config.http.session_share)
+        self._refusing_sessions = False
 
     def __len__(self) -> int:
-        return len(self.by_key)
+        """The sessions open: handshake-era HTTP ones by their slots (one that only sent `initialize` too), and
+        the stdio client's and the 2026-07-28 principals' by their `DownstreamSession`."""
+        unslotted = sum(1 for session in self.by_key.values() if not _is_slotted(session))
+        return len(self.slots) + unslotted
+
+    # ------------------------------------------------------------------ handshake-era HTTP sessions' slots
+
+    def take_slot(self, principal: Principal | None) -> Slot:
+        """A slot for a session `principal` opens, or `SessionRefusedError` (logged) past a limit."""
+        try:
+            slot = self.slots.take(owner_of(principal), time.monotonic())
+        except SessionRefusedError as exc:
+            if not self._refusing_sessions:  # once until one is let in: a client retrying floods no log
+                self._refusing_sessions = True
+                logger.warning("refusing new sessions: %s", exc)
+            raise
+        self._refusing_sessions = False
+        return slot
+
+    def slot_done(self, slot: Slot) -> None:
+        self.slots.done(slot, time.monotonic())
+
+    def release_slot(self, slot: Slot, why: str = "the client's session ended") -> None:
+        """Give a slot back; the session it held ends with it (its upstream sessions close)."""
+        self.slots.release(slot)
+        if slot.key is not None:
+            self.close(slot.key, why=why)
 
     # ------------------------------------------------------------------ finding a request's session
 
@@ -202,6 +238,9 @@ class Sessions:
         while True:
             await anyio.sleep(every_s)
             cutoff = time.monotonic() - idle_s
+            for slot in self.slots.idle(cutoff):  # mcp expires these sessions too
+                logger.info("closing idle session %s", slot.key)
+                self.release_slot(slot, f"the client's session was idle for {idle_s:g} s")
             for key, session in list(self.by_key.items()):
                 if session.last_used < cutoff and not session.inflight:
                     logger.info("closing idle session %s", key)

@@ -15,12 +15,13 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
+import anyio
 import anyio.abc
 from jsonschema import Draft202012Validator
 from jsonschema.exceptions import best_match
 
 from mcp_interceptors.gateway.config import ConfigError, GatewayConfig
-from mcp_interceptors.gateway.interceptor_servers import add_server, verify_key_for
+from mcp_interceptors.gateway.interceptor_servers import ConnectionSource, add_server, verify_key_for
 from mcp_interceptors.invoker import (
     Chain,
     LocalHost,
@@ -29,6 +30,7 @@ from mcp_interceptors.planning import Overrides
 from mcp_interceptors.protocol.errors import (
     WideningOverrideError,
 )
+from mcp_interceptors.state import StateStore, open_state
 
 logger = logging.getLogger(__name__)
 
@@ -57,7 +59,20 @@ def guard_config_in(name: str, guard_config: Mapping[str, Any], base_dir: str | 
     return resolved
 
 
-def load_guard(name: str, guard_config: Mapping[str, Any], file: str, index: int) -> LocalHost:
+def state_for(config: GatewayConfig) -> StateStore | None:
+    """The state store the config's `state` names: Redis, shared by replicas; None (each guard keeps its own
+    in memory) without `state.redis_url`."""
+    s = config.state
+    if s.redis_url is None:
+        return None
+    return open_state(
+        s.redis_url, key_prefix=s.key_prefix, max_connections=s.max_connections, timeout_s=s.timeout_seconds
+    )
+
+
+def load_guard(
+    name: str, guard_config: Mapping[str, Any], file: str, index: int, state: StateStore | None = None
+) -> LocalHost:
     try:
         from mcp_interceptors import guards
     except ImportError:  # pragma: no cover - the guards package ships with us
@@ -72,7 +87,7 @@ def load_guard(name: str, guard_config: Mapping[str, Any], file: str, index: int
             f"use one of: {', '.join(guards.available())}",
         )
     try:
-        host: LocalHost = guards.load(name, dict(guard_config))
+        host: LocalHost = guards.load(name, dict(guard_config), state=state)
     except (ValueError, TypeError) as exc:
         raise ConfigError(file, f"interceptors.guards[{index}].config", str(exc), "see docs/guards.md") from None
     return host
@@ -101,8 +116,11 @@ def load_host(spec: str, file: str, index: int, base_dir: str | None = None) -> 
     return target  # type: ignore[no-any-return]
 
 
-async def populate_chain(chain: Chain, config: GatewayConfig, tg: anyio.abc.TaskGroup, *, file: str) -> None:
-    """Add every configured source to `chain`; remote hosts' connections run in `tg`."""
+async def populate_chain(
+    chain: Chain, config: GatewayConfig, tg: anyio.abc.TaskGroup, *, file: str, state: StateStore | None = None
+) -> None:
+    """Add every configured source to `chain`; remote hosts' connections run in `tg`; guards that remember
+    things keep them in `state` (see `state_for`)."""
     overrides = {name: item.to_overrides() for name, item in config.interceptors.overrides.items()}
     guard_interceptors: list[tuple[str, dict[str, Any], list[str]]] = []
     # The config file's folder is importable for guards too (a prompt-injection detector next to it).
@@ -111,7 +129,7 @@ async def populate_chain(chain: Chain, config: GatewayConfig, tg: anyio.abc.Task
     with _widening_as_config_error(file):
         named = guard_source_configs(config)  # the guards come first: their source names are known up front
         for index, (source, (guard, guard_config)) in enumerate(named.items()):
-            host = load_guard(guard, guard_config, file, index)
+            host = load_guard(guard, guard_config, file, index, state)
             guard_interceptors.append((guard, guard_config, [d.name for d in getattr(host, "descriptors", [])]))
             chain.add_local(host, name=_unique(chain, source), overrides=_pick(overrides, host))
         for index, host_config in enumerate(config.interceptors.hosts):
@@ -230,3 +248,20 @@ def _unique(chain: Chain, name: str) -> str:
     while f"{name}-{suffix}" in taken:
         suffix += 1
     return f"{name}-{suffix}"
+
+
+async def close_sources(chain: Chain, *, replaced_by: Chain | None = None) -> None:
+    """Give in-process hosts that hold resources (a Redis pool, say) the chance to release them. `replaced_by` (a
+    config reload put that chain in force): close this one's interceptor servers' connections too, and leave
+    alone the sources the two share (a host module is imported once)."""
+    replaced = replaced_by is not None
+    shared = {id(source) for source in replaced_by.sources.values()} if replaced_by is not None else set()
+    with anyio.CancelScope(shield=True), anyio.move_on_after(5):
+        for source in chain.sources.values():
+            if id(source) in shared:
+                continue
+            if replaced and isinstance(source, ConnectionSource):
+                source.conn.close("a config reload replaced it")
+            closer = getattr(source, "aclose", None)
+            if callable(closer):
+                await closer()

@@ -2,7 +2,8 @@
 
 `load(name, config)` returns an `InterceptorHost` with that guard's interceptors, ready for
 `Chain.add_local`, the gateway config, or `mcp-interceptors serve --guard NAME`. Each guard module
-exposes `build(name: str, config: Mapping) -> InterceptorHost` and is imported only when loaded.
+exposes `build(name: str, config: Mapping) -> InterceptorHost` and is imported only when loaded; those that
+remember things across calls (`USES_STATE`) take a `state` store too (`mcp_interceptors.state`).
 """
 
 from __future__ import annotations
@@ -13,6 +14,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from mcp_interceptors.host import InterceptorHost
+from mcp_interceptors.state import StateStore
 
 #: guard name -> module implementing `build(config)`
 GUARD_MODULES: dict[str, str] = {
@@ -29,7 +31,6 @@ GUARD_MODULES: dict[str, str] = {
     "size-limit": "mcp_interceptors.guards.size",
     "tool-pinning": "mcp_interceptors.guards.pinning",
     "audit-log": "mcp_interceptors.guards.audit_log",
-    "approval": "mcp_interceptors.guards.approval",
 }
 
 #: guard name -> its build-config keys that name a file (`-` is a stream, not a file): a gateway resolves
@@ -42,14 +43,19 @@ def available() -> list[str]:
     return [name for name, module in GUARD_MODULES.items() if importlib.util.find_spec(module) is not None]
 
 
-def load(name: str, config: Mapping[str, Any] | None = None) -> InterceptorHost:
-    """A fresh host with guard `name`'s interceptors; a bad `config` raises `ValueError` naming the field."""
+def load(name: str, config: Mapping[str, Any] | None = None, *, state: StateStore | None = None) -> InterceptorHost:
+    """A fresh host with guard `name`'s interceptors; a bad `config` raises `ValueError` naming the field.
+
+    Guards that remember things keep them in `state` (a gateway's shared store), else in one of their own."""
     module_name = GUARD_MODULES.get(name)
     if module_name is None or importlib.util.find_spec(module_name) is None:
         raise ValueError(f"unknown guard {name!r}; available: {', '.join(available()) or '(none)'}")
     if config is not None and not isinstance(config, Mapping):  # `dict(config or {})` took `[]` or `""` as no config
         raise ValueError(f"guard {name!r}: config must be a mapping (an object), got {type(config).__name__}")
     module = importlib.import_module(module_name)
+    if state is not None and getattr(module, "USES_STATE", False):
+        stateful: InterceptorHost = module.build(name, dict(config or {}), state)
+        return stateful
     host: InterceptorHost = module.build(name, dict(config or {}))
     return host
 

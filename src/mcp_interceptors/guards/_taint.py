@@ -113,12 +113,19 @@ class Flows:
     #: Outside the gateway a result names no tool: the server of each request, by `traceId`, until its result.
     pending: TtlMap[str, str] = field(init=False)
     overflow: Overflow = field(init=False)
+    #: How many of the state store's records this index was last brought up to (`ExfiltrationGuard._sync`).
+    synced: int = field(init=False, default=0)
 
     def __post_init__(self) -> None:
         self.values = TtlMap(max_items=self.max_values, ttl_s=self.ttl_s)
         self.forms = TtlMap(max_items=self.max_values * FORMS_PER_VALUE, ttl_s=self.ttl_s)
         self.pending = TtlMap(max_items=_MAX_PENDING, ttl_s=self.ttl_s)
         self.overflow = Overflow(self.ttl_s)
+
+    def knows(self, value: str, server: str | None) -> bool:
+        """Whether `value` is remembered as read from `server`."""
+        known = self.values.get(value)
+        return known is not None and server in known[0]
 
     def holds_values(self) -> bool:
         return bool(len(self.values)) or bool(self.overflow)

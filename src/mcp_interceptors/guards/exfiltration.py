@@ -6,11 +6,15 @@ also read percent-decoded (so any percent-encoding of a value is found), and ema
 Writing a value back to the server it came from is allowed, and a secret-shaped value nobody read is
 allowed: the guard tracks flows, not values. The server of a payload is the invocation context's
 `server` (the gateway fills it in), else the `tool_servers` map. State is bounded in size and time.
+
+What a session read is kept in the guard's state store too (`state/`): a gateway replica sharing it (Redis)
+blocks a value read through another replica. The guard's `Flows` index is built from the store's records.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import json
 import urllib.parse
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -26,6 +30,11 @@ from mcp_interceptors.guards._taint import Flows, Origin, Overflow, is_allowed_f
 from mcp_interceptors.guards._walk import Path, PathMark, format_path, string_values, walk_strings
 from mcp_interceptors.host import InterceptorHost, Invocation
 from mcp_interceptors.protocol.results import ValidationMessage, ValidationResult
+from mcp_interceptors.state import StateStore
+from mcp_interceptors.state.memory import MemoryState
+
+#: `guards.load` hands this guard the gateway's state store.
+USES_STATE = True
 
 #: Results that bring values in (response phase), and requests that carry values out to a server.
 SOURCE_EVENTS = ["tools/call", "resources/read", "prompts/get"]
@@ -129,9 +138,19 @@ def _describe(origin: Origin, target: str | None) -> str:
     return f"{origin.kind} read from {sources} is sent to {destination}{encoded}"
 
 
+def _record_field(value: str, server: str | None) -> str:
+    return json.dumps(["v", server, value], ensure_ascii=False)
+
+
+def _overflow_field(kind: str, server: str | None) -> str:
+    return json.dumps(["o", server, kind], ensure_ascii=False)
+
+
 class ExfiltrationGuard:
-    def __init__(self, settings: SettingsCache[_Settings]) -> None:
+    def __init__(self, name: str, settings: SettingsCache[_Settings], state: StateStore) -> None:
         raw = settings.raw
+        self.name = name
+        self.state = state
         self.settings = settings
         self.max_values = raw["max_values_per_session"]
         self.ttl_s = raw["value_ttl_seconds"]
@@ -143,9 +162,35 @@ class ExfiltrationGuard:
     async def handle(self, inv: Invocation) -> ValidationResult | bool:
         settings = self.settings.for_config(inv.config)
         if inv.phase == "response" and inv.event in SOURCE_EVENTS:
-            self.learn(settings, inv)
+            await self.learn(settings, inv)
             return True
+        await self._sync(inv.session_id, settings)
         return self.check(settings, inv)
+
+    def _state_key(self, session_id: str | None) -> str:
+        return f"exfiltration:{self.name}:{session_id or ANONYMOUS}"
+
+    async def _sync(self, session_id: str | None, settings: _Settings) -> None:
+        """Bring the session's `Flows` up to what the store holds: values read through other replicas."""
+        records = await self.state.fields(self._state_key(session_id))
+        flows = self.sessions.get(session_id or ANONYMOUS)
+        if not records or (flows is not None and flows.synced == len(records)):
+            return
+        flows = flows or self._flows_for(session_id)
+        for field, stored in records.items():
+            try:
+                tag, server, value = json.loads(field)
+            except (ValueError, TypeError):
+                continue  # not a field this guard writes
+            kind = value if tag == "o" else stored  # an overflow record names its kind; a value's record holds it
+            if flows is None:
+                self.overflow.note(kind, server)
+            elif tag == "o":
+                flows.overflow.note(kind, server)
+            elif not flows.knows(value, server):
+                flows.remember(value, kind, server, settings.encodings, settings.min_length)
+        if flows is not None:
+            flows.synced = len(records)
 
     def _flows_for(self, session_id: str | None) -> Flows | None:
         """The session's memory, made on first use; None when the guard holds `max_sessions` sessions that all
@@ -163,7 +208,7 @@ class ExfiltrationGuard:
         self.sessions.pop(idle)
         return flows if self.sessions.add(key, flows) else None
 
-    def learn(self, settings: _Settings, inv: Invocation) -> None:
+    async def learn(self, settings: _Settings, inv: Invocation) -> None:
         server = server_for(inv, None, settings.servers)
         trace = inv.context.trace_id if inv.context is not None else None
         flows: Flows | None = None
@@ -171,11 +216,20 @@ class ExfiltrationGuard:
             # A result names no tool: its server is the one its request (same traceId) was attributed to.
             flows = self.sessions.get(inv.session_id or ANONYMOUS)
             server = flows.pending.pop(trace) if flows is not None else None
+        key = self._state_key(inv.session_id)
         for scanner in settings.scanners:
             for hit in find_in_payload(inv.payload, scanner, include_keys=True):
+                # The store first: a value no replica can be told of must not pass here either.
+                stored = await self.state.put(
+                    key, _record_field(hit.value, server), hit.kind, ttl_s=self.ttl_s, max_fields=self.max_values
+                )
+                if stored is None:  # the session holds all the values it may: the kind fails closed everywhere
+                    await self.state.put(key, _overflow_field(hit.kind, server), "1", ttl_s=self.ttl_s)
                 flows = flows or self._flows_for(inv.session_id)
                 if flows is None:  # no room for this session: every session fails closed for the kind
                     self.overflow.note(hit.kind, server)
+                elif stored is None:
+                    flows.overflow.note(hit.kind, server)
                 else:
                     flows.remember(hit.value, hit.kind, server, settings.encodings, settings.min_length)
 
@@ -298,9 +352,11 @@ def _origin_in(found: list[tuple[str, Origin]], readings: list[tuple[str, str]])
     return None
 
 
-def build(name: str, config: Mapping[str, Any]) -> InterceptorHost:
-    """A host with one validator: learns from results, checks requests and client answers."""
-    guard = ExfiltrationGuard(SettingsCache(name, SCHEMA, config, _compile))
+def build(name: str, config: Mapping[str, Any], state: StateStore | None = None) -> InterceptorHost:
+    """A host with one validator: learns from results, checks requests and client answers; what sessions read
+    is kept in `state` (a store of the guard's own in memory by default)."""
+    settings = SettingsCache(name, SCHEMA, config, _compile)
+    guard = ExfiltrationGuard(name, settings, state or MemoryState(max_keys=settings.raw["max_sessions"]))
     host = InterceptorHost(name, copy_payloads=False)
     hooks = [
         {"events": SOURCE_EVENTS + SINK_RESPONSES, "phase": "response"},

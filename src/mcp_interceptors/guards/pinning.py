@@ -5,6 +5,9 @@ and deny (or flag, or drop) a tool whose definition later changes: a rug pull. C
 The pin file (`mcp-interceptors pin TARGET -o pins.json` writes one from a live server) is JSON:
 `{"format": "mcp-interceptors/tool-pins", "version": 1, "algorithm": "sha256", "tools": {name: hex}}`.
 Digests are SHA-256 over the RFC 8785 canonical JSON of the pinned fields, so any tool can compute them.
+
+First-sight pins and the tools found changed live in the guard's state store (`state/`), per session or for
+the process (`scope`): gateway replicas sharing one (Redis) pin a tool once, and all refuse it once changed.
 """
 
 from __future__ import annotations
@@ -13,7 +16,7 @@ import hashlib
 import json
 import re
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -21,15 +24,22 @@ import rfc8785
 
 from mcp_interceptors.guards._config import GuardSchema, SettingsCache
 from mcp_interceptors.guards._names import tool_name_of
-from mcp_interceptors.guards._state import SessionState, TtlMap
+from mcp_interceptors.guards._state import ANONYMOUS
 from mcp_interceptors.host import InterceptorHost, Invocation
 from mcp_interceptors.protocol.invoke import now_iso
 from mcp_interceptors.protocol.results import ValidationMessage, ValidationResult
+from mcp_interceptors.state import StateStore
+from mcp_interceptors.state.memory import MemoryState
+
+#: `guards.load` hands this guard the gateway's state store.
+USES_STATE = True
 
 PIN_FORMAT = "mcp-interceptors/tool-pins"
 PINNED_FIELDS = ("name", "description", "inputSchema", "outputSchema")
 DROP_PRIORITY = {"response": -25_000}  # security sanitization band (spec §6)
+#: Pins (and changed tools) one scope holds; past it a new tool is refused, never pinned by pushing one out.
 _MAX_TOOLS = 10_000
+_PIN, _CHANGED = "pin:", "changed:"
 _DIGEST = re.compile("[0-9a-f]{64}")  # as `tool_digest` writes it: a digest in another form never matches
 
 SCHEMA = GuardSchema(
@@ -91,14 +101,6 @@ def load_pin_file(path: str) -> dict[str, str]:
     return dict(tools)
 
 
-@dataclass
-class _Seen:
-    """First-sight pins and the tools found changed, for one scope (a session or the process)."""
-
-    pins: TtlMap[str, str] = field(default_factory=lambda: TtlMap(max_items=_MAX_TOOLS, ttl_s=float("inf")))
-    changed: TtlMap[str, str] = field(default_factory=lambda: TtlMap(max_items=_MAX_TOOLS, ttl_s=float("inf")))
-
-
 @dataclass(frozen=True, slots=True)
 class _Settings:
     fixed: Mapping[str, str]
@@ -117,42 +119,53 @@ def _compile_with(file_pins: Mapping[str, str]) -> Any:
 
 
 class PinningGuard:
-    def __init__(self, settings: SettingsCache[_Settings]) -> None:
+    def __init__(self, name: str, settings: SettingsCache[_Settings], state: StateStore) -> None:
         raw = settings.raw
+        self.name = name
         self.settings = settings
+        self.state = state
         self.action: str = raw["action"]
-        self.global_seen = _Seen() if raw["scope"] == "global" else None
-        self.sessions: SessionState[_Seen] = SessionState(
-            _Seen, max_sessions=raw["max_sessions"], ttl_s=raw["session_ttl_seconds"]
-        )
+        self.scope: str = raw["scope"]
+        self.ttl_s: float | None = raw["session_ttl_seconds"] if self.scope == "session" else None
 
-    def seen(self, inv: Invocation) -> _Seen:
-        return self.global_seen if self.global_seen is not None else self.sessions.get(inv.session_id)
+    def _key(self, inv: Invocation) -> str:
+        where = "global" if self.scope == "global" else f"session:{inv.session_id or ANONYMOUS}"
+        return f"pinning:{self.name}:{where}"
 
-    def review(self, inv: Invocation) -> list[tuple[int, str, str, bool]]:
+    async def review(self, inv: Invocation) -> list[tuple[int, str, str, bool]]:
         """`(index, tool, problem, changed)` for each listed tool that is changed or refused as unpinned."""
         tools = inv.payload.get("tools") if isinstance(inv.payload, Mapping) else None
         if not isinstance(tools, list):
             return []
         settings = self.settings.for_config(inv.config)
-        seen = self.seen(inv)
+        key, state = self._key(inv), self.state
+        seen = await state.fields(key)
         problems = []
         for index, tool in enumerate(tools):
             name = tool.get("name") if isinstance(tool, Mapping) else None
             if not isinstance(name, str):
                 continue
             digest = tool_digest(tool)
-            pinned = settings.fixed.get(name) or seen.pins.get(name)
+            pinned = settings.fixed.get(name) or seen.get(_PIN + name)
             if pinned is None:
                 if settings.unpinned == "pin":
-                    seen.pins.set(name, digest)
+                    # The first writer wins: a replica that pinned it first decides what "changed" means.
+                    pinned = await state.put(
+                        key, _PIN + name, digest, ttl_s=self.ttl_s, max_fields=2 * _MAX_TOOLS, only_new=True
+                    )
+                    if pinned is None:
+                        problems.append((index, name, f"tool {name!r} cannot be pinned: {_MAX_TOOLS} are", False))
+                        continue
                 elif settings.unpinned == "deny":
                     problems.append((index, name, f"tool {name!r} is not pinned", False))
-            elif pinned != digest:
-                seen.changed.set(name, digest)
+                    continue
+                else:
+                    continue
+            if pinned != digest:
+                await state.put(key, _CHANGED + name, digest, ttl_s=self.ttl_s, max_fields=2 * _MAX_TOOLS)
                 problems.append((index, name, f"tool {name!r} changed since it was pinned (rug pull?)", True))
-            else:
-                seen.changed.pop(name)  # back to the pinned definition
+            elif _CHANGED + name in seen:
+                await state.remove(key, _CHANGED + name)  # back to the pinned definition
         return problems
 
     def verdict(self, problems: list[tuple[str, str, bool]]) -> ValidationResult | bool:
@@ -169,10 +182,11 @@ class PinningGuard:
         return ValidationResult(valid=False, severity=severity, messages=messages)
 
     async def check_listing(self, inv: Invocation) -> ValidationResult | bool:
-        return self.verdict([(problem, f"$.tools[{i}]", changed) for i, _, problem, changed in self.review(inv)])
+        problems = await self.review(inv)
+        return self.verdict([(problem, f"$.tools[{i}]", changed) for i, _, problem, changed in problems])
 
     async def drop_from_listing(self, inv: Invocation) -> Any:
-        problems = self.review(inv)
+        problems = await self.review(inv)
         if not problems:
             return None
         dropped = {index for index, _, _, _ in problems}
@@ -184,10 +198,10 @@ class PinningGuard:
         if name is None:
             return True
         settings = self.settings.for_config(inv.config)
-        seen = self.seen(inv)
-        if name in seen.changed:
+        seen = await self.state.fields(self._key(inv))
+        if _CHANGED + name in seen:
             return self.verdict([(f"tool {name!r} changed since it was pinned (rug pull?)", "$.params.name", True)])
-        if settings.unpinned == "deny" and name not in settings.fixed and name not in seen.pins:
+        if settings.unpinned == "deny" and name not in settings.fixed and _PIN + name not in seen:
             return self.verdict([(f"tool {name!r} is not pinned", "$.params.name", False)])
         return True
 
@@ -195,15 +209,16 @@ class PinningGuard:
         return await (self.check_listing(inv) if inv.event == "tools/list" else self.check_call(inv))
 
 
-def build(name: str, config: Mapping[str, Any]) -> InterceptorHost:
-    """deny/flag: one validator on tools/list results and tools/call requests; drop: a listing mutator too."""
+def build(name: str, config: Mapping[str, Any], state: StateStore | None = None) -> InterceptorHost:
+    """deny/flag: one validator on tools/list results and tools/call requests; drop: a listing mutator too.
+    Pins live in `state` (a store of the guard's own in memory by default)."""
     pin_file = config.get("pin_file")
     try:
         file_pins = load_pin_file(pin_file) if isinstance(pin_file, str) else {}
     except ValueError as exc:
         raise ValueError(f"guard {name!r}: {exc}") from None
     settings = SettingsCache(name, SCHEMA, config, _compile_with(file_pins))
-    guard = PinningGuard(settings)
+    guard = PinningGuard(name, settings, state or MemoryState(max_keys=settings.raw["max_sessions"]))
     host = InterceptorHost(name, copy_payloads=False)
     advertised = SCHEMA.advertised
     description = "Pins tool definitions and refuses tools whose name, description or schemas changed."

@@ -14,15 +14,20 @@ from mcp_interceptors.executor import ChainResult
 from mcp_interceptors.protocol.errors import (
     INTERNAL_ERROR,
     INVALID_PARAMS,
+    STATE_UNAVAILABLE,
 )
 from mcp_interceptors.protocol.events import Phase
 from mcp_interceptors.protocol.results import MutationResult
+
+#: How planning names the abort of an interceptor whose state store could not be reached.
+_STATE_ABORT = f"invocation failed: {STATE_UNAVAILABLE}"
 
 
 def chain_error(result: ChainResult, *, include_details: bool = False) -> MCPError:
     """The JSON-RPC error for a blocked chain (R70).
 
-    Validation blocks get `-32602`, mutation and timeout blocks `-32603`. `data` names the
+    Validation blocks get `-32602`, mutation and timeout blocks `-32603`, and so does a guard whose state store
+    could not be reached (`reason: state_unavailable`: the request may succeed later). `data` names the
     interceptor, a generic reason, the event and phase; interceptor messages, suggestions and
     payloads are included only with `include_details=True`.
     """
@@ -30,7 +35,9 @@ def chain_error(result: ChainResult, *, include_details: bool = False) -> MCPErr
         raise ValueError("chain_error() needs a blocked result; this one succeeded")
     aborted = result.aborted_at
     interceptor = aborted.interceptor if aborted is not None else ""
-    if result.status == "validation_failed":
+    if aborted is not None and aborted.reason == _STATE_ABORT:
+        code, message, reason = INTERNAL_ERROR, "Blocked: interceptor state unavailable", STATE_UNAVAILABLE
+    elif result.status == "validation_failed":
         code, message = INVALID_PARAMS, "Blocked by interceptor validation"
         failed = aborted is not None and aborted.reason.startswith("validation failed")
         reason = "validation failed" if failed else "interceptor failed"

@@ -99,6 +99,17 @@ class WideningOverrideError(InterceptorsError, ValueError):
     code = INVALID_PARAMS
 
 
+#: `data.reason` when a guard's state store cannot be reached: the invocation fails, closed unless `failOpen`.
+STATE_UNAVAILABLE = "state_unavailable"
+
+
+class StateUnavailableError(InterceptorsError):
+    """A guard's state store could not be reached, or did not answer in time (-32603)."""
+
+    def __init__(self, detail: str) -> None:
+        super().__init__(f"guard state unavailable: {detail}", data={"reason": STATE_UNAVAILABLE, "detail": detail})
+
+
 class DiscoveryError(InterceptorsError):
     """`interceptors/list` failed on a host (transport error, -32601, timeout)."""
 

@@ -7,6 +7,7 @@ headers are checked too (`allowed_hosts`), so a page elsewhere cannot read the v
 
 from __future__ import annotations
 
+import re
 import time
 from collections.abc import MutableMapping, Sequence
 from dataclasses import dataclass
@@ -20,6 +21,8 @@ Scope = MutableMapping[str, Any]
 COOKIE: Final = "mcpi_ui_token"
 #: Paths anyone may fetch: the sign-in page and the stylesheet and script it uses.
 _OPEN: Final = ("/login", "/static/")
+#: What may follow an allowed name in a Host header: nothing, or a port.
+_PORT: Final = re.compile(r"(:[0-9]{1,5})?")
 
 
 @dataclass(frozen=True)
@@ -111,11 +114,13 @@ class AuthMiddleware:
         await _plain(send, 401, "a valid bearer token is needed", [(b"www-authenticate", b'Bearer realm="audit"')])
 
     def _host_allowed(self, scope: Scope) -> bool:
-        """The Host header, with or without its port, is one of `allowed_hosts` (names, or `name:port`)."""
+        """The Host header, with or without its port (digits only), is one of `allowed_hosts` (names, or
+        `name:port`): `localhost:evil` is not `localhost`."""
         assert self.allowed_hosts is not None
         host = (header(scope, b"host") or "").lower()
         name = host.split("]", 1)[0] + "]" if host.startswith("[") else host.rsplit(":", 1)[0]
-        return host in self.allowed_hosts or name in self.allowed_hosts
+        port = host[len(name) :]
+        return host in self.allowed_hosts or (name in self.allowed_hosts and _PORT.fullmatch(port) is not None)
 
 
 async def _plain(send: Any, status: int, text: str, headers: Sequence[tuple[bytes, bytes]] = ()) -> None:

@@ -52,6 +52,7 @@ from mcp_interceptors.gateway.config.settings import (
     MetricsConfig,
     Point,
     ScrubConfig,
+    StateConfig,
     StdioConfig,
 )
 
@@ -75,6 +76,7 @@ __all__ = [
     "Point",
     "RequiredConfig",
     "ScrubConfig",
+    "StateConfig",
     "StdioConfig",
     "TransportConfig",
     "UpstreamConfig",

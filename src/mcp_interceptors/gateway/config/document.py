@@ -16,6 +16,7 @@ from mcp_interceptors.gateway.config.settings import (
     HttpConfig,
     MetricsConfig,
     ScrubConfig,
+    StateConfig,
     StdioConfig,
     UiConfig,
 )
@@ -56,6 +57,7 @@ class GatewayConfig(Model):
     metrics: MetricsConfig = Field(default_factory=MetricsConfig)
     scrub: ScrubConfig = Field(default_factory=ScrubConfig)
     ui: UiConfig = Field(default_factory=UiConfig)
+    state: StateConfig = Field(default_factory=StateConfig)
     #: The folder relative paths resolve against (the config file's); set by `load_config`, not by users.
     base_dir: SkipJsonSchema[str | None] = None
     #: Each value `${VAR}` substitution put in the file, with the VAR it came from (see `redact`).
@@ -65,6 +67,12 @@ class GatewayConfig(Model):
         """`text` with every value taken from the environment written back as the `${VAR}` it came from,
         so secrets (a token in an argument or a URL) stay out of `--check` output, errors and logs."""
         return redact_values(text, self._substituted)
+
+    def with_policy_of(self, other: GatewayConfig) -> GatewayConfig:
+        """This config with `other`'s `interceptors` and `chain` sections: what a config reload puts in force."""
+        merged = self.model_copy(update={"interceptors": other.interceptors, "chain": other.chain})
+        merged._substituted = {**self._substituted, **other._substituted}
+        return merged
 
     @field_validator("upstreams")
     @classmethod
@@ -83,7 +91,11 @@ class GatewayConfig(Model):
             raise ValueError("the web view reads the audit trail: set `audit.enabled: true` too")
         if isinstance(auth, AuthConfig) and not auth.enabled and not is_loopback(value.address[0]):
             raise ValueError(f"{value.listen!r} is not a loopback address: serving the view there needs `auth`")
-        if isinstance(http, HttpConfig) and value.listen is None and value.path in (http.path, "/sse", "/metrics"):
+        if (
+            isinstance(http, HttpConfig)
+            and value.listen is None
+            and value.path in (http.path, "/sse", "/metrics", "/healthz")
+        ):
             raise ValueError(f"`ui.path` {value.path!r} is taken by the HTTP front; choose another (default /ui)")
         return value
 

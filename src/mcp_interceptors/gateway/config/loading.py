@@ -212,6 +212,8 @@ def _check_http_path(http: HttpConfig, file: str) -> None:
         raise ConfigError(
             file, "http.path", "/metrics is where `http.metrics` serves the metrics", "choose another path, e.g. /mcp"
         )
+    if path == "/healthz":
+        raise ConfigError(file, "http.path", "/healthz is where the gateway answers readiness checks", "choose /mcp")
     if http.sse and (path == "/sse" or path == "/messages" or path.startswith("/messages/")):
         raise ConfigError(
             file,

@@ -64,7 +64,10 @@ def _json_constant(name: str) -> Any:
 
 def read_yaml(text: str, file: str) -> Any:
     """The YAML (or JSON) document in `text` as plain data; `None` for an empty one."""
-    loader = _BoundedLoader(text, file)
+    try:
+        loader = _BoundedLoader(text, file)  # its reader refuses control characters at once
+    except yaml.YAMLError as exc:
+        raise _syntax_error(exc, file) from None
     try:
         try:
             node = loader.get_single_node()
@@ -91,6 +94,10 @@ def _where(mark: Any) -> str:
 
 
 def _syntax_error(exc: yaml.YAMLError, file: str) -> ConfigError:
+    if isinstance(exc, yaml.reader.ReaderError):
+        where = f"character {exc.position + 1}" if isinstance(exc.position, int) else "an unknown position"
+        what = f"#x{exc.character:04x}" if isinstance(exc.character, int) else repr(exc.character)
+        return ConfigError(file, "", f"invalid YAML at {where}: {what}: {exc.reason}", "remove the character")
     mark = getattr(exc, "problem_mark", None)
     problem = getattr(exc, "problem", None)  # what the parser expected or found there
     what = f": {' '.join(problem.split())}" if problem else ""

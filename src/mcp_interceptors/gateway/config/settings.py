@@ -135,8 +135,31 @@ class HttpConfig(Model):
         100,
         description=(
             "How many handshake-era sessions (each with upstream sessions of its own: a process per stdio "
-            "upstream) may be open at once: a request that would open one more gets -32603 "
+            "upstream) and `/sse` streams may be open at once, counted from their first request (an "
+            "`initialize` alone holds one until it idles out): one more gets HTTP 503 with -32603 "
             "(`data.reason: too_many_sessions`)."
+        ),
+    )
+    max_sessions_per_principal: Count | None = Field(
+        None,
+        description=(
+            "How many of those sessions one principal (a token's user or client) may hold, so that one cannot "
+            "lock the others out: past it, -32603 (`data.setting` names this). Unset: a quarter of "
+            "`max_sessions`, at least 1. Without auth every client shares `max_sessions` alone."
+        ),
+    )
+    header_timeout_s: Annotated[float, Field(gt=0, le=3600, allow_inf_nan=False)] = Field(
+        10,
+        description=(
+            "How long a client may take to send a request's headers, from its connection or the request's "
+            "first byte: then the connection is closed, before any auth check (slow clients hold no socket)."
+        ),
+    )
+    body_timeout_s: Annotated[float, Field(gt=0, le=3600, allow_inf_nan=False)] = Field(
+        30,
+        description=(
+            "How long a client may take to send a request's body once its headers are read: then the "
+            "connection is closed."
         ),
     )
     max_requests_in_flight: Count = Field(
@@ -155,6 +178,13 @@ class HttpConfig(Model):
         description="Serve Prometheus metrics at GET /metrics on the HTTP front (same auth and Host checks as "
         "the MCP endpoint).",
     )
+
+    @property
+    def session_share(self) -> int:
+        """The sessions one principal may hold: `max_sessions_per_principal`, else a quarter of `max_sessions`."""
+        if self.max_sessions_per_principal is not None:
+            return min(self.max_sessions_per_principal, self.max_sessions)
+        return max(1, self.max_sessions // 4)
 
 
 class StdioConfig(Model):
@@ -246,3 +276,49 @@ class UiConfig(Model):
     def address(self) -> tuple[str, int]:
         """Where a listener of its own serves the view."""
         return split_listen(self.listen) if self.listen is not None else ("127.0.0.1", 8765)
+
+
+class StateConfig(Model):
+    """What guards remember across calls, and where (docs/deployment.md): in the process, or in a Redis the
+    gateway's replicas share."""
+
+    redis_url: str | None = Field(
+        None,
+        description="redis:// (rediss://, unix://) URL of the Redis the replicas share; unset: in the process.",
+        examples=["redis://redis:6379/0"],
+    )
+    key_prefix: str = Field("mcpi:", description="Prefix of every key the gateway writes in Redis.")
+    max_connections: Annotated[int, Field(ge=1, le=10_000)] = Field(
+        16, description="Connections each replica holds to Redis at most; a call waits for a free one."
+    )
+    timeout_seconds: Annotated[float, Field(gt=0, le=60)] = Field(
+        1.0,
+        description="How long a call waits for a connection, then for Redis's answer; past it the guard's "
+        "invocation fails with `state_unavailable` (closed, unless the guard is `fail_open`).",
+    )
+
+    request_state_keys: list[str] = Field(
+        default_factory=list,
+        description="Keys (use ${ENV}) the `requestState` of 2026-07-28 `input_required` rounds is sealed with "
+        "(HMAC-SHA256): the first seals, every one opens, so a key can be rotated in. The same on every replica; "
+        "unset: a key drawn per process, and a retry must come back to the replica that sealed it. Each key is "
+        "32 characters or more.",
+    )
+    request_state_ttl_seconds: Annotated[float, Field(gt=0, le=_WEEK_S)] = Field(
+        3600.0, description="How long a sealed `requestState` is accepted: a retry later calls again."
+    )
+
+    @field_validator("request_state_keys")
+    @classmethod
+    def _long_keys(cls, value: list[str]) -> list[str]:
+        for index, key in enumerate(value):
+            if len(key.encode("utf-8")) < 32:  # checked after ${ENV} substitution, unlike a schema's minLength
+                raise ValueError(f"key [{index}] is {len(key)} characters: use 32 or more (a random one from a vault)")
+        return value
+
+    @field_validator("redis_url")
+    @classmethod
+    def _redis_scheme(cls, value: str | None) -> str | None:
+        if value is not None and not value.startswith(("redis://", "rediss://", "unix://")):
+            raise ValueError(f"{value!r} is not a redis:// (or rediss://, unix://) URL")
+        return value

@@ -30,7 +30,8 @@ from starlette.routing import BaseRoute, Route
 
 from mcp_interceptors.gateway.auth import current_principal
 from mcp_interceptors.gateway.fronts.bodies import REFUSED, json_response, shape_checked
-from mcp_interceptors.gateway.jsonrpc.framing import id_in_use, is_request_id
+from mcp_interceptors.gateway.jsonrpc.framing import INTERNAL_ERROR, error_response, id_in_use, is_request_id
+from mcp_interceptors.gateway.session_slots import SessionRefusedError, owner_of
 
 if TYPE_CHECKING:
     from mcp_interceptors.gateway.gateway import Gateway
@@ -141,10 +142,21 @@ class SessionRequests:
                 return
         session = headers.get(b"mcp-session-id")
         version = headers.get(b"mcp-protocol-version")
-        if session is None or (version is not None and version.decode("latin-1") not in HANDSHAKE_PROTOCOL_VERSIONS):
-            await self.app(scope, receive, send)  # a new session, or a 2026-07-28 request: mcp's alone
+        if version is not None and version.decode("latin-1") not in HANDSHAKE_PROTOCOL_VERSIONS:
+            await self.app(scope, receive, send)  # a 2026-07-28 request: mcp's alone
             return
-        key = (session.decode("latin-1"), _caller(scope))
+        if session is None:
+            await self._open(message, scope, receive, send)
+            return
+        slot = self.gateway.sessions.slots.started(session.decode("latin-1"), owner_of(current_principal()))
+        try:
+            await self._in_session((session.decode("latin-1"), _caller(scope)), message, scope, receive, send)
+        finally:
+            if slot is not None:
+                self.gateway.sessions.slot_done(slot)
+
+    async def _in_session(self, key: tuple[str, Any], message: Any, scope: Any, receive: Any, send: Any) -> None:
+        headers = dict(scope.get("headers") or [])
         if scope.get("method") == "POST":
             await self._post(key, message, scope, receive, send)
         elif scope.get("method") == "DELETE":
@@ -156,6 +168,32 @@ class SessionRequests:
             await self.app({**scope, "headers": kept}, receive, send)
         else:
             await self.app(scope, receive, send)
+
+    async def _open(self, message: Any, scope: Any, receive: Any, send: Any) -> None:
+        """A request naming no session, for which mcp would open one: it takes a slot first (`http.max_sessions`
+        and the caller's share) or gets 503 with -32603. The slot holds the session mcp answers it with, and is
+        given back at once when it opened none."""
+        sessions = self.gateway.sessions
+        try:
+            slot = sessions.take_slot(current_principal())
+        except SessionRefusedError as exc:
+            refused = error_response(_request_id(message), INTERNAL_ERROR, exc.message, exc.data)
+            await json_response(503, refused)(scope, receive, send)
+            return
+
+        async def watch(message: Any) -> None:
+            if message.get("type") == "http.response.start" and int(message.get("status", 500)) < 400:
+                opened = dict(message.get("headers") or ()).get(b"mcp-session-id")
+                if opened is not None:
+                    sessions.slots.bind(slot, bytes(opened).decode("latin-1"))
+            await send(message)
+
+        try:
+            await self.app(scope, receive, watch)
+        finally:
+            sessions.slot_done(slot)
+            if slot.key is None:
+                sessions.release_slot(slot)
 
     async def _post(self, key: tuple[str, Any], message: Any, scope: Any, receive: Any, send: Any) -> None:
         """A POST of session `key`; `message` is its body, parsed (None: not read, or not JSON)."""
@@ -207,6 +245,8 @@ class SessionRequests:
         await self.app(scope, receive, watch)
         if 200 <= status < 300:
             self.gateway.sessions.close(session_id)
+            if (slot := self.gateway.sessions.slots.by_key.get(session_id)) is not None:
+                self.gateway.sessions.release_slot(slot)
 
 
 class _InFlight:

@@ -1,8 +1,9 @@
 """Serve a `Gateway` on stdio or Streamable HTTP (plus the legacy SSE endpoint), with auth and signals.
 
-HTTP binds loopback by default with DNS-rebinding protection; a non-loopback bind needs auth
-unless `insecure_no_auth` is set. Shutdown is clean: uvicorn drains (calls still waiting on an
-upstream when the drain ends get a JSON-RPC error), then upstreams close.
+HTTP binds loopback by default with DNS-rebinding protection (`hosts.py`) and read deadlines
+(`read_deadlines.py`); a non-loopback bind needs auth unless `insecure_no_auth` is set. Shutdown is
+clean: uvicorn drains (calls still waiting on an upstream when the drain ends get a JSON-RPC error),
+then upstreams close.
 """
 
 from __future__ import annotations
@@ -24,10 +25,13 @@ from sse_starlette.sse import AppStatus
 
 from mcp_interceptors.gateway.auth import build_auth
 from mcp_interceptors.gateway.config import GatewayConfig, authority
+from mcp_interceptors.gateway.fronts.hosts import StrictHosts
 from mcp_interceptors.gateway.fronts.http import streamable_http_app
+from mcp_interceptors.gateway.fronts.read_deadlines import ReadDeadlinesApp, deadline_protocol
 from mcp_interceptors.gateway.fronts.sse import sse_routes
 from mcp_interceptors.gateway.fronts.stdio import serve_stdio_fast
 from mcp_interceptors.gateway.gateway import Gateway
+from mcp_interceptors.gateway.health import health_route
 from mcp_interceptors.gateway.metrics import CONTENT_TYPE, GatewayMetrics
 from mcp_interceptors.gateway.preflight import ListenError, check_bind
 from mcp_interceptors.gateway.web_view import ui_mount
@@ -84,6 +88,7 @@ def http_app(gateway: Gateway, host: str, port: int, *, insecure_no_auth: bool =
     )
     auth_settings, verifier = build_auth(config, host, port)
     routes = sse_routes(gateway, security, config.http.max_body_bytes, auth_settings) if config.http.sse else []
+    routes.append(health_route(gateway))
     if config.http.metrics and gateway.metrics is not None:
         routes.append(metrics_route(gateway.metrics, security, auth_settings))
     if (web_view := ui_mount(config, verifier, allowed_hosts)) is not None:
@@ -92,7 +97,8 @@ def http_app(gateway: Gateway, host: str, port: int, *, insecure_no_auth: bool =
     # call emits a notification first. For the handshake era the flag covers every session of the manager,
     # and it drops the progress, log and sampling/elicitation traffic relayed during a call
     # (docs/benchmarks.md, "JSON responses").
-    return streamable_http_app(gateway, security, auth_settings, verifier, routes)
+    app = streamable_http_app(gateway, security, auth_settings, verifier, routes)
+    return StrictHosts(app, security.allowed_hosts, security.allowed_origins)
 
 
 def _with_default_ports(entries: list[str]) -> list[str]:
@@ -143,18 +149,21 @@ async def serve_http(
     insecure_no_auth: bool = False,
     on_ready: Callable[[], None] | None = None,
 ) -> None:
-    app = http_app(gateway, host, port, insecure_no_auth=insecure_no_auth)
+    http = gateway.config.http
+    # httptools (a dependency) parses requests where it is installed, else h11, as uvicorn chooses by default;
+    # wrapped, so that a request's headers and body are read within their deadlines.
+    protocol = deadline_protocol(http.header_timeout_s, http.body_timeout_s)
+    app = ReadDeadlinesApp(http_app(gateway, host, port, insecure_no_auth=insecure_no_auth), protocol)
     config = uvicorn.Config(
         app,
         host=host,
         port=port,
         log_level="warning",
-        # httptools (a dependency) parses requests where it is installed, else h11, as uvicorn chooses by default.
-        http="auto",
+        http=protocol,
         # Its access lines are INFO, below that level: off, uvicorn does not build each request's line either.
         access_log=False,
         lifespan="on",
-        timeout_keep_alive=gateway.config.http.keep_alive_s,
+        timeout_keep_alive=http.keep_alive_s,
         # A request's address is its connection's: uvicorn would take it from the `X-Forwarded-For` of any
         # loopback client, and anonymous 2026-07-28 clients each get an in-flight budget per address.
         proxy_headers=False,

@@ -14,8 +14,10 @@ from mcp.shared.jsonrpc_dispatcher import cancelled_request_id_from_params
 from mcp.shared.message import SessionMessage
 from mcp_types import JSONRPCError, JSONRPCNotification, JSONRPCRequest, JSONRPCResponse
 
-from mcp_interceptors.gateway.fronts.bodies import REFUSED, shape_checked
-from mcp_interceptors.gateway.jsonrpc.framing import id_in_use
+from mcp_interceptors.gateway.auth import current_principal
+from mcp_interceptors.gateway.fronts.bodies import REFUSED, json_response, shape_checked
+from mcp_interceptors.gateway.jsonrpc.framing import INTERNAL_ERROR, error_response, id_in_use
+from mcp_interceptors.gateway.session_slots import SessionRefusedError
 from mcp_interceptors.gateway.sessions import SSE_SESSION_PREFIX
 
 if TYPE_CHECKING:
@@ -129,6 +131,12 @@ def sse_routes(
         so do that session's upstream sessions."""
 
         async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
+            try:  # a stream is a session: it counts against `http.max_sessions` until it ends
+                slot = gateway.sessions.take_slot(current_principal())
+            except SessionRefusedError as exc:
+                refused = error_response(None, INTERNAL_ERROR, exc.message, exc.data)
+                await json_response(503, refused)(scope, receive, send)
+                return
             announced: list[str] = []
 
             async def watch(message: Any) -> None:
@@ -143,6 +151,7 @@ def sse_routes(
                     guard = SseRequestIds(read, write)
                     await server.run(guard, guard.writer, server.create_initialization_options())
             finally:
+                gateway.sessions.release_slot(slot)
                 if announced:
                     gateway.sessions.close(SSE_SESSION_PREFIX + announced[0])
 

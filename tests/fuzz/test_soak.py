@@ -1,0 +1,28 @@
+"""The 2-minute soak in CI: `bench/soak.py --minutes 2` at c=16 with upstream crashes and hangs injected. It
+must end by itself with every echo call answered (or failed by an injected fault), crashes and hangs both
+met, the trail verified, and the gateway's memory not running away after warm-up (loosely: a noisy host)."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+pytestmark = [pytest.mark.e2e, pytest.mark.soak]
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def test_a_two_minute_soak_with_crashes_and_hangs_serves_every_call_and_its_trail_verifies() -> None:
+    argv = [sys.executable, "bench/soak.py", "--minutes", "2", "--sample-s", "10", "--json"]
+    done = subprocess.run(argv, cwd=ROOT, capture_output=True, text=True, timeout=420, check=False)
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    report = json.loads(done.stdout.splitlines()[-1])
+    outcomes = report["outcomes"]
+    assert outcomes["echo: ok"] > 500, outcomes
+    assert any(key.startswith("crash: error") for key in outcomes), outcomes
+    assert any(key.startswith("hang: error") for key in outcomes), outcomes
+    assert report["audit_verify"].startswith("OK: "), report["audit_verify"]
+    assert report["rss_end_mb"] < 1.5 * report["rss_after_warmup_mb"] + 20, report["rss_mb"]

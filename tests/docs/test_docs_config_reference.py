@@ -41,6 +41,7 @@ FULL = {
         "overrides": {"g": {"hooks": [{"events": ["tools/call"], "phase": "request"}]}},
     },
     "auth": {"jwt": {"jwks_file": "keys.json"}},
+    "telemetry": {},  # off when absent: present, its fields show their defaults
 }
 
 

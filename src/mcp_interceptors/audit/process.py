@@ -70,6 +70,8 @@ def decision_to_wire(decision: DecisionInput) -> bytes:
     }
     if decision.redacted:
         wire["redacted"] = decision.redacted
+    if decision.trace_id is not None:
+        wire["trace_id"] = decision.trace_id
     if decision.executed_payload is decision.intent_payload:
         wire["same"] = True  # hashed once, as in-process (`body_for`)
     else:
@@ -95,6 +97,7 @@ def decision_from_wire(wire: Mapping[str, Any]) -> DecisionInput:
         executed_payload=intent if wire.get("same") else wire["executed_payload"],
         error=wire["error"],
         redacted=wire.get("redacted", ()),
+        trace_id=wire.get("trace_id"),
     )
 
 

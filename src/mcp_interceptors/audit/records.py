@@ -90,6 +90,8 @@ class DecisionInput:
     executed_payload: Any = None
     error: Mapping[str, Any] | None = None
     redacted: Sequence[str] = ()
+    #: The OpenTelemetry trace of the call (32 hex digits), when the gateway traces it.
+    trace_id: str | None = None
 
     def __post_init__(self) -> None:
         if self.timestamp.tzinfo is None:
@@ -221,7 +223,7 @@ def body_for(decision: DecisionInput) -> dict[str, Any]:
     executed_hash = intent_hash if same else payload_hash(executed)
     entries, masker = kept_entries(decision)
     error = None if decision.error is None else dict(decision.error)
-    return {
+    body = {
         "time": format_time(decision.timestamp),
         "session_id": decision.session_id,
         "principal": None if decision.principal is None else dict(decision.principal),
@@ -238,6 +240,9 @@ def body_for(decision: DecisionInput) -> dict[str, Any]:
         "drift": drift_for(intent_hash, executed_hash),
         "error": masker.value(error) if masker and error is not None else error,
     }
+    if decision.trace_id is not None:  # only a traced call's records have it: the others are as they were
+        body["trace_id"] = decision.trace_id
+    return body
 
 
 def prepare_entry(decision: DecisionInput) -> PreparedEntry:

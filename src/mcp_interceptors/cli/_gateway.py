@@ -52,6 +52,7 @@ from mcp_interceptors.gateway.preflight import (
 from mcp_interceptors.gateway.reload import Reloader
 from mcp_interceptors.gateway.routing import RoutingError
 from mcp_interceptors.gateway.sources import chain_for, close_sources, populate_chain, state_for
+from mcp_interceptors.gateway.telemetry import Telemetry, TelemetryError, telemetry_for
 from mcp_interceptors.gateway.upstream.errors import UpstreamUnavailableError
 from mcp_interceptors.gateway.web_view import has_own_listener, serve_ui_listener
 from mcp_interceptors.invoker import Chain
@@ -293,11 +294,17 @@ async def _serve(
 ) -> None:
     _log.info("gateway starting on the %s event loop", loop_name())
     chains = [chain_for(config)]  # the one in force last: a reload closes those it replaced
+    try:
+        telemetry = telemetry_for(config.telemetry)
+    except TelemetryError as exc:
+        raise CommandError(str(exc)) from None
     _log.info("start-up heap frozen: %d objects the collector skips", freeze_start_up_heap())
     try:
-        await _run_gateway(chains, config, file, http, insecure_no_auth, reloading)
+        await _run_gateway(chains, config, file, http, insecure_no_auth, reloading, telemetry)
     finally:
         await close_sources(chains[-1])
+        if telemetry is not None:  # the spans still queued go out, within the export timeout
+            await anyio.to_thread.run_sync(telemetry.close)
 
 
 async def _run_gateway(
@@ -307,6 +314,7 @@ async def _run_gateway(
     http: tuple[str, int] | None,
     insecure_no_auth: bool,
     reloading: _Reloading,
+    telemetry: Telemetry | None,
 ) -> None:
     chain = chains[0]
     state = state_for(config)
@@ -316,7 +324,7 @@ async def _run_gateway(
             # the start with nothing to undo.
             writer = await start_audit_writer(config, tg) if config.audit.enabled else None
             await populate_chain(chain, config, tg, file=file, state=state)
-            gateway = Gateway(config, chain, audit_writer=writer, state=state)
+            gateway = Gateway(config, chain, audit_writer=writer, state=state, telemetry=telemetry)
             if http is None:
                 gateway.await_stdio_client()
             # A stdio gateway has one client: it connects the upstreams when that client says who it is.

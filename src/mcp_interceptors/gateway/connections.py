@@ -20,6 +20,7 @@ from mcp_interceptors.gateway.config import GatewayConfig
 from mcp_interceptors.gateway.metrics import GatewayMetrics
 from mcp_interceptors.gateway.scrub import Scrubber
 from mcp_interceptors.gateway.session import DownstreamSession, Era
+from mcp_interceptors.gateway.telemetry import Telemetry
 from mcp_interceptors.gateway.upstream.connection import OnUpstreamNotify, OnUpstreamRequest, UpstreamConnection
 from mcp_interceptors.gateway.upstream.errors import UpstreamUnavailableError
 from mcp_interceptors.gateway.upstream.handshake import EraPreference
@@ -81,6 +82,8 @@ class Connections:
         self.scrubber = scrubber
         self.metrics = metrics
         self.traffic: Traffic | None = None
+        #: Tracing (None: off), given to every connection made.
+        self.telemetry: Telemetry | None = None
         self.shared: dict[str, UpstreamConnection] = {}
         #: Shutting down (`close_all`): no upstream session opens any more.
         self.closing = False
@@ -257,6 +260,7 @@ class Connections:
     def _instrumented(self, conn: UpstreamConnection) -> UpstreamConnection:
         """Metrics for an upstream connection, and the scrub of the log lines and progress it relays."""
         conn.scrubber = self.scrubber
+        conn.telemetry = self.telemetry
         if self.metrics is not None:
             conn.on_duration = self.metrics.upstream_timer(conn.name)
             conn.on_restart = self.metrics.upstream_restarter(conn.name)

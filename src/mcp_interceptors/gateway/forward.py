@@ -34,6 +34,7 @@ from mcp_interceptors.gateway.shape import (
     without_meta,
 )
 from mcp_interceptors.gateway.tasks import task_refusal
+from mcp_interceptors.gateway.telemetry import Telemetry
 from mcp_interceptors.gateway.upstream.connection import UpstreamConnection
 from mcp_interceptors.protocol.errors import INVALID_PARAMS, METHOD_NOT_FOUND
 from mcp_interceptors.protocol.invoke import InvocationContext
@@ -58,6 +59,7 @@ class Forwarder:
         server_info: Callable[[], dict[str, Any]],
         advertised_equals_callable: bool,
         request_states: RequestStates | None = None,
+        telemetry: Telemetry | None = None,
     ) -> None:
         self.governor = governor
         self.connections = connections
@@ -69,6 +71,9 @@ class Forwarder:
         self.advertised_equals_callable = advertised_equals_callable
         self.request_states = request_states or RequestStates()
         self._upstream_count = len(connections.config.upstreams)
+        self.telemetry = telemetry
+        #: Where `handle` goes: straight to the call, or through its span when tracing is on.
+        self._serve = self._measured if telemetry is None else self._traced
 
     async def handle(
         self,
@@ -80,16 +85,45 @@ class Forwarder:
     ) -> dict[str, Any]:
         """Serve one request of `session`; raises `MCPError` for the client."""
         if session.era != "legacy":  # only a handshake-era client ends its session's calls (`end_calls`)
-            return await self._measured(session, method, params, downstream, request_id)
+            return await self._serve(session, method, params, downstream, request_id)
         if session.end_reason is None:
             with session.call_scope() as scope:
                 try:
-                    return await self._measured(session, method, params, downstream, request_id)
+                    return await self._serve(session, method, params, downstream, request_id)
                 finally:
                     session.forget_call_scope(scope)
         ended = session.ended_error()
         assert ended is not None, "a call's scope ends it without an answer only when `end_calls` cancels it"
         raise ended
+
+    async def _traced(
+        self,
+        session: DownstreamSession,
+        method: str,
+        params: dict[str, Any] | None,
+        downstream: Downstream,
+        request_id: Any,
+    ) -> dict[str, Any]:
+        """`_measured` inside the call's SERVER span (tracing on)."""
+        assert self.telemetry is not None
+        span = self.telemetry.start_call(method, params, session.guard_id, request_id)
+        outcome = "error"
+        error: Exception | None = None
+        try:
+            result = await self._measured(session, method, params, downstream, request_id)
+            outcome = "ok"
+            return result
+        except BlockedError as exc:
+            outcome, error = "blocked", exc
+            raise
+        except anyio.get_cancelled_exc_class():
+            outcome = "cancelled"
+            raise
+        except Exception as exc:
+            error = exc
+            raise
+        finally:
+            span.end(outcome, self.listings.server_of(session, method, "request", params), error)
 
     async def _measured(
         self,

@@ -31,7 +31,8 @@ from mcp_interceptors.gateway.scrub import Scrubber
 from mcp_interceptors.gateway.server import GatewayServer, new_server
 from mcp_interceptors.gateway.session import DownstreamSession, Era
 from mcp_interceptors.gateway.sessions import Sessions
-from mcp_interceptors.gateway.upstream.connection import OnUpstreamNotify, OnUpstreamRequest
+from mcp_interceptors.gateway.telemetry import Telemetry
+from mcp_interceptors.gateway.upstream.connection import OnUpstreamNotify, OnUpstreamRequest, UpstreamConnection
 from mcp_interceptors.gateway.upstream.handshake import GATEWAY_CLIENT_INFO
 from mcp_interceptors.invoker import Chain
 from mcp_interceptors.state import StateStore
@@ -52,11 +53,14 @@ class Gateway:
         *,
         audit_writer: RecordWriter | None = None,
         state: StateStore | None = None,
+        telemetry: Telemetry | None = None,
     ) -> None:
         self.config = config
         self.chain = chain
         #: The state store replicas share (`state.redis_url`), which the guards were given; None in memory.
         self.state = state
+        #: Tracing (`telemetry.telemetry_for`), None when off: then no hook does anything.
+        self.telemetry = telemetry
         self.governor = _governor_for(config, chain)
         #: Kept only when something exposes them (`http.metrics`, `metrics.listen`): otherwise no cost at all.
         self.metrics: GatewayMetrics | None = None
@@ -72,6 +76,8 @@ class Gateway:
         self.scrubber = Scrubber.from_config(config)
         self.replies = Replies(self.scrubber, receipts=config.audit.receipts, writer=audit_writer)
         self.connections = Connections(config, self.scrubber, self.metrics)
+        if telemetry is not None:
+            self._trace_with(telemetry)
         self.sessions = Sessions(config, self.connections)
         self.listings = Listings(config, self.governor, self.connections, self.replies)
         self.rounds = InputRounds(self.governor, self.replies, self.sessions)
@@ -93,6 +99,7 @@ class Gateway:
                 [key.encode("utf-8") for key in config.state.request_state_keys],
                 ttl_s=config.state.request_state_ttl_seconds,
             ),
+            telemetry=telemetry,
         )
         self.mcp_server = GatewayServer(
             server,
@@ -110,6 +117,21 @@ class Gateway:
             host_methods=HostMethods(config, chain, self.replies, self.listings, self.sessions.for_context),
         )
         self._tg: anyio.abc.TaskGroup | None = None
+
+    def _trace_with(self, telemetry: Telemetry) -> None:
+        """Hand tracing to the parts with a hook: chain runs, records, upstream and interceptor server requests."""
+        self.governor.telemetry = telemetry
+        self.replies.telemetry = telemetry
+        self.connections.telemetry = telemetry
+        self._trace_sources(self.chain, telemetry)
+
+    @staticmethod
+    def _trace_sources(chain: Chain, telemetry: Telemetry) -> None:
+        """Interceptor servers' requests get CLIENT spans and the trace context, as upstreams' do."""
+        for source in chain.sources.values():
+            conn = getattr(source, "conn", None)  # an interceptor server's (`ConnectionSource`)
+            if isinstance(conn, UpstreamConnection):
+                conn.telemetry = telemetry
 
     @property
     def audit_writer(self) -> RecordWriter | None:
@@ -163,6 +185,9 @@ class Gateway:
         old = self.chain, self.governor
         governor = _governor_for(config, chain)
         governor.metrics = self.metrics
+        if self.telemetry is not None:
+            governor.telemetry = self.telemetry
+            self._trace_sources(chain, self.telemetry)
         scrubber = Scrubber.from_config(config)
         # No await from here on: a call starts on the old policy or on the new one, never on a mix.
         self.config, self.chain, self.governor, self.scrubber = config, chain, governor, scrubber

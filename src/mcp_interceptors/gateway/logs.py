@@ -13,13 +13,15 @@ from collections.abc import Mapping, Sequence
 from datetime import UTC, datetime
 from typing import Any, Final
 
+from opentelemetry import trace
+
 from mcp_interceptors.executor import ChainResult
 from mcp_interceptors.protocol.results import MutationResult, ValidationResult
 
 #: The logger of the decision lines: `--log-level INFO` shows changes too, WARNING blocks only.
 decisions = logging.getLogger("mcp_interceptors.gateway.decisions")
 #: Fields a log record may carry (`extra=`) that the JSON lines include.
-FIELDS: Final = ("method", "phase", "interceptor", "reason", "path", "call_id", "upstream", "outcome")
+FIELDS: Final = ("method", "phase", "interceptor", "reason", "path", "call_id", "trace_id", "upstream", "outcome")
 #: At most this many reasons in one line (a validator may answer with hundreds of findings).
 _MAX_REASONS = 5
 
@@ -63,6 +65,7 @@ def log_blocked(result: ChainResult, call_id: str) -> None:
         "reason": first[1],
         "path": first[2],
         "call_id": call_id or None,
+        "trace_id": current_trace_id(),
         "outcome": result.status,
     }
     where = f" (call {call_id})" if call_id else ""
@@ -81,6 +84,7 @@ def log_refused_payload(result: ChainResult, problem: str, call_id: str) -> None
         "interceptor": name,
         "reason": f"invalid payload: {problem}",
         "call_id": call_id or None,
+        "trace_id": current_trace_id(),
         "outcome": "mutation_failed",
     }
     where = f" (call {call_id})" if call_id else ""
@@ -112,6 +116,7 @@ def log_changed(result: ChainResult, call_id: str) -> None:
         "interceptor": changed[0].interceptor,
         "path": paths[0] if paths else None,
         "call_id": call_id or None,
+        "trace_id": current_trace_id(),
     }
     suffix = f" (call {call_id})" if call_id else ""
     decisions.info("changed %s %s: %s%s", result.event, result.phase, "; ".join(parts), suffix, extra=extra)
@@ -119,7 +124,7 @@ def log_changed(result: ChainResult, call_id: str) -> None:
 
 class JsonFormatter(logging.Formatter):
     """`--log-format json`: one object per line with `time`, `level`, `logger`, `event` (the message), the
-    decision fields a line carries."""
+    decision fields a line carries, and the trace id of the span it was logged in."""
 
     def format(self, record: logging.LogRecord) -> str:
         line: dict[str, Any] = {
@@ -134,9 +139,17 @@ class JsonFormatter(logging.Formatter):
             value = record.__dict__.get(key)
             if value is not None:
                 line[key] = value
+        if "trace_id" not in line and (trace_id := current_trace_id()) is not None:
+            line["trace_id"] = trace_id
         if record.exc_info:
             line["exception"] = self.formatException(record.exc_info)
         return json.dumps(line, ensure_ascii=False, default=str)
+
+
+def current_trace_id() -> str | None:
+    """The trace id (32 hex digits) of the span being served, None outside one (or with tracing off)."""
+    span_context = trace.get_current_span().get_span_context()
+    return format(span_context.trace_id, "032x") if span_context.is_valid else None
 
 
 TEXT_FORMAT: Final = "%(levelname)s %(name)s: %(message)s"

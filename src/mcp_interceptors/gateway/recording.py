@@ -136,6 +136,8 @@ class CallRecord:
     ended: bool = False
     #: Text the mutations of this call (and of the calls embedded in it) removed: no later record keeps it.
     redacted: set[str] = field(default_factory=set)
+    #: The trace the call belongs to (tracing on): each of its records names it.
+    trace_id: str | None = None
     _principal: dict[str, Any] | None = field(default=None, repr=False)
 
     @property
@@ -150,7 +152,14 @@ class CallRecord:
         if self.writer is None:
             return self
         if call_id is None:
-            return CallRecord(self.writer, self.context, pending=self.pending, parent=self, redacted=self.redacted)
+            return CallRecord(
+                self.writer,
+                self.context,
+                pending=self.pending,
+                parent=self,
+                redacted=self.redacted,
+                trace_id=self.trace_id,
+            )
         return CallRecord(
             self.writer,
             self.context,
@@ -159,6 +168,7 @@ class CallRecord:
             parent=self,
             opened=True,
             redacted=self.redacted,
+            trace_id=self.trace_id,
         )
 
     def for_server(self, server: str) -> CallRecord:
@@ -174,6 +184,7 @@ class CallRecord:
             request=self.request,
             parent=self,
             redacted=self.redacted,
+            trace_id=self.trace_id,
         )
 
     async def denied(self, leg: Leg) -> list[AuditReceipt]:
@@ -351,6 +362,7 @@ class CallRecord:
             executed_payload=executed,
             error=error,
             redacted=tuple(self.redacted),
+            trace_id=self.trace_id,
         )
         try:
             self.pending.append(await self.writer.submit(decision_input))

@@ -18,6 +18,7 @@ from mcp_interceptors.protocol.invoke import InvocationContext
 
 if TYPE_CHECKING:
     from mcp_interceptors.audit import RecordWriter
+    from mcp_interceptors.gateway.telemetry import Telemetry
 
 
 class Replies:
@@ -27,12 +28,17 @@ class Replies:
         self.scrubber = scrubber
         self.receipts = receipts
         self.writer = writer
+        #: Tracing (None: off): a record then carries its trace id, and the call's span its record's call id.
+        self.telemetry: Telemetry | None = None
 
     def new_record(self, context: InvocationContext) -> CallRecord:
         """The audit record of one call (inert when auditing is off)."""
         if self.writer is None:
             return CallRecord(None, context, call_id="")
-        return CallRecord(self.writer, context)
+        record = CallRecord(self.writer, context)
+        if self.telemetry is not None:
+            record.trace_id = self.telemetry.link_record(record.call_id)
+        return record
 
     async def settled(self, result: dict[str, Any], record: CallRecord) -> dict[str, Any]:
         """Wait for the call's records to be durable; an opted-in client gets its receipt in `_meta`."""

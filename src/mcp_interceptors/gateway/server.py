@@ -180,6 +180,12 @@ class GatewayServer:
             # connection's own channel (the GET stream on HTTP): a request's stream closes with its request.
             session.standalone = ServerSessionDownstream(ctx, scoped=False)
         try:
+            telemetry = self.forwarder.telemetry
+            if telemetry is not None and ctx.request is not None:  # tracing: the request's headers may carry a trace
+                with telemetry.headers_context(ctx.request.headers):
+                    return await self.forwarder.handle(
+                        session, method, params, ServerSessionDownstream(ctx), ctx.request_id
+                    )
             return await self.forwarder.handle(session, method, params, ServerSessionDownstream(ctx), ctx.request_id)
         except InterceptorsError as exc:
             raise MCPError(exc.code, exc.message, exc.data) from None

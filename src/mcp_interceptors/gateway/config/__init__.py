@@ -54,6 +54,7 @@ from mcp_interceptors.gateway.config.settings import (
     ScrubConfig,
     StateConfig,
     StdioConfig,
+    TelemetryConfig,
 )
 
 __all__ = [
@@ -78,6 +79,7 @@ __all__ = [
     "ScrubConfig",
     "StateConfig",
     "StdioConfig",
+    "TelemetryConfig",
     "TransportConfig",
     "UpstreamConfig",
     "authority",

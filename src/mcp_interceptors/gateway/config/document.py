@@ -18,6 +18,7 @@ from mcp_interceptors.gateway.config.settings import (
     ScrubConfig,
     StateConfig,
     StdioConfig,
+    TelemetryConfig,
     UiConfig,
 )
 
@@ -58,6 +59,9 @@ class GatewayConfig(Model):
     scrub: ScrubConfig = Field(default_factory=ScrubConfig)
     ui: UiConfig = Field(default_factory=UiConfig)
     state: StateConfig = Field(default_factory=StateConfig)
+    telemetry: TelemetryConfig | None = Field(
+        None, description="OpenTelemetry tracing (off without it, unless `OTEL_*` variables ask for it)."
+    )
     #: The folder relative paths resolve against (the config file's); set by `load_config`, not by users.
     base_dir: SkipJsonSchema[str | None] = None
     #: Each value `${VAR}` substitution put in the file, with the VAR it came from (see `redact`).

@@ -1,4 +1,4 @@
-"""How the gateway runs: the chain, scrubbing, auth, the HTTP and stdio fronts, audit and metrics."""
+"""How the gateway runs: the chain, scrubbing, auth, the HTTP and stdio fronts, audit, metrics and tracing."""
 
 from __future__ import annotations
 
@@ -322,3 +322,42 @@ class StateConfig(Model):
         if value is not None and not value.startswith(("redis://", "rediss://", "unix://")):
             raise ValueError(f"{value!r} is not a redis:// (or rediss://, unix://) URL")
         return value
+
+
+class TelemetryConfig(Model):
+    """OpenTelemetry tracing: present (and `enabled`), every governed call is traced (docs/telemetry.md)."""
+
+    enabled: bool = Field(True, description="Trace calls; `false` keeps the section but turns tracing off.")
+    exporter: Literal["otlp", "console", "none"] = Field(
+        "otlp",
+        description="Where spans go: `otlp` (OTLP/HTTP protobuf, the `telemetry` extra), `console` (stderr), or "
+        "`none` (spans are made, so trace ids reach records, logs and upstreams, and dropped).",
+    )
+    endpoint: str | None = Field(
+        None,
+        description="The OTLP/HTTP base URL (`/v1/traces` is added); default: `OTEL_EXPORTER_OTLP_TRACES_ENDPOINT`, "
+        "`OTEL_EXPORTER_OTLP_ENDPOINT`, else http://localhost:4318.",
+        examples=["http://127.0.0.1:4318"],
+    )
+    headers: dict[str, str] = Field(
+        default_factory=dict,
+        description="HTTP headers of each export (use ${ENV} for secrets); default: `OTEL_EXPORTER_OTLP_HEADERS`.",
+    )
+    service_name: str | None = Field(
+        None,
+        description="The `service.name` of the spans; default: `OTEL_SERVICE_NAME`, else mcp-interceptors-gateway.",
+    )
+    sample_ratio: Annotated[float, Field(ge=0, le=1, allow_inf_nan=False)] | None = Field(
+        None,
+        description="The share of new traces kept (a client's sampled flag decides for its own); default: "
+        "`OTEL_TRACES_SAMPLER`, else all.",
+    )
+    propagate: bool = Field(
+        True, description="Send the trace context (`traceparent`, `tracestate`) to upstreams and interceptor servers."
+    )
+    max_queue_size: Annotated[int, Field(ge=1, le=1_000_000)] = Field(
+        2048, description="Spans waiting for export; past it new spans are dropped, never a call delayed."
+    )
+    export_timeout_ms: Annotated[int, Field(ge=1, le=MAX_DURATION_MS)] = Field(
+        2000, description="How long one export may take (in a thread of its own, off the event loop)."
+    )

@@ -15,7 +15,7 @@ import logging
 import os
 import time
 from collections.abc import Awaitable, Callable, Mapping
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import anyio
 import anyio.abc
@@ -39,6 +39,9 @@ from mcp_interceptors.gateway.upstream.errors import (
     is_lost_stream,
     too_long,
 )
+
+if TYPE_CHECKING:
+    from mcp_interceptors.gateway.telemetry import Telemetry
 from mcp_interceptors.gateway.upstream.handshake import (
     SESSION_STATE_METHODS,
     Era,
@@ -143,6 +146,8 @@ class UpstreamConnection:
         self.on_duration: Callable[[float], None] | None = None
         #: The gateway's scrub of relayed log lines and progress messages (`scrub.notifications`), if any.
         self.scrubber: Scrubber | None = None
+        #: Tracing (None: off): each request then gets a CLIENT span, and its trace context in `_meta`.
+        self.telemetry: Telemetry | None = None
         #: Called each time it reconnects after its connection ended or failed (the gateway's metrics), when set.
         self.on_restart: Callable[[], None] | None = None
         #: Called each time a connection is up, past its handshake (an interceptor server's listing is read again).
@@ -431,6 +436,7 @@ class UpstreamConnection:
         headers: Mapping[str, str] | None = None,
         timeout_s: float | None = None,
         on_notify: OnUpstreamNotify | None = None,
+        _in_span: bool = False,
     ) -> dict[str, Any]:
         """Send one request in this connection's era and return the raw result dict.
 
@@ -438,6 +444,8 @@ class UpstreamConnection:
         an error naming the upstream. `on_notify` receives the upstream's request-scoped
         notifications (logging, say) while this is the only request with a receiver in flight.
         """
+        if self.telemetry is not None and not _in_span:
+            return await self._traced_request(method, params, request_id, on_progress, headers, timeout_s, on_notify)
         started = time.perf_counter()
         if self.scrubber is not None and on_progress is not None:  # only calls whose client asked for progress
             on_progress = self.scrubber.progress_relay(on_progress)
@@ -457,6 +465,37 @@ class UpstreamConnection:
         finally:
             if self.on_duration is not None:  # the gateway's metrics
                 self.on_duration(time.perf_counter() - started)
+
+    async def _traced_request(
+        self,
+        method: str,
+        params: Mapping[str, Any] | None,
+        request_id: Any,
+        on_progress: Any,
+        headers: Mapping[str, str] | None,
+        timeout_s: float | None,
+        on_notify: OnUpstreamNotify | None,
+    ) -> dict[str, Any]:
+        """`request` inside its CLIENT span, the span's trace context sent on in `_meta` (tracing on)."""
+        assert self.telemetry is not None
+        span, token, params = self.telemetry.start_upstream(method, params, self.name, self.role, self.config.url)
+        error: BaseException | None = None
+        try:
+            return await self.request(
+                method,
+                params,
+                request_id=request_id,
+                on_progress=on_progress,
+                headers=headers,
+                timeout_s=timeout_s,
+                on_notify=on_notify,
+                _in_span=True,
+            )
+        except BaseException as exc:
+            error = exc
+            raise
+        finally:
+            self.telemetry.end_upstream((span, token), error)
 
     @property
     def _private_exchanges(self) -> bool:

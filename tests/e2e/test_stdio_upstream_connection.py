@@ -113,8 +113,9 @@ async def test_legacy_set_level_reaches_the_upstream_in_its_era(
 async def test_upstream_that_cannot_start_fails_the_first_request_with_the_reason_and_exits_1(
     write_config: ConfigWriter, tmp_path: Path
 ) -> None:
-    missing = tmp_path / "no_such_server"
-    config = write_config({"upstreams": {"broken": {"command": str(missing)}}})
+    # The command exists (a missing one is refused before start: test_fail_fast.py) but the server dies at once.
+    dies = {"command": sys.executable, "args": ["-c", "raise SystemExit(3)"]}
+    config = write_config({"upstreams": {"broken": dies}})
     initialize = {
         "jsonrpc": "2.0",
         "id": 1,

@@ -6,14 +6,15 @@ stays.
 from __future__ import annotations
 
 import signal
+import sys
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import anyio
 import pytest
-from e2e_support import ConfigWriter, gateway_env, text_of, upstream_entry, write_yaml
-from helpers import Child, cli_argv, free_tcp_port, running, until
+from e2e_support import UPSTREAM, ConfigWriter, gateway_env, text_of, upstream_entry, write_yaml
+from helpers import Child, cli_argv, free_tcp_port, running, spawn, stop, until, wait_http_ready
 from mcp import Client, MCPError
 
 pytestmark = [pytest.mark.anyio, pytest.mark.e2e]
@@ -126,3 +127,44 @@ async def test_watch_reloads_when_the_file_changes_and_names_what_waits_for_a_re
     assert isinstance(blocked.value.error.data, dict)
     assert blocked.value.error.data.get("interceptor") == "tool-policy"
     assert f"config reload ({config} changed): upstreams changed in {config}; they take effect at the next start" in log
+
+
+#: The e2e upstream, started only once the gateway's child has slept `_SLOW_S` (the gateway is still starting).
+_SLOW_S = 3
+_SLOW_START = (
+    f"import runpy, sys, time; time.sleep({_SLOW_S}); sys.argv = [{UPSTREAM!r}]; "
+    "runpy.run_path(sys.argv[0], run_name='__main__')"
+)
+
+
+async def test_a_sighup_while_the_gateway_starts_reloads_once_it_serves_and_does_not_end_it(
+    write_config: ConfigWriter,
+) -> None:
+    slow = {"command": sys.executable, "args": ["-c", _SLOW_START]}
+    config = write_config({"upstreams": {"e2e": slow}})
+    port = free_tcp_port()
+    argv = cli_argv("gateway", "--config", str(config), "--http", f"127.0.0.1:{port}", "--log-level", "INFO")
+    child = spawn(argv, env=gateway_env(), label="HTTP gateway")
+    try:
+        with anyio.fail_after(60):
+            # The upstream sleeps: the gateway is connecting it, and no reload listens for SIGHUP yet.
+            await until(lambda: "gateway starting on the" in child.stderr_tail(50))
+            write_yaml(
+                config, {"upstreams": {"e2e": slow}, **{k: v for k, v in denying("echo").items() if k != "upstreams"}}
+            )
+            child.popen.send_signal(signal.SIGHUP)
+            await wait_http_ready(child, port)
+            await reloaded(child, "config reloaded from", 1)
+            async with Client(f"http://127.0.0.1:{port}/mcp", mode="2026-07-28") as client:
+                with pytest.raises(MCPError) as blocked:
+                    await client.call_tool("echo", {"text": "after"})
+        log = child.stderr_tail(400)
+        assert child.popen.poll() is None  # SIGHUP did not end it
+    except BaseException as exc:
+        exc.add_note(child.describe())
+        raise
+    finally:
+        stop(child)
+    assert isinstance(blocked.value.error.data, dict)
+    assert blocked.value.error.data.get("interceptor") == "tool-policy"  # the config written before the SIGHUP
+    assert "(SIGHUP while starting)" in log

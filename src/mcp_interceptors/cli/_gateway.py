@@ -49,7 +49,7 @@ from mcp_interceptors.gateway.preflight import (
     missing_commands,
     preflight,
 )
-from mcp_interceptors.gateway.reload import Reloader
+from mcp_interceptors.gateway.reload import Reloader, hold_sighup
 from mcp_interceptors.gateway.routing import RoutingError
 from mcp_interceptors.gateway.sources import chain_for, close_sources, populate_chain, state_for
 from mcp_interceptors.gateway.telemetry import Telemetry, TelemetryError, telemetry_for
@@ -161,6 +161,8 @@ def _config(args: argparse.Namespace) -> tuple[GatewayConfig, str]:
 
 
 def run_gateway(args: argparse.Namespace) -> int:
+    if args.config and not args.check:  # first: a SIGHUP while it starts reloads once it serves, never kills it
+        hold_sighup()
     configure_logging(args.log_level, args.log_format)
     if args.json and not args.check:
         raise CommandError("--json goes with --check (it prints the plan as JSON)", 2)

@@ -5,6 +5,9 @@ they are done. A config that does not load, validate or start is refused and log
 
 The other sections (upstreams, fronts, auth, audit, metrics, scrub, ui) take effect at the next start, and a reload
 that changes them says so. `Gateway.replace_policy` is the swap; this module decides when and what.
+
+`hold_sighup` is called first thing by the command: a SIGHUP that comes while the gateway starts (before
+`on_sighup` listens) is kept and reloads once it serves, instead of ending the process.
 """
 
 from __future__ import annotations
@@ -30,6 +33,31 @@ logger = logging.getLogger("mcp_interceptors.gateway.reload")
 RELOADED = ("interceptors", "chain")
 #: How often `--watch` looks at the config file.
 WATCH_EVERY_S = 1.0
+
+
+class _EarlySighup:
+    """A SIGHUP that came before `Reloader.on_sighup` listened for it (a Python handler, which an exec resets,
+    so upstream commands started meanwhile keep the default)."""
+
+    def __init__(self) -> None:
+        self.pending = False
+
+    def handle(self, signum: int, frame: object) -> None:
+        self.pending = True  # no logging in a signal handler: `on_sighup` says it once it reloads
+
+    def take(self) -> bool:
+        pending, self.pending = self.pending, False
+        return pending
+
+
+_early = _EarlySighup()
+
+
+def hold_sighup() -> None:
+    """Keep a SIGHUP that comes before the gateway serves (without this it ends the process): the reload runs once
+    the gateway serves. Not on Windows, which has no SIGHUP."""
+    if sys.platform != "win32":
+        signal.signal(signal.SIGHUP, _early.handle)
 
 
 class Reloader:
@@ -102,6 +130,8 @@ class Reloader:
         if sys.platform == "win32":
             return
         with anyio.open_signal_receiver(signal.SIGHUP) as signals:
+            if _early.take():
+                await self.reload("SIGHUP while starting")
             async for _ in signals:
                 await self.reload("SIGHUP")
 

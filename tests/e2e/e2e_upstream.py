@@ -101,6 +101,14 @@ async def countdown(steps: int, ctx: Context) -> str:
     return "done"
 
 
+@server.tool(description="Count up with a progress notification every `delay` seconds, then answer `done`.")
+async def slow_countdown(steps: int, delay: float, ctx: Context) -> str:
+    for step in range(steps):
+        await ctx.report_progress(step + 1, steps, f"step {step + 1}")
+        await anyio.sleep(delay)  # the call's own pace: a long call whose stream a client may lose
+    return "done"
+
+
 @server.tool(description="Sleep; records whether the handler was cancelled under `token`.")
 async def sleep(seconds: float, token: str = "") -> str:
     event = CANCELLED.setdefault(token, anyio.Event())

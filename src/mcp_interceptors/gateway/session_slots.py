@@ -40,6 +40,8 @@ class Slot:
         self.in_flight = 1  # the request that takes it
         self.idle_since = now
         self.released = False
+        #: The scope its SSE events are kept under (`streams.resumable`; `fronts/resume.py`).
+        self.stream_scope: str | None = None
 
 
 class SessionSlots:

@@ -42,7 +42,8 @@ class RedisState:
             raise ValueError("state.redis_url needs the redis package: pip install 'mcp-interceptors[redis]'") from None
         self.url = url
         self.key_prefix = key_prefix
-        self._errors: tuple[type[BaseException], ...] = (redis.RedisError, OSError)
+        #: What failing to reach Redis raises.
+        self.errors: tuple[type[BaseException], ...] = (redis.RedisError, OSError)
         pool = redis.asyncio.BlockingConnectionPool.from_url(
             url,
             max_connections=max_connections,
@@ -51,18 +52,19 @@ class RedisState:
             socket_connect_timeout=timeout_s,
             decode_responses=True,
         )
-        self._client: Any = redis.asyncio.Redis.from_pool(pool)  # closing the client closes its pool
-        self._put = self._client.register_script(_PUT)
+        #: The pooled client (the event store shares it); closing it closes its pool.
+        self.client: Any = redis.asyncio.Redis.from_pool(pool)
+        self._put = self.client.register_script(_PUT)
 
-    def _unavailable(self, exc: BaseException) -> StateUnavailableError:
+    def unavailable(self, exc: BaseException) -> StateUnavailableError:
         where = self.url.rsplit("@", 1)[-1]  # never the password of redis://user:password@host
         return StateUnavailableError(f"Redis at {where}: {type(exc).__name__}: {exc}")
 
     async def fields(self, key: str) -> Mapping[str, str]:
         try:
-            found: dict[str, str] = await self._client.hgetall(self.key_prefix + key)
-        except self._errors as exc:
-            raise self._unavailable(exc) from None
+            found: dict[str, str] = await self.client.hgetall(self.key_prefix + key)
+        except self.errors as exc:
+            raise self.unavailable(exc) from None
         return found
 
     async def put(
@@ -79,21 +81,21 @@ class RedisState:
         args: list[str | int] = [field, value, max_fields or 0, "1" if only_new else "0", ttl_ms]
         try:
             stored: str | None = await self._put(keys=[self.key_prefix + key], args=args)
-        except self._errors as exc:
-            raise self._unavailable(exc) from None
+        except self.errors as exc:
+            raise self.unavailable(exc) from None
         return stored
 
     async def remove(self, key: str, field: str) -> None:
         try:
-            await self._client.hdel(self.key_prefix + key, field)
-        except self._errors as exc:
-            raise self._unavailable(exc) from None
+            await self.client.hdel(self.key_prefix + key, field)
+        except self.errors as exc:
+            raise self.unavailable(exc) from None
 
     async def ping(self) -> None:
         try:
-            await self._client.ping()
-        except self._errors as exc:
-            raise self._unavailable(exc) from None
+            await self.client.ping()
+        except self.errors as exc:
+            raise self.unavailable(exc) from None
 
     async def aclose(self) -> None:
-        await self._client.aclose()
+        await self.client.aclose()

@@ -54,6 +54,7 @@ from mcp_interceptors.gateway.config.settings import (
     ScrubConfig,
     StateConfig,
     StdioConfig,
+    StreamsConfig,
     TelemetryConfig,
 )
 
@@ -79,6 +80,7 @@ __all__ = [
     "ScrubConfig",
     "StateConfig",
     "StdioConfig",
+    "StreamsConfig",
     "TelemetryConfig",
     "TransportConfig",
     "UpstreamConfig",

@@ -18,6 +18,7 @@ from mcp_interceptors.gateway.config.settings import (
     ScrubConfig,
     StateConfig,
     StdioConfig,
+    StreamsConfig,
     TelemetryConfig,
     UiConfig,
 )
@@ -59,6 +60,7 @@ class GatewayConfig(Model):
     scrub: ScrubConfig = Field(default_factory=ScrubConfig)
     ui: UiConfig = Field(default_factory=UiConfig)
     state: StateConfig = Field(default_factory=StateConfig)
+    streams: StreamsConfig = Field(default_factory=StreamsConfig)
     telemetry: TelemetryConfig | None = Field(
         None, description="OpenTelemetry tracing (off without it, unless `OTEL_*` variables ask for it)."
     )
@@ -101,6 +103,14 @@ class GatewayConfig(Model):
             and value.path in (http.path, "/sse", "/metrics", "/healthz")
         ):
             raise ValueError(f"`ui.path` {value.path!r} is taken by the HTTP front; choose another (default /ui)")
+        return value
+
+    @field_validator("streams")
+    @classmethod
+    def _redis_streams_need_redis(cls, value: StreamsConfig, info: ValidationInfo) -> StreamsConfig:
+        state = info.data.get("state")
+        if value.store == "redis" and isinstance(state, StateConfig) and state.redis_url is None:
+            raise ValueError("`store: redis` keeps the events in `state.redis_url`: set it too")
         return value
 
     @property

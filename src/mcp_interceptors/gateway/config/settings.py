@@ -324,6 +324,31 @@ class StateConfig(Model):
         return value
 
 
+class StreamsConfig(Model):
+    """Resumable SSE streams of handshake-era sessions (docs/deployment.md#resumable-streams)."""
+
+    resumable: bool = Field(
+        False,
+        description="Give each SSE event an id and keep the events, so a client whose stream dropped gets what it "
+        "missed with `Last-Event-ID`. Off: no ids, and `Last-Event-ID` is ignored.",
+    )
+    store: Literal["sqlite", "redis"] | None = Field(
+        None,
+        description="Where the events are kept: `sqlite` in the process, `redis` in `state.redis_url` (any replica "
+        "can replay them). Unset: `redis` when `state.redis_url` is set, else `sqlite`.",
+    )
+    sqlite_path: str | None = Field(
+        None, description="The SQLite file of `store: sqlite` (relative to the config file); unset: in memory."
+    )
+    max_events_per_stream: Count = Field(
+        1000, description="Events kept per stream (a call's, or the session's GET stream); the oldest go first."
+    )
+    max_events_per_session: Count = Field(10_000, description="Events kept per session, all its streams together.")
+    max_age_seconds: Annotated[float, Field(gt=0, le=_WEEK_S, allow_inf_nan=False)] = Field(
+        600.0, description="How long an event is kept. A resume from an event no longer kept gets HTTP 400."
+    )
+
+
 class TelemetryConfig(Model):
     """OpenTelemetry tracing: present (and `enabled`), every governed call is traced (docs/telemetry.md)."""
 

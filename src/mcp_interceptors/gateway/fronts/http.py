@@ -6,6 +6,8 @@ the app around it; the requests themselves enter the gateway at the server's mid
 
 from __future__ import annotations
 
+import contextlib
+from collections.abc import AsyncIterator
 from typing import TYPE_CHECKING, Any
 
 import anyio
@@ -30,8 +32,10 @@ from starlette.routing import BaseRoute, Route
 
 from mcp_interceptors.gateway.auth import current_principal
 from mcp_interceptors.gateway.fronts.bodies import REFUSED, json_response, shape_checked
+from mcp_interceptors.gateway.fronts.resume import Resumer, ScopedEvents, resumer_for, scoped
 from mcp_interceptors.gateway.jsonrpc.framing import INTERNAL_ERROR, error_response, id_in_use, is_request_id
-from mcp_interceptors.gateway.session_slots import SessionRefusedError, owner_of
+from mcp_interceptors.gateway.session_slots import SessionRefusedError, Slot, owner_of
+from mcp_interceptors.state.events import new_scope
 
 if TYPE_CHECKING:
     from mcp_interceptors.gateway.gateway import Gateway
@@ -54,14 +58,16 @@ def streamable_http_app(
     check: there, nothing of an unauthenticated request's body is read (it gets its 401 at once), and the
     checks know who is asking. mcp's own assembly admits nothing between its auth and its transport."""
     http = gateway.config.http
+    resumer = resumer_for(gateway.config, gateway.state)
     manager = StreamableHTTPSessionManager(
         app=gateway.server,
         # `json_response` stays off: see `serve.http_app`.
+        event_store=ScopedEvents(resumer) if resumer is not None else None,
         security_settings=security,
         max_request_body_size=http.max_body_bytes,
         session_idle_timeout=http.session_idle_s,
     )
-    endpoint: Any = SessionRequests(StreamableHTTPASGIApp(manager), gateway, security)
+    endpoint: Any = SessionRequests(StreamableHTTPASGIApp(manager), gateway, security, resumer)
     middleware: list[Middleware] = []
     extra: list[BaseRoute] = []
     direct = endpoint
@@ -83,9 +89,19 @@ def streamable_http_app(
     app = Starlette(
         routes=[Route(http.path, endpoint=endpoint), *extra, *routes],
         middleware=middleware,
-        lifespan=lambda app: manager.run(),
+        lifespan=lambda app: _serving(manager, resumer),
     )
     return McpPathFirst(app, http.path, direct)
+
+
+@contextlib.asynccontextmanager
+async def _serving(manager: StreamableHTTPSessionManager, resumer: Resumer | None) -> AsyncIterator[None]:
+    try:
+        async with manager.run():
+            yield
+    finally:
+        if resumer is not None:
+            await resumer.aclose()
 
 
 class McpPathFirst:
@@ -116,7 +132,8 @@ class SessionRequests:
     - A POST reusing the id of a request in flight gets -32600 (`data: {field: "id"}`), as on stdio: mcp keys
       a POST's answer stream by `str(id)` (`1` and `"1"` collide), so the second would take the first's stream.
       One reusing an id whose answer is already out waits briefly for mcp to be done with it.
-    - A GET's `Last-Event-ID` is dropped: the gateway keeps no event store to resume from.
+    - A GET's `Last-Event-ID` is checked against the session's events (`resume.Resumer`) when streams are
+      resumable, else dropped: there are no event ids to resume from.
     - A DELETE of the session ends its calls in flight first (-32000 on their streams, cancelled upstream),
       then lets mcp end the session, which would close their streams empty.
 
@@ -125,8 +142,11 @@ class SessionRequests:
     request on (the server's middleware), it has already given its id's stream away.
     """
 
-    def __init__(self, app: Any, gateway: Gateway, security: TransportSecuritySettings) -> None:
+    def __init__(
+        self, app: Any, gateway: Gateway, security: TransportSecuritySettings, resumer: Resumer | None = None
+    ) -> None:
         self.app = app
+        self.resumer = resumer
         self.gateway = gateway
         self.checks = TransportSecurityMiddleware(security)
         self.max_body = gateway.config.http.max_body_bytes
@@ -150,17 +170,26 @@ class SessionRequests:
             return
         slot = self.gateway.sessions.slots.started(session.decode("latin-1"), owner_of(current_principal()))
         try:
-            await self._in_session((session.decode("latin-1"), _caller(scope)), message, scope, receive, send)
+            with scoped(slot.stream_scope if slot is not None else None):
+                key = (session.decode("latin-1"), _caller(scope))
+                await self._in_session(key, slot, message, scope, receive, send)
         finally:
             if slot is not None:
                 self.gateway.sessions.slot_done(slot)
 
-    async def _in_session(self, key: tuple[str, Any], message: Any, scope: Any, receive: Any, send: Any) -> None:
+    async def _in_session(
+        self, key: tuple[str, Any], slot: Slot | None, message: Any, scope: Any, receive: Any, send: Any
+    ) -> None:
         headers = dict(scope.get("headers") or [])
         if scope.get("method") == "POST":
             await self._post(key, message, scope, receive, send)
         elif scope.get("method") == "DELETE":
             await self._delete(key, scope, receive, send)
+        elif scope.get("method") == "GET" and b"last-event-id" in headers and self.resumer is not None:
+            last = headers[b"last-event-id"].decode("latin-1")
+            owner = owner_of(current_principal())
+            if not await self.resumer.resume(last, key[0], slot, owner, scope, receive, send):
+                await self.app(scope, receive, send)
         elif scope.get("method") == "GET" and b"last-event-id" in headers:
             # Without an event store mcp answers such a GET with nothing at all; the gateway sends no event ids,
             # so there is nothing to resume from: the header is ignored, as the TypeScript SDK does.
@@ -181,15 +210,21 @@ class SessionRequests:
             await json_response(503, refused)(scope, receive, send)
             return
 
+        stream_scope = new_scope() if self.resumer is not None else None
+
         async def watch(message: Any) -> None:
             if message.get("type") == "http.response.start" and int(message.get("status", 500)) < 400:
                 opened = dict(message.get("headers") or ()).get(b"mcp-session-id")
                 if opened is not None:
                     sessions.slots.bind(slot, bytes(opened).decode("latin-1"))
+                    if self.resumer is not None and stream_scope is not None:
+                        slot.stream_scope = stream_scope
+                        await self.resumer.bind(stream_scope, bytes(opened).decode("latin-1"), slot.owner)
             await send(message)
 
         try:
-            await self.app(scope, receive, watch)
+            with scoped(stream_scope):  # mcp's tasks for the session it opens inherit it
+                await self.app(scope, receive, watch)
         finally:
             sessions.slot_done(slot)
             if slot.key is None:
@@ -247,6 +282,8 @@ class SessionRequests:
             self.gateway.sessions.close(session_id)
             if (slot := self.gateway.sessions.slots.by_key.get(session_id)) is not None:
                 self.gateway.sessions.release_slot(slot)
+                if self.resumer is not None and slot.stream_scope is not None:
+                    await self.resumer.forget(slot.stream_scope)
 
 
 class _InFlight:

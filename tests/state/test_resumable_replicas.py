@@ -39,10 +39,11 @@ async def test_a_stream_resumes_on_the_other_replica_once_its_own_is_gone(tmp_pa
     with anyio.fail_after(3 * E2E_TIMEOUT_S):
         async with AsyncExitStack() as stack:
             children, urls = [], []
-            for index in range(2):
+            for index in range(2):  # replica A, then B
                 port = free_tcp_port()
                 argv = cli_argv("gateway", "--config", str(path), "--http", f"127.0.0.1:{port}")
-                children.append(await stack.enter_async_context(running(argv, port=port, env=child_env())))
+                replica = running(argv, port=port, env=child_env(), label=f"replica {index}")
+                children.append(await stack.enter_async_context(replica))
                 urls.append(f"http://127.0.0.1:{port}/mcp")
             url_a, url_b = urls
             http = await stack.enter_async_context(httpx2.AsyncClient(timeout=30))

@@ -20,7 +20,7 @@ import anyio
 import orjson
 import pytest
 from e2e_support import ERAS, INTERCEPTOR_SERVER, ConfigWriter, gateway_env, text_of
-from helpers import cli_argv, free_tcp_port, running, stderr_log, stdio_transport, until
+from helpers import cli_argv, free_tcp_port, http_transport, running, stderr_log, stdio_transport, until
 from mcp import Client, MCPError
 from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceRequest
 
@@ -177,6 +177,59 @@ async def test_one_trace_from_client_through_gateway_guard_and_upstream(
     assert attributes["mcp_interceptors.audit.call_id"] == call[0]["call_id"]
     if transport == "http":
         assert os.environ.get("OTEL_SERVICE_NAME") is None
+
+
+@pytest.mark.parametrize("era", ERAS)
+async def test_trace_context_from_http_headers_parents_the_call_and_reaches_the_upstream(
+    write_config: ConfigWriter, era: str
+) -> None:
+    """`traceparent`/`tracestate` headers on the Streamable HTTP request (no `_meta`): the gateway's SERVER span
+    is their span's child, and the upstream gets the gateway's CLIENT span and the header's `tracestate` in
+    `_meta`. A `traceparent` in `params._meta` wins over the headers; a malformed header starts a new trace."""
+    header_trace, header_span = secrets.token_hex(16), secrets.token_hex(8)
+    meta_trace, meta_span = secrets.token_hex(16), secrets.token_hex(8)
+    headers = {"traceparent": f"00-{header_trace}-{header_span}-01", "tracestate": "vendor=abc,other=1"}
+    with otlp_receiver() as receiver:
+        config = {
+            "upstreams": {"traced": {"command": sys.executable, "args": [TRACED_UPSTREAM]}},
+            "interceptors": {"guards": [{"name": "secrets"}]},
+            "telemetry": {"endpoint": receiver.url},
+        }
+        env = gateway_env({"OTEL_BSP_SCHEDULE_DELAY": "200"})
+        port = free_tcp_port()
+        url = f"http://127.0.0.1:{port}/mcp"
+        argv = cli_argv("gateway", "--config", str(write_config(config)), "--http", f"127.0.0.1:{port}")
+        with anyio.fail_after(90):
+            async with running(argv, port=port, env=env, label="traced gateway"):
+                async with Client(http_transport(url, headers=headers), mode=era) as client:
+                    parent_seen = text_of(await client.call_tool("traceparent", {"text": "hi"}))
+                    state_seen = text_of(await client.call_tool("tracestate", {"text": "hi"}))
+                    meta = {"traceparent": f"00-{meta_trace}-{meta_span}-01"}
+                    meta_seen = text_of(await client.call_tool("traceparent", {"text": "hi"}, meta=meta))  # type: ignore[arg-type]
+                bad = {"traceparent": "00-not-a-trace-01"}
+                async with Client(http_transport(url, headers=bad), mode=era) as client:
+                    bad_seen = text_of(await client.call_tool("traceparent", {"text": "hi"}))
+            await spans_until(receiver, "tools/call traceparent", 6)  # 3 calls: a SERVER and a CLIENT span each
+
+    servers = [s for s in receiver.spans if s["kind"] == "SERVER" and s["name"].startswith("tools/call ")]
+    by_trace = {s["trace_id"]: s for s in servers if s["name"] == "tools/call traceparent"}
+    header_call = by_trace[header_trace]
+    assert header_call["parent"] == header_span
+    (header_upstream,) = (
+        s for s in receiver.named("tools/call traceparent") if s["kind"] == "CLIENT" and s["trace_id"] == header_trace
+    )
+    assert header_upstream["parent"] == header_call["span_id"]
+    assert parent_seen == f"00-{header_trace}-{header_upstream['span_id']}-01"
+    (state_call,) = (s for s in servers if s["name"] == "tools/call tracestate")
+    assert (state_call["trace_id"], state_call["parent"]) == (header_trace, header_span)
+    assert state_seen == headers["tracestate"]
+
+    assert by_trace[meta_trace]["parent"] == meta_span  # `_meta` first, then the headers
+    assert meta_seen.startswith(f"00-{meta_trace}-")
+
+    (fresh,) = (t for t in by_trace if t not in (header_trace, meta_trace))
+    assert by_trace[fresh]["parent"] is None  # the malformed header: a new trace, and the call still ran
+    assert bad_seen.startswith(f"00-{fresh}-")
 
 
 def _bodies(store: Path) -> list[dict[str, Any]]:

@@ -1,5 +1,5 @@
-"""A stdio upstream whose `traceparent` tool answers with the `traceparent` of its own request's `_meta`
-(what the gateway sent on), for the tracing tests."""
+"""A stdio upstream whose `traceparent` and `tracestate` tools answer with that key of their own request's
+`_meta` (what the gateway sent on), for the tracing tests."""
 
 from __future__ import annotations
 
@@ -10,17 +10,19 @@ import mcp_types as types
 from mcp.server import Server, ServerRequestContext
 from mcp.server.stdio import stdio_server
 
+TRACE_KEYS = ("traceparent", "tracestate")
+
 
 async def list_tools(ctx: ServerRequestContext[Any], params: Any) -> types.ListToolsResult:
     schema = {"type": "object", "properties": {"text": {"type": "string"}}}
     return types.ListToolsResult(
-        tools=[types.Tool(name="traceparent", description="Its traceparent.", input_schema=schema)]
+        tools=[types.Tool(name=key, description=f"Its {key}.", input_schema=schema) for key in TRACE_KEYS]
     )
 
 
 async def call_tool(ctx: ServerRequestContext[Any], params: types.CallToolRequestParams) -> types.CallToolResult:
     meta = (ctx.params or {}).get("_meta") or {}
-    text = str(meta.get("traceparent", "none"))
+    text = str(meta.get(params.name, "none"))
     return types.CallToolResult(content=[types.TextContent(type="text", text=text)])
 
 

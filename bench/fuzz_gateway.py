@@ -15,15 +15,15 @@ target; exits 1 when a target found a failing input.
 from __future__ import annotations
 
 import argparse
-import os
 import sys
 import tempfile
-import time
 from pathlib import Path
 from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests" / "fuzz"))
+
+import fuzz_campaign
 
 TARGETS = ("peer", "stdio", "upstream", "interceptor", "http", "config", "jwt", "jwks", "audit")
 ATHERIS_TARGETS = ("peer", "config", "jwks")
@@ -39,36 +39,17 @@ def run_atheris(target: str, runs: int, seconds: float) -> None:
         import mcp_interceptors.gateway.auth
         import mcp_interceptors.gateway.config
         import mcp_interceptors.gateway.jsonrpc.peer  # noqa: F401  (the targets import them lazily)
-    counter, findings, started = [0], [], time.monotonic()
-
-    def summary() -> None:
-        elapsed = time.monotonic() - started
-        print(f"{target:11} atheris    {counter[0]:>9,} inputs in {elapsed:7.1f} s  findings: {len(findings)}")
-        for finding in findings:
-            print(f"    {finding}")
-        sys.stdout.flush()
-        os._exit(1 if findings else 0)
 
     def one_input(raw: bytes) -> None:
-        counter[0] += 1
-        if counter[0] > runs or (seconds and time.monotonic() - started > seconds):
-            counter[0] -= 1
-            summary()
-        try:
-            if target == "peer":
-                targets.peer([raw[i : i + 97] for i in range(0, len(raw), 97)])
-            else:
-                text = raw.decode("utf-8", "replace")
-                (targets.config if target == "config" else targets.jwks)(text)
-        except Exception as error:  # recorded, and the campaign goes on
-            if len(findings) < 10:
-                findings.append(f"{type(error).__name__}: {str(error)[:300]} (input {raw[:200].hex()})")
+        if target == "peer":
+            targets.peer([raw[i : i + 97] for i in range(0, len(raw), 97)])
+        else:
+            text = raw.decode("utf-8", "replace")
+            (targets.config if target == "config" else targets.jwks)(text)
 
-    atheris.Setup([sys.argv[0], "-runs=-1", "-max_len=4096", "-rss_limit_mb=4096"], one_input)
-    atheris.Fuzz()
+    fuzz_campaign.run_atheris(fuzz_campaign.Campaign(target, "atheris", runs, seconds), one_input)
 
 
-_BATCH = 200
 #: The suite's test of each target, and the module fixture it takes (if any).
 SUITE_TESTS = {
     "peer": ("test_the_jsonrpc_peer_answers_every_request_it_reads_and_survives_any_bytes", None),
@@ -83,41 +64,18 @@ SUITE_TESTS = {
 }
 
 
-def run_hypothesis(target: str, runs: int, seconds: float, fixtures: dict[str, Any]) -> tuple[int, list[str]]:
-    """The suite's test of `target`: its body (`inner_test`) on inputs drawn from its own strategies."""
+def run_hypothesis(campaign: fuzz_campaign.Campaign, fixtures: dict[str, Any]) -> None:
+    """The suite's test of the target: its body (`inner_test`) on inputs drawn from its own strategies."""
     import test_gateway_fuzz as suite
-    from hypothesis import HealthCheck, given, settings
 
-    name, fixture = SUITE_TESTS[target]
+    name, fixture = SUITE_TESTS[campaign.target]
     test = getattr(suite, name).hypothesis
     given_fixture = {fixture: fixtures[fixture]} if fixture is not None else {}
-    counter: list[int] = [0]
-    findings: list[str] = []
-    started = time.monotonic()
-
-    def out_of_time() -> bool:
-        return bool(seconds) and time.monotonic() - started > seconds
 
     def body(**case: Any) -> None:
-        if counter[0] < runs and not out_of_time():
-            counter[0] += 1
-            test.inner_test(**given_fixture, **case)
+        test.inner_test(**given_fixture, **case)
 
-    # In batches, each with fresh random inputs, so a time limit ends the campaign within a batch.
-    while counter[0] < runs and not out_of_time() and not findings:
-        options = settings(
-            max_examples=min(_BATCH, runs - counter[0]),
-            deadline=None,
-            database=None,
-            derandomize=False,
-            suppress_health_check=list(HealthCheck),
-        )
-        check = options(given(**test._given_kwargs)(body))  # the strategies the suite's test draws from
-        try:
-            check()
-        except Exception as error:
-            findings.append(f"{type(error).__name__}: {str(error)[:600]}")
-    return counter[0], findings
+    fuzz_campaign.run_hypothesis(campaign, body, **test._given_kwargs)  # the strategies the suite's test draws
 
 
 def main() -> int:
@@ -140,16 +98,10 @@ def main() -> int:
         fixtures = _fixtures(Path(folder), fuzz, targets)
         try:
             for target in targets:
-                started = time.monotonic()
-                count, findings = run_hypothesis(target, args.runs, args.seconds, fixtures)
-                elapsed = time.monotonic() - started
-                print(
-                    f"{target:11} hypothesis {count:>9,} inputs in {elapsed:7.1f} s  findings: {len(findings)}",
-                    flush=True,
-                )
-                for finding in findings:
-                    print(f"    {finding}")
-                failed = failed or bool(findings)
+                campaign = fuzz_campaign.Campaign(target, "hypothesis", args.runs, args.seconds)
+                run_hypothesis(campaign, fixtures)
+                campaign.report()
+                failed = failed or bool(campaign.findings)
         finally:
             for name in ("stdio_gateway", "http_gateway"):
                 if name in fixtures:

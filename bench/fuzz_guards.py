@@ -16,14 +16,14 @@ exits 1 when a target found a failing input (printed, with its bytes in hex for 
 from __future__ import annotations
 
 import argparse
-import os
 import subprocess
 import sys
-import time
 from pathlib import Path
 from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests" / "guards"))
+
+import fuzz_campaign
 
 try:
     import atheris
@@ -68,40 +68,18 @@ def run_atheris(target: str, runs: int, seconds: float) -> None:
     """Fuzz one target in this process (libFuzzer ends the process: the summary is printed at exit)."""
     with atheris.instrument_imports(include=["mcp_interceptors.guards"]):
         import fuzz_targets
-    counter = [0]
-    findings: list[str] = []
-    started = time.monotonic()
-
-    def summary() -> None:
-        elapsed = time.monotonic() - started
-        print(f"{target:7} atheris    {counter[0]:>9,} inputs in {elapsed:7.1f} s  findings: {len(findings)}")
-        for finding in findings:
-            print(f"    {finding}")
-        sys.stdout.flush()
-        os._exit(1 if findings else 0)
 
     def one_input(raw: bytes) -> None:
-        counter[0] += 1
-        if counter[0] > runs or (seconds and time.monotonic() - started > seconds):
-            counter[0] -= 1
-            summary()
         data = atheris.FuzzedDataProvider(raw)
-        try:
-            if target == "hidden":
-                layers = [sorted(fuzz_targets.DISGUISES)[data.ConsumeIntInRange(0, 11)] for _ in range(3)]
-                fuzz_targets.hidden(data.ConsumeIntInRange(0, 3), _stackable(fuzz_targets, layers))
-            else:
-                {"walk": fuzz_targets.walk, "scan": fuzz_targets.scan, "guards": fuzz_targets.guards_target}[target](
-                    payload_from(data)
-                )
-        except Exception as error:  # recorded, and the campaign goes on
-            if len(findings) < 10:
-                findings.append(f"{type(error).__name__}: {str(error)[:300]} (input {raw[:256].hex()})")
+        if target == "hidden":
+            layers = [sorted(fuzz_targets.DISGUISES)[data.ConsumeIntInRange(0, 11)] for _ in range(3)]
+            fuzz_targets.hidden(data.ConsumeIntInRange(0, 3), _stackable(fuzz_targets, layers))
+        else:
+            {"walk": fuzz_targets.walk, "scan": fuzz_targets.scan, "guards": fuzz_targets.guards_target}[target](
+                payload_from(data)
+            )
 
-    # libFuzzer would end the process itself at its own limits, with no summary: `one_input` stops first.
-    argv = [sys.argv[0], "-runs=-1", "-max_len=4096", "-rss_limit_mb=4096"]
-    atheris.Setup(argv, one_input)
-    atheris.Fuzz()
+    fuzz_campaign.run_atheris(fuzz_campaign.Campaign(target, "atheris", runs, seconds, width=7), one_input)
 
 
 def _stackable(fuzz_targets: Any, layers: list[str]) -> list[str]:
@@ -110,32 +88,21 @@ def _stackable(fuzz_targets: Any, layers: list[str]) -> list[str]:
     return chars + [layer for layer in layers if layer in fuzz_targets._LAYERS][: 3 - len(chars)]
 
 
-def run_hypothesis(target: str, runs: int, seconds: float) -> tuple[int, list[str]]:
+def run_hypothesis(campaign: fuzz_campaign.Campaign) -> None:
     import anyio
     import fuzz_targets
-    from hypothesis import HealthCheck, given, settings
     from hypothesis import strategies as st
     from test_guard_fuzz import deep, payloads
 
-    counter = [0]
-    findings: list[str] = []
-    options = settings(
-        max_examples=runs, deadline=None, database=None, derandomize=False, suppress_health_check=list(HealthCheck)
-    )
+    target = campaign.target
     if target == "hidden":
         strategy: Any = st.tuples(
             st.integers(0, 3), st.lists(st.sampled_from(sorted(fuzz_targets.DISGUISES)), min_size=0, max_size=3)
         )
     else:
         strategy = st.tuples(payloads | deep, st.sampled_from(["request", "response"]))
-    started = time.monotonic()
 
-    @options
-    @given(strategy)
     def check(case: Any) -> None:
-        if seconds and time.monotonic() - started > seconds:
-            return
-        counter[0] += 1
         if target == "hidden":
             fuzz_targets.hidden(case[0], _stackable(fuzz_targets, case[1]))
         elif target == "guards":
@@ -143,11 +110,7 @@ def run_hypothesis(target: str, runs: int, seconds: float) -> tuple[int, list[st
         else:
             {"walk": fuzz_targets.walk, "scan": fuzz_targets.scan}[target](case[0])
 
-    try:
-        check()
-    except Exception as error:
-        findings.append(f"{type(error).__name__}: {str(error)[:500]}")
-    return counter[0], findings
+    fuzz_campaign.run_hypothesis(campaign, check, case=strategy)
 
 
 def main() -> int:
@@ -176,13 +139,10 @@ def main() -> int:
             ]
             failed = subprocess.run(argv, check=False).returncode != 0 or failed
             continue
-        started = time.monotonic()
-        count, findings = run_hypothesis(target, args.runs, args.seconds)
-        elapsed = time.monotonic() - started
-        print(f"{target:7} hypothesis {count:>9,} inputs in {elapsed:7.1f} s  findings: {len(findings)}")
-        for finding in findings:
-            print(f"    {finding}")
-        failed = failed or bool(findings)
+        campaign = fuzz_campaign.Campaign(target, "hypothesis", args.runs, args.seconds, width=7)
+        run_hypothesis(campaign)
+        campaign.report()
+        failed = failed or bool(campaign.findings)
     return 1 if failed else 0
 
 

@@ -82,3 +82,13 @@ def test_the_campaign_script_runs_every_target() -> None:
     lines = done.stdout.splitlines()
     assert [line.split()[0] for line in lines] == ["walk", "scan", "guards", "hidden"]
     assert all(line.endswith("findings: 0") for line in lines)
+
+
+def test_a_campaign_ends_at_its_time_limit_however_many_inputs_it_may_run() -> None:
+    root = Path(__file__).resolve().parents[2]
+    argv = [sys.executable, "bench/fuzz_guards.py", "--engine", "hypothesis", "--target", "scan", "--seconds", "3"]
+    done = subprocess.run([*argv, "--runs", str(10**9)], cwd=root, capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-2000:]
+    (line,) = done.stdout.splitlines()
+    ran, seconds = line.split()[2:6:3]
+    assert int(ran.replace(",", "")) > 0 and float(seconds) < 13, line

@@ -3,12 +3,13 @@
 mcp 2.3 has the tasks types but no server for them, so this one is hand-made: it advertises
 `capabilities.tasks` in the handshake era and the `io.modelcontextprotocol/tasks` extension in
 2026-07-28, answers a task-augmented `tools/call` with a `CreateTaskResult` (the call has run by
-then: the task is `completed`), and serves `tasks/get`, `tasks/result`, `tasks/list` and
-`tasks/cancel`. Its `leak` tool answers with a credential, so a guard that never sees the result of
-`tasks/result` lets it through. `calls` counts the tool calls that reached it; `client_capabilities`
-shows what the client was presented as; `report_status` sends a `notifications/tasks/status`;
-`sample_as_task` asks the client for a task-augmented `sampling/createMessage` (server-to-client
-tasks) and answers with what came back.
+then: the task is `completed`, its status message a credential), and serves `tasks/get`, `tasks/result`,
+`tasks/list` and `tasks/cancel` on any task, whoever asks (so only the gateway keeps a task to its owner).
+Its `leak` tool answers with a credential, so a guard that never sees the result of `tasks/result` lets it
+through. `calls` counts the tool calls that reached it; `cancelled` lists the task ids `tasks/cancel`
+reached; `client_capabilities` shows what the client was presented as; `report_status` sends a
+`notifications/tasks/status`; `sample_as_task` asks the client for a task-augmented `sampling/createMessage`
+(server-to-client tasks) and answers with what came back.
 """
 
 from __future__ import annotations
@@ -44,6 +45,7 @@ LEAK = "key AKIA" + "IOSFODNN7EXAMPLQ"
 #: task id -> (the task, the result of the call it ran)
 TASKS: dict[str, tuple[dict[str, Any], dict[str, Any]]] = {}
 CALLS: list[str] = []
+CANCELLED: list[str] = []
 
 
 class AnyParams(RequestParams):
@@ -84,6 +86,7 @@ class Tasks(Extension):
         return {"tasks": [task for task, _ in TASKS.values()]}
 
     async def _cancel(self, ctx: ServerRequestContext[Any, Any], params: AnyParams) -> dict[str, Any]:
+        CANCELLED.append(str((ctx.params or {}).get("taskId")))
         raise MCPError(-32602, "Cannot cancel a completed task", {"taskId": (ctx.params or {}).get("taskId")})
 
 
@@ -99,6 +102,11 @@ async def leak() -> str:
 @server.tool(description="How many tool calls reached this server (this one excluded).")
 async def calls() -> str:
     return str(len(CALLS))
+
+
+@server.tool(description="The task ids tasks/cancel reached, as JSON.")
+async def cancelled() -> str:
+    return json.dumps(CANCELLED)
 
 
 @server.tool(description="The capabilities the client was presented to this server with, as JSON.")
@@ -119,10 +127,10 @@ async def sample_as_task(ctx: Context) -> str:
 
 
 @server.tool(description="Send a task's status (its message leaks), then a log line, then answer.")
-async def report_status(ctx: Context) -> str:
+async def report_status(ctx: Context, task_id: str = "t1") -> str:
     now = datetime.now(UTC).isoformat()
     status = TaskStatusNotificationParams(
-        task_id="t1", status="working", status_message=LEAK, created_at=now, last_updated_at=now, ttl=None
+        task_id=task_id, status="working", status_message=LEAK, created_at=now, last_updated_at=now, ttl=None
     )
     await ctx.session.send_notification(TaskStatusNotification(params=status), related_request_id=ctx.request_id)
     await ctx.info("status sent", logger_name="tasks")
@@ -134,7 +142,13 @@ async def tasks_support(ctx: ServerRequestContext[Any, Any], call_next: CallNext
     if ctx.method == "tools/call" and isinstance(raw.get("task"), dict):
         result = _as_dict(await call_next(ctx))
         now = datetime.now(UTC).isoformat()
-        task = {"taskId": uuid.uuid4().hex, "status": "completed", "createdAt": now, "lastUpdatedAt": now}
+        task = {
+            "taskId": uuid.uuid4().hex,
+            "status": "completed",
+            "statusMessage": f"done with {LEAK}",
+            "createdAt": now,
+            "lastUpdatedAt": now,
+        }
         TASKS[task["taskId"]] = ({**task, "ttl": None}, result)
         return {"task": {**task, "ttl": None}}
     result = await call_next(ctx)

@@ -12,7 +12,7 @@ from mcp_interceptors.gateway.connections import Connections
 from mcp_interceptors.gateway.host_methods import enforced_descriptors
 from mcp_interceptors.gateway.scrub import Scrubber
 from mcp_interceptors.gateway.sessions import Sessions
-from mcp_interceptors.gateway.tasks import without_tasks
+from mcp_interceptors.gateway.tasks import GOVERNED_TASKS, offers_tasks, without_tasks
 from mcp_interceptors.invoker import Chain
 from mcp_interceptors.protocol.descriptors import supported_events
 from mcp_interceptors.protocol.events import EXTENSION_ID
@@ -67,8 +67,14 @@ class Advertiser:
         if self.extension:
             key = "experimental" if legacy else "extensions"
             capabilities[key] = {**(capabilities.get(key) or {}), EXTENSION_ID: settings}
-        # Never tasks, whatever an upstream advertises: the gateway refuses them (gateway/tasks.py).
+        # Only the tasks the gateway governs (gateway/tasks.py): a handshake-era client's tool calls, when an upstream
+        # it reaches in that era runs them as tasks; never what an upstream advertises as it is.
         result["capabilities"] = without_tasks(capabilities)
+        if legacy and any(
+            conn.info is not None and offers_tasks(conn.info.capabilities) and not self._bridges_handshake(name)
+            for name, conn in shared.items()
+        ):
+            result["capabilities"]["tasks"] = GOVERNED_TASKS
         if only is not None and only.instructions:
             # No event carries the handshake: the scrub (D18) stands in for the guards.
             scrubber = self.scrubber

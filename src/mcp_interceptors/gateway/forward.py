@@ -33,7 +33,14 @@ from mcp_interceptors.gateway.shape import (
     without_answers,
     without_meta,
 )
-from mcp_interceptors.gateway.tasks import task_refusal
+from mcp_interceptors.gateway.task_relay import TaskRelay
+from mcp_interceptors.gateway.tasks import (
+    TASK_REQUESTS,
+    created_task,
+    is_task_augmented,
+    task_refusal,
+    unbridged_task,
+)
 from mcp_interceptors.gateway.telemetry import Telemetry
 from mcp_interceptors.gateway.upstream.connection import UpstreamConnection
 from mcp_interceptors.protocol.errors import INVALID_PARAMS, METHOD_NOT_FOUND
@@ -60,6 +67,7 @@ class Forwarder:
         advertised_equals_callable: bool,
         request_states: RequestStates | None = None,
         telemetry: Telemetry | None = None,
+        tasks: TaskRelay | None = None,
     ) -> None:
         self.governor = governor
         self.connections = connections
@@ -72,6 +80,8 @@ class Forwarder:
         self.request_states = request_states or RequestStates()
         self._upstream_count = len(connections.config.upstreams)
         self.telemetry = telemetry
+        #: Serves handshake-era clients' tool-call tasks (None: tasks are refused, as in the 2026-07-28 era).
+        self.tasks = tasks
         #: Where `handle` goes: straight to the call, or through its span when tracing is on.
         self._serve = self._measured if telemetry is None else self._traced
 
@@ -161,7 +171,8 @@ class Forwarder:
         downstream: Downstream,
         request_id: Any,
     ) -> dict[str, Any]:
-        if (refused := task_refusal(method, params)) is not None:
+        governs_tasks = self.tasks is not None and session.era == "legacy"
+        if (refused := task_refusal(method, params, governed=governs_tasks)) is not None:
             if method in LISTS or method in CALLS or method == "completion/complete":
                 # A governed call: the trail says why not.
                 await self.replies.refused(None, method, refused, session, request_id)
@@ -176,6 +187,8 @@ class Forwarder:
                 result = await self.call(session, method, params, downstream, request_id)
             elif method == "logging/setLevel":
                 result = await self._broadcast(session, method, params)
+            elif method in TASK_REQUESTS and self.tasks is not None:  # a handshake-era client's (else refused)
+                result = await self._task_request(self.tasks, session, method, params, downstream, request_id)
             else:
                 result = await self._passthrough(session, method, params, downstream)
         except MCPError as exc:
@@ -240,6 +253,8 @@ class Forwarder:
             params = await governor.govern_request(method, params, context, record)
             route = await self.listings.route(session, method, params, check=True)  # policy sees the final payload
             conn = (await self.connections.of(session))[route.upstream]
+            if method == "tools/call" and is_task_augmented(params) and conn.era != "legacy":
+                raise unbridged_task(method)
             upstream_params = renamed(method, params, route)
             if record.enabled:  # built only when there is a trail
                 # What goes upstream is the approved payload, renamed for the upstream: intent and executed alike.
@@ -296,6 +311,10 @@ class Forwarder:
             result = await conn.request(
                 method, upstream_params, on_progress=relay, headers=headers, on_notify=downstream.notify_related
             )
+        if self.tasks is not None and is_task_augmented(upstream_params) and (task := created_task(result)):
+            # The task's result, fetched with tasks/result, gets the response chain then, on this call's record.
+            await self.tasks.created(session, conn.name, task, record)
+            return self.tasks.scrubbed(result)  # its status message is scrubbed; no chain runs on it
         for _ in range(MAX_INPUT_ROUNDS):
             if result.get("resultType") != "input_required":
                 if method == "completion/complete":  # no event: no guard sees the values (D18)
@@ -316,6 +335,21 @@ class Forwarder:
             retry = {**upstream_params, "inputResponses": answers, "requestState": state}
             result = await conn.request(method, retry, on_progress=relay, headers=headers)
         raise MCPError(-32603, f"{method}: upstream asked for input more than {MAX_INPUT_ROUNDS} times")
+
+    async def _task_request(
+        self,
+        tasks: TaskRelay,
+        session: DownstreamSession,
+        method: str,
+        params: dict[str, Any] | None,
+        downstream: Downstream,
+        request_id: Any,
+    ) -> dict[str, Any]:
+        governor = self.governor.hold()
+        try:
+            return await tasks.serve(governor, session, method, params, downstream, request_id)
+        finally:
+            governor.release()
 
     def _param_headers(
         self,

@@ -31,11 +31,13 @@ from mcp_interceptors.gateway.scrub import Scrubber
 from mcp_interceptors.gateway.server import GatewayServer, new_server
 from mcp_interceptors.gateway.session import DownstreamSession, Era
 from mcp_interceptors.gateway.sessions import Sessions
+from mcp_interceptors.gateway.task_relay import TaskRegistry, TaskRelay
 from mcp_interceptors.gateway.telemetry import Telemetry
 from mcp_interceptors.gateway.upstream.connection import OnUpstreamNotify, OnUpstreamRequest, UpstreamConnection
 from mcp_interceptors.gateway.upstream.handshake import GATEWAY_CLIENT_INFO
 from mcp_interceptors.invoker import Chain
 from mcp_interceptors.state import StateStore
+from mcp_interceptors.state.memory import MemoryState
 
 if TYPE_CHECKING:
     from mcp_interceptors.audit import RecordWriter
@@ -81,7 +83,9 @@ class Gateway:
         self.sessions = Sessions(config, self.connections)
         self.listings = Listings(config, self.governor, self.connections, self.replies)
         self.rounds = InputRounds(self.governor, self.replies, self.sessions)
-        self.notifications = Notifications(self.sessions, self.connections)
+        #: Who owns each governed task, in the shared state when there is one (any replica serves its owner).
+        self.tasks = TaskRegistry(state if state is not None else MemoryState())
+        self.notifications = Notifications(self.sessions, self.connections, self.tasks)
         self.connections.traffic = _Traffic(self.rounds, self.notifications)
         #: The mcp `Server` the fronts serve (`server.GatewayServer` is its middleware).
         self.server = new_server(config.name, GATEWAY_CLIENT_INFO["version"], self.notifications)
@@ -100,6 +104,7 @@ class Gateway:
                 ttl_s=config.state.request_state_ttl_seconds,
             ),
             telemetry=telemetry,
+            tasks=TaskRelay(self.tasks, self.connections, self.replies),
         )
         self.mcp_server = GatewayServer(
             server,

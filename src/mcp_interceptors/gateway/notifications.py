@@ -2,8 +2,8 @@
 those were shown), a handshake-era client's go to each of its upstream sessions.
 
 No chain runs on notifications (the spec intercepts none, §1.2); relayed text is scrubbed by the upstream
-connection (`scrub.notifications`). 2026-07-28 clients get list changes on their `subscriptions/listen`
-stream, through mcp's subscription bus.
+connection (`scrub.notifications`); a task's status goes only to a session of the task's owner. 2026-07-28
+clients get list changes on their `subscriptions/listen` stream, through mcp's subscription bus.
 """
 
 from __future__ import annotations
@@ -24,15 +24,18 @@ from mcp_interceptors.gateway.connections import Connections
 from mcp_interceptors.gateway.routing import LISTS
 from mcp_interceptors.gateway.session import DownstreamSession
 from mcp_interceptors.gateway.sessions import Sessions
+from mcp_interceptors.gateway.task_relay import TaskRegistry, owner_of
+from mcp_interceptors.gateway.tasks import TASK_STATUS
 from mcp_interceptors.gateway.upstream.connection import OnUpstreamNotify
 
 
 class Notifications:
     """Relays notifications; `bus` carries the events of 2026-07-28 clients' listen streams."""
 
-    def __init__(self, sessions: Sessions, connections: Connections) -> None:
+    def __init__(self, sessions: Sessions, connections: Connections, tasks: TaskRegistry | None = None) -> None:
         self.sessions = sessions
         self.connections = connections
+        self.tasks = tasks
         self.bus = InMemorySubscriptionBus()
 
     async def from_upstream(
@@ -44,9 +47,16 @@ class Notifications:
             session.invalidate(list_method if list_method in LISTS else None)
         if session.era != "legacy" or method.startswith("notifications/subscriptions/"):
             return  # 2026-07-28 clients get events on their own subscriptions/listen stream
+        if method == TASK_STATUS and not await self._owns_task(session, params):
+            return  # a task's status goes to its owner only (a task the gateway did not relay has none)
         target = session.standalone
         if target is not None:
             await target.notify(method, params)
+
+    async def _owns_task(self, session: DownstreamSession, params: Mapping[str, Any] | None) -> bool:
+        if self.tasks is None:
+            return False
+        return await self.tasks.owned_by((params or {}).get("taskId"), owner_of(session)) is not None
 
     def shared_handler(self, upstream: str) -> OnUpstreamNotify:
         """A notification on a shared connection: to every session that uses it, and to the listen streams."""

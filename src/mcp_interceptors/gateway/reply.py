@@ -40,6 +40,15 @@ class Replies:
             record.trace_id = self.telemetry.link_record(record.call_id)
         return record
 
+    def continued_record(self, context: InvocationContext, call_id: str) -> CallRecord:
+        """The record of a call opened earlier (a task's, its result fetched later): its next legs close it."""
+        if self.writer is None or not call_id:
+            return self.new_record(context)
+        record = CallRecord(self.writer, context, call_id=call_id, opened=True)
+        if self.telemetry is not None:
+            record.trace_id = self.telemetry.link_record(call_id)
+        return record
+
     async def settled(self, result: dict[str, Any], record: CallRecord) -> dict[str, Any]:
         """Wait for the call's records to be durable; an opted-in client gets its receipt in `_meta`."""
         if not record.enabled:

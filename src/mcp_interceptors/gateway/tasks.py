@@ -1,11 +1,13 @@
-"""The gateway refuses MCP tasks (2025-11-25, experimental; the `io.modelcontextprotocol/tasks` extension in
-2026-07-28), in both directions.
+"""Which MCP tasks the gateway governs, and which it refuses (docs/conformance.md, D19).
 
 A task-augmented request is answered with a `CreateTaskResult`, and the real result is fetched later with
-`tasks/result`: relayed, it would reach the client (or, for a client's task-augmented sampling answer, the
-upstream) without the response chain, the tool policy or the audit trail. So the gateway advertises no
-tasks either way, refuses a request carrying `params.task` before anything is sent, refuses `tasks/*`
-requests as a server without tasks does, and drops `notifications/tasks/status` (docs/conformance.md, D19).
+`tasks/result`. The gateway governs the one case it can follow from creation to result: a handshake-era
+(2025-11-25) client's task-augmented `tools/call` to a handshake-era upstream session, whose
+`tasks/get`, `tasks/result`, `tasks/list` and `tasks/cancel` it serves itself (`task_relay`). Everything
+else is refused, as a server without tasks refuses it: `params.task` on any other request or in the
+2026-07-28 era (mcp 2.3 reserves the extension's `resultType: "task"` and defines none of it), `tasks/*`
+from a 2026-07-28 client, and server-to-client tasks (no client tasks are presented upstream, an
+upstream's task-augmented request gets `-32602`).
 """
 
 from __future__ import annotations
@@ -22,6 +24,11 @@ from mcp_interceptors.protocol.events import CLIENT_INITIATED_EVENTS, SERVER_INI
 #: The 2026-07-28 extension that carries tasks (mcp 2.3 reserves its `resultType: "task"`, serves none of it).
 TASKS_EXTENSION = "io.modelcontextprotocol/tasks"
 _TASK_PREFIXES = ("tasks/", "notifications/tasks/")
+#: The requests a handshake-era client sends about its tasks, which the gateway serves (`task_relay`).
+TASK_REQUESTS = frozenset({"tasks/get", "tasks/result", "tasks/list", "tasks/cancel"})
+TASK_STATUS = "notifications/tasks/status"
+#: What a handshake-era client is promised when an upstream runs tool calls as tasks: what the gateway governs.
+GOVERNED_TASKS: dict[str, Any] = {"list": {}, "cancel": {}, "requests": {"tools": {"call": {}}}}
 #: The spec's requests, either way. A `task` in another method's params is a custom method's own field: unknown
 #: methods pass through untouched.
 _SPEC_REQUESTS = CLIENT_INITIATED_EVENTS | SERVER_INITIATED_EVENTS | wire_methods.SPEC_CLIENT_METHODS
@@ -32,8 +39,12 @@ def is_task_method(method: str) -> bool:
     return method.startswith(_TASK_PREFIXES)
 
 
-def task_refusal(method: str, params: Mapping[str, Any] | None) -> MCPError | None:
-    """The error answering a request the gateway must not relay because of tasks, or None to relay it."""
+def task_refusal(method: str, params: Mapping[str, Any] | None, *, governed: bool = False) -> MCPError | None:
+    """The error answering a request the gateway must not relay because of tasks, or None to relay it.
+
+    `governed`: the request comes from a handshake-era client, whose tool-call tasks the gateway governs."""
+    if governed and (method in TASK_REQUESTS or (method == "tools/call" and params is not None)):
+        return None
     if is_task_method(method):
         return MCPError(METHOD_NOT_FOUND, f"Method not found: {method} (the gateway does not relay MCP tasks)", method)
     if params is not None and "task" in params and method in _SPEC_REQUESTS:
@@ -47,6 +58,41 @@ def task_refusal(method: str, params: Mapping[str, Any] | None) -> MCPError | No
             },
         )
     return None
+
+
+def is_task_augmented(params: Mapping[str, Any] | None) -> bool:
+    return params is not None and "task" in params
+
+
+def created_task(result: Mapping[str, Any]) -> Mapping[str, Any] | None:
+    """The `task` of a `CreateTaskResult` (an upstream may run a task-augmented call at once instead)."""
+    task = result.get("task")
+    if isinstance(task, Mapping) and isinstance(task.get("taskId"), str) and "content" not in result:
+        return task
+    return None
+
+
+def offers_tasks(capabilities: Mapping[str, Any]) -> bool:
+    """Whether an upstream runs tool calls as tasks (`tasks.requests.tools.call`, or the tasks extension)."""
+    tasks = capabilities.get("tasks")
+    requests = tasks.get("requests") if isinstance(tasks, Mapping) else None
+    tools = requests.get("tools") if isinstance(requests, Mapping) else None
+    if isinstance(tools, Mapping) and "call" in tools:
+        return True
+    return any(
+        isinstance(listed, Mapping) and TASKS_EXTENSION in listed
+        for listed in (capabilities.get("extensions"), capabilities.get("experimental"))
+    )
+
+
+def unbridged_task(method: str) -> MCPError:
+    """A handshake-era client's task-augmented call routed to an upstream reached in the 2026-07-28 era."""
+    return MCPError(
+        INVALID_PARAMS,
+        f"{method}: this upstream is reached in the 2026-07-28 era, whose tasks the gateway does not govern; "
+        "send it without params.task",
+        {"field": "task", "reason": "the gateway governs tasks of handshake-era (2025-11-25) upstream sessions only"},
+    )
 
 
 def without_tasks(capabilities: Mapping[str, Any]) -> dict[str, Any]:

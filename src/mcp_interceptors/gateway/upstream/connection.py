@@ -27,7 +27,7 @@ from mcp_types import CONNECTION_CLOSED, INTERNAL_ERROR, INVALID_REQUEST
 
 from mcp_interceptors.gateway.config import TransportConfig
 from mcp_interceptors.gateway.scrub import Scrubber
-from mcp_interceptors.gateway.tasks import is_task_method, task_refusal
+from mcp_interceptors.gateway.tasks import TASK_STATUS, is_task_method, task_refusal
 from mcp_interceptors.gateway.upstream.errors import (
     UpstreamTimeoutError,
     UpstreamUnavailableError,
@@ -667,9 +667,13 @@ class UpstreamConnection:
         return await self.on_request(method, dict(params) if params is not None else None)
 
     async def _on_notify(self, dctx: DispatchContext[Any], method: str, params: Mapping[str, Any] | None) -> None:
-        # Progress reaches the caller through `on_progress`; cancellation is applied by the dispatcher. The
-        # gateway relays no tasks (gateway/tasks.py), so a task's status is about nothing its client asked for.
-        if method in ("notifications/progress", "notifications/cancelled") or is_task_method(method):
+        # Progress reaches the caller through `on_progress`; cancellation is applied by the dispatcher. A task's
+        # status is relayed from a handshake-era session only (gateway/tasks.py), on the connection-wide path,
+        # where the session's owner is checked (`notifications.Notifications`).
+        task_status = method == TASK_STATUS and self.era == "legacy"
+        if method in ("notifications/progress", "notifications/cancelled") or (
+            is_task_method(method) and not task_status
+        ):
             return
         body = dict(params) if params is not None else None
         # A request-scoped notification (a log line, say) goes to the one request waiting for them;
@@ -677,7 +681,7 @@ class UpstreamConnection:
         scoped = not method.endswith("list_changed") and not method.startswith("notifications/resources/")
         if self.scrubber is not None:
             body = self.scrubber.notification(method, body)
-        if scoped and len(self._receivers) == 1:
+        if scoped and not task_status and len(self._receivers) == 1:
             await next(iter(self._receivers.values()))(method, body)
             return
         if self.on_notify is not None:

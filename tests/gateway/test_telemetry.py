@@ -3,11 +3,14 @@ and the `telemetry:` / `OTEL_*` switch (off unless asked for)."""
 
 from __future__ import annotations
 
+import time
 from typing import Any
 
 import anyio
 import pytest
 from mcp import MCPError
+from opentelemetry.sdk.trace import TracerProvider
+from opentelemetry.sdk.trace.export import BatchSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 from opentelemetry.trace import SpanKind, StatusCode
 
@@ -15,6 +18,7 @@ from mcp_interceptors import Chain, InterceptorHost, Invocation, ValidationResul
 from mcp_interceptors.gateway.config import TelemetryConfig, parse_config
 from mcp_interceptors.gateway.governor import Governor
 from mcp_interceptors.gateway.telemetry import Telemetry, context_of, telemetry_for, with_trace_context
+from mcp_interceptors.gateway.telemetry_gate import ShutdownGate
 from mcp_interceptors.protocol.invoke import InvocationContext
 
 pytestmark = pytest.mark.anyio
@@ -175,3 +179,43 @@ def test_tracing_is_off_unless_the_config_or_otel_variables_ask_for_it(
 def test_a_telemetry_section_with_an_unknown_key_is_a_config_error_naming_it() -> None:
     with pytest.raises(Exception, match=r"telemetry\.endpiont"):
         parse_config({"upstreams": {"a": {"command": "x"}}, "telemetry": {"endpiont": "http://x"}})
+
+
+class SlowExporter(InMemorySpanExporter):
+    """Each export takes `delay_s`, as against a collector that never answers within its timeout."""
+
+    def __init__(self, delay_s: float) -> None:
+        super().__init__()
+        self.delay_s = delay_s
+
+    def export(self, spans: Any) -> Any:
+        time.sleep(self.delay_s)
+        return super().export(spans)
+
+
+def test_close_keeps_one_deadline_for_all_queued_batches_and_drops_what_is_left() -> None:
+    """Ten batches queued, each export 0.5 s: the SDK's own shutdown would take 5 s; `close` returns at its
+    deadline (0.3 s), and the batches after it are dropped at once instead of exported."""
+    slow = SlowExporter(0.5)
+    gate = ShutdownGate(slow)
+    provider = TracerProvider()
+    provider.add_span_processor(BatchSpanProcessor(gate, max_export_batch_size=1, schedule_delay_millis=60_000))
+    telemetry = Telemetry(provider, shutdown_timeout_ms=300, gate=gate)
+    for n in range(10):
+        telemetry.tracer.start_span(f"span {n}").end()
+    started = time.monotonic()
+    assert telemetry.close() is False
+    assert time.monotonic() - started < 1.0
+    deadline = time.monotonic() + 5
+    while gate.dropped + len(slow.get_finished_spans()) < 10 and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert len(slow.get_finished_spans()) == 1  # the export in flight at the deadline
+    assert gate.dropped == 9
+
+
+def test_close_within_the_deadline_exports_everything(spans: InMemorySpanExporter) -> None:
+    telemetry = Telemetry.with_exporter(spans, batch=True, shutdown_timeout_ms=5000)
+    for n in range(5):
+        telemetry.tracer.start_span(f"span {n}").end()
+    assert telemetry.close() is True
+    assert len(spans.get_finished_spans()) == 5

@@ -10,8 +10,10 @@ guards and servers. Spans are batched on a bounded queue and exported off the ev
 
 from __future__ import annotations
 
+import logging
 import os
 import sys
+import threading
 import time
 from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
@@ -33,6 +35,7 @@ if TYPE_CHECKING:
     from opentelemetry.sdk.trace.export import SpanExporter
 
     from mcp_interceptors.gateway.config import TelemetryConfig
+    from mcp_interceptors.gateway.telemetry_gate import ShutdownGate
 
 #: The instrumentation scope of every span the gateway makes.
 SCOPE: Final = "mcp_interceptors.gateway"
@@ -43,6 +46,7 @@ TRACE_KEYS: Final = ("traceparent", "tracestate")
 #: Methods whose `params.name` is the span's target (MCP semantic conventions: `{method} {target}`).
 _TARGETED: Final = frozenset({"tools/call", "prompts/get", "interceptor/invoke"})
 _PROPAGATOR: Final = TraceContextTextMapPropagator()
+_log = logging.getLogger(__name__)
 _OTLP_MISSING: Final = (
     "telemetry: the OTLP exporter is not installed; pip install 'mcp-interceptors[telemetry]' "
     "(or set `telemetry.exporter: console` or `none`)"
@@ -141,28 +145,55 @@ class CallSpan:
 class Telemetry:
     """The gateway's tracer and what its hooks call. Built by `telemetry_for`, or for tests with an exporter."""
 
-    def __init__(self, provider: TracerProvider, *, propagate: bool = True) -> None:
+    def __init__(
+        self,
+        provider: TracerProvider,
+        *,
+        propagate: bool = True,
+        shutdown_timeout_ms: int = 2000,
+        gate: ShutdownGate | None = None,
+    ) -> None:
         from mcp_interceptors import __version__
 
         self.provider = provider
         self.tracer = provider.get_tracer(SCOPE, __version__)
         #: Whether requests to upstreams and interceptor servers carry the trace context in `_meta`.
         self.propagate = propagate
+        #: The one deadline of `close`, all queued batches together.
+        self.shutdown_timeout_ms = shutdown_timeout_ms
+        self._gate = gate
 
     @classmethod
-    def with_exporter(cls, exporter: SpanExporter, *, batch: bool = False, propagate: bool = True) -> Telemetry:
+    def with_exporter(
+        cls, exporter: SpanExporter, *, batch: bool = False, propagate: bool = True, shutdown_timeout_ms: int = 2000
+    ) -> Telemetry:
         """Tracing into `exporter` (an `InMemorySpanExporter` in tests): each span as it ends, or batched."""
         from opentelemetry.sdk.resources import Resource
         from opentelemetry.sdk.trace import TracerProvider
         from opentelemetry.sdk.trace.export import BatchSpanProcessor, SimpleSpanProcessor
 
-        provider = TracerProvider(resource=Resource.create({"service.name": "mcp-interceptors-gateway"}))
-        provider.add_span_processor(BatchSpanProcessor(exporter) if batch else SimpleSpanProcessor(exporter))
-        return cls(provider, propagate=propagate)
+        from mcp_interceptors.gateway.telemetry_gate import ShutdownGate
 
-    def close(self) -> None:
-        """Export what is queued (bounded by the exporter's timeout) and stop the export thread."""
-        self.provider.shutdown()
+        provider = TracerProvider(resource=Resource.create({"service.name": "mcp-interceptors-gateway"}))
+        gate = ShutdownGate(exporter)
+        provider.add_span_processor(BatchSpanProcessor(gate) if batch else SimpleSpanProcessor(gate))
+        return cls(provider, propagate=propagate, shutdown_timeout_ms=shutdown_timeout_ms, gate=gate)
+
+    def close(self) -> bool:
+        """Export what is queued and stop the export thread, within `shutdown_timeout_ms` in all; False when
+        the deadline passed first. The SDK's shutdown exports batch after batch, each with its own timeout,
+        so it runs in a daemon thread that is left behind at the deadline, and the gate drops later batches."""
+        budget_s = self.shutdown_timeout_ms / 1000
+        if self._gate is not None:
+            self._gate.deadline = time.monotonic() + budget_s
+        stopping = threading.Thread(target=self.provider.shutdown, name="telemetry-shutdown", daemon=True)
+        stopping.start()
+        stopping.join(budget_s)
+        if stopping.is_alive():
+            _log.warning("telemetry: spans not exported within %d ms of shutdown are dropped", self.shutdown_timeout_ms)
+        elif self._gate is not None and self._gate.dropped:
+            _log.warning("telemetry: %d spans not exported by the shutdown deadline dropped", self._gate.dropped)
+        return not stopping.is_alive()
 
     # ---- the hooks
 
@@ -349,15 +380,13 @@ def telemetry_for(config: TelemetryConfig | None, environ: Mapping[str, str] = o
         resource_attributes["service.name"] = config.service_name or "mcp-interceptors-gateway"
     sampler = ParentBased(TraceIdRatioBased(config.sample_ratio)) if config.sample_ratio is not None else None
     provider = TracerProvider(sampler=sampler, resource=Resource.create(resource_attributes), shutdown_on_exit=False)
-    exporter = _exporter(config, environ)
+    from mcp_interceptors.gateway.telemetry_gate import ShutdownGate
+
+    gate = ShutdownGate(_exporter(config, environ))
     provider.add_span_processor(
-        BatchSpanProcessor(
-            exporter,
-            max_queue_size=config.max_queue_size,
-            export_timeout_millis=config.export_timeout_ms,
-        )
+        BatchSpanProcessor(gate, max_queue_size=config.max_queue_size, export_timeout_millis=config.export_timeout_ms)
     )
-    return Telemetry(provider, propagate=config.propagate)
+    return Telemetry(provider, propagate=config.propagate, shutdown_timeout_ms=config.export_timeout_ms, gate=gate)
 
 
 def _exporter(config: TelemetryConfig, environ: Mapping[str, str]) -> SpanExporter:

@@ -384,5 +384,7 @@ class TelemetryConfig(Model):
         2048, description="Spans waiting for export; past it new spans are dropped, never a call delayed."
     )
     export_timeout_ms: Annotated[int, Field(ge=1, le=MAX_DURATION_MS)] = Field(
-        2000, description="How long one export may take (in a thread of its own, off the event loop)."
+        2000,
+        description="How long one export may take, retries included (in a thread of its own, off the event loop); "
+        "at shutdown, how long all queued spans together may take to export, the rest being dropped.",
     )

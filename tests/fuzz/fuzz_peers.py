@@ -4,7 +4,9 @@ anything): `upstream` (an MCP server) and `host` (an interceptor server), chosen
 The client steers what they answer through a call's arguments, so one gateway serves every example:
 - upstream tool `echo` answers its `text`; `answer` writes `arguments.line` raw (`$ID` replaced by the
   request's id), then a well-formed fallback answer (dropped by the gateway if the line answered already);
-  `crash` exits at once; `hang` never answers. Every line it reads is appended to `$FUZZ_LOG` first.
+  `crash` exits at once; `hang` never answers; `progress` sends `arguments.count` progress notifications (when
+  the call has a progress token), `arguments.pause_ms` apart, then answers. Every line it reads is appended to
+  `$FUZZ_LOG` first.
 - host interceptor `verdict` (a validator of `tools/call` requests) answers with `arguments.verdict` raw
   (`$ID` replaced) and then `valid: true`, or, without one, `valid: true` alone.
 """
@@ -14,11 +16,12 @@ from __future__ import annotations
 import json
 import os
 import sys
+import time
 from typing import Any
 
 TOOLS = [
     {"name": name, "description": f"{name}.", "inputSchema": {"type": "object"}}
-    for name in ("echo", "answer", "crash", "hang")
+    for name in ("echo", "answer", "crash", "hang", "progress")
 ]
 VERDICT = {"name": "verdict", "type": "validation", "hooks": [{"events": ["tools/call"], "phase": "request"}]}
 
@@ -53,10 +56,21 @@ def upstream_call(request_id: Any, params: dict[str, Any]) -> bytes:
             os._exit(3)
         case "hang":
             return b""
+        case "progress":
+            send_progress(params, int(arguments.get("count", 1)), float(arguments.get("pause_ms", 0)) / 1000)
         case "answer":
             fallback = ok(request_id, {"content": [{"type": "text", "text": "fallback"}]})
             return raw(arguments.get("line", ""), request_id) + fallback
     return ok(request_id, {"content": [{"type": "text", "text": str(arguments.get("text"))}]})
+
+
+def send_progress(params: dict[str, Any], count: int, pause_s: float) -> None:
+    token = (params.get("_meta") or {}).get("progressToken")
+    for step in range(min(count, 50)):
+        if token is not None:
+            note = {"method": "notifications/progress", "params": {"progressToken": token, "progress": step + 1}}
+            os.write(1, json.dumps({"jsonrpc": "2.0", **note}).encode() + b"\n")
+        time.sleep(min(pause_s, 0.5))
 
 
 def host_invoke(request_id: Any, params: dict[str, Any]) -> bytes:

@@ -64,10 +64,16 @@ def next_id(prefix: str) -> str:
 
 
 def gateway_config(
-    folder: Path, *, audit: bool = True, upstream_timeout_ms: int = 3000, receipts: bool = False
+    folder: Path,
+    *,
+    audit: bool = True,
+    upstream_timeout_ms: int = 3000,
+    receipts: bool = False,
+    http: dict[str, Any] | None = None,
 ) -> Path:
-    """A gateway with the fuzz upstream (tools `echo`, `answer`, `crash`, `hang`), the fuzz interceptor
-    server and the `secrets` guard, writing a signed audit trail to `folder`."""
+    """A gateway with the fuzz upstream (tools `echo`, `answer`, `crash`, `hang`, `progress`), the fuzz
+    interceptor server and the `secrets` guard, writing a signed audit trail to `folder`; `http` adds to its
+    `http:` settings."""
     python = sys.executable
     log = str(folder / "upstream.log")
     config: dict[str, Any] = {
@@ -86,7 +92,7 @@ def gateway_config(
                 {"name": "fuzzhost", "command": python, "args": [PEERS, "host"], "era": "legacy", "timeout_ms": 2000}
             ],
         },
-        "http": {"max_sessions": 64},
+        "http": {"max_sessions": 64, **(http or {})},
     }
     if audit:
         config["audit"] = {
@@ -266,14 +272,21 @@ def verdict_line(verdict: Any, kind: str = "result") -> str:
 class HttpGateway:
     """A real Streamable HTTP gateway (the CLI as a child on a loopback port)."""
 
-    def __init__(self, folder: Path, *, audit: bool = False, upstream_timeout_ms: int = 3000) -> None:
+    def __init__(
+        self,
+        folder: Path,
+        *,
+        audit: bool = False,
+        upstream_timeout_ms: int = 3000,
+        http: dict[str, Any] | None = None,
+    ) -> None:
         import socket
 
         with socket.socket() as sock:
             sock.bind(("127.0.0.1", 0))
             self.port = sock.getsockname()[1]
         self.folder = folder
-        config = gateway_config(folder, audit=audit, upstream_timeout_ms=upstream_timeout_ms)
+        config = gateway_config(folder, audit=audit, upstream_timeout_ms=upstream_timeout_ms, http=http)
         self.stderr = open(folder / "http.stderr", "wb")  # noqa: SIM115
         argv = [
             sys.executable,

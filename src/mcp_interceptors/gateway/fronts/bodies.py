@@ -1,8 +1,9 @@
 """The body of an HTTP front's POST, read once and shape-checked before anything else looks at it.
 
 The Streamable HTTP endpoint (`http.py`) and the legacy `/messages/` endpoint (`sse.py`) call
-`shape_checked` first: a JSON-RPC message that fails `framing.refusal` gets its -32600 (HTTP 400) there,
-and everything else goes on to mcp's transport with a `receive` that replays the body.
+`shape_checked` first: a JSON-RPC message that fails `framing.refusal` gets its -32600 (HTTP 400) there, a
+client that went away before its body was whole gets nothing (mcp would log an error with a traceback for
+each), and everything else goes on to mcp's transport with a `receive` that replays the body.
 """
 
 from __future__ import annotations
@@ -14,16 +15,21 @@ from starlette.responses import Response
 
 from mcp_interceptors.gateway.jsonrpc.framing import loads, refusal
 
-#: A body not read whole (past the limit, or the client went away), or not JSON: mcp answers it.
+#: A body not read whole (past the limit), or not JSON: mcp answers it.
 UNREAD = object()
-#: What `shape_checked` returns for a message it answered itself.
+#: What `shape_checked` returns for a message it answered itself, or that no one is left to answer.
 REFUSED = object()
+#: What `read_body` gives for the rest of a body whose client disconnected first.
+GONE = object()
 
 
 async def shape_checked(scope: Any, receive: Any, send: Any, limit: int) -> tuple[Any, Any]:
     """(the parsed JSON-RPC message, a `receive` replaying the body) of a POST; `REFUSED` when it failed the
-    shape check (answered here: 400 with the -32600 naming the field), `UNREAD` when mcp must answer it."""
+    shape check (answered here: 400 with the -32600 naming the field) or its client went away while sending
+    it, `UNREAD` when mcp must answer it."""
     body, replay = await read_body(receive, limit)
+    if replay is GONE:
+        return REFUSED, receive
     message = parsed(body) if replay is None else UNREAD
     refused = refusal(message) if message is not UNREAD else None
     if refused is not None:
@@ -37,12 +43,15 @@ def json_response(status: int, message: Any) -> Response:
 
 
 async def read_body(receive: Any, limit: int) -> tuple[bytes, Any]:
-    """The request body, with None; or, past `limit` bytes or on a disconnect, what was read so far and a
-    `receive` that replays it then goes on reading (mcp answers those as it would have)."""
+    """The request body, with None; with `GONE` when the client disconnected before it was whole; or, past
+    `limit` bytes or on another ASGI message, what was read so far and a `receive` that replays it then goes
+    on reading (mcp answers those as it would have)."""
     chunks: list[bytes] = []
     size = 0
     while True:
         message = await receive()
+        if message.get("type") == "http.disconnect":
+            return b"".join(chunks), GONE
         if message.get("type") != "http.request":
             return b"".join(chunks), replaying(b"".join(chunks), receive, more=True, first=message)
         chunk = bytes(message.get("body", b""))

@@ -95,7 +95,8 @@ async def test_a_body_off_the_json_rpc_envelope_gets_400_with_32600_naming_the_f
 
 async def test_a_session_post_off_the_envelope_is_refused_and_the_session_lives(plain: str) -> None:
     with anyio.fail_after(60):
-        async with httpx2.AsyncClient() as http:
+        # The session's first `tools/list` starts its own upstream: past httpx's 5 s default on a loaded machine.
+        async with httpx2.AsyncClient(timeout=60) as http:
             opened = await http.post(f"{plain}/mcp", json=INITIALIZE, headers=HEADERS)
             session = {
                 **HEADERS,

@@ -119,32 +119,45 @@ def gateway_argv(config: Path, *extra: str) -> list[str]:
     return [sys.executable, "-m", "mcp_interceptors", "gateway", "--config", str(config), *GATEWAY_OPTIONS, *extra]
 
 
+def wait_listening(port: int, proc: subprocess.Popen[bytes], label: str, limit_s: float = 60, err: Any = None) -> None:
+    """Poll until `proc` listens on `port`; raise (with its stderr from `err`, if given) if it exits or times out."""
+    deadline = time.monotonic() + limit_s
+    while True:
+        if proc.poll() is not None:
+            tail = ""
+            if err is not None:
+                err.seek(0)
+                tail = err.read().decode()[-2000:]
+            raise RuntimeError(f"{label} exited ({proc.returncode}): {tail}")
+        try:
+            socket.create_connection(("127.0.0.1", port), timeout=1).close()
+            return
+        except OSError:
+            if time.monotonic() > deadline:
+                raise RuntimeError(f"{label} is not listening on {port}") from None
+            time.sleep(0.1)  # readiness poll
+
+
+def stop_group(proc: subprocess.Popen[bytes]) -> None:
+    """SIGTERM, up to 15 s, then SIGKILL of the process group."""
+    proc.send_signal(signal.SIGTERM)
+    with suppress(subprocess.TimeoutExpired):
+        proc.wait(15)
+    with suppress(ProcessLookupError, PermissionError):
+        os.killpg(proc.pid, signal.SIGKILL)
+    proc.wait()
+
+
 @contextmanager
 def http_process(argv: list[str], port: int, label: str) -> Iterator[str]:
     """A process serving HTTP on `port` until the block ends (SIGTERM, then SIGKILL of its group)."""
     with tempfile.TemporaryFile() as err:
         proc = subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=err, start_new_session=True)
         try:
-            deadline = time.monotonic() + 60
-            while True:
-                if proc.poll() is not None:
-                    err.seek(0)
-                    raise RuntimeError(f"{label} exited: {err.read().decode()[-2000:]}")
-                try:
-                    socket.create_connection(("127.0.0.1", port), timeout=1).close()
-                    break
-                except OSError:
-                    if time.monotonic() > deadline:
-                        raise RuntimeError(f"{label} is not listening on {port}") from None
-                    time.sleep(0.1)
+            wait_listening(port, proc, label, err=err)
             yield f"http://127.0.0.1:{port}/mcp"
         finally:
-            proc.send_signal(signal.SIGTERM)
-            with suppress(subprocess.TimeoutExpired):
-                proc.wait(15)
-            with suppress(ProcessLookupError, PermissionError):
-                os.killpg(proc.pid, signal.SIGKILL)
-            proc.wait()
+            stop_group(proc)
 
 
 @asynccontextmanager

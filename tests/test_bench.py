@@ -30,3 +30,20 @@ def test_audit_overhead_bench_runs_gateway_bound_and_verifies_what_it_wrote() ->
     assert sum(line.split()[:2] == ["8", "sqlite"] for line in lines) == 2  # progress, then the summary
     assert any(line.startswith("target SQLite audit costs <= 10 % throughput at c=8: ") for line in lines)
     assert lines[-1].startswith("audit verify (sqlite): OK: ")
+
+
+def test_replica_scaling_bench_runs_every_case_behind_haproxy() -> None:
+    """Starts redis-server, PostgreSQL and HAProxy itself (Debian packages), and five gateways."""
+    lines = run_bench("bench/replica_scaling.py", "--quick")
+    assert lines[1].split()[:3] == ["case", "calls/s", "x"]
+    rows = [line for line in lines if line.split()[0] in ("1", "2", "3")]
+    assert [" ".join(row.split()[:3]) for row in rows] == [
+        "1 replica, memory",
+        "1 replica, redis",
+        "1 replica, redis+pg",
+        "2 replicas, redis+pg",
+        "3 replicas, redis+pg",
+    ]
+    assert rows[0].split()[4] == "1.00"
+    assert lines[-3].startswith("Redis state adds ") and "target <= x1.15: " in lines[-3]
+    assert lines[-1].startswith("on paper, a core per replica")

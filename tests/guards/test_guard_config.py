@@ -30,6 +30,7 @@ BAD_CONFIGS: dict[str, tuple[dict[str, Any], str]] = {
     "size-limit": ({"per_event": {"tools/call": {"max_bytes": 1}}}, 'config.per_event["tools/call"]'),
     "tool-pinning": ({"pins": {"echo": "not-a-digest"}}, "config.pins.echo"),
     "audit-log": ({"path": 3}, "config.path"),
+    "approval": ({"rules": [{"tool": 3}]}, "config.rules[0].tool"),
 }
 EXPECTED_INTERCEPTORS = {
     "secrets": [("secrets", "mutation")],
@@ -45,6 +46,7 @@ EXPECTED_INTERCEPTORS = {
     "size-limit": [("size-limit", "validation")],
     "tool-pinning": [("tool-pinning", "validation")],
     "audit-log": [("audit-log", "sink")],
+    "approval": [("approval", "validation")],
 }
 
 

@@ -14,6 +14,7 @@ import yaml
 from mcp_interceptors import guards
 from mcp_interceptors.gateway.config import parse_config
 from mcp_interceptors.guards import (
+    approval,
     audit_log,
     client_features,
     exfiltration,
@@ -45,6 +46,7 @@ SCHEMAS: dict[str, GuardSchema] = {
     "size-limit": size.SCHEMA,
     "tool-pinning": pinning.SCHEMA,
     "audit-log": audit_log.SCHEMA,
+    "approval": approval.SCHEMA,
 }
 #: Wordings the tables use for long defaults.
 NAMED_DEFAULTS = {"all kinds": (list(SECRET_KINDS), list(PII_KINDS)), "content events": (CONTENT_EVENTS,)}

@@ -48,6 +48,7 @@ _ENTRY_KEYS: Final = (
     "modified",
     "duration_ms",
     "error",
+    "approval",
 )
 _WORDS: Final = tuple(
     (name, frozenset(get_args(kind)))

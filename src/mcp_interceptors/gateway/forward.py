@@ -8,16 +8,17 @@ ends (its metrics outcome is counted there). Listings go to `listings`; calls (`
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping
-from typing import Any, get_args
+from typing import Any
 
 import anyio
 from mcp import MCPError
 from mcp.shared.inbound import mcp_param_headers, x_mcp_header_map
-from mcp_types import LoggingLevel
 
+from mcp_interceptors.gateway.approvals.asking import Approvals
+from mcp_interceptors.gateway.approvals.verdicts import ApprovalRound, Granted
 from mcp_interceptors.gateway.connections import Connections
 from mcp_interceptors.gateway.governor import BlockedError, Governor
-from mcp_interceptors.gateway.input_rounds import InputRounds, Progress
+from mcp_interceptors.gateway.input_rounds import InputRounds
 from mcp_interceptors.gateway.listings import Listings
 from mcp_interceptors.gateway.metrics import GatewayMetrics, Outcome
 from mcp_interceptors.gateway.recording import CallRecord, Leg
@@ -42,13 +43,12 @@ from mcp_interceptors.gateway.tasks import (
     unbridged_task,
 )
 from mcp_interceptors.gateway.telemetry import Telemetry
+from mcp_interceptors.gateway.ungoverned import broadcast, passthrough, progress_relay
 from mcp_interceptors.gateway.upstream.connection import UpstreamConnection
-from mcp_interceptors.protocol.errors import INVALID_PARAMS, METHOD_NOT_FOUND
 from mcp_interceptors.protocol.invoke import InvocationContext
 
 #: Bound on `input_required` round trips bridged for one handshake-era call (as mcp's client does).
 MAX_INPUT_ROUNDS = 10
-LOG_LEVELS: tuple[str, ...] = get_args(LoggingLevel)
 
 
 class Forwarder:
@@ -68,6 +68,7 @@ class Forwarder:
         request_states: RequestStates | None = None,
         telemetry: Telemetry | None = None,
         tasks: TaskRelay | None = None,
+        approvals: Approvals | None = None,
     ) -> None:
         self.governor = governor
         self.connections = connections
@@ -78,6 +79,8 @@ class Forwarder:
         self.server_info = server_info
         self.advertised_equals_callable = advertised_equals_callable
         self.request_states = request_states or RequestStates()
+        #: Asks a person when a chain escalates (None: an escalation blocks like any error verdict).
+        self.approvals = approvals
         self._upstream_count = len(connections.config.upstreams)
         self.telemetry = telemetry
         #: Serves handshake-era clients' tool-call tasks (None: tasks are refused, as in the 2026-07-28 era).
@@ -186,11 +189,12 @@ class Forwarder:
             elif method in CALLS or method == "completion/complete":
                 result = await self.call(session, method, params, downstream, request_id)
             elif method == "logging/setLevel":
-                result = await self._broadcast(session, method, params)
+                result = await broadcast(await self.connections.of(session), session.era, method, params)
             elif method in TASK_REQUESTS and self.tasks is not None:  # a handshake-era client's (else refused)
                 result = await self._task_request(self.tasks, session, method, params, downstream, request_id)
             else:
-                result = await self._passthrough(session, method, params, downstream)
+                conns = await self.connections.of(session)  # no event: no guard sees what comes back (D18)
+                result = self.replies.scrub_result(await passthrough(conns, method, params, downstream))
         except MCPError as exc:
             # Calls and listings raise theirs scrubbed already (and the scrubber knows them: not scanned again);
             # the rest (an upstream's error to a method passed through, to `logging/setLevel`) are scrubbed here.
@@ -239,18 +243,29 @@ class Forwarder:
             route = await self.listings.route(session, method, params)
             context = session.context(route.upstream, request_id)
             record = self.replies.new_record(context)
-            asked: dict[str, str] | None = None
-            if (
-                session.era == "2026-07-28"
-                and params is not None
-                and params.get("requestState") is not None
-                and (await self.connections.of(session))[route.upstream].era == "2026-07-28"
-            ):
-                # The gateway's own token (a bridged call's is its own): any replica opens it, or refuses it.
-                params, asked = opened_retry(self.request_states, session.key, route.upstream, method, params)
-            await self.rounds.govern_responses(session, params, context, record, asked)
+            approvals = self.approvals
+            pending = approvals.take_round(session, method, params) if approvals is not None else None
+            granted: Granted = {}
+            if pending is not None and approvals is not None:  # a retry answering the gateway's approval round
+                record, context = pending.record, pending.context
+                granted = await approvals.judge_round(session, pending, params)
+                params = pending.params
+            else:
+                if approvals is not None:  # a retry of a call a person approved: not asked again
+                    granted = approvals.carried(session, params)
+                asked: dict[str, str] | None = None
+                if (
+                    session.era == "2026-07-28"
+                    and params is not None
+                    and params.get("requestState") is not None
+                    and (await self.connections.of(session))[route.upstream].era == "2026-07-28"
+                ):
+                    # The gateway's own token (a bridged call's is its own): any replica opens it, or refuses it.
+                    params, asked = opened_retry(self.request_states, session.key, route.upstream, method, params)
+                await self.rounds.govern_responses(session, params, context, record, asked)
             client_params = params  # as sent: what a bridged call's retries must repeat (see `_forward`)
-            params = await governor.govern_request(method, params, context, record)
+            approver = approvals.approver(session, downstream, context, params, granted) if approvals else None
+            params = await governor.govern_request(method, params, context, record, approver)
             route = await self.listings.route(session, method, params, check=True)  # policy sees the final payload
             conn = (await self.connections.of(session))[route.upstream]
             if method == "tools/call" and is_task_augmented(params) and conn.era != "legacy":
@@ -260,6 +275,8 @@ class Forwarder:
                 # What goes upstream is the approved payload, renamed for the upstream: intent and executed alike.
                 sent = {"method": method, "params": recorded(upstream_params)}
                 await record.dispatched(executed=sent, intent=sent)
+        except ApprovalRound as round_:
+            return round_.result  # the call waits for the client's retry with the answers (its record too)
         except MCPError as exc:
             await self.replies.refused(record, method, exc, session, request_id)
         except anyio.get_cancelled_exc_class():
@@ -279,6 +296,7 @@ class Forwarder:
                 record,
                 headers,
                 client_params=client_params,
+                granted=approver.granted if approver is not None else {},
             )
         except MCPError as exc:
             await self.replies.failed(record, method, exc)
@@ -300,9 +318,10 @@ class Forwarder:
         headers: dict[str, str],
         *,
         client_params: Mapping[str, Any] | None,
+        granted: Granted,
     ) -> dict[str, Any]:
         """Send the call and govern what comes back, including `input_required` rounds."""
-        relay = _progress_relay(downstream, upstream_params)
+        relay = progress_relay(downstream, upstream_params)
         if session.era == "2026-07-28" and conn.era == "legacy":
             # What a retry of this call must repeat: the client's request, as sent, but for its answers.
             asked = {"method": method, "params": without_meta(without_answers(client_params))}
@@ -327,6 +346,8 @@ class Forwarder:
                         self.request_states, session.key, conn.name, method, client_params, governed
                     )
                 await record.answered(Leg(method, "response", None, result), governed)
+                if self.approvals is not None:  # its retry is this call: what a person approved stays approved
+                    self.approvals.carry(session, governed, granted)
                 return governed  # a 2026-07-28 client answers and retries itself
             # Bridge: a handshake-era client gets the embedded requests as ordinary server requests.
             state = result.get("requestState")
@@ -368,52 +389,3 @@ class Forwarder:
         if not isinstance(schema, Mapping) or not isinstance(arguments, Mapping):
             return {}
         return mcp_param_headers(x_mcp_header_map(schema), arguments)
-
-    # ------------------------------------------------------------------ what no chain governs
-
-    async def _broadcast(
-        self, session: DownstreamSession, method: str, params: dict[str, Any] | None
-    ) -> dict[str, Any]:
-        conns = await self.connections.of(session)
-        logging = [conn for conn in conns.values() if conn.info is not None and "logging" in conn.info.capabilities]
-        if not logging:  # what a server without the logging capability answers (and the gateway advertises none)
-            raise MCPError(METHOD_NOT_FOUND, "Method not found", method)
-        # 2026-07-28 has no logging/setLevel: for a handshake-era client the level rides in each request's envelope.
-        in_envelope = [conn for conn in logging if conn.era == "2026-07-28" and session.era == "legacy"]
-        level = (params or {}).get("level")
-        if in_envelope and level not in LOG_LEVELS:
-            raise MCPError(INVALID_PARAMS, f"level must be one of {', '.join(LOG_LEVELS)}", {"field": "level"})
-        for conn in logging:
-            if conn in in_envelope:
-                conn.log_level = level
-            else:
-                await conn.request(method, params)
-        return {}
-
-    async def _passthrough(
-        self, session: DownstreamSession, method: str, params: dict[str, Any] | None, downstream: Downstream
-    ) -> dict[str, Any]:
-        conns = await self.connections.of(session)
-        if len(conns) != 1:
-            raise MCPError(
-                METHOD_NOT_FOUND,
-                f"Method not found: {method} cannot be routed to one of {len(conns)} upstreams",
-                method,
-            )
-        conn = next(iter(conns.values()))
-        result = await conn.request(
-            method, params, on_progress=_progress_relay(downstream, params), on_notify=downstream.notify_related
-        )
-        return self.replies.scrub_result(result)  # no event: no guard sees it (D18)
-
-
-def _progress_relay(downstream: Downstream, params: Mapping[str, Any] | None) -> Progress | None:
-    """Relay upstream progress to the client when it asked for progress."""
-    meta = (params or {}).get("_meta")
-    if not isinstance(meta, Mapping) or "progressToken" not in meta:
-        return None
-
-    async def relay(progress: float, total: float | None, message: str | None) -> None:
-        await downstream.progress(progress, total, message)
-
-    return relay

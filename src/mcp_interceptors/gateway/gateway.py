@@ -14,6 +14,8 @@ from typing import TYPE_CHECKING, Any
 import anyio.abc
 
 from mcp_interceptors.gateway.advertise import Advertiser
+from mcp_interceptors.gateway.approvals.asking import Approvals
+from mcp_interceptors.gateway.approvals.memory import StateApprovals
 from mcp_interceptors.gateway.auditing import start_audit_writer
 from mcp_interceptors.gateway.client_scope import ClientScope
 from mcp_interceptors.gateway.config import GatewayConfig
@@ -90,6 +92,8 @@ class Gateway:
         #: The mcp `Server` the fronts serve (`server.GatewayServer` is its middleware).
         self.server = new_server(config.name, GATEWAY_CLIENT_INFO["version"], self.notifications)
         server = self.server
+        #: Asks the client's user when a chain escalates (the `approval` guard, or an interceptor server's).
+        self.approvals = Approvals(StateApprovals(state) if state is not None else None)
         self.forwarder = Forwarder(
             governor=self.governor,
             connections=self.connections,
@@ -105,6 +109,7 @@ class Gateway:
             ),
             telemetry=telemetry,
             tasks=TaskRelay(self.tasks, self.connections, self.replies),
+            approvals=self.approvals,
         )
         self.mcp_server = GatewayServer(
             server,
@@ -153,6 +158,7 @@ class Gateway:
         self._tg = tg
         self.connections.run_in(tg)
         self.rounds.run_in(tg)
+        self.approvals.run_in(tg)
         if self.replies.writer is None and self.config.audit.enabled:
             self.replies.writer = await start_audit_writer(self.config, tg)
         if self.metrics is not None and (address := self.config.metrics.address) is not None:

@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING, Any
 import anyio
 from mcp import MCPError
 
+from mcp_interceptors.gateway.approvals.verdicts import ApprovalDenied, Approver, Granted
 from mcp_interceptors.gateway.logs import decisions, log_blocked, log_changed, log_refused_payload
 from mcp_interceptors.gateway.recording import CallRecord, Leg
 from mcp_interceptors.invoker import Chain, chain_error, invalid_payload_error, payload_problem
@@ -97,12 +98,14 @@ class Governor:
         params: Mapping[str, Any] | None,
         context: InvocationContext,
         record: CallRecord | None = None,
+        approver: Approver | None = None,
     ) -> dict[str, Any] | None:
         """Run the request chain on `{method, params}`; returns the governed params, which are what is sent.
 
         `params._meta` is part of the payload (spec §1.2: the request minus JSON-RPC framing): it is forwarded,
         so the chain sees it and may redact or block what it carries, like any other field.
         With a `record`, the approved leg waits there for its dispatch; a denial is recorded at once.
+        With an `approver`, a chain that only escalations blocked goes on if a person approves them.
         """
         payload = {"method": event, "params": dict(params) if params is not None else {}}
         plans = self._plans(event, "request")
@@ -110,7 +113,7 @@ class Governor:
             if record is not None and record.enabled:
                 record.approved_request(Leg(event, "request", None, payload))
             return dict(params) if params is not None else None
-        governed = await self._run(plans, event, "request", payload, context, record)
+        governed = await self._run(plans, event, "request", payload, context, record, approver)
         # `type(...) is dict` first: an ABC's isinstance costs more, and the payload is a dict all but always
         # (`bench/gateway_overhead.py`).
         out = governed.get("params") if type(governed) is dict or isinstance(governed, Mapping) else None
@@ -136,8 +139,10 @@ class Governor:
         payload: Any,
         context: InvocationContext,
         record: CallRecord | None,
+        approver: Approver | None = None,
     ) -> Any:
         """The chain at each configured point (`plans`) in turn; the first block stops the message."""
+        approvals: Granted = {}
         for plan in plans:
             given = payload  # what the last point's chain was given: the leg's recorded input
             if self.telemetry is None:
@@ -146,12 +151,14 @@ class Governor:
                 )
             else:
                 result = await self._traced_run(self.telemetry, plan, payload, context)
+            if result.escalations and approver is not None:
+                result = await self._approved(approver, Leg(event, phase, result, payload), record, approvals)
             if self.metrics is not None:
                 self.metrics.chain_ran(result)
             if not result.allowed:
                 log_blocked(result, record.call_id if record is not None else "")
                 if record is not None:
-                    await record.denied(Leg(event, phase, result, payload))
+                    await record.denied(Leg(event, phase, result, payload, approvals or None))
                 raise BlockedError.of(chain_error(result, include_details=self.include_details))
             # The payload a leg is given is one of its event (the gateway builds it): only a replacement is checked.
             problem = (
@@ -166,7 +173,7 @@ class Governor:
                 log_changed(result, record.call_id if record is not None else "")
             payload = result.final_payload
         if record is not None:
-            leg = Leg(event, phase, result, given)
+            leg = Leg(event, phase, result, given, approvals or None)
             if phase == "request":
                 record.approved_request(leg)
             else:
@@ -184,3 +191,17 @@ class Governor:
             return result
         finally:
             telemetry.end_chain(span, result)
+
+    async def _approved(self, approver: Approver, leg: Leg, record: CallRecord | None, approvals: Granted) -> Any:
+        """`leg`'s chain result once a person approved its escalations (or as blocked, if that lifts nothing);
+        a refusal is recorded with the answers and becomes the client's error."""
+        assert leg.result is not None
+        try:
+            approvals.update(await approver(leg, record))
+        except ApprovalDenied as denied:
+            if record is not None:
+                await record.denied(
+                    Leg(leg.event, leg.phase, leg.result, leg.payload_in, {**approvals, **denied.approvals})
+                )
+            raise BlockedError.of(denied.error) from None
+        return leg.result.approved(approvals) or leg.result

@@ -35,6 +35,8 @@ logger = logging.getLogger(__name__)
 RECEIPT_META_KEY = "io.github.mcp-interceptors/receipt"
 #: How long a cancelled call may wait to queue its closing record (only a full writer queue makes it wait).
 _CANCEL_RECORD_S = 5.0
+#: Per escalating interceptor, the audit entry of the approval it was given or refused.
+Approvals = Mapping[str, Mapping[str, Any]]
 
 
 def _error_entry(exc: MCPError, *data_keys: str) -> dict[str, Any]:
@@ -47,8 +49,9 @@ def _error_entry(exc: MCPError, *data_keys: str) -> dict[str, Any]:
     return error
 
 
-def interceptor_entries(result: ChainResult, payload_in: Any) -> list[dict[str, Any]]:
-    """Per-interceptor audit entries; mutators carry the payload before and after (the record keeps a diff)."""
+def interceptor_entries(result: ChainResult, payload_in: Any, approvals: Approvals | None = None) -> list[Any]:
+    """Per-interceptor audit entries; mutators carry the payload before and after (the record keeps a diff), and
+    an escalating validator the `approval` it got (who was asked, the answer and when)."""
     entries: list[dict[str, Any]] = []
     current = payload_in
     for item in result.results:
@@ -63,6 +66,9 @@ def interceptor_entries(result: ChainResult, payload_in: Any) -> list[dict[str, 
             entry["severity"] = item.severity
             if item.messages:
                 entry["messages"] = [m.to_wire() for m in item.messages]
+            approval = approvals.get(item.interceptor or "") if approvals else None
+            if approval is not None:
+                entry["approval"] = dict(approval)
         elif isinstance(item, MutationResult):
             entry["modified"] = item.modified
             entry["payload_before"] = current
@@ -105,6 +111,7 @@ class Leg:
     phase: Phase
     result: ChainResult | None
     payload_in: Any
+    approvals: Approvals | None = None  # the approvals a person gave or refused (`approvals.asking`)
 
 
 @dataclass(frozen=True)
@@ -345,7 +352,7 @@ class CallRecord:
         principal = self._principal
         if principal is None and self.context.principal is not None:
             principal = self._principal = self.context.principal.to_wire()  # once per call, not per leg
-        entries = interceptor_entries(result, leg.payload_in) if result is not None else ()
+        entries = interceptor_entries(result, leg.payload_in, leg.approvals) if result is not None else ()
         decision_input = DecisionInput(
             timestamp=datetime.now(UTC),
             event=leg.event,

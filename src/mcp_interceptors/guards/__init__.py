@@ -31,6 +31,7 @@ GUARD_MODULES: dict[str, str] = {
     "size-limit": "mcp_interceptors.guards.size",
     "tool-pinning": "mcp_interceptors.guards.pinning",
     "audit-log": "mcp_interceptors.guards.audit_log",
+    "approval": "mcp_interceptors.guards.approval",
 }
 
 #: guard name -> its build-config keys that name a file (`-` is a stream, not a file): a gateway resolves

@@ -7,13 +7,13 @@ tool not denied. A CEL rule must evaluate to `true` for the call to pass; an eva
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from functools import cache
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from jsonschema.exceptions import best_match
 
+from mcp_interceptors.guards._cel import CelCondition, CelFailure, cel_activation
 from mcp_interceptors.guards._config import GuardSchema, SettingsCache
 from mcp_interceptors.guards._names import (
     Glob,
@@ -26,9 +26,6 @@ from mcp_interceptors.guards._schemas import CompiledSchema, compile_config_sche
 from mcp_interceptors.guards._walk import format_path
 from mcp_interceptors.host import InterceptorHost, Invocation
 from mcp_interceptors.protocol.results import ValidationMessage, ValidationResult
-
-if TYPE_CHECKING:
-    import celpy
 
 _PATTERN = {
     "oneOf": [
@@ -97,8 +94,7 @@ class _Pattern:
 class _ArgumentRule:
     index: int
     applies: _Pattern
-    program: Any  # celpy Runner, or None
-    cel: str | None
+    condition: CelCondition | None
     schema: CompiledSchema | None
     message: str | None
 
@@ -124,87 +120,15 @@ def _pattern(raw: str | Mapping[str, str]) -> _Pattern:
     return _Pattern(Glob([server]) if server is not None else None, Glob([raw.get("tool", "*")]))
 
 
-@cache
-def _cel() -> celpy.Environment:
-    """The CEL environment, built on the first rule written in CEL: its parser costs ~0.25 s of a gateway's
-    start (`bench/footprint.py cold-start`), which a policy without CEL rules never needs."""
-    import celpy
-
-    return celpy.Environment()
-
-
-#: The variables a CEL rule can name (see `_activation`).
-_CEL_VARIABLES = frozenset({"args", "tool", "server", "principal", "session"})
-#: Names CEL itself declares: type names (`type(args.n) == int`) and the protobuf well-known types' package.
-_CEL_BUILTIN_NAMES = frozenset(
-    {"bool", "bytes", "double", "duration", "dyn", "int", "list", "map", "null_type", "string", "timestamp"}
-    | {"type", "uint", "google"}
-)
-#: Macros whose first argument declares a variable for the rest of the call (`args.tags.all(t, t != "")`).
-_CEL_MACROS = frozenset({"all", "exists", "exists_one", "map", "filter"})
-
-
-def _undeclared_names(tree: Any) -> list[str]:
-    """The variables a compiled CEL expression names that its activation will not have, in order.
-
-    Without this check such a rule compiles, then fails to evaluate on every call (denying it).
-    """
-    return list(dict.fromkeys(_free_names(tree, _CEL_VARIABLES | _CEL_BUILTIN_NAMES)))
-
-
-def _free_names(tree: Any, bound: frozenset[str]) -> Iterator[str]:
-    if not hasattr(tree, "data"):  # a token (celpy's trees are lark's: subtrees have `data`, tokens are str)
-        return
-    if tree.data == "primary" and tree.children and getattr(tree.children[0], "data", None) == "ident":
-        name = str(tree.children[0].children[0])
-        if name not in bound:
-            yield name
-        return
-    if tree.data == "member_dot_arg" and len(tree.children) == 3 and str(tree.children[1]) in _CEL_MACROS:
-        target, _, arguments = tree.children
-        yield from _free_names(target, bound)
-        expressions = arguments.children if hasattr(arguments, "data") else []
-        variable = _macro_variable(expressions[0]) if expressions else None
-        inner = bound | {variable} if variable is not None else bound
-        for expression in expressions[1:] if variable is not None else expressions:
-            yield from _free_names(expression, inner)
-        return
-    for child in tree.children:
-        yield from _free_names(child, bound)
-
-
-def _macro_variable(expression: Any) -> str | None:
-    """The name a macro's first argument declares, when it is a bare identifier."""
-    idents = [node for node in expression.iter_subtrees() if node.data == "ident"]
-    primaries = [node for node in expression.iter_subtrees() if node.data == "primary"]
-    if len(idents) == 1 and len(primaries) == 1:
-        return str(idents[0].children[0])
-    return None
-
-
 def _compile_rule(index: int, raw: Mapping[str, Any]) -> _ArgumentRule:
     if "cel" not in raw and "schema" not in raw:
         raise ValueError(f"config.arguments[{index}]: give `cel` (a condition) or `schema` (a JSON Schema), or both")
-    program = None
-    if "cel" in raw:
-        try:
-            tree = _cel().compile(raw["cel"])
-            program = _cel().program(tree)
-        except Exception as exc:  # celpy raises its own parse error types
-            detail = " ".join(str(exc).split())
-            raise ValueError(f"config.arguments[{index}].cel does not compile: {detail}") from None
-        unknown = _undeclared_names(tree)
-        if unknown:
-            raise ValueError(
-                f"config.arguments[{index}].cel names {', '.join(map(repr, unknown))}, which "
-                f"{'is not a variable' if len(unknown) == 1 else 'are not variables'}; "
-                f"use {', '.join(sorted(_CEL_VARIABLES))}"
-            )
+    condition = CelCondition(raw["cel"], f"config.arguments[{index}].cel") if "cel" in raw else None
     schema = None
     if "schema" in raw:
         schema = compile_config_schema(raw["schema"], f"config.arguments[{index}].schema")
     applies = _pattern({k: raw[k] for k in ("server", "tool") if k in raw} or {"tool": "*"})
-    return _ArgumentRule(index, applies, program, raw.get("cel"), schema, raw.get("message"))
+    return _ArgumentRule(index, applies, condition, schema, raw.get("message"))
 
 
 def _compile(raw: Mapping[str, Any]) -> _Settings:
@@ -217,22 +141,6 @@ def _compile(raw: Mapping[str, Any]) -> _Settings:
     )
 
 
-def _activation(inv: Invocation, tool: str, server: str | None, arguments: Mapping[str, Any]) -> dict[str, Any]:
-    principal: dict[str, Any] = {"type": "anonymous"}
-    if inv.context is not None and inv.context.principal is not None:
-        principal = inv.context.principal.to_wire()
-    values: dict[str, Any] = {
-        "args": dict(arguments),
-        "tool": tool,
-        "server": server or "",
-        "principal": principal,
-        "session": inv.session_id or "",
-    }
-    from celpy.adapter import json_to_cel  # loaded already: only CEL rules need an activation
-
-    return {key: json_to_cel(value) for key, value in values.items()}
-
-
 def _check_rule(rule: _ArgumentRule, arguments: Mapping[str, Any], activation: dict[str, Any]) -> str | None:
     """None when the rule holds, else why not."""
     if rule.schema is not None:
@@ -240,17 +148,13 @@ def _check_rule(rule: _ArgumentRule, arguments: Mapping[str, Any], activation: d
         if error is not None:
             where = format_path(("params", "arguments", *error.absolute_path))
             return rule.message or f"arguments violate rule #{rule.index} at {where}: {describe_error(error)}"
-    if rule.program is not None:
-        try:
-            outcome = rule.program.evaluate(activation)
-        except Exception as exc:  # a CEL evaluation error (e.g. a missing field) denies: fail closed
-            return rule.message or f"argument rule #{rule.index} ({rule.cel}) could not be evaluated: {exc.args[0]}"
-        from celpy.celtypes import BoolType  # loaded with the rule's program
-
-        if not isinstance(outcome, bool | BoolType):
-            return f"argument rule #{rule.index} ({rule.cel}) must evaluate to a bool, got {type(outcome).__name__}"
-        if not outcome:
-            return rule.message or f"argument rule #{rule.index} failed: {rule.cel}"
+    if rule.condition is not None:
+        holds = rule.condition.evaluate(activation)
+        if isinstance(holds, CelFailure):  # no value (e.g. a missing field) denies: fail closed
+            why = f"argument rule #{rule.index} ({rule.condition.source}) {holds.reason}"
+            return why if holds.not_bool else rule.message or why
+        if not holds:
+            return rule.message or f"argument rule #{rule.index} failed: {rule.condition.source}"
     return None
 
 
@@ -266,7 +170,7 @@ def check_call(settings: _Settings, inv: Invocation) -> ValidationResult | bool:
     if not rules:
         return True
     arguments = arguments_of(inv.payload)
-    activation = _activation(inv, tool, server, arguments) if any(r.program is not None for r in rules) else {}
+    activation = cel_activation(inv, tool, server, arguments) if any(r.condition is not None for r in rules) else {}
     failures = [why for rule in rules if (why := _check_rule(rule, arguments, activation)) is not None]
     if failures:
         messages = tuple(ValidationMessage(message=m, severity="error", path="$.params.arguments") for m in failures)

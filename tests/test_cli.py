@@ -603,7 +603,7 @@ def test_freeze_start_up_heap_takes_what_start_up_built_out_of_full_collections(
     """A full collection walks every tracked object; frozen ones it skips (the gateway's p99 pauses)."""
     import gc
 
-    from mcp_interceptors.cli._common import freeze_start_up_heap
+    from mcp_interceptors.cli._runtime import freeze_start_up_heap
 
     built = [[index] for index in range(20_000)]  # long-lived containers, as start-up leaves behind
     try:

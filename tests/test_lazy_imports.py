@@ -5,7 +5,9 @@ Each check runs in a fresh interpreter and reads its `sys.modules`, since this t
 
 from __future__ import annotations
 
+import argparse
 import ast
+import importlib
 import json
 import subprocess
 import sys
@@ -14,6 +16,7 @@ from pathlib import Path
 import pytest
 
 import mcp_interceptors
+from mcp_interceptors.cli import _commands, build_parser
 
 ROOT_INIT = Path(mcp_interceptors.__file__)
 
@@ -72,3 +75,66 @@ def test_an_unknown_name_is_an_attribute_error() -> None:
 def test_subpackages_stay_reachable_as_attributes() -> None:
     done = run_python("import mcp_interceptors as m; print(m.host.InterceptorHost.__name__)")
     assert done.stdout.strip() == "InterceptorHost"
+
+
+#: What the commands run on; building the parser imports none of them.
+HEAVY = ("mcp", "mcp_types", "pydantic", "sqlalchemy", "opentelemetry", "cryptography", "anyio", "httpx2", "yaml")
+
+
+def cli_modules(*words: str) -> set[str]:
+    """The modules a fresh interpreter holds after `mcp-interceptors WORDS` (through the CLI's `main`)."""
+    return modules_after(
+        "import contextlib, io\n"
+        "from mcp_interceptors.cli import main\n"
+        "with contextlib.redirect_stdout(io.StringIO()), contextlib.suppress(SystemExit):\n"
+        f"    main({list(words)!r})"
+    )
+
+
+@pytest.mark.parametrize(
+    "words",
+    [("--help",), ("--version",), ("gateway", "--help"), ("audit", "verify", "--help"), ("serve", "--help")],
+    ids=" ".join,
+)
+def test_help_and_version_import_none_of_the_commands_libraries(words: tuple[str, ...]) -> None:
+    modules = cli_modules(*words)
+    assert [top for top in (*HEAVY, "shtab") if loaded(modules, top)] == []
+    commands = {"_core", "_gateway", "_guards", "_audit", "_ui", "_clients", "_completion", "_runtime"}
+    assert {name.rpartition(".")[2] for name in modules if name.startswith("mcp_interceptors.cli.")} & commands == set()
+
+
+def test_completion_imports_shtab_but_not_the_commands_libraries() -> None:
+    modules = cli_modules("completion", "bash")
+    assert loaded(modules, "shtab")
+    assert [top for top in HEAVY if loaded(modules, top)] == []
+
+
+def test_a_command_imports_its_module_when_it_runs() -> None:
+    modules = cli_modules("config-schema")
+    assert "mcp_interceptors.cli._gateway" in modules
+    assert "mcp_interceptors.cli._audit" not in modules
+
+
+def _leaf_parsers(parser: argparse.ArgumentParser) -> list[argparse.ArgumentParser]:
+    subcommands = [a for a in parser._actions if isinstance(a, argparse._SubParsersAction)]
+    if not subcommands:
+        return [parser]
+    return [leaf for sub in subcommands for child in sub.choices.values() for leaf in _leaf_parsers(child)]
+
+
+def test_every_command_names_a_handler_its_module_defines() -> None:
+    leaves = _leaf_parsers(build_parser())
+    assert len(leaves) >= 14  # list, invoke, gateway, config-schema, serve, pin, audit x6, ui, wrap, completion
+    for leaf in leaves:
+        handler = leaf.get_default("handler")
+        module = importlib.import_module(f"mcp_interceptors.cli.{handler.module}")
+        assert callable(getattr(module, handler.function)), (leaf.prog, handler)
+
+
+def test_constants_the_parser_repeats_match_their_sources() -> None:
+    import shtab
+
+    from mcp_interceptors import audit
+
+    assert _commands.DEFAULT_KEY_PATH == audit.DEFAULT_KEY_PATH
+    assert list(_commands.SHELLS) == list(shtab.SUPPORTED_SHELLS)

@@ -1,4 +1,8 @@
-"""The `mcp-interceptors` command: argument parsing and wiring only; each subcommand lives in its module."""
+"""The `mcp-interceptors` command: argument parsing and wiring only; each subcommand lives in its module.
+
+The parser (`_commands`) is built from the standard library alone; a subcommand's module, and the libraries it
+runs on, are imported only when that subcommand runs.
+"""
 
 from __future__ import annotations
 
@@ -8,7 +12,7 @@ import sys
 from collections.abc import Sequence
 from typing import Any
 
-from mcp_interceptors.cli import _core
+from mcp_interceptors.cli import _commands
 from mcp_interceptors.cli._common import CommandError, split_command
 
 
@@ -28,8 +32,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     parser.add_argument("--version", action=_PrintVersion, help="print the versions of this package and mcp, then exit")
     subcommands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
-    for module in _modules():
-        module.register(subcommands)
+    _commands.register(subcommands)
     return parser
 
 
@@ -52,17 +55,6 @@ def _version() -> str:
 
     python = sys.version.split()[0]
     return f"mcp-interceptors {__version__} (mcp {version('mcp')}, extension {EXTENSION_ID}, Python {python})"
-
-
-def _modules() -> list[Any]:
-    modules: list[Any] = [_core]
-    for name in ("_gateway", "_guards", "_audit", "_ui", "_clients", "_completion"):
-        try:
-            modules.append(__import__(f"mcp_interceptors.cli.{name}", fromlist=["register"]))
-        except ModuleNotFoundError as exc:
-            if exc.name != f"mcp_interceptors.cli.{name}":
-                raise
-    return modules
 
 
 def main(argv: Sequence[str] | None = None) -> int:

@@ -9,71 +9,9 @@ import argparse
 import io
 import sys
 from pathlib import Path
-from typing import Any
 
 from mcp_interceptors.audit import DEFAULT_KEY_PATH, commands
-from mcp_interceptors.cli._common import CommandError, completes_files
-
-
-def register(subcommands: Any) -> None:
-    audit = subcommands.add_parser("audit", help="read and verify the signed audit trail")
-    actions = audit.add_subparsers(dest="action", required=True, metavar="ACTION")
-
-    def common(parser: argparse.ArgumentParser) -> None:
-        completes_files(
-            parser.add_argument(
-                "--store", help="SQLite path, postgresql:// URL, or for verify a .jsonl export (default: from --config)"
-            )
-        )
-        completes_files(
-            parser.add_argument("--config", "-c", metavar="FILE", help="take the store and key file from gateway.yaml")
-        )
-        completes_files(
-            parser.add_argument("--key-file", type=Path, help=f"signing key file (default {DEFAULT_KEY_PATH})")
-        )
-
-    tail = actions.add_parser("tail", help="print the newest records")
-    common(tail)
-    tail.add_argument("-n", type=_count, default=20, help="how many records (at least 1)")
-    tail.add_argument("--follow", "-f", action="store_true", help="keep printing new records")
-    tail.add_argument("--json", action="store_true", help="one JSON record per line")
-    tail.set_defaults(handler=run_tail)
-
-    show = actions.add_parser("show", help="print one record and its compound receipt")
-    common(show)
-    show.add_argument("record_id", metavar="ID")
-    show.set_defaults(handler=run_show)
-
-    head = actions.add_parser("head", help="print each segment's newest record, as anchors to keep elsewhere")
-    common(head)
-    head.set_defaults(handler=run_head)
-
-    verify = actions.add_parser("verify", help="check every hash link and signature; name the first bad record")
-    common(verify)
-    completes_files(
-        verify.add_argument("--trust", action="append", type=Path, default=[], help="trusted public keys (JSONL)")
-    )
-    anchor = verify.add_argument(
-        "--anchor",
-        action="append",
-        type=Path,
-        default=[],
-        metavar="FILE",
-        help="records that must be in the trail: `audit head` lines or receipts clients kept (JSON lines)",
-    )
-    completes_files(anchor)
-    verify.set_defaults(handler=run_verify)
-
-    export = actions.add_parser("export", help="write the records and receipts as JSON lines")
-    common(export)
-    export.add_argument("--jsonl", action="store_true", default=True, help="JSON lines (the only format)")
-    export.set_defaults(handler=run_export)
-
-    keys = actions.add_parser("keys", help="show, export or rotate the signing key")
-    common(keys)
-    keys.add_argument("--rotate", action="store_true", help="generate a new key endorsed by the old one")
-    keys.add_argument("--export", action="store_true", help="print trust anchors as JSON lines")
-    keys.set_defaults(handler=run_keys)
+from mcp_interceptors.cli._common import CommandError
 
 
 class _AuditStderr(io.StringIO):
@@ -82,17 +20,6 @@ class _AuditStderr(io.StringIO):
 
     def write(self, text: str) -> int:
         return sys.stderr.write(f"mcp-interceptors audit: {text}" if text.startswith("error: ") else text)
-
-
-def _count(text: str) -> int:
-    """A positive record count for `-n` (a usage error, exit 2, otherwise)."""
-    try:
-        count = int(text)
-    except ValueError:
-        count = 0
-    if count < 1:
-        raise argparse.ArgumentTypeError(f"expected a whole number of records, at least 1, not {text!r}")
-    return count
 
 
 def _locations(args: argparse.Namespace) -> tuple[str, Path]:

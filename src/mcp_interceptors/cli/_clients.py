@@ -22,34 +22,9 @@ import time
 from pathlib import Path
 from typing import Any
 
-from mcp_interceptors.cli._common import CommandError, GuardChoice, add_guard_argument, completes_files
+from mcp_interceptors.cli._commands import SERVERS_SUFFIX
+from mcp_interceptors.cli._common import CommandError, GuardChoice
 from mcp_interceptors.gateway.config.client_configs import SERVER_LISTS, client_only_keys
-
-SERVERS_SUFFIX = ".gateway-upstreams.json"
-
-
-def register(subcommands: Any) -> None:
-    wrap = subcommands.add_parser(
-        "wrap-client-config",
-        help="route every server of a desktop client's config through the gateway",
-        description=(
-            "Rewrite PATH (Claude Desktop, Claude Code, Cursor: mcpServers; VS Code: servers) so each server "
-            "starts through `mcp-interceptors gateway` with the guards given (default: secrets). The original "
-            f"entries move to PATH's stem + {SERVERS_SUFFIX}; a backup PATH.bak-<time> is written first."
-        ),
-    )
-    completes_files(wrap.add_argument("path", metavar="PATH", help="the client's config file (JSON)"))
-    add_guard_argument(wrap, "a built-in guard every wrapped server runs behind (default: secrets)")
-    completes_files(
-        wrap.add_argument(
-            "--gateway-config",
-            metavar="FILE",
-            help="run every wrapped server behind this gateway config (its guards, policies, audit) instead of --guard",
-        )
-    )
-    wrap.add_argument("--undo", action="store_true", help="put the original entries back")
-    wrap.add_argument("--dry-run", action="store_true", help="print the rewritten config instead of writing it")
-    wrap.set_defaults(handler=run_wrap)
 
 
 def launcher() -> list[str]:

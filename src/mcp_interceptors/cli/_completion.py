@@ -9,28 +9,27 @@ from __future__ import annotations
 
 import argparse
 import sys
-from typing import Any
 
 import shtab
 
-
-def register(subcommands: Any) -> None:
-    completion = subcommands.add_parser(
-        "completion",
-        help="print a shell completion script",
-        description=(
-            'Print the completion script of SHELL. bash: add eval "$(mcp-interceptors completion bash)" to '
-            "~/.bashrc. zsh: mcp-interceptors completion zsh > ~/.zfunc/_mcp-interceptors, with ~/.zfunc on "
-            "$fpath before compinit. fish: mcp-interceptors completion fish > "
-            "~/.config/fish/completions/mcp-interceptors.fish."
-        ),
-    )
-    completion.add_argument("shell", choices=shtab.SUPPORTED_SHELLS, help="the shell the script is for")
-    completion.set_defaults(handler=run_completion)
+from mcp_interceptors.cli._common import COMPLETES, FILES
 
 
 def run_completion(args: argparse.Namespace) -> int:
     from mcp_interceptors.cli import build_parser
 
-    sys.stdout.write(shtab.complete(build_parser(), shell=args.shell))
+    sys.stdout.write(shtab.complete(with_completers(build_parser()), shell=args.shell))
     return 0
+
+
+def with_completers(parser: argparse.ArgumentParser) -> argparse.ArgumentParser:
+    """`parser`, each argument marked by `completes_files` or `add_guard_argument` given shtab's completer
+    (the `complete` attribute shtab reads), in every subcommand's parser too."""
+    for action in parser._actions:  # argparse lists a parser's arguments only there (shtab walks it too)
+        what = getattr(action, COMPLETES, None)
+        if what is not None:
+            action.complete = shtab.FILE if what == FILES else shtab.cmd(what)  # type: ignore[attr-defined]
+        if isinstance(action, argparse._SubParsersAction):
+            for subparser in action.choices.values():
+                with_completers(subparser)
+    return parser

@@ -3,58 +3,16 @@
 from __future__ import annotations
 
 import argparse
-import math
 from typing import Any
 
 import anyio
 import httpx2
 from mcp import MCPError
 
-from mcp_interceptors.cli._common import (
-    CommandError,
-    add_target_arguments,
-    build_client,
-    print_json,
-    read_json_argument,
-)
+from mcp_interceptors.cli._common import CommandError, print_json, read_json_argument
+from mcp_interceptors.cli._runtime import build_client
 from mcp_interceptors.invoker import discover, invoke_interceptor
 from mcp_interceptors.protocol.errors import InterceptorsError
-
-
-def register(subcommands: Any) -> None:
-    listing = subcommands.add_parser(
-        "list",
-        help="list a host's interceptors",
-        description="Call interceptors/list on TARGET (a URL, or a stdio command after --) and print JSON.",
-    )
-    add_target_arguments(listing)
-    listing.add_argument("--event", help="only interceptors hooked to this event")
-    listing.set_defaults(handler=run_list)
-
-    invoke = subcommands.add_parser(
-        "invoke",
-        help="invoke one interceptor",
-        description="Call interceptor/invoke on TARGET and print the result as JSON.",
-    )
-    add_target_arguments(invoke)
-    invoke.add_argument("name", help="interceptor name")
-    invoke.add_argument("--event", required=True, help="lifecycle event, e.g. tools/call")
-    invoke.add_argument("--phase", required=True, choices=["request", "response"])
-    invoke.add_argument("--payload", required=True, help="payload as JSON, or @file.json")
-    invoke.add_argument("--config", help="config object as JSON, or @file.json")
-    invoke.add_argument("--timeout-ms", type=_milliseconds, help="host-enforced deadline")
-    invoke.set_defaults(handler=run_invoke)
-
-
-def _milliseconds(text: str) -> float:
-    """A finite, positive number of milliseconds (`inf` or `nan` would lift the deadline)."""
-    try:
-        value = float(text)
-    except ValueError:
-        value = math.nan
-    if not math.isfinite(value) or value <= 0:
-        raise argparse.ArgumentTypeError(f"expected a finite number of milliseconds above 0, not {text!r}")
-    return value
 
 
 def _client(args: argparse.Namespace) -> Any:

@@ -9,23 +9,11 @@ import re
 import sys
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
 
 import anyio
 
-from mcp_interceptors.cli._common import (
-    CommandError,
-    GuardChoice,
-    add_guard_argument,
-    add_log_level_argument,
-    add_loop_argument,
-    completes_files,
-    freeze_start_up_heap,
-    loop_name,
-    print_json,
-    repeated_guards,
-    run_on_loop,
-)
+from mcp_interceptors.cli._common import CommandError, GuardChoice, print_json, repeated_guards
+from mcp_interceptors.cli._runtime import freeze_start_up_heap, loop_name, run_on_loop
 from mcp_interceptors.gateway.auditing import start_audit_writer
 from mcp_interceptors.gateway.auth import check_auth
 from mcp_interceptors.gateway.check import check_report, render_check
@@ -59,54 +47,6 @@ from mcp_interceptors.invoker import Chain
 from mcp_interceptors.protocol.errors import InterceptorsError
 
 _log = logging.getLogger("mcp_interceptors.gateway")
-
-
-def register(subcommands: Any) -> None:
-    gateway = subcommands.add_parser(
-        "gateway",
-        help="run the interceptor gateway in front of MCP servers",
-        description=(
-            "Run the gateway from a config file, or front one stdio server given after -- with built-in guards. "
-            "Serves stdio by default, or Streamable HTTP (and legacy SSE) with --http HOST:PORT."
-        ),
-    )
-    completes_files(gateway.add_argument("--config", "-c", metavar="FILE", help="gateway.yaml"))
-    completes_files(
-        gateway.add_argument("--check", metavar="FILE", help="validate FILE and print the resolved plan, then exit")
-    )
-    completes_files(
-        gateway.add_argument(
-            "--servers",
-            metavar="FILE",
-            help="a client's mcpServers (or VS Code servers) file whose servers join the upstreams of --config",
-        )
-    )
-    gateway.add_argument(
-        "--upstream",
-        metavar="NAME",
-        help="front only this upstream of --config FILE (a client config's server name), without a tool prefix",
-    )
-    add_guard_argument(
-        gateway, "with an upstream command after --, or a client's mcpServers file as --config: a built-in guard to run"
-    )
-    gateway.add_argument("--http", metavar="HOST:PORT", help="serve Streamable HTTP instead of stdio")
-    gateway.add_argument(
-        "--insecure-no-auth", action="store_true", help="allow a non-loopback HTTP bind without authentication"
-    )
-    gateway.add_argument(
-        "--json", action="store_true", help="with --check: print the upstreams, deadline and plan as JSON"
-    )
-    gateway.add_argument(
-        "--watch",
-        action="store_true",
-        help="with --config: reload the guards and policies when the file changes (SIGHUP reloads them too)",
-    )
-    add_log_level_argument(gateway)
-    add_loop_argument(gateway)
-    gateway.set_defaults(handler=run_gateway)
-
-    schema = subcommands.add_parser("config-schema", help="print the JSON Schema of gateway.yaml")
-    schema.set_defaults(handler=run_config_schema)
 
 
 def run_config_schema(args: argparse.Namespace) -> int:

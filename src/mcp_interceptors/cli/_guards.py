@@ -21,22 +21,10 @@ from mcp.server.stdio import stdio_server
 from pydantic import TypeAdapter
 
 from mcp_interceptors import __version__, guards
-from mcp_interceptors.cli._common import (
-    CommandError,
-    GuardChoice,
-    add_guard_argument,
-    add_log_level_argument,
-    add_loop_argument,
-    add_target_arguments,
-    build_client,
-    completes_files,
-    freeze_start_up_heap,
-    read_json_argument,
-    repeated_guards,
-    run_on_loop,
-)
+from mcp_interceptors.cli._common import CommandError, GuardChoice, read_json_argument, repeated_guards
 from mcp_interceptors.cli._core import _run
 from mcp_interceptors.cli._gateway import _parse_http
+from mcp_interceptors.cli._runtime import build_client, freeze_start_up_heap, run_on_loop
 from mcp_interceptors.executor import Call
 from mcp_interceptors.gateway.config import authority, is_loopback
 from mcp_interceptors.gateway.fronts.stdio_transport import fd_stdio_server
@@ -48,39 +36,6 @@ from mcp_interceptors.protocol.descriptors import InterceptorDescriptor
 from mcp_interceptors.protocol.results import InterceptorResult
 
 _RAW: Any = TypeAdapter(dict[str, Any])
-
-
-def register(subcommands: Any) -> None:
-    serve = subcommands.add_parser(
-        "serve",
-        help="serve built-in guards as an interceptor server",
-        description="Serve one or more built-in guards (one host with all their interceptors) over stdio, "
-        "or Streamable HTTP with --http HOST:PORT.",
-    )
-    add_guard_argument(serve, "a built-in guard to serve")
-    serve.add_argument(
-        "--config-json",
-        action="append",
-        default=[],
-        metavar="NAME=JSON|@FILE",
-        help="build config of a served guard NAME, as JSON or @file.json (repeatable); the same as --guard NAME=JSON",
-    )
-    serve.add_argument("--http", metavar="HOST:PORT", help="serve Streamable HTTP at http://HOST:PORT/mcp")
-    serve.add_argument("--insecure-no-auth", action="store_true", help="allow a non-loopback HTTP bind")
-    add_log_level_argument(serve)
-    add_loop_argument(serve)
-    serve.set_defaults(handler=run_serve)
-
-    pin = subcommands.add_parser(
-        "pin",
-        help="write a tool-pinning pin file from a live server",
-        description="List TARGET's tools (a URL, or a stdio command after --) and write their pins as JSON.",
-    )
-    add_target_arguments(pin)
-    completes_files(
-        pin.add_argument("-o", "--output", required=True, metavar="FILE", help="pin file to write; - for stdout")
-    )
-    pin.set_defaults(handler=run_pin)
 
 
 # --------------------------------------------------------------------------- serve

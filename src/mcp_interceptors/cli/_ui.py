@@ -8,36 +8,11 @@ from __future__ import annotations
 
 import argparse
 import sys
-from pathlib import Path
-from typing import Any
 
 from mcp_interceptors.audit import DEFAULT_KEY_PATH
-from mcp_interceptors.cli._common import CommandError, add_log_level_argument
+from mcp_interceptors.cli._commands import DEFAULT_LISTEN
+from mcp_interceptors.cli._common import CommandError
 from mcp_interceptors.gateway.logs import configure_logging
-
-DEFAULT_LISTEN = "127.0.0.1:8765"
-
-
-def register(subcommands: Any) -> None:
-    ui = subcommands.add_parser(
-        "ui",
-        help="serve a live web view of the audit trail",
-        description=(
-            "Serve a read-only web view of an audit store: recent calls as they land, filters, charts, and each "
-            "call's records with their signature and chain status (the checks of `audit verify`)."
-        ),
-    )
-    ui.add_argument("--audit", metavar="STORE", help="SQLite path or postgresql:// URL (default: from --config)")
-    ui.add_argument("--config", "-c", metavar="FILE", help="take the store, key file and auth from gateway.yaml")
-    ui.add_argument("--key-file", type=Path, help=f"trust this signing key file's keys (default {DEFAULT_KEY_PATH})")
-    ui.add_argument("--trust", action="append", type=Path, default=[], help="trusted public keys (JSONL), repeatable")
-    ui.add_argument("--listen", default=DEFAULT_LISTEN, metavar="HOST:PORT", help=f"default {DEFAULT_LISTEN}")
-    ui.add_argument(
-        "--allowed-host", action="append", default=[], metavar="NAME", help="a Host name clients use (repeatable)"
-    )
-    ui.add_argument("--insecure-no-auth", action="store_true", help="allow a non-loopback bind without authentication")
-    add_log_level_argument(ui)
-    ui.set_defaults(handler=run_ui)
 
 
 def run_ui(args: argparse.Namespace) -> int:

@@ -11,10 +11,11 @@ from __future__ import annotations
 import importlib
 import importlib.util
 from collections.abc import Mapping
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from mcp_interceptors.host import InterceptorHost
-from mcp_interceptors.state import StateStore
+if TYPE_CHECKING:  # not at run time: the CLI lists the guard names without importing mcp
+    from mcp_interceptors.host import InterceptorHost
+    from mcp_interceptors.state import StateStore
 
 #: guard name -> module implementing `build(config)`
 GUARD_MODULES: dict[str, str] = {

@@ -47,3 +47,13 @@ def test_replica_scaling_bench_runs_every_case_behind_haproxy() -> None:
     assert rows[0].split()[4] == "1.00"
     assert lines[-3].startswith("Redis state adds ") and "target <= x1.15: " in lines[-3]
     assert lines[-1].startswith("on paper, a core per replica")
+
+
+def test_tracing_overhead_bench_runs_every_variant_and_ends_with_both_targets() -> None:
+    lines = run_bench("bench/tracing_overhead.py", "--calls", "40", "--repeats", "1")
+    summary = lines[lines.index("") + 1 :]
+    assert summary[0].startswith("40 calls per cell, median of 1 repeats, lean driver")
+    rows = [line.split() for line in summary[2:] if line.startswith(("stdio ", "http "))]
+    variants = {(row[0], row[1], f"{row[2]} {row[3]}") for row in rows}
+    assert {("stdio", "1", "tracing off"), ("stdio", "1", "tracing on"), ("http", "8", "tracing on")} <= variants
+    assert summary[-1].startswith("target HTTP c=8 tracing on costs <= 10 % throughput: ")

@@ -131,12 +131,14 @@ def tasks_config(write_config: ConfigWriter) -> Path:
 
 @pytest.mark.parametrize("transport", ["stdio", "http"])
 async def test_a_2026_07_28_task_augmented_call_is_refused_before_it_reaches_the_upstream(
-    write_config: ConfigWriter, transport: str
+    write_config: ConfigWriter, tmp_path: Path, transport: str
 ) -> None:
-    """mcp 2.3 defines none of the 2026-07-28 tasks extension: its tasks stay refused (D19), fail-closed."""
+    """mcp 2.3 defines none of the 2026-07-28 tasks extension: its tasks stay refused (D19), fail-closed, with an
+    error that says why; the refusal is a `deny` record closing its call, and the trail verifies."""
     era = "2026-07-28"
+    config = audited_tasks_config(write_config, tmp_path)
     with anyio.fail_after(60):
-        async with raw_gateway(transport, tasks_config(write_config), era) as client:
+        async with raw_gateway(transport, config, era) as client:
             with pytest.raises(MCPError) as refused:
                 await client.request("tools/call", {"name": "leak", "arguments": {}, "task": {"ttl": 60000}})
             fetched: dict[str, MCPError] = {}
@@ -149,6 +151,8 @@ async def test_a_2026_07_28_task_augmented_call_is_refused_before_it_reaches_the
     error = refused.value.error
     assert (error.code, error.data["field"]) == (-32602, "task")
     assert "tasks/result" in error.data["reason"] and "params.task" in error.message
+    assert "2026-07-28" in error.data["reason"] and TASKS_EXTENSION in error.data["reason"]
+    assert all("2026-07-28 tasks" in exc.error.message for exc in fetched.values())
     assert reached == "0"  # refused before the request chain and the upstream
     assert {method: exc.error.code for method, exc in fetched.items()} == dict.fromkeys(fetched, -32601)
     assert "AKIA" not in governed and "[REDACTED:aws_access_key]" in governed  # untasked, the guard still sees it
@@ -156,6 +160,12 @@ async def test_a_2026_07_28_task_augmented_call_is_refused_before_it_reaches_the
     assert "tasks" not in client.capabilities
     assert TASKS_EXTENSION not in (client.capabilities.get("extensions") or {})
     assert TASKS_EXTENSION not in (client.capabilities.get("experimental") or {})
+    refused_call, _calls, leak_call = calls(tmp_path / "audit.db", "tools/call").values()
+    assert [(leg["phase"], leg["decision"], leg["status"]) for leg in refused_call] == [("request", "deny", "refused")]
+    assert refused_call[0]["error"]["code"] == -32602 and refused_call[0]["receipt"]
+    assert [leg["phase"] for leg in leak_call] == ["request", "response"]
+    assert "AKIA" not in json.dumps(leak_call)
+    assert "open calls" not in await verified(config)
 
 
 async def test_an_upstream_is_offered_no_client_tasks_and_its_task_augmented_request_is_refused(

@@ -29,6 +29,11 @@ TASK_REQUESTS = frozenset({"tasks/get", "tasks/result", "tasks/list", "tasks/can
 TASK_STATUS = "notifications/tasks/status"
 #: What a handshake-era client is promised when an upstream runs tool calls as tasks: what the gateway governs.
 GOVERNED_TASKS: dict[str, Any] = {"list": {}, "cancel": {}, "requests": {"tools": {"call": {}}}}
+#: Why any other task is refused (in the errors a client reads).
+_GOVERNED_ONLY = (
+    "the gateway governs only handshake-era (2025-11-25) clients' tools/call tasks, "
+    f"not 2026-07-28 tasks ({TASKS_EXTENSION}) nor tasks a server asks of the client"
+)
 #: The spec's requests, either way. A `task` in another method's params is a custom method's own field: unknown
 #: methods pass through untouched.
 _SPEC_REQUESTS = CLIENT_INITIATED_EVENTS | SERVER_INITIATED_EVENTS | wire_methods.SPEC_CLIENT_METHODS
@@ -46,14 +51,14 @@ def task_refusal(method: str, params: Mapping[str, Any] | None, *, governed: boo
     if governed and (method in TASK_REQUESTS or (method == "tools/call" and params is not None)):
         return None
     if is_task_method(method):
-        return MCPError(METHOD_NOT_FOUND, f"Method not found: {method} (the gateway does not relay MCP tasks)", method)
+        return MCPError(METHOD_NOT_FOUND, f"Method not found: {method} ({_GOVERNED_ONLY})", method)
     if params is not None and "task" in params and method in _SPEC_REQUESTS:
         return MCPError(
             INVALID_PARAMS,
-            f"{method}: task-augmented requests are not supported through the gateway; send it without params.task",
+            f"{method}: this task-augmented request is refused by the gateway; send it without params.task",
             {
                 "field": "task",
-                "reason": "the gateway does not relay MCP tasks: a task's result, fetched later with tasks/result, "
+                "reason": f"{_GOVERNED_ONLY}: this task's result, fetched later with tasks/result, "
                 "would bypass the interceptor chain",
             },
         )

@@ -100,6 +100,16 @@ def unbridged_task(method: str) -> MCPError:
     )
 
 
+def untasked_upstream(method: str, upstream: str) -> MCPError:
+    """A task-augmented call routed to an upstream that does not run tool calls as tasks: it would answer with a
+    plain result where the client waits for a task."""
+    return MCPError(
+        INVALID_PARAMS,
+        f"{method}: upstream {upstream!r} does not run tool calls as tasks; send it without params.task",
+        {"field": "task", "reason": f"upstream {upstream!r} advertises no tasks.requests.tools.call"},
+    )
+
+
 def without_tasks(capabilities: Mapping[str, Any]) -> dict[str, Any]:
     """`capabilities` minus tasks (`tasks`, and the tasks extension under `extensions` or `experimental`)."""
     kept = {key: value for key, value in capabilities.items() if key != "tasks"}

@@ -39,10 +39,8 @@ from mcp_interceptors.gateway.tasks import (
     TASK_REQUESTS,
     created_task,
     is_task_augmented,
-    offers_tasks,
+    routed_task_refusal,
     task_refusal,
-    unbridged_task,
-    untasked_upstream,
 )
 from mcp_interceptors.gateway.telemetry import Telemetry
 from mcp_interceptors.gateway.ungoverned import broadcast, passthrough, progress_relay
@@ -270,11 +268,9 @@ class Forwarder:
             params = await governor.govern_request(method, params, context, record, approver)
             route = await self.listings.route(session, method, params, check=True)  # policy sees the final payload
             conn = (await self.connections.of(session))[route.upstream]
-            if method == "tools/call" and is_task_augmented(params):
-                if conn.era != "legacy":
-                    raise unbridged_task(method)
-                if conn.info is None or not offers_tasks(conn.info.capabilities):
-                    raise untasked_upstream(method, conn.name)
+            offered = conn.info.capabilities if conn.info is not None else None
+            if method == "tools/call" and (refused := routed_task_refusal(params, conn.name, conn.era, offered)):
+                raise refused
             upstream_params = renamed(method, params, route)
             if record.enabled:  # built only when there is a trail
                 # What goes upstream is the approved payload, renamed for the upstream: intent and executed alike.

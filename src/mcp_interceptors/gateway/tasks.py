@@ -110,6 +110,19 @@ def untasked_upstream(method: str, upstream: str) -> MCPError:
     )
 
 
+def routed_task_refusal(
+    params: Mapping[str, Any] | None, upstream: str, era: str, offered: Mapping[str, Any] | None
+) -> MCPError | None:
+    """The error for a task-augmented `tools/call` the upstream it was routed to cannot run as a governed task."""
+    if not is_task_augmented(params):
+        return None
+    if era != "legacy":
+        return unbridged_task("tools/call")
+    if offered is None or not offers_tasks(offered):
+        return untasked_upstream("tools/call", upstream)
+    return None
+
+
 def without_tasks(capabilities: Mapping[str, Any]) -> dict[str, Any]:
     """`capabilities` minus tasks (`tasks`, and the tasks extension under `extensions` or `experimental`)."""
     kept = {key: value for key, value in capabilities.items() if key != "tasks"}

@@ -118,7 +118,7 @@ async def test_watch_reloads_when_the_file_changes_and_names_what_waits_for_a_re
     ):
         with anyio.fail_after(60):
             assert text_of(await client.call_tool("echo", {"text": "before"})) == "before"
-            changed = {**denying("echo"), "upstreams": {"e2e": upstream_entry(timeout_ms=5000)}}
+            changed = {**denying("echo"), "upstreams": {"e2e": upstream_entry(timeout_ms=40_000)}, "name": "renamed"}
             write_yaml(config, changed)
             await reloaded(child, "config reloaded from", 1)
             with pytest.raises(MCPError) as blocked:
@@ -126,7 +126,8 @@ async def test_watch_reloads_when_the_file_changes_and_names_what_waits_for_a_re
         log = child.stderr_tail(400)
     assert isinstance(blocked.value.error.data, dict)
     assert blocked.value.error.data.get("interceptor") == "tool-policy"
-    assert f"config reload ({config} changed): upstreams changed in {config}; they take effect at the next start" in log
+    assert f"config reload ({config} changed): name changed in {config}; they take effect at the next start" in log
+    assert f"config reload ({config} changed): upstreams changed 'e2e'" in log  # the upstream set is reloaded
 
 
 #: The e2e upstream, started only once the gateway's child has slept `_SLOW_S` (the gateway is still starting).

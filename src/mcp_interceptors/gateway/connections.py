@@ -16,7 +16,7 @@ import anyio
 import anyio.abc
 from mcp_types import CONNECTION_CLOSED
 
-from mcp_interceptors.gateway.config import GatewayConfig
+from mcp_interceptors.gateway.config import GatewayConfig, TransportConfig, UpstreamConfig
 from mcp_interceptors.gateway.metrics import GatewayMetrics
 from mcp_interceptors.gateway.scrub import Scrubber
 from mcp_interceptors.gateway.session import DownstreamSession, Era
@@ -93,6 +93,9 @@ class Connections:
         #: subscriptions/listen serves resources, not that resources/subscribe works in that era).
         self.handshake_subscribe: set[str] = set()
         self._tg: anyio.abc.TaskGroup | None = None
+        #: What the shared connections present (`connect_shared`'s arguments), for those a reload starts.
+        self._client_params: Mapping[str, Any] | None = None
+        self._client_era: Era | None = None
 
     def run_in(self, tg: anyio.abc.TaskGroup) -> None:
         """The task group every connection runs in (the gateway's)."""
@@ -114,21 +117,8 @@ class Connections:
         every client feature it relays, and 2026-07-28 first.
         """
         tg = self.task_group
-        assert self.traffic is not None, "no traffic handlers"
-        conns = {}
-        for name, upstream_config in self.config.upstreams.items():
-            on_request, on_notify = self.traffic.shared(name)
-            era: EraPreference = "legacy-first" if client_era == "legacy" and upstream_config.era == "auto" else "auto"
-            conns[name] = self._instrumented(
-                UpstreamConnection(
-                    name,
-                    upstream_config,
-                    era=era,
-                    client_params=client_params,
-                    on_request=on_request,
-                    on_notify=on_notify,
-                )
-            )
+        self._client_params, self._client_era = client_params, client_era
+        conns = {name: self._new_shared(name, upstream) for name, upstream in self.config.upstreams.items()}
         failures: dict[str, UpstreamUnavailableError] = {}
         starts = {name: _Start() for name in conns}
         decided = anyio.Event()
@@ -169,6 +159,35 @@ class Connections:
         self.shared.update(conns)
         decided.set()
 
+    def _new_shared(self, name: str, upstream: UpstreamConfig) -> UpstreamConnection:
+        """A shared connection to `upstream`, presenting what `connect_shared` was given."""
+        assert self.traffic is not None, "no traffic handlers"
+        on_request, on_notify = self.traffic.shared(name)
+        legacy_first = self._client_era == "legacy" and upstream.era == "auto"
+        era: EraPreference = "legacy-first" if legacy_first else "auto"
+        conn = UpstreamConnection(
+            name, upstream, era=era, client_params=self._client_params, on_request=on_request, on_notify=on_notify
+        )
+        return self._instrumented(conn)
+
+    async def start_shared(self, upstreams: Mapping[str, UpstreamConfig]) -> dict[str, UpstreamConnection]:
+        """Start shared connections to `upstreams` (a config reload's new and changed ones), all at once; once
+        each is past its handshake, return them. If one cannot start, close them all and raise its error."""
+        conns = {name: self._new_shared(name, upstream) for name, upstream in upstreams.items()}
+        try:
+            async with anyio.create_task_group() as starting:
+                for conn in conns.values():
+                    starting.start_soon(conn.open, self.task_group)
+        except BaseException as exc:
+            for conn in conns.values():
+                conn.close("the config reload that started it was refused")
+            if isinstance(exc, BaseExceptionGroup):
+                failed = [e for e in exc.exceptions if isinstance(e, UpstreamUnavailableError)]
+                if failed:
+                    raise failed[0] from None
+            raise
+        return conns
+
     def is_shared(self, upstream: str, conn: UpstreamConnection | None) -> bool:
         return conn is not None and self.shared.get(upstream) is conn
 
@@ -176,27 +195,49 @@ class Connections:
 
     async def of(self, session: DownstreamSession) -> dict[str, UpstreamConnection]:
         """The session's upstream connections; a handshake-era session opens its own on first use."""
-        if session.upstreams:
+        if session.upstreams and len(session.upstreams) == len(self.config.upstreams):
             return session.upstreams
         if session.era != "legacy":
             session.upstreams = dict(self.shared)
             return session.upstreams
         async with session.opening_lock:
-            if not session.upstreams:
+            # A reload may add upstreams (opened here) or change and remove some while they open (dropped here).
+            while missing := [name for name in self.config.upstreams if name not in session.upstreams]:
                 try:
-                    session.upstreams = await self._open_for(session)
+                    opened = await self._open_for(session, missing)
                 finally:
                     session.opening.clear()
+                session.upstreams = {**session.upstreams, **opened}
+                for conn in self.drop_stale(session):
+                    self.task_group.start_soon(retire, conn, "a config reload removed or changed it")
         return session.upstreams
 
-    async def _open_for(self, session: DownstreamSession) -> dict[str, UpstreamConnection]:
-        """Per-session upstream sessions for a handshake-era client, presenting its own initialize params. Ending
-        the session (or shutting down) meanwhile closes those opened so far and raises -32000 at once."""
+    def drop_stale(self, session: DownstreamSession) -> list[UpstreamConnection]:
+        """Take out of `session` the connections to upstreams a reload removed or changed; those that are its own
+        (not shared) are returned, for the caller to `retire`."""
+        stale = {
+            name: conn
+            for name, conn in session.upstreams.items()
+            if name not in self.config.upstreams or not same_server(conn.config, self.config.upstreams[name])
+        }
+        if not stale:
+            return []
+        session.upstreams = {name: conn for name, conn in session.upstreams.items() if name not in stale}
+        return [conn for conn in stale.values() if not self.is_shared(conn.name, conn)]
+
+    async def _open_for(self, session: DownstreamSession, names: list[str]) -> dict[str, UpstreamConnection]:
+        """Per-session upstream sessions to `names` for a handshake-era client, presenting its own initialize
+        params. Ending the session (or shutting down) meanwhile closes those opened so far and raises -32000 at
+        once."""
         tg = self.task_group
         assert self.traffic is not None, "no traffic handlers"
         conns: dict[str, UpstreamConnection] = {}
         down: list[UpstreamUnavailableError] = []
-        for name, upstream_config in self.config.upstreams.items():
+        adding = bool(session.upstreams)  # a reload added upstreams to a session that has others: they serve
+        for name in names:
+            upstream_config = self.config.upstreams.get(name)
+            if upstream_config is None:  # a reload removed it while the others opened
+                continue
             if session.ended or self.closing:  # shutting down, or the session ended: it opens nothing more
                 self.close_own(session.opening, self.closing_why())
                 why = "the gateway is shutting down" if self.closing else "the session ended"
@@ -246,7 +287,7 @@ class Connections:
                     tg.start_soon(partial(conn.run, retry_start=True))
                     down.append(exc)
             conns[name] = conn
-        if len(down) == len(conns):
+        if down and len(down) == len(conns) and not adding:
             for conn in conns.values():
                 conn.close()  # all the session's own: a shared connection is never counted down here
             if len(down) == 1:
@@ -293,3 +334,14 @@ class Connections:
         for session in sessions:
             conns.update((id(conn), conn) for conn in session.upstreams.values())
         return [conn for conn in conns.values() if not conn.closed]
+
+
+def same_server(a: TransportConfig, b: TransportConfig) -> bool:
+    """Whether a connection made for `a` serves `b` as well: all but the prefix (which only renames) is the same."""
+    return a.model_dump(exclude={"prefix"}) == b.model_dump(exclude={"prefix"})
+
+
+async def retire(conn: UpstreamConnection, why: str) -> None:
+    """Close `conn` once the calls in flight on it are done (a reload took it out of service)."""
+    await conn.drained()
+    conn.close(why)

@@ -81,7 +81,6 @@ class Forwarder:
         self.request_states = request_states or RequestStates()
         #: Asks a person when a chain escalates (None: an escalation blocks like any error verdict).
         self.approvals = approvals
-        self._upstream_count = len(connections.config.upstreams)
         self.telemetry = telemetry
         #: Serves handshake-era clients' tool-call tasks (None: tasks are refused, as in the 2026-07-28 era).
         self.tasks = tasks
@@ -162,7 +161,7 @@ class Forwarder:
             raise
         finally:
             upstream = self.listings.server_of(session, method, "request", params)
-            if upstream is None and method in LISTS and self._upstream_count == 1:
+            if upstream is None and method in LISTS and len(self.connections.config.upstreams) == 1:
                 upstream = next(iter(self.connections.config.upstreams))  # a listing of the only upstream
             metrics.request_done(upstream, method, outcome)
 
@@ -215,19 +214,20 @@ class Forwarder:
         downstream: Downstream,
         request_id: Any,
     ) -> dict[str, Any]:
-        """Route, run the request chain, dispatch, run the response chain, and settle the call's records.
-
-        The call runs on the governor current when it starts, to its end: a config reload changes only later calls.
-        """
+        """Route, run the request chain, dispatch, run the response chain, and settle the call's records. It runs on
+        the governor and upstream connection current when it starts, to its end: a reload changes only later calls."""
         governor = self.governor.hold()
+        held: list[Governor | UpstreamConnection] = [governor]  # what it runs on: what a reload retires waits for it
         try:
-            return await self._call(governor, session, method, params, downstream, request_id)
+            return await self._call(governor, held, session, method, params, downstream, request_id)
         finally:
-            governor.release()
+            for each in held:
+                each.release()
 
     async def _call(
         self,
         governor: Governor,
+        held: list[Governor | UpstreamConnection],
         session: DownstreamSession,
         method: str,
         params: dict[str, Any] | None,
@@ -258,7 +258,7 @@ class Forwarder:
                     session.era == "2026-07-28"
                     and params is not None
                     and params.get("requestState") is not None
-                    and (await self.connections.of(session))[route.upstream].era == "2026-07-28"
+                    and getattr((await self.connections.of(session)).get(route.upstream), "era", None) == "2026-07-28"
                 ):
                     # The gateway's own token (a bridged call's is its own): any replica opens it, or refuses it.
                     params, asked = opened_retry(self.request_states, session.key, route.upstream, method, params)
@@ -267,7 +267,7 @@ class Forwarder:
             approver = approvals.approver(session, downstream, context, params, granted) if approvals else None
             params = await governor.govern_request(method, params, context, record, approver)
             route = await self.listings.route(session, method, params, check=True)  # policy sees the final payload
-            conn = (await self.connections.of(session))[route.upstream]
+            conn = await self.listings.serving(session, method, route, held)
             offered = conn.info.capabilities if conn.info is not None else None
             if method == "tools/call" and (refused := routed_task_refusal(params, conn.name, conn.era, offered)):
                 raise refused

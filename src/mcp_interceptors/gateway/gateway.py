@@ -19,7 +19,7 @@ from mcp_interceptors.gateway.approvals.memory import StateApprovals
 from mcp_interceptors.gateway.auditing import start_audit_writer
 from mcp_interceptors.gateway.client_scope import ClientScope
 from mcp_interceptors.gateway.config import GatewayConfig
-from mcp_interceptors.gateway.connections import Connections
+from mcp_interceptors.gateway.connections import Connections, retire
 from mcp_interceptors.gateway.forward import Forwarder
 from mcp_interceptors.gateway.governor import Governor
 from mcp_interceptors.gateway.host_methods import HostMethods
@@ -31,12 +31,13 @@ from mcp_interceptors.gateway.reply import Replies
 from mcp_interceptors.gateway.request_state import RequestStates
 from mcp_interceptors.gateway.scrub import Scrubber
 from mcp_interceptors.gateway.server import GatewayServer, new_server
-from mcp_interceptors.gateway.session import DownstreamSession, Era
+from mcp_interceptors.gateway.session import STDIO_SESSION_KEY, DownstreamSession, Era
 from mcp_interceptors.gateway.sessions import Sessions
 from mcp_interceptors.gateway.task_relay import TaskRegistry, TaskRelay
 from mcp_interceptors.gateway.telemetry import Telemetry
 from mcp_interceptors.gateway.upstream.connection import OnUpstreamNotify, OnUpstreamRequest, UpstreamConnection
 from mcp_interceptors.gateway.upstream.handshake import GATEWAY_CLIENT_INFO
+from mcp_interceptors.gateway.upstream_reload import UpstreamChange
 from mcp_interceptors.invoker import Chain
 from mcp_interceptors.state import StateStore
 from mcp_interceptors.state.memory import MemoryState
@@ -190,9 +191,13 @@ class Gateway:
         """Serving one stdio client: requests the upstreams send before its handshake wait for it."""
         self.sessions.await_stdio_client()
 
-    def replace_policy(self, config: GatewayConfig, chain: Chain) -> tuple[Chain, Governor]:
+    def replace_policy(
+        self, config: GatewayConfig, chain: Chain, upstreams: UpstreamChange | None = None
+    ) -> tuple[Chain, Governor, list[UpstreamConnection]]:
         """New calls run on `chain` and the chain settings and scrubbing of `config` (its `interceptors` and
-        `chain` sections); calls in flight finish on the old ones, returned for the caller to retire."""
+        `chain` sections), and on its upstream set (`upstreams`, prepared: see `upstream_reload`); calls in flight
+        finish on the old ones. Returns the old chain and governor, for the caller to retire, and the upstream
+        connections taken out of service (each closed once its calls are done)."""
         old = self.chain, self.governor
         governor = _governor_for(config, chain)
         governor.metrics = self.metrics
@@ -207,9 +212,39 @@ class Gateway:
         self.mcp_server.host_methods.config = config
         self.mcp_server.host_methods.scope = ClientScope(config, chain)  # clients' own guards, from the new config
         self.replies.scrubber = self.connections.scrubber = self.mcp_server.advertiser.scrubber = scrubber
+        retired = [] if upstreams is None else self._replace_upstreams(config, upstreams)
         for conn in self.connections.every_connection(self.sessions.by_key.values()):
             conn.scrubber = scrubber
-        return old
+        return (*old, retired)
+
+    def _replace_upstreams(self, config: GatewayConfig, change: UpstreamChange) -> list[UpstreamConnection]:
+        """Swap in `config`'s upstream set (no await: part of `replace_policy`'s one step). Sessions on the shared
+        connections move to the new ones; a handshake-era session keeps its own connections to the upstreams that
+        did not change and opens the others on its next request. Every session's listings are dropped."""
+        assert change.catalog is not None, "an upstream change is prepared before it is swapped in"
+        conns = self.connections
+        shared = {name: change.started.get(name) or conns.shared[name] for name in config.upstreams}
+        retired = [conn for name, conn in conns.shared.items() if shared.get(name) is not conn]
+        gone = {self.listings.prefixes.get(name, ""): name for name in change.removed}
+        conns.config, conns.shared = config, shared
+        for name in [*change.removed, *change.changed]:
+            conns.handshake_refused.discard(name)
+            conns.handshake_subscribe.discard(name)
+        self.listings.replace_upstreams(config, change.catalog, gone)
+        for session in self.sessions.by_key.values():
+            if session.upstreams and (session.era != "legacy" or session.key == STDIO_SESSION_KEY):
+                session.upstreams = dict(shared)  # it serves on the shared connections (a stdio client speaks in them)
+                if session.era == "legacy":
+                    for name in change.started:
+                        shared[name].speak_for(session.client_params)
+            else:
+                retired.extend(conns.drop_stale(session))
+            session.invalidate()
+        kept = {id(conn) for conn in shared.values()}
+        retired = list({id(conn): conn for conn in retired if id(conn) not in kept}.values())
+        for conn in retired:
+            conns.task_group.start_soon(retire, conn, "a config reload removed or changed it")
+        return retired
 
     async def forget_inputs(self, why: str) -> None:
         """Input requests still awaiting answers will never get them (`why`: the gateway stopped)."""

@@ -9,7 +9,7 @@ one page, each upstream's part governed on its own (so `context.server` names th
 from __future__ import annotations
 
 import logging
-from collections.abc import Mapping
+from collections.abc import Mapping, MutableSequence
 from typing import Any
 
 import anyio
@@ -59,6 +59,8 @@ class Listings:
         self.replies = replies
         self.prefixes = {name: config.prefix_for(name) for name in config.upstreams}
         self.startup: Catalog | None = None
+        #: The prefixes of upstreams a reload removed, and their names (see `removed_error`).
+        self.removed: dict[str, str] = {}
 
     async def list_at_start(self) -> None:
         """List every upstream once (raises `RoutingError` on a name two of them expose)."""
@@ -162,9 +164,55 @@ class Listings:
             governed.extend(item for item in result.get(items_key) or [] if isinstance(item, dict))
         return {items_key: governed}
 
-    async def refresh_catalog(self, session: DownstreamSession, methods: tuple[str, ...] = tuple(LISTS)) -> Catalog:
-        """Fetch every page of `methods` from every upstream and merge them under their prefixes."""
-        conns = await self.connections.of(session)
+    async def catalog_of(self, conns: Mapping[str, UpstreamConnection], prefixes: Mapping[str, str]) -> Catalog:
+        """What `conns` list under `prefixes` (a reload's new upstream set; raises `RoutingError` on a collision)."""
+        probe = DownstreamSession(key="reload", era="2026-07-28")
+        return await self.refresh_catalog(probe, conns=conns, prefixes=prefixes)
+
+    def replace_upstreams(self, config: GatewayConfig, catalog: Catalog, gone: Mapping[str, str]) -> None:
+        """Serve `config`'s upstream set from now on (`catalog` is what it lists); `gone` maps the prefix of
+        each upstream a reload removed to its name, so a call to one of its tools says so."""
+        removed = {prefix: name for prefix, name in self.removed.items() if name not in config.upstreams}
+        self.config, self.startup = config, catalog
+        self.prefixes = {name: config.prefix_for(name) for name in config.upstreams}
+        self.removed = {**removed, **{prefix: name for prefix, name in gone.items() if prefix}}
+
+    def removed_error(self, upstream: str, method: str, key: str) -> MCPError:
+        """What a call to an upstream a reload removed gets: an error naming it."""
+        message = f"upstream {upstream!r} was removed from the gateway's config: {method} of {key!r} is refused"
+        return MCPError(INVALID_PARAMS, message, {"upstream": upstream, "reason": "upstream removed", "event": method})
+
+    async def serving(
+        self,
+        session: DownstreamSession,
+        method: str,
+        route: Route,
+        held: MutableSequence[Governor | UpstreamConnection],
+    ) -> UpstreamConnection:
+        """The connection a call on `route` goes on, put in `held` (the call releases it when it ends, and a reload
+        that retires it waits till then); a call whose upstream a reload removed since it was routed is refused."""
+        conn = (await self.connections.of(session)).get(route.upstream)
+        if conn is None:
+            raise self.removed_error(route.upstream, method, route.name)
+        conn.hold()  # no await since it was found: a reload cannot have retired it
+        held.append(conn)
+        return conn
+
+    def _removed_owner(self, key: str) -> str | None:
+        return next((name for prefix, name in self.removed.items() if key.startswith(prefix + SEPARATOR)), None)
+
+    async def refresh_catalog(
+        self,
+        session: DownstreamSession,
+        methods: tuple[str, ...] = tuple(LISTS),
+        *,
+        conns: Mapping[str, UpstreamConnection] | None = None,
+        prefixes: Mapping[str, str] | None = None,
+    ) -> Catalog:
+        """Fetch every page of `methods` from every upstream (the session's, or `conns`) and merge them under their
+        prefixes."""
+        if conns is None:
+            conns = await self.connections.of(session)
         # With several upstreams, one that is down is left out (the others keep serving); it announces
         # `list_changed` when it is back. Only when every one is down does the listing fail.
         down = {name for name, conn in conns.items() if not conn.up} if len(conns) > 1 else set()
@@ -194,7 +242,7 @@ class Listings:
                 conns[name].left_out = True
                 logger.warning("upstream %r is unavailable: listed without it (%s)", name, ", ".join(methods))
             listings = {name: found for name, found in listings.items() if name not in down}
-        fresh = build_catalog(listings, self.prefixes)
+        fresh = build_catalog(listings, self.prefixes if prefixes is None else prefixes)
         catalog = session.catalog = session.catalog or Catalog()
         for method in methods:
             catalog.items[method] = fresh.items[method]
@@ -262,6 +310,8 @@ class Listings:
         if route is None and await self._owner_back(session, list_method, key):
             session.invalidate(list_method)  # listed while it restarted: list again, with its items
             return await self.route(session, method, params, check=check)
+        if route is None and list_method in PREFIXED_LISTS and (gone := self._removed_owner(key)) is not None:
+            raise self.removed_error(gone, method, key)
         if route is None or (enforce and not session.was_advertised(shown, list_method, key)):
             kind = {"tools/list": "tool", "prompts/list": "prompt"}.get(list_method, "resource")
             data = {"reason": "not advertised to this session", key_name: key, "event": method}
@@ -330,15 +380,19 @@ async def fetch_all_pages(conn: UpstreamConnection, method: str) -> list[dict[st
     items_key, _ = LISTS[method]
     items: list[dict[str, Any]] = []
     cursor: str | None = None
-    for _ in range(MAX_LISTING_PAGES):
-        try:
-            page = await conn.request(method, {"cursor": cursor} if cursor else None)
-        except MCPError as exc:
-            if exc.code == METHOD_NOT_FOUND:
-                return items
-            raise
-        items.extend(item for item in page.get(items_key) or [] if isinstance(item, dict))
-        cursor = page.get("nextCursor")
-        if not isinstance(cursor, str) or not cursor:
-            break
+    conn.hold()  # a reload that takes it out of service lets the listing finish
+    try:
+        for _ in range(MAX_LISTING_PAGES):
+            try:
+                page = await conn.request(method, {"cursor": cursor} if cursor else None)
+            except MCPError as exc:
+                if exc.code == METHOD_NOT_FOUND:
+                    return items
+                raise
+            items.extend(item for item in page.get(items_key) or [] if isinstance(item, dict))
+            cursor = page.get("nextCursor")
+            if not isinstance(cursor, str) or not cursor:
+                break
+    finally:
+        conn.release()
     return items

@@ -8,7 +8,7 @@ clients get list changes on their `subscriptions/listen` stream, through mcp's s
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from typing import Any
 
 from mcp.server.subscriptions import (
@@ -71,6 +71,15 @@ class Notifications:
                 await self.bus.publish(event)
 
         return handle
+
+    async def announce(self, methods: Iterable[str]) -> None:
+        """The gateway's own listings changed (a reload changed the upstream set): every session is told."""
+        for method in methods:
+            for session in list(self.sessions.by_key.values()):
+                await self.from_upstream(session, "", method, None)
+            event = _bus_event(method, None)
+            if event is not None:
+                await self.bus.publish(event)
 
     async def from_client(self, session: DownstreamSession, method: str, params: dict[str, Any] | None) -> None:
         """A handshake-era client's notification goes to each of its upstream sessions."""

@@ -1,10 +1,12 @@
 """Config reload: SIGHUP, or with `--watch` a change of the config file, loads the config again and puts its policy
-in force for new calls: guards, in-process hosts, interceptor servers, overrides, `interceptors.config` and the
-`chain` settings. Calls in flight finish on the old policy, whose interceptor servers and hosts are closed once
-they are done. A config that does not load, validate or start is refused and logged; the running one stays.
+and upstream set in force for new calls: guards, in-process hosts, interceptor servers, overrides,
+`interceptors.config`, the `chain` settings, and the upstreams (added ones started, changed ones replaced, removed
+ones drained and closed; see `upstream_reload`). Calls in flight finish on the old policy and connections, which
+are closed once they are done. A config that does not load, validate or start (an upstream that cannot start, two
+that expose one name) is refused and logged; the running one stays, and what it started is stopped.
 
-The other sections (upstreams, fronts, auth, audit, metrics, scrub, ui) take effect at the next start, and a reload
-that changes them says so. `Gateway.replace_policy` is the swap; this module decides when and what.
+The other sections (fronts, auth, audit, metrics, scrub, ui) take effect at the next start, and a reload that
+changes them says so. `Gateway.replace_policy` is the swap; this module decides when and what.
 
 `hold_sighup` is called first thing by the command: a SIGHUP that comes while the gateway starts (before
 `on_sighup` listens) is kept and reloads once it serves, instead of ending the process.
@@ -25,12 +27,13 @@ from mcp_interceptors.gateway.config import GatewayConfig
 from mcp_interceptors.gateway.gateway import Gateway
 from mcp_interceptors.gateway.governor import Governor
 from mcp_interceptors.gateway.sources import chain_for, close_sources, populate_chain
+from mcp_interceptors.gateway.upstream_reload import announcements, diff, prepare
 from mcp_interceptors.invoker import Chain
 
 logger = logging.getLogger("mcp_interceptors.gateway.reload")
 
 #: The sections a reload puts in force; every other one waits for the next start.
-RELOADED = ("interceptors", "chain")
+RELOADED = ("interceptors", "chain", "upstreams")
 #: How often `--watch` looks at the config file.
 WATCH_EVERY_S = 1.0
 
@@ -96,8 +99,22 @@ class Reloader:
             except Exception as exc:  # a guard that refuses its config, an interceptor server that cannot start
                 await close_sources(chain, replaced_by=self.gateway.chain)  # what started before the failure
                 return self._refuse(why, config.redact(str(exc)))
+            change = diff(current, config)
+            if not change.empty:
+                gateway = self.gateway
+                try:
+                    await prepare(change, config, gateway.connections, gateway.listings)
+                except Exception as exc:  # an upstream that cannot start, two that expose one name
+                    await close_sources(chain, replaced_by=self.gateway.chain)
+                    return self._refuse(why, config.redact(_upstream_reason(exc)))
             later = [name for name in type(config).model_fields if _differs(name, config, current)]
-            old_chain, old_governor = self.gateway.replace_policy(current.with_policy_of(config), chain)
+            merged = current.with_policy_of(config)
+            if not change.empty:
+                merged = merged.model_copy(update={"upstreams": config.upstreams})
+            # The policy and the upstream set swap in one step, with no await: a call starts on the old or the new.
+            old_chain, old_governor, retired = self.gateway.replace_policy(
+                merged, chain, None if change.empty else change
+            )
             self.applied += 1
             if self.on_applied is not None:
                 self.on_applied(chain)
@@ -110,6 +127,14 @@ class Reloader:
                 interceptors,
                 old_governor.users,
             )
+            if not change.empty:
+                logger.info(
+                    "config reload (%s): upstreams %s; %d connections drain their calls in flight, then close",
+                    why,
+                    change.describe(),
+                    len(retired),
+                )
+                self.gateway.task_group.start_soon(self.gateway.notifications.announce, announcements(change, retired))
             if later:
                 logger.warning(
                     "config reload (%s): %s changed in %s; they take effect at the next start",
@@ -150,6 +175,12 @@ class Reloader:
 
 def _differs(name: str, new: GatewayConfig, current: GatewayConfig) -> bool:
     return name not in RELOADED and name != "base_dir" and getattr(new, name) != getattr(current, name)
+
+
+def _upstream_reason(exc: Exception) -> str:
+    """Why the new upstream set was refused: an upstream's own message (naming it), else the error."""
+    message = getattr(exc, "message", None)
+    return f"the new upstream set was not put in force: {message if isinstance(message, str) else exc}"
 
 
 def _fingerprint(path: str) -> bytes | None:

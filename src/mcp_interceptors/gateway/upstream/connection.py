@@ -134,6 +134,9 @@ class UpstreamConnection:
         #: Requests in flight on the shared dispatcher, which a graceful close lets settle first.
         self._inflight = 0
         self._settled = anyio.Event()  # set when the last of them settles after `close()`
+        #: Calls the gateway runs on it (`hold`), which a drain (`drained`) waits for.
+        self._calls = 0
+        self._idle = anyio.Event()
         self._last_error: str | None = None
         self._scope: anyio.CancelScope | None = None
         #: The last HTTP error status the upstream answered with ("401 Unauthorized"), to explain mcp's -32603.
@@ -177,6 +180,21 @@ class UpstreamConnection:
             with anyio.move_on_after(min(_CONNECT_WAIT_S, self.config.timeout_ms / 1000)):
                 await self._connected.wait()
         return self.up
+
+    def hold(self) -> None:
+        """A call runs on this connection until `release`: a drain waits for it."""
+        self._calls += 1
+
+    def release(self) -> None:
+        self._calls -= 1
+        if not self._calls:
+            self._idle.set()
+
+    async def drained(self) -> None:
+        """Until no call `hold`s it (a reload took it out of service: only the calls in flight still use it)."""
+        while self._calls:
+            self._idle = anyio.Event()
+            await self._idle.wait()
 
     def unavailable(self) -> UpstreamUnavailableError:
         """The error a call to this upstream gets while it is down: -32000 naming it and why."""

@@ -163,6 +163,9 @@ async def test_an_unanswered_approval_times_out_and_denies(
     # The call closes with its deny when the time is up; a 2026-07-28 client's late retry is refused on its own.
     assert [(r["phase"], r["decision"]) for r in records] == [("request", "deny")] * (1 if era == "legacy" else 2)
     assert approval_entries(records[0])[0]["answer"] == "timeout"
+    # The record says why, as the client was told (a 2026-07-28 client only on its late retry).
+    assert (records[0]["error"]["code"], records[0]["error"]["reason"]) == (-32602, "timeout")
+    assert records[0]["error"]["interceptor"] == "approval"
     await verified(config)
 
 

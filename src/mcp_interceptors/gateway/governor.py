@@ -200,8 +200,7 @@ class Governor:
             approvals.update(await approver(leg, record))
         except ApprovalDenied as denied:
             if record is not None:
-                await record.denied(
-                    Leg(leg.event, leg.phase, leg.result, leg.payload_in, {**approvals, **denied.approvals})
-                )
+                approved = {**approvals, **denied.approvals}
+                await record.denied(Leg(leg.event, leg.phase, leg.result, leg.payload_in, approved), denied.error)
             raise BlockedError.of(denied.error) from None
         return leg.result.approved(approvals) or leg.result

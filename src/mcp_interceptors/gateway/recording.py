@@ -21,10 +21,10 @@ from mcp import MCPError
 
 from mcp_interceptors.canonical import CanonicalizationError
 from mcp_interceptors.executor import ChainResult
+from mcp_interceptors.gateway.record_entries import Approvals, error_entry, interceptor_entries
 from mcp_interceptors.protocol.errors import INTERNAL_ERROR, INVALID_PARAMS, REQUEST_CANCELLED, InterceptorsError
 from mcp_interceptors.protocol.events import Phase
 from mcp_interceptors.protocol.invoke import InvocationContext
-from mcp_interceptors.protocol.results import MutationResult, ValidationResult
 
 if TYPE_CHECKING:
     from mcp_interceptors.audit import AuditReceipt, AuditWriteError, PendingRecord, RecordWriter
@@ -35,57 +35,6 @@ logger = logging.getLogger(__name__)
 RECEIPT_META_KEY = "io.github.mcp-interceptors/receipt"
 #: How long a cancelled call may wait to queue its closing record (only a full writer queue makes it wait).
 _CANCEL_RECORD_S = 5.0
-#: Per escalating interceptor, the audit entry of the approval it was given or refused.
-Approvals = Mapping[str, Mapping[str, Any]]
-
-
-def _error_entry(exc: MCPError, *data_keys: str) -> dict[str, Any]:
-    """The `error` of a record for `exc`: its code and message, and those of `data_keys` whose value in its
-    `data` is a string (only the gateway's own words: an upstream's data may not be recordable)."""
-    error: dict[str, Any] = {"code": exc.error.code, "message": exc.error.message}
-    data = exc.error.data
-    if isinstance(data, Mapping):
-        error.update({key: data[key] for key in data_keys if isinstance(data.get(key), str)})
-    return error
-
-
-def interceptor_entries(result: ChainResult, payload_in: Any, approvals: Approvals | None = None) -> list[Any]:
-    """Per-interceptor audit entries; mutators carry the payload before and after (the record keeps a diff), and
-    an escalating validator the `approval` it got (who was asked, the answer and when)."""
-    entries: list[dict[str, Any]] = []
-    current = payload_in
-    for item in result.results:
-        entry: dict[str, Any] = {
-            "name": item.interceptor,
-            "type": item.type,
-            "mode": item.mode or "active",
-            "duration_ms": item.duration_ms,
-        }
-        if isinstance(item, ValidationResult):
-            entry["valid"] = item.valid
-            entry["severity"] = item.severity
-            if item.messages:
-                entry["messages"] = [m.to_wire() for m in item.messages]
-            approval = approvals.get(item.interceptor or "") if approvals else None
-            if approval is not None:
-                entry["approval"] = dict(approval)
-        elif isinstance(item, MutationResult):
-            entry["modified"] = item.modified
-            entry["payload_before"] = current
-            entry["payload_after"] = item.payload
-            if item.mode != "audit" and item.modified:
-                current = item.payload
-        entries.append(entry)
-    for failure in result.failures:
-        entries.append(
-            {
-                "name": failure.interceptor,
-                "mode": failure.mode,
-                "fail_open": failure.fail_open,
-                "error": {"code": failure.code, "reason": failure.reason, "timeout": failure.timeout},
-            }
-        )
-    return entries
 
 
 def new_call_id() -> str:
@@ -194,9 +143,11 @@ class CallRecord:
             trace_id=self.trace_id,
         )
 
-    async def denied(self, leg: Leg) -> list[AuditReceipt]:
-        """A blocked leg: recorded (closing the call) and made durable before the client hears of it."""
-        await self._submit(leg, intent=None, executed=None, decision="deny")
+    async def denied(self, leg: Leg, error: MCPError | None = None) -> list[AuditReceipt]:
+        """A blocked leg: recorded (closing the call) and made durable before the client hears of it; `error`,
+        the client's when it is not the chain's (an approval refused), is kept as the record's `error`."""
+        entry = error_entry(error, "reason", "interceptor") if error is not None else None
+        await self._submit(leg, intent=None, executed=None, decision="deny", error=entry)
         self.closed = True
         record = self.parent
         while record is not None:
@@ -205,8 +156,8 @@ class CallRecord:
                 # naming the denied call, so it is not left open in the trail.
                 ends = Leg(record.request.event, "response", None, None)
                 status = leg.result.status if leg.result is not None else "validation_failed"
-                error = {"message": f"its {leg.event} {leg.phase} was denied", "call_id": self.call_id}
-                await record._submit(ends, intent=None, executed=None, decision="deny", status=status, error=error)
+                why = {"message": f"its {leg.event} {leg.phase} was denied", "call_id": self.call_id}
+                await record._submit(ends, intent=None, executed=None, decision="deny", status=status, error=why)
             record.closed = True
             record = record.parent
         return await self.settle()
@@ -247,7 +198,7 @@ class CallRecord:
         """
         if self.writer is None or self.opened or self.ended or self.closed:
             return
-        error = _error_entry(exc, "reason", "field")
+        error = error_entry(exc, "reason", "field")
         decision, status = ("error", "upstream_error") if upstream_failed else ("deny", "refused")
         await self._close(self.request or Leg(event, "request", None, None), decision, status, error)
         await self.settle()
@@ -284,7 +235,7 @@ class CallRecord:
             leg = self.request or Leg(event, "request", None, None)
         error: dict[str, Any] = {"code": REQUEST_CANCELLED, "message": "Request cancelled"}
         if answered is not None:
-            error = _error_entry(answered, "reason")
+            error = error_entry(answered, "reason")
         with anyio.CancelScope(shield=True), anyio.move_on_after(_CANCEL_RECORD_S):
             try:
                 await self._close(leg, "error", "cancelled", error)

@@ -145,8 +145,9 @@ class Approvals:
                 refused = (question, answer)
         if refused is not None:
             question, answer = refused
-            await pending.record.denied(_with_approvals(pending.leg, entries))
-            raise BlockedError.of(approval_error(question.interceptor, pending.leg.event, answer))
+            error = approval_error(question.interceptor, pending.leg.event, answer)
+            await pending.record.denied(_with_approvals(pending.leg, entries), error)
+            raise BlockedError.of(error)
         return granted
 
     def carry(self, session: DownstreamSession, result: Mapping[str, Any], granted: Granted) -> None:
@@ -210,7 +211,9 @@ class Approvals:
             )
             for question in pending.questions.values()
         }
-        await pending.record.denied(_with_approvals(pending.leg, entries))
+        first = next(iter(pending.questions.values()))
+        error = approval_error(first.interceptor, pending.leg.event, Answer("timeout"))
+        await pending.record.denied(_with_approvals(pending.leg, entries), error)
 
 
 class CallApprover:

@@ -1,4 +1,5 @@
-"""A config reload that changes the upstream set, through the real CLI over HTTP: an added upstream is started,
+"""A config reload that changes the upstream set, through the real CLI over HTTP (and once over stdio): an added
+upstream is started,
 listed and callable, and clients hear `list_changed`; a removed one drains (no call in flight is lost) and refuses
 new calls naming it; a changed one is replaced by a new process; one that cannot start (or would expose a name
 another exposes) is refused, and the running set keeps serving.
@@ -6,6 +7,7 @@ another exposes) is refused, and the running set keeps serving.
 
 from __future__ import annotations
 
+import os
 import signal
 import sys
 from collections.abc import AsyncIterator
@@ -15,9 +17,10 @@ from typing import Any
 
 import anyio
 import mcp_types as types
+import psutil
 import pytest
 from e2e_support import E2E_DIR, UPSTREAM, ConfigWriter, gateway_env, text_of, write_yaml
-from helpers import Child, cli_argv, free_tcp_port, running, until
+from helpers import Child, cli_argv, free_tcp_port, running, stderr_log, stdio_transport, until
 from mcp import Client, MCPError
 
 pytestmark = [pytest.mark.anyio, pytest.mark.e2e]
@@ -209,3 +212,45 @@ async def test_sighup_with_new_upstreams_that_cannot_serve_is_refused_and_the_ol
     assert {"a__echo", "b__echo"} <= names and not any(name.startswith("c__") for name in names)
     refusal = next(line for line in log.splitlines() if "refused, the running config stays" in line)
     assert reason in refusal
+
+
+@pytest.mark.parametrize("mode", ["legacy", "2026-07-28"])
+async def test_sighup_changes_the_upstream_set_behind_a_stdio_front(write_config: ConfigWriter, mode: str) -> None:
+    config = write_config(upstreams(a=upstream_entry()))
+    argv = cli_argv("gateway", "--config", str(config), "--log-level", "INFO")
+    changed = anyio.Event()
+
+    async def on_message(message: object) -> None:
+        if isinstance(message, types.ToolListChangedNotification):
+            changed.set()
+
+    def gateway_process() -> psutil.Process:
+        """The stdio gateway is a child of this test process: found by its config path."""
+        children = psutil.Process(os.getpid()).children(recursive=True)
+        return next(child for child in children if str(config) in " ".join(child.cmdline()))
+
+    def reloads(log_path: Path) -> int:
+        return log_path.read_text(encoding="utf-8").count("config reloaded from")
+
+    async def stdio_reload(log_path: Path, new: dict[str, Any]) -> None:
+        before = reloads(log_path)
+        write_yaml(config, new)
+        gateway_process().send_signal(signal.SIGHUP)
+        await until(lambda: reloads(log_path) > before)
+
+    with anyio.fail_after(90), stderr_log("stdio gateway") as log:
+        transport = stdio_transport(argv, log, env=gateway_env())
+        async with Client(transport, mode=mode, message_handler=on_message) as client:
+            assert text_of(await client.call_tool("a__echo", {"text": "before"})) == "before"
+            await stdio_reload(log.path, upstreams(a=upstream_entry(), b=upstream_entry()))
+            if mode == "legacy":
+                await changed.wait()
+            assert text_of(await client.call_tool("b__echo", {"text": "added"})) == "added"
+            await stdio_reload(log.path, upstreams(b=upstream_entry()))
+            with pytest.raises(MCPError) as refused:
+                await client.call_tool("a__echo", {"text": "gone"})
+            assert text_of(await client.call_tool("b__echo", {"text": "kept"})) == "kept"
+        text = log.path.read_text(encoding="utf-8")
+    assert error_data(refused.value)["upstream"] == "a"
+    assert "config reload (SIGHUP): upstreams added 'b'" in text
+    assert "config reload (SIGHUP): upstreams removed 'a'" in text

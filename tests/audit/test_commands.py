@@ -50,7 +50,9 @@ def trail(sqlite_store: SqliteStore, key: SigningKey, make_decision: Make) -> li
                 )
             )
             denied = await writer.append(
-                make_decision(decision="deny", status="validation_failed", call_id="c2", intent_payload=None)
+                make_decision(
+                    decision="deny", status="validation_failed", call_id="c2", intent_payload=None, target="post\x1b[2J"
+                )
             )
         return [f"{writer.segment_id}-0", request.id, response.id, denied.id]
 
@@ -70,7 +72,8 @@ def test_tail_prints_the_last_records(sqlite_store: SqliteStore, trail: list[str
         f"2026-09-01T10:00:00.000000Z  {trail[2]}  tools/call response receiving  allow/success  "
         "server=notes session=s-1 call=c1  DRIFT"
     )
-    assert f"{trail[3]}  tools/call request sending  deny/validation_failed" in lines[1]
+    # The record names its tool; a control character a client put in it is escaped, not sent to the terminal.
+    assert f"{trail[3]}  tools/call request sending  deny/validation_failed  target=post\\x1b[2J server=" in lines[1]
 
 
 def test_tail_json_and_segment_lines(sqlite_store: SqliteStore, key: SigningKey, trail: list[str]) -> None:

@@ -16,6 +16,7 @@ from hypothesis import strategies as st
 from mcp_interceptors.audit import CanonicalizationError, DecisionInput, apply_json_diff, canonical_json, json_diff
 from mcp_interceptors.audit.records import (
     GENESIS_HASH,
+    MAX_TARGET_CHARS,
     CallEnd,
     body_for,
     drift_for,
@@ -171,6 +172,34 @@ def test_body_records_hashes_and_drift(make_decision: Callable[..., DecisionInpu
     assert body["time"] == "2026-09-01T10:00:00.000000Z"
     same = body_for(make_decision(intent_payload=approved, executed_payload=dict(approved)))
     assert same["drift"] is False
+
+
+def test_body_names_its_target_and_null_without_one(make_decision: Callable[..., DecisionInput]) -> None:
+    assert body_for(make_decision(target="post_note"))["target"] == "post_note"
+    listing = body_for(make_decision(event="tools/list", intent_payload=None, executed_payload=None))
+    assert "target" in listing and listing["target"] is None
+
+
+def test_a_target_keeps_no_text_a_mutation_removed_and_is_cut_when_long(
+    make_decision: Callable[..., DecisionInput],
+) -> None:
+    token = "tok_9f8e7d6c5b4a"
+    uri = f"https://files.example/report?token={token}"
+    before = {"method": "resources/read", "params": {"uri": uri}}
+    after = {"method": "resources/read", "params": {"uri": "https://files.example/report?token=[REDACTED]"}}
+    scrub = {"name": "secrets", "type": "mutation", "mode": "active", "modified": True}
+    leg = make_decision(
+        event="resources/read",
+        target=uri,
+        interceptors=[{**scrub, "payload_before": before, "payload_after": after}],
+        intent_payload=after,
+        executed_payload=after,
+    )
+    assert body_for(leg)["target"] == "https://files.example/report?token=[withheld]"
+    later = make_decision(event="resources/read", phase="response", target=uri, redacted=[token])
+    assert token not in body_for(later)["target"]
+    long = body_for(make_decision(target="t" * 5000))["target"]
+    assert len(long) == MAX_TARGET_CHARS and long.endswith("…")
 
 
 def test_denial_body_has_no_payload_hashes(make_decision: Callable[..., DecisionInput]) -> None:

@@ -130,6 +130,25 @@ async def test_edited_field_is_named(sqlite_store: SqliteStore, key: SigningKey,
     assert first.detail == "content does not match its hash"
 
 
+@pytest.mark.parametrize("edit", ["rename", "drop"])
+async def test_an_edited_or_dropped_target_is_named(
+    sqlite_store: SqliteStore, key: SigningKey, make_decision: Make, edit: str
+) -> None:
+    """`target` is signed like every other field: renaming the tool, or taking the key out (to pass the record
+    off as one written before it existed), is an edit."""
+    async with open_audit_writer(sqlite_store, key) as writer:
+        written = await writer.append(make_decision(call_id="c1", target="post_note"))
+    tamper = Tamper(sqlite_store.path)
+    record = tamper.record(written.id)
+    if edit == "rename":
+        record["body"]["target"] = "read_note"
+    else:
+        del record["body"]["target"]
+    tamper.put(written.id, record)
+    first = _check(sqlite_store, key.trusted()).first
+    assert first is not None and (first.record_id, first.problem) == (written.id, Problem.EDITED)
+
+
 async def test_a_key_written_twice_is_edited_though_the_last_value_hashes_right(
     sqlite_store: SqliteStore, key: SigningKey, trail: dict[int, str], tmp_path: Path
 ) -> None:
@@ -536,9 +555,12 @@ async def test_a_denials_receipt_names_the_denied_request_and_no_response(
 
 
 def test_a_trail_with_signed_receipts_still_verifies() -> None:
+    """Written before records named their `target`, too: none of its records has the key."""
     report = verify_source(JsonlSource(SIGNED_RECEIPTS_TRAIL), {SIGNED_RECEIPTS_KEY.key_id: SIGNED_RECEIPTS_KEY})
     assert report.ok, report.findings
     assert (report.records, report.receipts) == (4, 2)
+    bodies = [orjson.loads(line)["body"] for line in SIGNED_RECEIPTS_TRAIL.read_bytes().splitlines()[:4]]
+    assert [body for body in bodies if "target" in body] == []
 
 
 def test_a_signed_receipt_edited_and_rehashed_is_forged(tmp_path: Path) -> None:

@@ -30,7 +30,8 @@ from mcp_interceptors.audit import (
     process,
     verify_source,
 )
-from mcp_interceptors.audit.process import _Writer, decision_to_wire
+from mcp_interceptors.audit.process import _Writer, decision_from_wire, decision_to_wire
+from mcp_interceptors.audit.records import prepare_entry
 from mcp_interceptors.audit.writer import BATCH_AFTER_TURNS
 from mcp_interceptors.gateway.audit_process import ProcessAuditWriter
 
@@ -57,6 +58,14 @@ def _verified(tmp_path: Path, key: SigningKey) -> Any:
         store.close()
     assert report.ok, report
     return report
+
+
+def test_the_wire_form_keeps_the_target_and_trace(make_decision: Make) -> None:
+    decision = make_decision(target="post_note", trace_id="4bf92f3577b34da6a3ce929d0e0e4736")
+    back = decision_from_wire(orjson.loads(decision_to_wire(decision)))
+    assert (back.target, back.trace_id) == ("post_note", decision.trace_id)
+    assert prepare_entry(back).body == prepare_entry(decision).body
+    assert decision_from_wire(orjson.loads(decision_to_wire(make_decision()))).target is None
 
 
 def test_batches_are_answered_in_order_and_chained(tmp_path: Path, key: SigningKey, make_decision: Make) -> None:

@@ -35,6 +35,8 @@ def test_recent_calls_list_every_call_newest_first_with_verdict_decider_and_late
     assert by_key["c-mutated"]["latency"] == "1.00 s"  # the trail's legs are a second apart
     assert by_key["c-denied"]["latency"] == "chain 0.2 ms"
     assert by_key["c-denied"]["principal"] == "user:bob" and by_key["c-shadow"]["upstream"] == "archive"
+    assert by_key["c-mutated"]["target"] == "echo" and by_key["c-refused"]["target"] == f"no_such_{SCRIPT}"
+    assert (by_key["c-open"]["method"], by_key["c-open"]["target"]) == ("resources/read", "notes://groceries")
 
 
 def test_filters_narrow_the_table(view: TestClient) -> None:
@@ -48,6 +50,9 @@ def test_filters_narrow_the_table(view: TestClient) -> None:
     assert keys("principal=bob") == ["c-denied"]
     assert keys("q=went+away") == ["c-upstream"]
     assert keys("verdict=allowed&upstream=archive") == ["c-drift", "c-shadow"]
+    assert keys("target=groceries") == ["c-open"]  # part of a uri
+    assert keys("target=NO_SUCH") == ["c-refused"]  # any case
+    assert keys("target=echo&verdict=denied") == ["c-denied"]
     assert keys("verdict=nonsense") == keys("")  # an unknown verdict is no filter
     assert "No calls match these filters" in view.get("/?q=nothing-like-this").text
 
@@ -156,3 +161,20 @@ def test_a_trace_id_is_shown_when_a_record_carries_one(view: TestClient, trail: 
     page = view.get("/calls/c-denied").text
     assert '<code class="trace">4bf92f3577b34da6a3ce929d0e0e4736</code>' in page
     assert "edited (content does not match its hash)" in page
+
+
+def test_a_record_without_a_target_shows_a_dash_and_the_detail_page_names_the_target(
+    view: TestClient, trail: Trail
+) -> None:
+    """Records written before `target` existed have no such key: the row shows `—`, the filter passes them by."""
+    conn = sqlite3.connect(trail.store, isolation_level=None)
+    for record_id in trail.records["drift"]:
+        (text,) = conn.execute("SELECT record FROM audit_records WHERE id = ?", (record_id,)).fetchone()
+        record = orjson.loads(text)
+        del record["body"]["target"]
+        conn.execute("UPDATE audit_records SET record = ? WHERE id = ?", (orjson.dumps(record).decode(), record_id))
+    rows = {row["key"]: row for row in rows_of(view.get("/").text)}
+    assert rows["c-drift"]["target"] == "—"
+    assert "c-drift" not in [row["key"] for row in rows_of(view.get("/?target=echo").text)]
+    detail = view.get("/calls/c-refused").text
+    assert "<dt>Target</dt><dd><code>no_such_&lt;script&gt;" in detail and SCRIPT not in detail

@@ -22,13 +22,14 @@ def rows_of(page: str) -> list[dict[str, str]]:
     rows = []
     for key, cells in _ROW.findall(page):
         text = [" ".join(html.unescape(_TAG.sub("", cell)).split()) for cell in _CELL.findall(cells)]
-        _, principal, upstream, method, verdict, decided, latency = text
+        _, principal, upstream, method, target, verdict, decided, latency = text
         rows.append(
             {
                 "key": html.unescape(key),
                 "principal": principal,
                 "upstream": upstream,
                 "method": method,
+                "target": target,
                 "verdict": verdict.split()[0],
                 "decided": decided,
                 "latency": latency,

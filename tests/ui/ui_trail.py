@@ -1,7 +1,8 @@
 """A varied audit trail written through the real writer, for the web view's tests.
 
 Calls: allowed with a mutation (its new value holds `<script>`), denied by a guard, a shadow mutation, drift,
-a refusal, an upstream error, one still open, and `fillers` plain allowed calls.
+a refusal (of a tool whose name holds `<script>`), an upstream error, one still open (a `resources/read`), and
+`fillers` plain allowed calls. The tool calls name `echo` as their target.
 """
 
 from __future__ import annotations
@@ -49,6 +50,7 @@ class _Writer:
             "principal": {"type": "user", "id": "alice"},
             "server": "notes",
             "call_id": call_id,
+            "target": "echo",
             "intent_payload": payload("echo", text="hi"),
             "executed_payload": payload("echo", text="hi"),
         }
@@ -115,7 +117,15 @@ async def _write(store: Store, trail: Trail, fillers: int, tag: str) -> None:
         )
         await w.leg("drift", "c-drift", phase="response", direction="receiving", server="archive")
         refusal = {"code": -32602, "message": f"Unknown tool: {SCRIPT}", "reason": "not advertised to this session"}
-        await w.leg("refused", "c-refused", decision="deny", status="refused", error=refusal, intent_payload=None)
+        await w.leg(
+            "refused",
+            "c-refused",
+            decision="deny",
+            status="refused",
+            error=refusal,
+            intent_payload=None,
+            target=f"no_such_{SCRIPT}",
+        )
         await w.leg("upstream", "c-upstream")
         upstream_error = {"code": -32603, "message": "upstream went away"}
         await w.leg(
@@ -129,7 +139,7 @@ async def _write(store: Store, trail: Trail, fillers: int, tag: str) -> None:
             intent_payload=None,
             executed_payload=None,
         )
-        await w.leg("open", "c-open")
+        await w.leg("open", "c-open", event="resources/read", target="notes://groceries")
         for index in range(fillers):
             await w.leg(f"filler-{index}", f"c-filler-{index:04d}")
             await w.leg(f"filler-{index}", f"c-filler-{index:04d}", phase="response", direction="receiving")

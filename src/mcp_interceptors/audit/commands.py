@@ -354,7 +354,7 @@ def _print_record(out: TextIO, pos: int, raw: bytes, as_json: bool) -> bool:
     else:
         line = (
             f"{body.get('event')} {body.get('phase')} {body.get('direction')}  "
-            f"{body.get('decision')}/{body.get('status')}  server={body.get('server')} "
+            f"{body.get('decision')}/{body.get('status')}  {_target_part(body)}server={body.get('server')} "
             f"session={body.get('session_id')} call={body.get('call_id')}"
         )
         if body.get("drift"):
@@ -363,6 +363,12 @@ def _print_record(out: TextIO, pos: int, raw: bytes, as_json: bool) -> bool:
             line += f"  {why}"
     out.write(f"{body.get('time')}  {record.get('id')}  {line}\n")
     return True
+
+
+def _target_part(body: Mapping[str, Any]) -> str:
+    """`target=NAME ` for a record naming its tool, uri or prompt (records before `target` have none)."""
+    target = body.get("target")
+    return f"target={_printable(str(target))} " if target is not None else ""
 
 
 #: At most this many reasons on one `tail` line (`audit show ID` has them all).

@@ -72,6 +72,8 @@ def decision_to_wire(decision: DecisionInput) -> bytes:
         wire["redacted"] = decision.redacted
     if decision.trace_id is not None:
         wire["trace_id"] = decision.trace_id
+    if decision.target is not None:
+        wire["target"] = decision.target
     if decision.executed_payload is decision.intent_payload:
         wire["same"] = True  # hashed once, as in-process (`body_for`)
     else:
@@ -98,6 +100,7 @@ def decision_from_wire(wire: Mapping[str, Any]) -> DecisionInput:
         error=wire["error"],
         redacted=wire.get("redacted", ()),
         trace_id=wire.get("trace_id"),
+        target=wire.get("target"),
     )
 
 

@@ -93,6 +93,9 @@ class DecisionInput:
     redacted: Sequence[str] = ()
     #: The OpenTelemetry trace of the call (32 hex digits), when the gateway traces it.
     trace_id: str | None = None
+    #: What the call names: the tool of a `tools/call`, the uri of a `resources/read`, the prompt of a
+    #: `prompts/get` (as the client asked for it); None for every other method.
+    target: str | None = None
 
     def __post_init__(self) -> None:
         if self.timestamp.tzinfo is None:
@@ -235,6 +238,7 @@ def body_for(decision: DecisionInput) -> dict[str, Any]:
         "decision": decision.decision,
         "status": decision.status,
         "call_id": decision.call_id,
+        "target": _kept_target(decision.target, masker),
         "interceptors": entries,
         "intent_hash": intent_hash,
         "executed_hash": executed_hash,
@@ -244,6 +248,19 @@ def body_for(decision: DecisionInput) -> dict[str, Any]:
     if decision.trace_id is not None:  # only a traced call's records have it: the others are as they were
         body["trace_id"] = decision.trace_id
     return body
+
+
+#: The longest `target` a record keeps whole (a client may name anything; a uri may be long).
+MAX_TARGET_CHARS: Final = 1024
+
+
+def _kept_target(target: str | None, masker: Masker) -> str | None:
+    """The target as recorded: without text a mutation of the call removed (a token in a uri), and cut to
+    `MAX_TARGET_CHARS` (ending in `…`)."""
+    if target is None:
+        return None
+    kept = masker.text(target)
+    return kept if len(kept) <= MAX_TARGET_CHARS else kept[: MAX_TARGET_CHARS - 1] + "…"
 
 
 def prepare_entry(decision: DecisionInput) -> PreparedEntry:

@@ -24,7 +24,7 @@ from mcp_interceptors.gateway.metrics import GatewayMetrics, Outcome
 from mcp_interceptors.gateway.recording import CallRecord, Leg
 from mcp_interceptors.gateway.reply import Replies, reraise
 from mcp_interceptors.gateway.request_state import RequestStates, opened_retry, sealed_round
-from mcp_interceptors.gateway.routing import CALLS, LISTS
+from mcp_interceptors.gateway.routing import CALLS, LISTS, call_target
 from mcp_interceptors.gateway.session import Downstream, DownstreamSession
 from mcp_interceptors.gateway.shape import (
     recorded,
@@ -177,7 +177,7 @@ class Forwarder:
         if (refused := task_refusal(method, params, governed=governs_tasks)) is not None:
             if method in LISTS or method in CALLS or method == "completion/complete":
                 # A governed call: the trail says why not.
-                await self.replies.refused(None, method, refused, session, request_id)
+                await self.replies.refused(None, method, refused, session, request_id, call_target(method, params))
             raise refused  # before any chain or upstream: a task's result would bypass both
         session.inflight.append(downstream)
         if session.standalone is None:
@@ -236,13 +236,14 @@ class Forwarder:
     ) -> dict[str, Any]:
         list_method = CALLS[method][0] if method in CALLS else "prompts/list"
         record: CallRecord | None = None
+        target = call_target(method, params)  # as the client named it (a retry's token leaves the name in place)
         try:
             if self.advertised_equals_callable and list_method not in session.advertised:
                 # What this session is shown comes first: guards learn from listings (schemas, pins).
                 await self.listings.advertised(session, list_method)
             route = await self.listings.route(session, method, params)
             context = session.context(route.upstream, request_id)
-            record = self.replies.new_record(context)
+            record = self.replies.new_record(context, target)
             approvals = self.approvals
             pending = approvals.take_round(session, method, params) if approvals is not None else None
             granted: Granted = {}
@@ -279,7 +280,7 @@ class Forwarder:
         except ApprovalRound as round_:
             return round_.result  # the call waits for the client's retry with the answers (its record too)
         except MCPError as exc:
-            await self.replies.refused(record, method, exc, session, request_id)
+            await self.replies.refused(record, method, exc, session, request_id, target)
         except anyio.get_cancelled_exc_class():
             if record is not None:  # cancelled while its request chain ran, or after: closed before dispatch
                 await record.cancelled(method, session.ended_error())

@@ -94,6 +94,8 @@ class CallRecord:
     redacted: set[str] = field(default_factory=set)
     #: The trace the call belongs to (tracing on): each of its records names it.
     trace_id: str | None = None
+    #: The tool, resource uri or prompt the call names (`call_target`); none for an embedded call or a listing.
+    target: str | None = None
     _principal: dict[str, Any] | None = field(default=None, repr=False)
 
     @property
@@ -141,6 +143,7 @@ class CallRecord:
             parent=self,
             redacted=self.redacted,
             trace_id=self.trace_id,
+            target=self.target,
         )
 
     async def denied(self, leg: Leg, error: MCPError | None = None) -> list[AuditReceipt]:
@@ -321,6 +324,7 @@ class CallRecord:
             error=error,
             redacted=tuple(self.redacted),
             trace_id=self.trace_id,
+            target=self.target,
         )
         try:
             self.pending.append(await self.writer.submit(decision_input))

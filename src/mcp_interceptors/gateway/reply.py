@@ -31,11 +31,11 @@ class Replies:
         #: Tracing (None: off): a record then carries its trace id, and the call's span its record's call id.
         self.telemetry: Telemetry | None = None
 
-    def new_record(self, context: InvocationContext) -> CallRecord:
-        """The audit record of one call (inert when auditing is off)."""
+    def new_record(self, context: InvocationContext, target: str | None = None) -> CallRecord:
+        """The audit record of one call (inert when auditing is off), naming its `target` (`call_target`)."""
         if self.writer is None:
             return CallRecord(None, context, call_id="")
-        record = CallRecord(self.writer, context)
+        record = CallRecord(self.writer, context, target=target)
         if self.telemetry is not None:
             record.trace_id = self.telemetry.link_record(record.call_id)
         return record
@@ -60,15 +60,21 @@ class Replies:
         return {**result, "_meta": {**(result.get("_meta") or {}), RECEIPT_META_KEY: meta}}
 
     async def refused(
-        self, record: CallRecord | None, method: str, exc: MCPError, session: DownstreamSession, request_id: Any
+        self,
+        record: CallRecord | None,
+        method: str,
+        exc: MCPError,
+        session: DownstreamSession,
+        request_id: Any,
+        target: str | None = None,
     ) -> NoReturn:
         """Record a governed request the gateway refused before dispatching it (unknown, not advertised,
         malformed, a task, an upstream it needed being down), unless a chain's verdict recorded it already,
         and raise it, scrubbed (a listing fetched to route a call may have failed upstream). Without a
-        `record` yet, one is opened for `session`'s request."""
+        `record` yet, one is opened for `session`'s request, naming `target`."""
         scrubbed = self.scrub_error(exc)
         if record is None and self.writer is not None:
-            record = self.new_record(session.context(None, request_id))
+            record = self.new_record(session.context(None, request_id), target)
         if record is not None:
             upstream_failed = isinstance(exc, (UpstreamUnavailableError, UpstreamTimeoutError))
             await record.refused(method, scrubbed, upstream_failed=upstream_failed)

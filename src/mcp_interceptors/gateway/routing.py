@@ -31,6 +31,17 @@ CALLS: dict[str, tuple[str, str]] = {
     "resources/unsubscribe": ("resources/list", "uri"),
 }
 PREFIXED_LISTS = frozenset({"tools/list", "prompts/list"})
+#: The calls whose audit records name their item (`call_target`).
+TARGETED = frozenset({"tools/call", "prompts/get", "resources/read"})
+
+
+def call_target(method: str, params: Mapping[str, Any] | None) -> str | None:
+    """The tool name of a `tools/call`, the uri of a `resources/read`, the prompt name of a `prompts/get`, as
+    the client's params hold it (None when they hold no string there, and for any other method)."""
+    if method not in TARGETED or not isinstance(params, Mapping):
+        return None
+    value = params.get(CALLS[method][1])
+    return value if isinstance(value, str) else None
 
 
 class RoutingError(InterceptorsError):

@@ -116,8 +116,9 @@ class _View:
         def gather() -> dict[str, Any]:
             context = self._page_context(filters, before)
             window = chart_calls(self.reader, self.settings.limits)
-            upstreams, guards = names_seen(window)
-            return {**context, **_charts(window), "upstreams": upstreams, "guards": guards, "head": self.reader.head()}
+            upstreams, guards, targets = names_seen(window)
+            names = {"upstreams": upstreams, "guards": guards, "targets": targets}
+            return {**context, **_charts(window), **names, "head": self.reader.head()}
 
         try:
             context = await self.read(gather)

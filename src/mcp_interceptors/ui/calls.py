@@ -181,6 +181,12 @@ class CallView:
         return str(self.first.get("event") or self.first.kind)
 
     @property
+    def target(self) -> str | None:
+        """The tool, resource uri or prompt the call named (None for other methods, and in records before it)."""
+        targets = [str(r.get("target")) for r in self.records if r.get("target") is not None]
+        return targets[0] if targets else None
+
+    @property
     def server(self) -> str | None:
         servers = [str(r.get("server")) for r in self.records if r.get("server")]
         return servers[0] if servers else None
@@ -275,6 +281,7 @@ class Filters:
     upstream: str = ""
     principal: str = ""
     text: str = ""
+    target: str = ""
 
     @classmethod
     def from_query(cls, query: Mapping[str, str]) -> Filters:
@@ -288,15 +295,16 @@ class Filters:
             upstream=value("upstream"),
             principal=value("principal"),
             text=value("q"),
+            target=value("target"),
         )
 
     @property
     def active(self) -> bool:
-        return any((self.verdict, self.guard, self.upstream, self.principal, self.text))
+        return any((self.verdict, self.guard, self.upstream, self.principal, self.text, self.target))
 
     def query(self) -> dict[str, str]:
         pairs = {"verdict": self.verdict, "guard": self.guard, "upstream": self.upstream}
-        pairs.update(principal=self.principal, q=self.text)
+        pairs.update(target=self.target, principal=self.principal, q=self.text)
         return {name: value for name, value in pairs.items() if value}
 
     def matches(self, call: CallView) -> bool:
@@ -306,16 +314,19 @@ class Filters:
             return False
         if self.upstream and (call.server or "") != self.upstream:
             return False
+        if self.target and self.target.casefold() not in (call.target or "").casefold():
+            return False
         if self.principal and self.principal.casefold() not in (call.principal or "").casefold():
             return False
         return not self.text or self.text.casefold() in call.text()
 
 
-def names_seen(calls: Sequence[CallView]) -> tuple[list[str], list[str]]:
-    """The upstreams and guards named by these calls, for the filters' suggestions."""
+def names_seen(calls: Sequence[CallView]) -> tuple[list[str], list[str], list[str]]:
+    """The upstreams, guards and targets named by these calls, for the filters' suggestions."""
     upstreams = sorted({call.server for call in calls if call.server})
     guards = sorted({e.name for call in calls for r in call.records for e in r.entries})
-    return upstreams, guards
+    targets = sorted({call.target for call in calls if call.target})
+    return upstreams, guards, targets
 
 
 def _parse_time(value: object) -> datetime | None:

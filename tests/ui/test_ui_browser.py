@@ -71,7 +71,7 @@ async def test_a_person_watches_calls_land_filters_them_and_checks_one(tmp_path:
                 await page.goto(url + "/")
                 await expect(page.locator("#live-status")).to_have_text("live", timeout=10_000)
                 before = len(await rows(page))
-                assert any("e2e tools/call allowed" in row for row in await rows(page)), await rows(page)
+                assert any("e2e tools/call echo allowed" in row for row in await rows(page)), await rows(page)
 
                 with pytest.raises(MCPError):
                     await client.call_tool("delete_everything", {})
@@ -80,7 +80,7 @@ async def test_a_person_watches_calls_land_filters_them_and_checks_one(tmp_path:
                 await expect(denied).to_have_count(1, timeout=2_000)  # live: no reload
                 appeared_s = time.monotonic() - denied_at
                 await expect(denied).to_contain_text("tool-policy")
-                await expect(denied).to_contain_text("tools/call")
+                await expect(denied).to_contain_text("tools/call delete_everything")
                 print(f"the denied call was on screen {appeared_s:.2f} s after its error reached the client")
                 assert appeared_s <= 2.0
 

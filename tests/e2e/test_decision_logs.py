@@ -93,3 +93,37 @@ async def test_audit_tail_says_which_interceptor_denied_and_why(write_config: Co
     assert f"call={call_id.group(1)}" in denied[0]
     assert denied[0].endswith(f"  by {REASON}")
     assert SECRET not in done.stdout.decode()
+
+
+async def test_json_log_lines_of_a_traced_call_carry_its_trace_id(write_config: ConfigWriter, tmp_path: Path) -> None:
+    """With tracing on, the decision line of a call carries the trace id the client sent in `_meta`, the same
+    one its audit records carry; every line on stderr is one JSON object."""
+    store = tmp_path / "audit.db"
+    config = write_config(
+        {
+            "upstreams": {"e2e": upstream_entry()},
+            "interceptors": {"guards": [{"name": "secrets", "config": {"action": "deny"}}]},
+            "audit": {"enabled": True, "store": str(store), "key_file": str(tmp_path / "audit-key")},
+            "telemetry": {"exporter": "none"},
+        }
+    )
+    trace_id = "4bf92f3577b34da6a3ce929d0e0e4736"
+    meta = {"traceparent": f"00-{trace_id}-00f067aa0ba902b7-01"}
+    argv = cli_argv("gateway", "--config", str(config), "--log-format", "json")
+    with anyio.fail_after(60), stderr_log("traced json gateway") as log:
+        async with Client(stdio_transport(argv, log, env=gateway_env())) as client:
+            with pytest.raises(MCPError):
+                await client.call_tool("echo", {"text": f"key {SECRET}"}, meta=meta)  # type: ignore[arg-type]
+        text = log.path.read_text(encoding="utf-8")
+    lines = [json.loads(line) for line in text.splitlines() if line.strip()]  # each line parses, or this fails
+    blocked = [line for line in lines if line["logger"] == "mcp_interceptors.gateway.decisions"]
+    assert len(blocked) == 1, lines
+    assert blocked[0]["level"] == "WARNING"
+    assert blocked[0]["trace_id"] == trace_id
+    assert blocked[0]["outcome"] == "validation_failed"
+    assert SECRET not in text
+    done = await run_cli("audit", "export", "--store", str(store), limit_s=30)
+    assert done.returncode == 0, done.stderr
+    records = [json.loads(line) for line in done.stdout.decode().splitlines() if line.strip()]
+    calls = [r for r in records if r.get("call_id") == blocked[0]["call_id"]]
+    assert calls and all(r.get("body", {}).get("trace_id") == trace_id for r in calls if "body" in r), records

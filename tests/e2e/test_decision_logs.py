@@ -12,7 +12,7 @@ from pathlib import Path
 import anyio
 import pytest
 from e2e_support import UPSTREAM, ConfigWriter, gateway_env, text_of, upstream_entry
-from helpers import cli_argv, run_cli, stderr_log, stdio_transport
+from helpers import cli_argv, free_tcp_port, run_cli, stderr_log, stdio_transport
 from mcp import Client, MCPError
 
 pytestmark = [pytest.mark.anyio, pytest.mark.e2e]
@@ -97,7 +97,7 @@ async def test_audit_tail_says_which_interceptor_denied_and_why(write_config: Co
 
 async def test_json_log_lines_of_a_traced_call_carry_its_trace_id(write_config: ConfigWriter, tmp_path: Path) -> None:
     """With tracing on, the decision line of a call carries the trace id the client sent in `_meta`, the same
-    one its audit records carry; every line on stderr is one JSON object."""
+    one its audit records carry; every line on stderr is one JSON object, where the web view listens too."""
     store = tmp_path / "audit.db"
     config = write_config(
         {
@@ -105,6 +105,7 @@ async def test_json_log_lines_of_a_traced_call_carry_its_trace_id(write_config: 
             "interceptors": {"guards": [{"name": "secrets", "config": {"action": "deny"}}]},
             "audit": {"enabled": True, "store": str(store), "key_file": str(tmp_path / "audit-key")},
             "telemetry": {"exporter": "none"},
+            "ui": {"enabled": True, "listen": f"127.0.0.1:{free_tcp_port()}"},  # it says where, as JSON too
         }
     )
     trace_id = "4bf92f3577b34da6a3ce929d0e0e4736"
@@ -116,6 +117,7 @@ async def test_json_log_lines_of_a_traced_call_carry_its_trace_id(write_config: 
                 await client.call_tool("echo", {"text": f"key {SECRET}"}, meta=meta)  # type: ignore[arg-type]
         text = log.path.read_text(encoding="utf-8")
     lines = [json.loads(line) for line in text.splitlines() if line.strip()]  # each line parses, or this fails
+    assert [line["level"] for line in lines if line["event"].startswith("audit web view on http://")] == ["INFO"]
     blocked = [line for line in lines if line["logger"] == "mcp_interceptors.gateway.decisions"]
     assert len(blocked) == 1, lines
     assert blocked[0]["level"] == "WARNING"

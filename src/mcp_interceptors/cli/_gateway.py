@@ -6,7 +6,6 @@ import argparse
 import json
 import logging
 import re
-import sys
 from collections.abc import Callable
 from dataclasses import dataclass
 
@@ -28,7 +27,7 @@ from mcp_interceptors.gateway.config import (
 )
 from mcp_interceptors.gateway.fronts.serve import cancelled_by_signal, serve_http, serve_stdio
 from mcp_interceptors.gateway.gateway import Gateway
-from mcp_interceptors.gateway.logs import configure_logging
+from mcp_interceptors.gateway.logs import announce, configure_logging
 from mcp_interceptors.gateway.preflight import (
     BindRefusedError,
     ListenError,
@@ -216,7 +215,7 @@ async def _check(config: GatewayConfig, file: str, as_json: bool) -> int:
         else:
             print(render_check(config, chain, file))
         for missing in missing_commands(config, interceptor_servers=False):  # discovered above already
-            print(f"warning: {missing} ({missing.path})", file=sys.stderr)
+            announce(f"warning: {missing} ({missing.path})", level=logging.WARNING)
         tg.cancel_scope.cancel()
     return 0
 
@@ -284,10 +283,10 @@ async def _run_gateway(
             url = f"http://{authority(host, port)}{config.http.path}"
 
             def ready() -> None:
-                print(f"gateway listening on {url}", file=sys.stderr, flush=True)
+                announce(f"gateway listening on {url}")
                 if config.ui.enabled and config.ui.listen is None:
                     view = f"http://{authority(host, port)}{config.ui.path}/"
-                    print(f"audit web view on {view}", file=sys.stderr, flush=True)
+                    announce(f"audit web view on {view}")
 
             await serve_http(gateway, host, port, insecure_no_auth=insecure_no_auth, on_ready=ready)
         with anyio.CancelScope(shield=True):  # before the audit writer stops: their records go with its flush

@@ -28,7 +28,7 @@ from mcp_interceptors.cli._runtime import build_client, freeze_start_up_heap, ru
 from mcp_interceptors.executor import Call
 from mcp_interceptors.gateway.config import authority, is_loopback
 from mcp_interceptors.gateway.fronts.stdio_transport import fd_stdio_server
-from mcp_interceptors.gateway.logs import configure_logging
+from mcp_interceptors.gateway.logs import announce, configure_logging
 from mcp_interceptors.gateway.preflight import ListenError, check_listen
 from mcp_interceptors.guards.pinning import pin_document
 from mcp_interceptors.host import InterceptorHost, Invocation
@@ -151,7 +151,7 @@ async def _serve_http(app: Any, host: str, port: int, ready: str) -> None:
             if server.should_exit:
                 return
             await anyio.sleep(0.02)
-        print(ready, file=sys.stderr, flush=True)
+        announce(ready, logger="mcp_interceptors.guards")
 
 
 # --------------------------------------------------------------------------- pin

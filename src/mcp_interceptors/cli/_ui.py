@@ -7,12 +7,11 @@ loopback only, as the gateway does.
 from __future__ import annotations
 
 import argparse
-import sys
 
 from mcp_interceptors.audit import DEFAULT_KEY_PATH
 from mcp_interceptors.cli._commands import DEFAULT_LISTEN
 from mcp_interceptors.cli._common import CommandError
-from mcp_interceptors.gateway.logs import configure_logging
+from mcp_interceptors.gateway.logs import announce, configure_logging
 
 
 def run_ui(args: argparse.Namespace) -> int:
@@ -68,7 +67,7 @@ def run_ui(args: argparse.Namespace) -> int:
     url = f"http://{authority(host, port)}/"
 
     def ready() -> None:
-        print(f"audit view of {reader.description} on {url}", file=sys.stderr, flush=True)
+        announce(f"audit view of {reader.description} on {url}", logger="mcp_interceptors.ui")
 
     try:
         anyio.run(lambda: serve_ui(app, host, port, on_ready=ready))

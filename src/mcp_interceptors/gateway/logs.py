@@ -155,10 +155,27 @@ def current_trace_id() -> str | None:
 TEXT_FORMAT: Final = "%(levelname)s %(name)s: %(message)s"
 
 
+#: Set by `configure_logging`: the format `announce` writes in.
+_json_lines = False
+
+
 def configure_logging(level: str, log_format: str) -> None:
     """Log to stderr at `level`, as text (the default) or JSON lines."""
     import sys
 
+    global _json_lines
+    _json_lines = log_format == "json"
     handler = logging.StreamHandler(sys.stderr)
-    handler.setFormatter(JsonFormatter() if log_format == "json" else logging.Formatter(TEXT_FORMAT))
+    handler.setFormatter(JsonFormatter() if _json_lines else logging.Formatter(TEXT_FORMAT))
     logging.basicConfig(level=level.upper(), handlers=[handler])
+
+
+def announce(message: str, *, logger: str = "mcp_interceptors.gateway", level: int = logging.INFO) -> None:
+    """A line the command always writes to stderr, whatever `--log-level` (where it listens, a warning of
+    `--check`): the bare message in text format, one JSON object like every log line with `--log-format json`."""
+    import sys
+
+    if _json_lines:
+        record = logging.LogRecord(logger, level, __file__, 0, message, None, None)
+        message = JsonFormatter().format(record)
+    print(message, file=sys.stderr, flush=True)

@@ -6,7 +6,6 @@ The view itself is `mcp_interceptors.ui`; this module hands it the gateway's sto
 
 from __future__ import annotations
 
-import sys
 from collections.abc import Sequence
 from typing import Any
 
@@ -17,6 +16,7 @@ from starlette.routing import Mount
 from mcp_interceptors.gateway.auditing import audit_key_location, audit_store_location
 from mcp_interceptors.gateway.auth import build_auth
 from mcp_interceptors.gateway.config import GatewayConfig, authority
+from mcp_interceptors.gateway.logs import announce
 
 
 def _settings(config: GatewayConfig, verifier: TokenVerifier | None) -> Any:
@@ -54,7 +54,7 @@ async def serve_ui_listener(config: GatewayConfig, *, task_status: anyio.abc.Tas
     settings = _settings(config, verifier)
 
     def ready() -> None:
-        print(f"audit web view on http://{authority(host, port)}/", file=sys.stderr, flush=True)
+        announce(f"audit web view on http://{authority(host, port)}/")
         task_status.started()
 
     try:

@@ -46,9 +46,16 @@ class _Upstream:
     info = None
     is_http = False
     era = "legacy"
+    name = "a"
 
     def __init__(self) -> None:
         self.calls: list[str] = []
+
+    def hold(self) -> None:
+        pass
+
+    def release(self) -> None:
+        pass
 
     async def request(self, method: str, params: dict[str, Any] | None, **_: Any) -> dict[str, Any]:
         await anyio.lowlevel.checkpoint()

@@ -8,6 +8,7 @@ import uuid
 from collections.abc import AsyncIterator
 
 import anyio
+import anyio.lowlevel
 import pytest
 from guard_support import run_chain, tool_call
 from helpers import free_tcp_port
@@ -18,6 +19,7 @@ from mcp_interceptors.planning import Overrides
 from mcp_interceptors.protocol.errors import StateUnavailableError
 from mcp_interceptors.state import StateStore, open_state
 from mcp_interceptors.state.memory import MemoryState
+from mcp_interceptors.state.redis import RedisState
 
 pytestmark = pytest.mark.anyio
 
@@ -107,6 +109,93 @@ async def test_an_unreachable_redis_raises_state_unavailable() -> None:
         await state.aclose()
     assert raised.value.code == -32603 and raised.value.data["reason"] == "state_unavailable"
     assert "hunter2" not in str(raised.value) and "127.0.0.1" in str(raised.value)
+
+
+@pytest.mark.redis
+async def test_reads_started_together_go_to_redis_in_one_pipeline(redis_url: str) -> None:
+    """Reads started in the same turn of the loop (the guards of one chain, concurrent calls) share one round
+    trip, each with its own answer; a reader cancelled while it waits leaves the others theirs."""
+    import redis.asyncio
+
+    state = open_state(redis_url, key_prefix=f"t{uuid.uuid4().hex[:8]}:")
+    assert isinstance(state, RedisState)
+    sent: list[int] = []
+    pipeline = state.client.pipeline
+
+    def counting_pipeline(*args: object, **kwargs: object) -> redis.asyncio.client.Pipeline:
+        made = pipeline(*args, **kwargs)
+        execute = made.execute
+
+        async def counted(*a: object, **k: object) -> object:
+            sent.append(len(made.command_stack))
+            return await execute(*a, **k)
+
+        made.execute = counted  # type: ignore[method-assign]
+        return made
+
+    state.client.pipeline = counting_pipeline
+    try:
+        for index in range(5):
+            await state.put(f"m{index}", "field", str(index), ttl_s=60)
+        answers: dict[int, object] = {}
+
+        async def read(index: int) -> None:
+            answers[index] = dict(await state.fields(f"m{index}"))
+
+        async with anyio.create_task_group() as tg:
+            for index in range(6):  # m5 holds nothing
+                tg.start_soon(read, index)
+        assert answers == {**{i: {"field": str(i)} for i in range(5)}, 5: {}}
+        assert sent == [6]
+        sent.clear()
+        assert dict(await state.fields("m1")) == {"field": "1"} and sent == []  # alone: no pipeline
+
+        answers.clear()
+        leading = anyio.CancelScope()
+
+        async def cancelled_leader() -> None:
+            with leading:
+                await read(2)
+
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(cancelled_leader)  # leads the batch, and is cancelled before it is sent
+            tg.start_soon(read, 3)
+            await anyio.lowlevel.checkpoint()
+            assert state._reads is not None and len(state._reads) == 1  # read 3 waits on the leader's batch
+            leading.cancel()
+        assert answers == {3: {"field": "3"}} and leading.cancelled_caught
+        answers.clear()
+        with anyio.CancelScope() as scope:
+            async with anyio.create_task_group() as tg:
+                tg.start_soon(read, 3)
+                tg.start_soon(read, 4)
+                scope.cancel()  # both cancelled while they wait: nothing is left waiting, nothing leaks
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(read, 0)
+            tg.start_soon(read, 4)
+        assert answers == {0: {"field": "0"}, 4: {"field": "4"}}
+    finally:
+        await state.aclose()
+
+
+async def test_reads_batched_together_all_fail_closed_when_redis_is_unreachable() -> None:
+    state = open_state(f"redis://127.0.0.1:{free_tcp_port()}/0", timeout_s=0.5)
+    errors: list[BaseException] = []
+
+    async def read(key: str) -> None:
+        try:
+            await state.fields(key)
+        except StateUnavailableError as exc:
+            errors.append(exc)
+
+    try:
+        with anyio.fail_after(10):
+            async with anyio.create_task_group() as tg:
+                for key in ("a", "b", "c"):
+                    tg.start_soon(read, key)
+    finally:
+        await state.aclose()
+    assert len(errors) == 3 and all(e.data["reason"] == "state_unavailable" for e in errors)  # type: ignore[attr-defined]
 
 
 def test_a_redis_url_of_another_scheme_is_refused() -> None:

@@ -20,6 +20,7 @@ from limits.strategies import MovingWindowRateLimiter
 from mcp_interceptors.guards._config import EVENT, EVENT_OR_WILDCARD, GuardSchema, SettingsCache
 from mcp_interceptors.guards._names import Glob, ServerMap, params_of, principal_key, server_for
 from mcp_interceptors.host import InterceptorHost, Invocation
+from mcp_interceptors.protocol.errors import StateUnavailableError
 from mcp_interceptors.protocol.results import ValidationMessage, ValidationResult
 
 DIMENSIONS = ("session", "principal", "server", "tool", "event")
@@ -56,6 +57,9 @@ SCHEMA = GuardSchema(
     },
     build_only=["events", "redis_url", "key_prefix"],
 )
+#: Connections each rate-limit guard holds to its Redis, and how long a call waits for one and for the answer.
+MAX_CONNECTIONS = 16
+TIMEOUT_S = 1.0
 DESCRIPTION = "Moving-window rate limits per session, principal, server, tool and event."
 
 
@@ -91,8 +95,18 @@ class _RedisLimiter:
             raise ValueError(
                 "config.redis_url needs the redis package: pip install 'mcp-interceptors[redis]'"
             ) from None
-        # We own the client (and so its pool), so `aclose` can release its connections.
-        self._client = redis.asyncio.Redis.from_url(url)
+        # We own the client (and so its pool), so `aclose` can release its connections. The pool is bounded
+        # as the state store's is (`state.max_connections`): a call waits for a connection, then fails closed.
+        pool = redis.asyncio.BlockingConnectionPool.from_url(
+            url,
+            max_connections=MAX_CONNECTIONS,
+            timeout=TIMEOUT_S,
+            socket_timeout=TIMEOUT_S,
+            socket_connect_timeout=TIMEOUT_S,
+        )
+        self._client = redis.asyncio.Redis.from_pool(pool)
+        self._errors: tuple[type[BaseException], ...] = (redis.RedisError, OSError)
+        self._where = url.rsplit("@", 1)[-1]  # never the password of redis://user:password@host
         storage = storage_from_string(
             "async+redis://",  # the URL is the pool's; limits only picks its Redis storage from the scheme
             implementation="redispy",
@@ -101,14 +115,26 @@ class _RedisLimiter:
         )
         self._limiter = AsyncMovingWindow(storage)
 
+    def _unavailable(self, exc: BaseException) -> StateUnavailableError:
+        return StateUnavailableError(f"Redis at {self._where}: {type(exc).__name__}: {exc}")
+
     async def test(self, item: RateLimitItem, *identifiers: str) -> bool:
-        return await self._limiter.test(item, *identifiers)
+        try:
+            return await self._limiter.test(item, *identifiers)
+        except self._errors as exc:
+            raise self._unavailable(exc) from None
 
     async def hit(self, item: RateLimitItem, *identifiers: str) -> bool:
-        return await self._limiter.hit(item, *identifiers)
+        try:
+            return await self._limiter.hit(item, *identifiers)
+        except self._errors as exc:
+            raise self._unavailable(exc) from None
 
     async def reset_in(self, item: RateLimitItem, *identifiers: str) -> float:
-        stats = await self._limiter.get_window_stats(item, *identifiers)
+        try:
+            stats = await self._limiter.get_window_stats(item, *identifiers)
+        except self._errors as exc:
+            raise self._unavailable(exc) from None
         return stats.reset_time - time.time()
 
     async def aclose(self) -> None:
@@ -222,11 +248,13 @@ class RateLimitGuard:
             keys = {dimension: _identity(inv, item_name, server, dimension) for dimension in rule.per}
             identifiers = (f"rule{rule.index}", *(f"{k}={v}" for k, v in keys.items()))
             counted.extend((rule, item, identifiers, keys) for item in rule.items)
-        # A refused call uses up no limit: every limit is tested before any is hit. A hit can still fail
-        # when another replica got there in between; the call is refused then too.
-        for rule, item, identifiers, keys in counted:
-            if not await self.limiter.test(item, *identifiers):
-                return await self._denied(rule, item, identifiers, keys)
+        # A refused call uses up no limit: with several, every limit is tested before any is hit. A hit can
+        # still fail when another replica got there in between; the call is refused then too. One limit needs
+        # no test: a hit on a full window records nothing (one round trip to Redis instead of two).
+        if len(counted) > 1:
+            for rule, item, identifiers, keys in counted:
+                if not await self.limiter.test(item, *identifiers):
+                    return await self._denied(rule, item, identifiers, keys)
         for rule, item, identifiers, keys in counted:
             if not await self.limiter.hit(item, *identifiers):
                 return await self._denied(rule, item, identifiers, keys)

@@ -3,11 +3,14 @@ bounded pool (`max_connections`; a call waits at most `timeout_s` for a connecti
 every failure to reach Redis is a `StateUnavailableError`, so guards fail closed.
 
 A map is a Redis hash under `key_prefix + key`; `put` is one Lua script (check, write and expire at once), so
-replicas racing to pin a tool first agree on the one pin.
+replicas racing to pin a tool first agree on the one pin. Reads asked for in the same turn of the event loop
+(the guards of one chain run side by side, and concurrent calls' chains) go to Redis in one pipeline: one
+round trip for all of them.
 """
 
 from __future__ import annotations
 
+import asyncio
 import math
 from collections.abc import Mapping
 from typing import Any
@@ -55,17 +58,65 @@ class RedisState:
         #: The pooled client (the event store shares it); closing it closes its pool.
         self.client: Any = redis.asyncio.Redis.from_pool(pool)
         self._put = self.client.register_script(_PUT)
+        #: Reads waiting for the next pipeline: (prefixed key, where its answer goes); None when none waits.
+        self._reads: list[tuple[str, asyncio.Future[dict[str, str]]]] | None = None
+        #: Pipelines in flight (held so they are not collected before they finish).
+        self._pipelines: set[asyncio.Task[None]] = set()
 
     def unavailable(self, exc: BaseException) -> StateUnavailableError:
         where = self.url.rsplit("@", 1)[-1]  # never the password of redis://user:password@host
         return StateUnavailableError(f"Redis at {where}: {type(exc).__name__}: {exc}")
 
     async def fields(self, key: str) -> Mapping[str, str]:
+        loop = asyncio.get_running_loop()
+        if self._reads is not None:  # another read leads this turn's batch: its pipeline carries this one
+            waiting: asyncio.Future[dict[str, str]] = loop.create_future()
+            self._reads.append((self.key_prefix + key, waiting))
+            return await waiting
+        batch: list[tuple[str, asyncio.Future[dict[str, str]]]] = []
+        self._reads = batch
+        try:
+            await asyncio.sleep(0)  # one turn of the loop, for the reads started beside this one to join
+        except BaseException:  # cancelled: the reads that joined still get their answers
+            self._reads = None
+            if batch:
+                self._spawn(batch)
+            raise
+        self._reads = None
+        if batch:
+            mine: asyncio.Future[dict[str, str]] = loop.create_future()
+            batch.append((self.key_prefix + key, mine))
+            self._spawn(batch)
+            return await mine
         try:
             found: dict[str, str] = await self.client.hgetall(self.key_prefix + key)
         except self.errors as exc:
             raise self.unavailable(exc) from None
         return found
+
+    def _spawn(self, batch: list[tuple[str, asyncio.Future[dict[str, str]]]]) -> None:
+        """Read `batch` in a pipeline of its own: a task, so a cancelled reader never leaves the others waiting."""
+        task = asyncio.get_running_loop().create_task(self._read_batch(batch))
+        self._pipelines.add(task)
+        task.add_done_callback(self._pipelines.discard)
+
+    async def _read_batch(self, batch: list[tuple[str, asyncio.Future[dict[str, str]]]]) -> None:
+        try:
+            pipeline = self.client.pipeline(transaction=False)
+            for key, _ in batch:
+                pipeline.hgetall(key)
+            answers: list[dict[str, str]] = await pipeline.execute()
+        except BaseException as exc:  # every reader fails, closed; a cancelled pipeline (shutdown) too
+            failed = exc if isinstance(exc, Exception) and not isinstance(exc, self.errors) else None
+            for _, future in batch:
+                if not future.done():
+                    future.set_exception(failed or self.unavailable(exc))
+            if not isinstance(exc, Exception):
+                raise
+            return
+        for (_, future), answer in zip(batch, answers, strict=True):
+            if not future.done():
+                future.set_result(answer)
 
     async def put(
         self,

@@ -8,6 +8,7 @@ import shutil
 import uuid
 from collections.abc import AsyncIterator
 from pathlib import Path
+from typing import Any
 
 import anyio
 import pytest
@@ -178,3 +179,28 @@ async def test_an_unreachable_redis_fails_closed() -> None:
         await host.aclose()
     assert outcome.status == "validation_failed"
     assert outcome.failures[0].interceptor == "rate-limit" and outcome.failures[0].code == -32603
+    assert outcome.failures[0].reason == "state_unavailable"
+
+
+@pytest.mark.redis
+async def test_one_limit_counts_a_call_in_one_round_trip(redis_url: str) -> None:
+    """With one limit there is nothing to test first: the hit itself refuses a full window."""
+    config = {"limits": [{"limit": "2/minute"}], "redis_url": redis_url, "key_prefix": uuid.uuid4().hex[:8]}
+    host = guards.load("rate-limit", config)
+    assert isinstance(host, RateLimitHost)
+    limiter = host.limiter
+    asked: list[str] = []
+    for name in ("test", "hit"):
+        real = getattr(limiter, name)
+
+        def counting(*args: Any, _real: Any = real, _name: str = name) -> Any:
+            asked.append(_name)
+            return _real(*args)
+
+        setattr(limiter, name, counting)
+    try:
+        statuses = [(await run_chain(host, "tools/call", "request", tool_call("echo"))).status for _ in range(4)]
+    finally:
+        await host.aclose()
+    assert statuses == ["success", "success", "validation_failed", "validation_failed"]
+    assert asked == ["hit"] * 4

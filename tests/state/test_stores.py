@@ -5,7 +5,8 @@ Redis give the same verdicts from either replica; an unreachable Redis fails clo
 from __future__ import annotations
 
 import uuid
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Sequence
+from typing import Any
 
 import anyio
 import anyio.lowlevel
@@ -58,6 +59,36 @@ async def test_a_full_map_refuses_a_new_field_and_keeps_the_old(store: StateStor
     assert await store.put("full", "c", "x", ttl_s=60, max_fields=2) is None
     assert await store.put("full", "a", "y", ttl_s=60, max_fields=2) == "y"  # an existing field is no new one
     assert dict(await store.fields("full")) == {"a": "y", "b": "x"}
+
+
+async def test_put_many_writes_in_turn_and_refuses_new_fields_past_the_cap(store: StateStore) -> None:
+    assert await store.put_many("many", [], ttl_s=60) == []
+    kept = await store.put_many("many", [("a", "1"), ("b", "2"), ("c", "3"), ("a", "4")], ttl_s=60, max_fields=2)
+    assert kept == ["1", "2", None, "4"]  # c is new and the map is full; a is no new field
+    assert dict(await store.fields("many")) == {"a": "4", "b": "2"}
+    assert await store.put_many("many", [("c", "5")], ttl_s=60, max_fields=2) == [None]
+    assert await store.put_many("many", [("c", "5"), ("d", "6")], ttl_s=None) == ["5", "6"]
+    assert dict(await store.fields("many")) == {"a": "4", "b": "2", "c": "5", "d": "6"}
+
+
+@pytest.mark.redis
+async def test_put_many_sets_the_time_to_live_only_when_it_writes(redis_url: str) -> None:
+    import redis.asyncio
+
+    prefix = f"t{uuid.uuid4().hex[:8]}:"
+    state = open_state(redis_url, key_prefix=prefix)
+    raw = redis.asyncio.Redis.from_url(redis_url)
+    try:
+        await state.put_many("m", [("a", "1")], ttl_s=100, max_fields=1)
+        assert 0 < await raw.pttl(prefix + "m") <= 100_000
+        await raw.pexpire(prefix + "m", 500_000)
+        assert await state.put_many("m", [("b", "2")], ttl_s=100, max_fields=1) == [None]
+        assert await raw.pttl(prefix + "m") > 100_000  # nothing written: the map's time is not restarted
+        await state.put_many("m", [("a", "3")], ttl_s=None)
+        assert await raw.pttl(prefix + "m") == -1
+    finally:
+        await raw.aclose()
+        await state.aclose()
 
 
 async def test_a_map_expires_after_its_time_to_live_from_its_last_write() -> None:
@@ -237,6 +268,35 @@ async def test_exfiltration_taint_read_on_one_replica_blocks_the_send_on_another
     # back to the server it came from, and another session, pass on either replica
     assert (await run_chain(two, "tools/call", "request", sent, sessionId="s", server="a")).status == "success"
     assert (await run_chain(one, "tools/call", "request", sent, sessionId="t", server="b")).status == "success"
+
+
+async def test_every_value_of_a_result_is_recorded_in_one_write_and_the_cap_holds_across_replicas(
+    shared: tuple[StateStore, StateStore],
+) -> None:
+    one_state, two_state = shared
+    writes: list[int] = []
+    put_many = one_state.put_many
+
+    async def counted(key: str, items: Sequence[tuple[str, str]], **options: Any) -> list[str | None]:
+        writes.append(len(items))
+        return await put_many(key, items, **options)
+
+    one_state.put_many = counted  # type: ignore[method-assign]
+    config = {"max_values_per_session": 2}
+    one = guards.load("exfiltration-guard", config, state=one_state)
+    two = guards.load("exfiltration-guard", config, state=two_state)
+    others = ["AKIA" + "Q7J2XKZ4M5N6P3RA", "AKIA" + "Z7Q2XKJ4M5N6P3RB"]
+    read = _result(f"keys: {SECRET} {others[0]} {others[1]}")
+    assert (await run_chain(one, "tools/call", "response", read, sessionId="s", server="a")).status == "success"
+    assert writes == [3, 1]  # the three values in one write, then the kind past the cap in one more
+    assert (await run_chain(one, "tools/call", "response", _result("nothing"), sessionId="s", server="a")).status == (
+        "success"
+    )
+    assert writes == [3, 1]  # nothing found: nothing written
+    for value in (SECRET, others[1]):  # remembered, and past the cap, are both refused on the other replica
+        sent = tool_call("post", text=f"found {value}")
+        blocked = await run_chain(two, "tools/call", "request", sent, sessionId="s", server="b")
+        assert blocked.status == "validation_failed", value
 
 
 @pytest.mark.redis

@@ -216,22 +216,28 @@ class ExfiltrationGuard:
             # A result names no tool: its server is the one its request (same traceId) was attributed to.
             flows = self.sessions.get(inv.session_id or ANONYMOUS)
             server = flows.pending.pop(trace) if flows is not None else None
+        hits = [
+            hit for scanner in settings.scanners for hit in find_in_payload(inv.payload, scanner, include_keys=True)
+        ]
+        if not hits:  # nothing to record: no round trip to the store
+            return
         key = self._state_key(inv.session_id)
-        for scanner in settings.scanners:
-            for hit in find_in_payload(inv.payload, scanner, include_keys=True):
-                # The store first: a value no replica can be told of must not pass here either.
-                stored = await self.state.put(
-                    key, _record_field(hit.value, server), hit.kind, ttl_s=self.ttl_s, max_fields=self.max_values
-                )
-                if stored is None:  # the session holds all the values it may: the kind fails closed everywhere
-                    await self.state.put(key, _overflow_field(hit.kind, server), "1", ttl_s=self.ttl_s)
-                flows = flows or self._flows_for(inv.session_id)
-                if flows is None:  # no room for this session: every session fails closed for the kind
-                    self.overflow.note(hit.kind, server)
-                elif stored is None:
-                    flows.overflow.note(hit.kind, server)
-                else:
-                    flows.remember(hit.value, hit.kind, server, settings.encodings, settings.min_length)
+        # The store first, every value of the result in one write: a value no replica can be told of must not
+        # pass here either.
+        records = [(_record_field(hit.value, server), hit.kind) for hit in hits]
+        stored = await self.state.put_many(key, records, ttl_s=self.ttl_s, max_fields=self.max_values)
+        # Kinds the session had no room for (it holds all the values it may) fail closed everywhere.
+        full = sorted({hit.kind for hit, kept in zip(hits, stored, strict=True) if kept is None})
+        if full:
+            await self.state.put_many(key, [(_overflow_field(kind, server), "1") for kind in full], ttl_s=self.ttl_s)
+        for hit, kept in zip(hits, stored, strict=True):
+            flows = flows or self._flows_for(inv.session_id)
+            if flows is None:  # no room for this session: every session fails closed for the kind
+                self.overflow.note(hit.kind, server)
+            elif kept is None:
+                flows.overflow.note(hit.kind, server)
+            else:
+                flows.remember(hit.value, hit.kind, server, settings.encodings, settings.min_length)
 
     def check(self, settings: _Settings, inv: Invocation) -> ValidationResult | bool:
         params = params_of(inv.payload)

@@ -9,7 +9,7 @@ propagate, so its verdict fails closed unless the guard is configured `fail_open
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Protocol
 
 from mcp_interceptors.protocol.errors import STATE_UNAVAILABLE, StateUnavailableError
@@ -35,6 +35,13 @@ class StateStore(Protocol):
         """Set `field` and restart the map's time to live (`None`: it never expires). Returns the value the field
         holds afterwards: `value`, or with `only_new` the one an earlier writer left; None when the field is new and
         the map already holds `max_fields` (nothing is pushed out to make room)."""
+        ...
+
+    async def put_many(
+        self, key: str, items: Sequence[tuple[str, str]], *, ttl_s: float | None, max_fields: int | None = None
+    ) -> list[str | None]:
+        """`put` of each `(field, value)` in turn, in one round trip: for each, the value the field holds
+        afterwards, or None when it is new and the map already held `max_fields`."""
         ...
 
     async def remove(self, key: str, field: str) -> None: ...

@@ -6,7 +6,7 @@ from __future__ import annotations
 import math
 import time
 from collections import OrderedDict
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 
 #: Maps one process keeps (each guard bounds its own fields per map).
 DEFAULT_MAX_KEYS = 100_000
@@ -58,6 +58,11 @@ class MemoryState:
         while len(self._maps) > self.max_keys:
             self._maps.popitem(last=False)
         return value
+
+    async def put_many(
+        self, key: str, items: Sequence[tuple[str, str]], *, ttl_s: float | None, max_fields: int | None = None
+    ) -> list[str | None]:
+        return [await self.put(key, field, value, ttl_s=ttl_s, max_fields=max_fields) for field, value in items]
 
     async def remove(self, key: str, field: str) -> None:
         fields = self._live(key)

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import asyncio
 import math
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 from mcp_interceptors.protocol.errors import StateUnavailableError
@@ -27,6 +27,24 @@ end
 redis.call('HSET', KEYS[1], ARGV[1], ARGV[2])
 if tonumber(ARGV[5]) > 0 then redis.call('PEXPIRE', KEYS[1], ARGV[5]) else redis.call('PERSIST', KEYS[1]) end
 return ARGV[2]
+"""
+#: KEYS[1] the hash; ARGV max fields (0: none), ttl in ms (0: none), then field, value, field, value...
+_PUT_MANY = """
+local limit, ttl = tonumber(ARGV[1]), tonumber(ARGV[2])
+local count, wrote, kept = redis.call('HLEN', KEYS[1]), false, {}
+for i = 3, #ARGV, 2 do
+  if limit > 0 and count >= limit and redis.call('HEXISTS', KEYS[1], ARGV[i]) == 0 then
+    kept[#kept + 1] = false
+  else
+    count = count + redis.call('HSET', KEYS[1], ARGV[i], ARGV[i + 1])
+    wrote = true
+    kept[#kept + 1] = ARGV[i + 1]
+  end
+end
+if wrote then
+  if ttl > 0 then redis.call('PEXPIRE', KEYS[1], ttl) else redis.call('PERSIST', KEYS[1]) end
+end
+return kept
 """
 SCHEMES = ("redis://", "rediss://", "unix://")
 
@@ -58,6 +76,7 @@ class RedisState:
         #: The pooled client (the event store shares it); closing it closes its pool.
         self.client: Any = redis.asyncio.Redis.from_pool(pool)
         self._put = self.client.register_script(_PUT)
+        self._put_many = self.client.register_script(_PUT_MANY)
         #: Reads waiting for the next pipeline: (prefixed key, where its answer goes); None when none waits.
         self._reads: list[tuple[str, asyncio.Future[dict[str, str]]]] | None = None
         #: Pipelines in flight (held so they are not collected before they finish).
@@ -128,13 +147,26 @@ class RedisState:
         max_fields: int | None = None,
         only_new: bool = False,
     ) -> str | None:
-        ttl_ms = 0 if ttl_s is None or math.isinf(ttl_s) else max(1, math.ceil(ttl_s * 1000))
-        args: list[str | int] = [field, value, max_fields or 0, "1" if only_new else "0", ttl_ms]
+        args: list[str | int] = [field, value, max_fields or 0, "1" if only_new else "0", _ttl_ms(ttl_s)]
         try:
             stored: str | None = await self._put(keys=[self.key_prefix + key], args=args)
         except self.errors as exc:
             raise self.unavailable(exc) from None
         return stored
+
+    async def put_many(
+        self, key: str, items: Sequence[tuple[str, str]], *, ttl_s: float | None, max_fields: int | None = None
+    ) -> list[str | None]:
+        if not items:
+            return []
+        args: list[str | int] = [max_fields or 0, _ttl_ms(ttl_s)]
+        for field, value in items:
+            args += [field, value]
+        try:
+            kept: list[str | None] = await self._put_many(keys=[self.key_prefix + key], args=args)
+        except self.errors as exc:
+            raise self.unavailable(exc) from None
+        return kept
 
     async def remove(self, key: str, field: str) -> None:
         try:
@@ -150,3 +182,8 @@ class RedisState:
 
     async def aclose(self) -> None:
         await self.client.aclose()
+
+
+def _ttl_ms(ttl_s: float | None) -> int:
+    """A time to live in Redis's milliseconds; 0 for none."""
+    return 0 if ttl_s is None or math.isinf(ttl_s) else max(1, math.ceil(ttl_s * 1000))

@@ -14,8 +14,8 @@ import mcp_types as types
 import orjson
 import pytest
 from e2e_support import ERAS, ConfigWriter, fresh_gateway, gateway_env, raw_request, text_of, upstream_entry
-from helpers import run_cli
-from mcp import MCPError
+from helpers import cli_argv, free_tcp_port, http_transport, run_cli, running
+from mcp import Client, MCPError
 from mcp.client import ClientRequestContext
 
 from mcp_interceptors.audit import SqliteStore
@@ -222,4 +222,48 @@ async def test_a_session_approval_is_remembered_and_not_asked_again(
     assert len(asked) == 1
     requests = [r for r in call_records(tmp_path) if r["phase"] == "request"]
     assert [approval_entries(r)[0]["asked"] for r in requests] == ["client", "remembered"]
+    await verified(config)
+
+
+@pytest.mark.parametrize("era", ERAS)
+async def test_a_principal_approval_holds_across_its_sessions_and_not_for_another_principal(
+    write_config: ConfigWriter, tmp_path: Path, era: str
+) -> None:
+    """Two bearer tokens on the HTTP front: Alice's yes with `remember: principal` covers her next session's
+    call (nobody is asked), while Bob, calling the same tool, is asked himself, and his no denies his call."""
+    rules = [{"name": "wipe", "tool": "delete_*", "remember": "principal", "remember_minutes": 5}]
+    config = config_for(write_config, tmp_path, rules)
+    config.write_text(config.read_text() + "auth:\n  tokens: [alice-token-5d1e, bob-token-8a0c]\n")
+    port = free_tcp_port()
+    url = f"http://127.0.0.1:{port}/mcp"
+    argv = cli_argv("gateway", "--config", str(config), "--http", f"127.0.0.1:{port}")
+    alice_asked: list[types.ElicitRequestParams] = []
+    bob_asked: list[types.ElicitRequestParams] = []
+    yes, no = types.ElicitResult(action="accept", content={}), types.ElicitResult(action="decline")
+
+    def session(token: str, elicit: Elicit) -> Client:
+        return Client(
+            http_transport(url, headers={"Authorization": f"Bearer {token}"}), mode=era, elicitation_callback=elicit
+        )
+
+    with anyio.fail_after(90):
+        async with running(argv, port=port, env=gateway_env(), label="HTTP gateway"):
+            async with session("alice-token-5d1e", answering(yes, asked=alice_asked)) as alice:
+                first = await alice.call_tool("delete_everything", {})
+            async with session("alice-token-5d1e", answering(asked=alice_asked)) as alice_again:
+                second = await alice_again.call_tool("delete_everything", {})
+            async with session("bob-token-8a0c", answering(no, asked=bob_asked)) as bob:
+                with pytest.raises(MCPError) as denied:
+                    await bob.call_tool("delete_everything", {})
+    assert (text_of(first), text_of(second)) == ("deleted", "deleted")
+    assert (len(alice_asked), len(bob_asked)) == (1, 1)  # Alice once in two sessions; Bob for himself
+    assert (denied.value.code, denied.value.error.data["reason"]) == (-32602, "declined")
+    requests = [r for r in call_records(tmp_path) if r["phase"] == "request"]
+    answers = [(r["principal"]["id"], approval_entries(r)[0]["asked"], r["decision"]) for r in requests]
+    assert answers == [
+        ("static-token-1", "client", "allow"),
+        ("static-token-1", "remembered", "allow"),
+        ("static-token-2", "client", "deny"),
+    ]
+    assert approval_entries(requests[1])[0]["via"] == "principal"
     await verified(config)

@@ -279,7 +279,7 @@ class UiConfig(Model):
 
 
 class StateConfig(Model):
-    """What guards remember across calls, and where (docs/deployment.md): in the process, or in a Redis the
+    """What guards remember across calls, and where (docs/deploy.md): in the process, or in a Redis the
     gateway's replicas share."""
 
     redis_url: str | None = Field(
@@ -325,7 +325,7 @@ class StateConfig(Model):
 
 
 class StreamsConfig(Model):
-    """Resumable SSE streams of handshake-era sessions (docs/deployment.md#resumable-streams)."""
+    """Resumable SSE streams of handshake-era sessions (docs/deploy.md#resumable-streams)."""
 
     resumable: bool = Field(
         False,

@@ -109,11 +109,11 @@ class Target:
     url: str | None = None
 
     @asynccontextmanager
-    async def client(self, mode: str, **kwargs: Any) -> AsyncIterator[Client]:
+    async def client(self, mode: str, env: dict[str, str] | None = None, **kwargs: Any) -> AsyncIterator[Client]:
         if self.transport == "stdio":
             argv = cli_argv("gateway", "--config", str(self.config))
             with stderr_log("stdio gateway") as log:
-                async with Client(stdio_transport(argv, log, env=gateway_env()), mode=mode, **kwargs) as client:
+                async with Client(stdio_transport(argv, log, env=env or gateway_env()), mode=mode, **kwargs) as client:
                     yield client
         else:
             assert self.url is not None
@@ -122,16 +122,19 @@ class Target:
 
 
 @asynccontextmanager
-async def fresh_gateway(transport: str, config: Path, mode: str, **kwargs: Any) -> AsyncIterator[Client]:
-    """A client of a gateway of its own (stdio: spawned by the client; http: a process for this block)."""
+async def fresh_gateway(
+    transport: str, config: Path, mode: str, env: dict[str, str] | None = None, **kwargs: Any
+) -> AsyncIterator[Client]:
+    """A client of a gateway of its own (stdio: spawned by the client; http: a process for this block), the
+    gateway run with `env` (default `gateway_env()`)."""
     if transport == "stdio":
-        async with Target("stdio", config).client(mode, **kwargs) as client:
+        async with Target("stdio", config).client(mode, env, **kwargs) as client:
             yield client
         return
     port = free_tcp_port()
     argv = cli_argv("gateway", "--config", str(config), "--http", f"127.0.0.1:{port}")
     async with (
-        running(argv, port=port, env=gateway_env(), label="HTTP gateway"),
+        running(argv, port=port, env=env or gateway_env(), label="HTTP gateway"),
         Client(f"http://127.0.0.1:{port}/mcp", mode=mode, **kwargs) as client,
     ):
         yield client

@@ -117,9 +117,21 @@ async def test_no_rules_asks_nothing() -> None:
         ({"rules": [{"tool": 5}]}, "config.rules[0].tool"),
         ({"rules": [{"timeout_s": 0}]}, "config.rules[0].timeout_s"),
         ({"rules": [{"asks": "me"}]}, "'asks' was unexpected"),
+        ({"webhook": {"url": "ftp://x", "secret": "s" * 16}}, "config.webhook.url"),
+        ({"webhook": {"url": "https://x/approve", "secret": "short"}}, "config.webhook.secret"),
+        ({"webhook": {"url": "https://x/approve"}}, "'secret' is a required property"),
     ],
 )
 def test_a_bad_config_is_refused_at_load_naming_the_field(config: dict[str, Any], error: str) -> None:
     with pytest.raises(ValueError, match="guard 'approval'") as refused:
         guards.load("approval", config)
     assert error in str(refused.value)
+
+
+async def test_a_client_cannot_set_the_webhook_per_invocation() -> None:
+    """The webhook is build-only: a per-invocation config naming one is refused, never followed."""
+    host = guards.load("approval", {"rules": [{"tool": "delete_*"}]})
+    assert "webhook" not in host.descriptors[0].config_schema["properties"]
+    hijack = {"approval": {"webhook": {"url": "https://attacker.example/", "secret": "s" * 16}}}
+    result = await run_chain(host, "tools/call", "request", tool_call("delete_all"), config=hijack)
+    assert result.status == "validation_failed" and not result.escalations

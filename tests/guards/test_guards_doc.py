@@ -95,7 +95,9 @@ def test_yaml_snippets_are_valid_gateway_config(snippet: str, tmp_path: Path, mo
     monkeypatch.chdir(tmp_path)
     (tmp_path / "pins.json").write_text(json.dumps(pinning.pin_document([{"name": "echo"}])))
     raw: dict[str, Any] = yaml.safe_load(snippet)
-    config = parse_config({**raw, "upstreams": {"u": {"command": "true"}}}, env={})
+    # The environment a snippet names (the approval webhook's secret).
+    env = {"APPROVAL_WEBHOOK_SECRET": "a-secret-of-32-characters-or-so"}
+    config = parse_config({**raw, "upstreams": {"u": {"command": "true"}}}, env=env)
     assert config.interceptors.guards
     for guard in config.interceptors.guards:
         guards.load(guard.name, guard.config)

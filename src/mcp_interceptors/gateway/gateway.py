@@ -16,6 +16,7 @@ import anyio.abc
 from mcp_interceptors.gateway.advertise import Advertiser
 from mcp_interceptors.gateway.approvals.asking import Approvals
 from mcp_interceptors.gateway.approvals.memory import StateApprovals
+from mcp_interceptors.gateway.approvals.webhook import approval_webhooks
 from mcp_interceptors.gateway.auditing import start_audit_writer
 from mcp_interceptors.gateway.client_scope import ClientScope
 from mcp_interceptors.gateway.config import GatewayConfig
@@ -94,7 +95,7 @@ class Gateway:
         self.server = new_server(config.name, GATEWAY_CLIENT_INFO["version"], self.notifications)
         server = self.server
         #: Asks the client's user when a chain escalates (the `approval` guard, or an interceptor server's).
-        self.approvals = Approvals(StateApprovals(state) if state is not None else None)
+        self.approvals = Approvals(StateApprovals(state) if state is not None else None, approval_webhooks(config))
         self.forwarder = Forwarder(
             governor=self.governor,
             connections=self.connections,

@@ -64,7 +64,18 @@ SCHEMA = GuardSchema(
             "default": {},
             "description": "Outside the gateway: {tool-name glob: server name}.",
         },
-    }
+        "webhook": {
+            "type": "object",
+            "description": "The gateway asks here when the client cannot be asked (no form elicitation).",
+            "properties": {
+                "url": {"type": "string", "pattern": "^https?://[^/?#]+"},
+                "secret": {"type": "string", "minLength": 16, "description": "Shared HMAC-SHA256 key (${ENV})."},
+            },
+            "required": ["url", "secret"],
+            "additionalProperties": False,
+        },
+    },
+    build_only=["webhook"],
 )
 DESCRIPTION = "Asks a person to approve tool calls that match its rules (names, CEL over arguments and principal)."
 

@@ -22,7 +22,7 @@ from mcp_interceptors.protocol.escalation import Escalation
 __all__ = ["MESSAGES", "REASONS", "Answer", "Outcome", "approval_error", "judge", "schema_problem"]
 
 #: How an approval question ended.
-Outcome = Literal["accept", "decline", "cancel", "timeout", "invalid", "unavailable"]
+Outcome = Literal["accept", "decline", "cancel", "timeout", "invalid", "unavailable", "unreachable"]
 #: The client's `error.data.reason`, per outcome.
 REASONS: dict[Outcome, str] = {
     "decline": "declined",
@@ -30,6 +30,7 @@ REASONS: dict[Outcome, str] = {
     "timeout": "timeout",
     "invalid": "invalid_answer",
     "unavailable": "no_elicitation",
+    "unreachable": "webhook_failed",
 }
 #: What the client's error message says, per outcome.
 MESSAGES: dict[Outcome, str] = {
@@ -38,6 +39,7 @@ MESSAGES: dict[Outcome, str] = {
     "timeout": "approval timed out",
     "invalid": "approval answer does not match the requested schema",
     "unavailable": "approval cannot be asked",
+    "unreachable": "approval webhook failed",
 }
 
 

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Mapping
+from dataclasses import dataclass
 from typing import Any
 
 import anyio
@@ -22,6 +23,7 @@ from mcp_interceptors.gateway.approvals.answers import Answer, approval_error, j
 from mcp_interceptors.gateway.approvals.memory import ApprovalMemory, Remembered, StateApprovals
 from mcp_interceptors.gateway.approvals.rounds import ROUND_PREFIX, PendingRound, Question, Rounds
 from mcp_interceptors.gateway.approvals.verdicts import ApprovalDenied, ApprovalRound, Granted
+from mcp_interceptors.gateway.approvals.webhook import Webhook
 from mcp_interceptors.gateway.governor import BlockedError
 from mcp_interceptors.gateway.recording import CallRecord, Leg
 from mcp_interceptors.gateway.session import Downstream, DownstreamSession
@@ -52,6 +54,7 @@ def entry_for(question: Question, answer: Answer, *, asked: str, via: str, asked
         entry["content"] = answer.content
     if answer.detail:
         entry["detail"] = answer.detail
+    entry.update(answer.extra)
     return entry
 
 
@@ -69,8 +72,10 @@ class Approvals:
     """Asks, judges and remembers approvals for every session; `memory` keeps the remembered ones (in the
     process, unless it is given the state store the replicas share)."""
 
-    def __init__(self, memory: ApprovalMemory | None = None) -> None:
+    def __init__(self, memory: ApprovalMemory | None = None, webhooks: Mapping[str, Webhook] | None = None) -> None:
         self.memory: ApprovalMemory = memory if memory is not None else StateApprovals(MemoryState())
+        #: Per escalating interceptor, the webhook that asks when its client cannot be asked.
+        self.webhooks = dict(webhooks or {})
         self.rounds = Rounds(self._round_expired)
         #: (session key, an upstream's requestState) -> the approvals of the call that was given it.
         self._carried: dict[tuple[str, str], Granted] = {}
@@ -252,15 +257,30 @@ class CallApprover:
         if not to_ask:
             return entries
         problem = self._cannot_ask(leg, to_ask)
+        if problem is not None and problem.client_side and self._webhooks_for(to_ask):
+            return await self._ask_all(leg, to_ask, entries, via_webhook=True)
         if problem is not None:
-            self._deny(leg, to_ask[0], Answer("unavailable", detail=problem), "nobody", "", entries)
+            self._deny(leg, to_ask[0], Answer("unavailable", detail=problem.detail), "nobody", "", entries)
         if self.session.era != "legacy":
             assert record is not None
             raise ApprovalRound(self._open_round(leg, record, to_ask))
+        return await self._ask_all(leg, to_ask, entries, via_webhook=False)
+
+    def _webhooks_for(self, questions: list[Question]) -> bool:
+        return all(question.interceptor in self.approvals.webhooks for question in questions)
+
+    async def _ask_all(self, leg: Leg, to_ask: list[Question], entries: Granted, *, via_webhook: bool) -> Granted:
+        """Ask each question in turn (the client's user, or the interceptor's webhook); the first no denies."""
         for question in to_ask:
             asked_at = now_iso()
-            answer = await self._ask_client(question)
-            entry = entry_for(question, answer, asked="client", via="elicitation/create", asked_at=asked_at)
+            if via_webhook:
+                webhook = self.approvals.webhooks[question.interceptor]
+                payload = leg.result.pending_payload if leg.result is not None else None
+                answer = await webhook.ask(question, self.context, leg.event, payload)
+                entry = entry_for(question, answer, asked="webhook", via=webhook.shown_url, asked_at=asked_at)
+            else:
+                answer = await self._ask_client(question)
+                entry = entry_for(question, answer, asked="client", via="elicitation/create", asked_at=asked_at)
             entries[question.interceptor] = entry
             if not answer.approved:
                 raise ApprovalDenied(approval_error(question.interceptor, leg.event, answer), entries)
@@ -268,17 +288,22 @@ class CallApprover:
             await self.approvals._remember(self.session, self.context, question, entry)
         return entries
 
-    def _cannot_ask(self, leg: Leg, questions: list[Question]) -> str | None:
+    def _cannot_ask(self, leg: Leg, questions: list[Question]) -> _Unaskable | None:
         """Why the client's user cannot be asked these questions here, or None."""
         if leg.phase != "request" or leg.event not in CLIENT_INITIATED_EVENTS:
-            return f"an approval can be asked for a client's request, not a {leg.event} {leg.phase}"
-        modern = self.session.era != "legacy"
-        if modern and leg.event not in INPUT_REQUIRED_METHODS:
-            return f"a 2026-07-28 client can be asked only during {', '.join(sorted(INPUT_REQUIRED_METHODS))}"
+            return _Unaskable(f"an approval can be asked for a client's request, not a {leg.event} {leg.phase}")
         for question in questions:
             problem = schema_problem(question.escalation.requested_schema)
             if problem is not None:
-                return f"{question.interceptor} asks for a form an elicitation cannot carry: {problem}"
+                return _Unaskable(f"{question.interceptor} asks for a form an elicitation cannot carry: {problem}")
+        detail = self._client_cannot_answer(leg)
+        return _Unaskable(detail, client_side=True) if detail is not None else None
+
+    def _client_cannot_answer(self, leg: Leg) -> str | None:
+        """Why this client cannot be asked (a webhook may ask instead), or None."""
+        modern = self.session.era != "legacy"
+        if modern and leg.event not in INPUT_REQUIRED_METHODS:
+            return f"a 2026-07-28 client can be asked only during {', '.join(sorted(INPUT_REQUIRED_METHODS))}"
         if modern:
             meta = (self.params or {}).get("_meta")
             capabilities = meta.get(CLIENT_CAPABILITIES_META_KEY) if isinstance(meta, Mapping) else None
@@ -337,6 +362,14 @@ class CallApprover:
             for key, q in keyed.items()
         }
         return {"resultType": "input_required", "inputRequests": requests, "requestState": token}
+
+
+@dataclass(frozen=True)
+class _Unaskable:
+    """Why a call's questions cannot be put to its client; `client_side`: a webhook may ask instead."""
+
+    detail: str
+    client_side: bool = False
 
 
 def _request_of(method: str, params: Mapping[str, Any] | None) -> dict[str, Any]:

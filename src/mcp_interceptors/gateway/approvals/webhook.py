@@ -1,0 +1,149 @@
+"""Asking a person through a webhook, for clients that cannot be asked themselves (no form elicitation).
+
+The gateway POSTs the question as JSON to the configured URL, signed with HMAC-SHA256 over the body under
+the shared secret (`X-MCPI-Signature: sha256=<hex>`), and the receiver's response is the answer, signed the
+same way over the response body: `{id, action, content?, answered_by?}`. The receiver may hold the response
+until the person answers, within the rule's timeout. An unsigned or badly signed answer, one for another
+question (`id`), or one after the question's expiry never approves (fail closed).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import hmac
+import secrets
+import time
+from collections.abc import Mapping
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from typing import Any
+from urllib.parse import urlsplit
+
+import anyio
+import httpx2
+import orjson
+
+from mcp_interceptors.gateway.approvals.answers import Answer, judge
+from mcp_interceptors.gateway.approvals.rounds import Question
+from mcp_interceptors.gateway.config import GatewayConfig
+from mcp_interceptors.guards._names import params_of
+from mcp_interceptors.protocol.invoke import InvocationContext
+
+__all__ = ["SIGNATURE_HEADER", "Webhook", "WebhookSettings", "approval_webhooks", "shown_url", "sign", "signed_by"]
+
+#: The header carrying a body's signature, both ways.
+SIGNATURE_HEADER = "X-MCPI-Signature"
+#: The `type` of a question the gateway posts.
+REQUEST_TYPE = "io.github.mcp-interceptors/approval-request"
+#: How much of `answered_by` the audit record keeps.
+_ANSWERED_BY_KEPT = 200
+
+
+def sign(secret: bytes, body: bytes) -> str:
+    """The signature header's value for `body`: `sha256=` and the hex HMAC-SHA256 under `secret`."""
+    return "sha256=" + hmac.new(secret, body, hashlib.sha256).hexdigest()
+
+
+def signed_by(secret: bytes, body: bytes, header: str | None) -> bool:
+    """Whether `header` is `body`'s signature under `secret` (compared in constant time)."""
+    return header is not None and hmac.compare_digest(header.strip(), sign(secret, body))
+
+
+def shown_url(url: str) -> str:
+    """The URL as the audit trail names it: scheme, host, port and path (no user info, query or fragment)."""
+    parts = urlsplit(url)
+    host = parts.hostname or ""
+    port = f":{parts.port}" if parts.port else ""
+    return f"{parts.scheme}://{host}{port}{parts.path}"
+
+
+@dataclass(frozen=True)
+class WebhookSettings:
+    """The `approval` guard's `webhook` section: where questions go, and the secret both sides sign with."""
+
+    url: str
+    secret: bytes
+
+    @classmethod
+    def from_config(cls, raw: Mapping[str, Any]) -> WebhookSettings:
+        return cls(url=str(raw["url"]), secret=str(raw["secret"]).encode("utf-8"))
+
+
+def approval_webhooks(config: GatewayConfig) -> dict[str, Webhook]:
+    """The webhooks of the configured guards, by interceptor name (the `approval` guard's `webhook`)."""
+    return {
+        guard.name: Webhook(WebhookSettings.from_config(guard.config["webhook"]))
+        for guard in config.interceptors.guards
+        if guard.name == "approval" and isinstance(guard.config.get("webhook"), Mapping)
+    }
+
+
+def _iso(at: float) -> str:
+    return datetime.fromtimestamp(at, UTC).isoformat(timespec="milliseconds").replace("+00:00", "Z")
+
+
+class Webhook:
+    """Puts questions to a person through one webhook URL."""
+
+    def __init__(self, settings: WebhookSettings) -> None:
+        self.settings = settings
+        self.shown_url = shown_url(settings.url)
+
+    def question_body(
+        self, ident: str, question: Question, context: InvocationContext, event: str, call: Any, expires_at: float
+    ) -> dict[str, Any]:
+        """What the receiver is sent: the question, who asks (the principal) and the call as the chain left it."""
+        principal = context.principal
+        call = params_of(call)
+        return {
+            "type": REQUEST_TYPE,
+            "id": ident,
+            "interceptor": question.interceptor,
+            "event": event,
+            "message": question.escalation.message,
+            "requested_schema": question.escalation.requested_schema,
+            "principal": {"type": principal.type, "id": principal.id} if principal is not None else None,
+            "server": context.server,
+            "tool": call.get("name"),
+            "arguments": call.get("arguments", {}),
+            "asked_at": _iso(time.time()),
+            "expires_at": _iso(expires_at),
+        }
+
+    async def ask(self, question: Question, context: InvocationContext, event: str, call: Any) -> Answer:
+        """Post `question` and judge the signed answer, within the escalation's timeout."""
+        timeout_s = question.escalation.timeout_ms / 1000
+        ident = secrets.token_urlsafe(18)
+        deadline = time.time() + timeout_s
+        body = orjson.dumps(self.question_body(ident, question, context, event, call, deadline))
+        headers = {"Content-Type": "application/json", SIGNATURE_HEADER: sign(self.settings.secret, body)}
+        answer = Answer("timeout", detail=f"the approval webhook gave no answer within {timeout_s:g} s")
+        with anyio.move_on_after(timeout_s):
+            try:
+                async with httpx2.AsyncClient(timeout=httpx2.Timeout(timeout_s), follow_redirects=False) as client:
+                    response = await client.post(self.settings.url, content=body, headers=headers)
+            except httpx2.HTTPError as exc:
+                return Answer("unreachable", detail=f"the approval webhook failed: {type(exc).__name__}")
+            answer = self._answer(response, ident, question, deadline)
+        return answer
+
+    def _answer(self, response: httpx2.Response, ident: str, question: Question, deadline: float) -> Answer:
+        if response.status_code != 200:
+            return Answer("unreachable", detail=f"the approval webhook answered HTTP {response.status_code}")
+        if not signed_by(self.settings.secret, response.content, response.headers.get(SIGNATURE_HEADER)):
+            return Answer(
+                "invalid", detail=f"the webhook's answer is not signed with the shared secret ({SIGNATURE_HEADER})"
+            )
+        try:
+            raw = orjson.loads(response.content)
+        except orjson.JSONDecodeError:
+            return Answer("invalid", detail="the webhook's answer is not JSON")
+        if not isinstance(raw, Mapping) or raw.get("id") != ident:
+            return Answer("invalid", detail="the webhook's answer is for another question (its id)")
+        if time.time() > deadline:
+            return Answer("timeout", detail="the webhook's answer came after the question expired")
+        answer = judge(raw, question.escalation)
+        answered_by = raw.get("answered_by")
+        if isinstance(answered_by, str) and answered_by:
+            answer.extra["answered_by"] = answered_by[:_ANSWERED_BY_KEPT]
+        return answer

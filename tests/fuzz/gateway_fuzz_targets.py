@@ -222,6 +222,48 @@ def is_answer(message: Any) -> bool:
     return isinstance(error, dict) and type(error.get("code")) is int and isinstance(error.get("message"), str)
 
 
+RECEIPT = "io.github.mcp-interceptors/receipt"
+
+
+def assert_settled(store: Path, answer: dict[str, Any]) -> None:
+    """A call answered with a result (not `isError`) has its records in `store`, named by its receipt."""
+    result = answer.get("result")
+    if not isinstance(result, dict) or result.get("isError"):
+        return
+    receipt = (result.get("_meta") or {}).get(RECEIPT)
+    assert receipt is not None, f"a settled call without its receipt: {answer}"
+    ids = [record["id"] for record in receipt["records"]]
+    with closing(sqlite3.connect(store)) as db:
+        marks = ",".join("?" * len(ids))
+        stored = {row[0] for row in db.execute(f"SELECT id FROM audit_records WHERE id IN ({marks})", ids)}
+    assert ids and stored == set(ids), (ids, answer)
+
+
+def open_calls(store: Path) -> list[str]:
+    """Calls with a request record and no record closing them (as `audit verify` counts them)."""
+    with closing(sqlite3.connect(store)) as db:
+        rows = db.execute(
+            "SELECT call_id FROM audit_records WHERE kind = 'decision' AND call_id IS NOT NULL GROUP BY call_id "
+            "HAVING SUM(phase = 'response' OR json_extract(record, '$.body.decision') != 'allow') = 0"
+        )
+        return [row[0] for row in rows]
+
+
+def assert_calls_close(store: Path, within_s: float = ANSWER_TIMEOUT_S) -> None:
+    """Every call begun is closed in the trail within `within_s` (the gateway is another process: poll)."""
+    deadline = time.monotonic() + within_s
+    while (still := open_calls(store)) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert not still, f"calls still open after {within_s:.0f} s: {still}"
+
+
+def assert_no_secret_reached(folder: Path) -> None:
+    """No credential of the corpus is in the upstream's log (every line it read)."""
+    log = (folder / "upstream.log").read_text(errors="replace")
+    for secret in SECRET_CORPUS:
+        assert secret not in log, f"{secret} reached the upstream"
+
+
 # --- targets through a real gateway ---------------------------------------------------------------------------
 
 
@@ -278,6 +320,7 @@ class HttpGateway:
         *,
         audit: bool = False,
         upstream_timeout_ms: int = 3000,
+        receipts: bool = False,
         http: dict[str, Any] | None = None,
     ) -> None:
         import socket
@@ -286,7 +329,9 @@ class HttpGateway:
             sock.bind(("127.0.0.1", 0))
             self.port = sock.getsockname()[1]
         self.folder = folder
-        config = gateway_config(folder, audit=audit, upstream_timeout_ms=upstream_timeout_ms, http=http)
+        config = gateway_config(
+            folder, audit=audit, upstream_timeout_ms=upstream_timeout_ms, receipts=receipts, http=http
+        )
         self.stderr = open(folder / "http.stderr", "wb")  # noqa: SIM115
         argv = [
             sys.executable,
@@ -498,8 +543,9 @@ def audit(pristine: Path, edits: list[tuple[str, Any]]) -> None:
         store.write_bytes(bytes(data))
         for kind, edit in edits:
             if kind == "cell":
-                # the file may be no database any more, or SQLite refuse the value: no edit
-                with suppress(sqlite3.Error, OverflowError):
+                # the file may be no database any more (its schema no UTF-8 text, which Python's sqlite3
+                # raises as UnicodeDecodeError), or SQLite refuse the value: no edit
+                with suppress(sqlite3.Error, OverflowError, UnicodeDecodeError):
                     changed_cells = _edit_cell(store, *edit) or changed_cells
         code, text = audit_verify(store)
         assert "Traceback" not in text, text

@@ -23,11 +23,9 @@ from __future__ import annotations
 import json
 import os
 import socket
-import sqlite3
 import struct
 import tempfile
 from collections.abc import Awaitable, Callable, Iterator
-from contextlib import closing
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -182,15 +180,6 @@ class Harness:
     def open_fds(self) -> int:
         return len(os.listdir(f"/proc/{self.gw.popen.pid}/fd"))
 
-    def open_calls(self) -> list[str]:
-        """Calls with a request record and no record closing them (as `audit verify` counts them)."""
-        with closing(sqlite3.connect(self.folder / "audit.db")) as db:
-            rows = db.execute(
-                "SELECT call_id FROM audit_records WHERE kind = 'decision' AND call_id IS NOT NULL GROUP BY call_id "
-                "HAVING SUM(phase = 'response' OR json_extract(record, '$.body.decision') != 'allow') = 0"
-            )
-            return [row[0] for row in rows]
-
     async def check(self, dropped: list[tuple[Drop, str]]) -> None:
         assert self.gw.popen.poll() is None, f"the gateway ended\n{self.gw.stderr_tail()}"
         async with httpx2.AsyncClient(timeout=SETTLE_S) as http:
@@ -215,7 +204,7 @@ class Harness:
                     await until(lambda d=drop, r=request_id: accepted(d, r), f"id {request_id} free again")
 
         async def no_open_calls() -> bool:
-            return not self.open_calls()
+            return not targets.open_calls(self.folder / "audit.db")
 
         async def fds_settled() -> bool:
             return self.open_fds() <= self.baseline_fds + FD_SLACK

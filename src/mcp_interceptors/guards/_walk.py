@@ -5,6 +5,8 @@ tuples of parts (cheap to build); `format_path` turns one into `$.a[0]["b c"]` o
 to show it. The walk is iterative, so deeply nested payloads cannot exhaust the recursion limit.
 `string_values` is the path-free walk (about 3x faster): scanners read every string with it and ask
 `walk_strings` for paths only when something was found, by the string's index in document order.
+`verbatim_json` is the walk done in C: one text that holds every string of a payload as it is, which a
+scanner can rule a whole payload out on in one pass.
 """
 
 from __future__ import annotations
@@ -15,6 +17,8 @@ import re
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from typing import Any, TypeAlias
 
+import orjson
+
 __all__ = [
     "Path",
     "PathMark",
@@ -23,7 +27,9 @@ __all__ = [
     "iter_strings",
     "replace_strings",
     "string_values",
+    "string_values_within",
     "text_block_runs",
+    "verbatim_json",
     "walk_strings",
 ]
 
@@ -153,6 +159,30 @@ def string_values(payload: Any, *, include_keys: bool = False, include_integers:
     return out
 
 
+class _TooMany(Exception):
+    pass
+
+
+def string_values_within(payload: Any, limit: int, *, include_integers: bool = False) -> list[str] | None:
+    """`string_values(payload)` when it holds at most `limit` strings, else None (also for nesting past
+    the recursive walk's depth): the walk stops at string `limit + 1`, so a big payload costs `limit`."""
+    if type(payload) is not dict:
+        values = string_values(payload, include_integers=include_integers)
+        return values if len(values) <= limit else None
+    out: list[str] = []
+
+    def append(value: str) -> None:
+        if len(out) >= limit:
+            raise _TooMany
+        out.append(value)
+
+    try:
+        _collect(payload.values(), append, 0, include_integers)
+    except (_TooMany, _TooDeep):
+        return None
+    return out
+
+
 def _collect(values: Iterable[Any], append: Callable[[str], None], depth: int, integers: bool) -> None:
     # Recursion is the fastest walk in CPython, and exact-type tests are cheaper than isinstance for the
     # JSON types; subclasses still go where `walk_strings` sends them. Nesting past _MAX_RECURSION raises
@@ -180,6 +210,51 @@ def _collect(values: Iterable[Any], append: Callable[[str], None], depth: int, i
             _collect(value.values(), append, depth + 1, integers)
         elif isinstance(value, list):
             _collect(value, append, depth + 1, integers)
+
+
+#: The JSON escapes `verbatim_json` undoes, and those it gives up on (a quote, a backslash, other controls).
+_UNDONE_ESCAPES = ((b"\\n", b"\n"), (b"\\r", b"\r"), (b"\\t", b"\t"))
+_KEPT_ESCAPES = (b'\\"', b"\\\\", b"\\u", b"\\b", b"\\f")
+
+
+def verbatim_json(payload: Any) -> str | None:
+    """`payload` as compact JSON in which every string and key `walk_strings` yields, and every integer's
+    digits (not those of a float written with an exponent, `1e+16`), stand as they are, or None where that
+    text cannot be had: non-ASCII text, a string holding a
+    quote, a backslash or a control character other than newline, tab and carriage return, a value or key
+    JSON cannot hold, nesting past orjson's limit.
+
+    One `orjson.dumps` in C, against a walk in Python: a scanner that finds nothing in this text, where
+    strings are bounded by quotes as they are by separators in a joined scan, finds nothing in any string.
+    The text holds more than the strings (keys, numbers, punctuation), which can only add to what is found.
+    The same text object comes back for the same JSON as the call before (the guards of a chain read one
+    payload in turn), so what a caller worked out from it can be kept by identity.
+    """
+    try:
+        data = orjson.dumps(payload)
+    except orjson.JSONEncodeError:  # a value or key JSON cannot hold, a lone surrogate, too deep
+        return None
+    last = _last_verbatim[0]
+    if last is not None and last[0] == data:
+        return last[1]
+    text = _verbatim_text(data)
+    _last_verbatim[0] = (data, text)
+    return text
+
+
+def _verbatim_text(data: bytes) -> str | None:
+    if not data.isascii():
+        return None
+    if b"\\" in data:
+        if any(escape in data for escape in _KEPT_ESCAPES):
+            return None
+        for escape, char in _UNDONE_ESCAPES:
+            data = data.replace(escape, char)
+    return data.decode("ascii")
+
+
+# One slot, replaced whole (a thread reading it holds its own reference): the last JSON and its text.
+_last_verbatim: list[tuple[bytes, str | None] | None] = [None]
 
 
 def iter_strings(payload: Any, *, include_keys: bool = False) -> Iterator[tuple[str, str]]:

@@ -336,11 +336,15 @@ class PiiScanner:
         pass; its answer is final when it names rules, or when the text is short (each byte adds at most
         one DFA state, and _SET_FINAL_BYTES states fit its memory several times over). On a longer text
         an empty answer could mean the DFA ran out of memory, so a regex pass (which falls back to the
-        NFA) decides between "nothing" and "unknown".
+        NFA) goes first there: most long texts hold nothing, and it says so in one pass; when it finds
+        something, the set names the rules, and an empty answer from it means "unknown".
         """
         if self._which is None or self._any is None or not (scan.is_ascii or self._set_fits_any_text):
             return None
         data = scan.data
+        long = len(data) > _SET_FINAL_BYTES
+        if long and self._any.search(data) is None:
+            return []
         matched = self._which.Match(data)
         if matched:
             answer = frozenset(matched)
@@ -348,9 +352,13 @@ class PiiScanner:
             if plan is None:  # at most one entry per subset of the rules
                 plan = self._plan_for_answer[answer] = [entry for entry in self._plan if entry[0] in answer]
             return plan
-        if len(data) <= _SET_FINAL_BYTES or self._any.search(data) is None:
-            return []
-        return None
+        return None if long else []
+
+    def may_find(self, scan: ScanText) -> bool:
+        """False only when RE2 says no rule's pattern matches anywhere in the text (see
+        `_active_plan`; "unknown" counts as a maybe). Any part of the text then scans clean."""
+        plan = self._active_plan(scan)
+        return plan is None or bool(plan)
 
     def forget_verdicts(self) -> None:
         """Drop the remembered phone verdicts, so the next scans judge every number as seen for the first

@@ -76,6 +76,13 @@ class SecretScanner:
                     found.append((start, end, kind))
         return merge_spans(found, RANK)
 
+    def may_find(self, scan: ScanText) -> bool:
+        """False only when no rule can match anywhere in the text: none is triggered, and no extra pattern
+        (whose matches no trigger foretells) is configured. Any part of the text then scans clean."""
+        if self._extras or self._triggers is None:
+            return True
+        return bool(self._triggered_rules(scan))
+
     def _triggered_rules(self, scan: ScanText) -> list[tuple[Rule, CompiledPattern]]:
         """The rules whose literals and keywords occur in the text (most strings in a payload hold none)."""
         text = scan.text

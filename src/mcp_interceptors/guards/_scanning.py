@@ -13,7 +13,6 @@ spans.
 
 from __future__ import annotations
 
-import re
 from bisect import bisect_right
 from collections import Counter
 from collections.abc import Collection, Iterator, Sequence
@@ -22,7 +21,6 @@ from itertools import accumulate
 from typing import Any, Protocol
 
 from mcp_interceptors.guards._detectors import Finding
-from mcp_interceptors.guards._detectors._engine import ScanText
 from mcp_interceptors.guards._readings import (
     Edit,
     Reading,
@@ -40,9 +38,9 @@ from mcp_interceptors.guards._walk import (
     string_values,
     string_values_within,
     text_block_runs,
-    verbatim_json,
     walk_strings,
 )
+from mcp_interceptors.guards._whole_text import rules_out
 from mcp_interceptors.protocol.results import ValidationMessage, ValidationResult
 
 __all__ = [
@@ -74,43 +72,9 @@ class Scanner(Protocol):
     def scan(self, text: str) -> list[Finding]: ...
 
 
-# A scanner may also rule a whole text out: `may_find(ScanText)` is False only when no rule's pattern
-# matches anywhere in it (the patterns alone, before any check), so `scan` finds nothing in any part.
 #: Strings in a payload up to which they are read one by one: a few strings cost a joined scan no more
-#: than the whole-text test does.
-_FEW_STRINGS = 32
-#: A reading (`_readings`) starts from a run of 16 blob characters (base64, base64url, hex, and the line
-#: breaks of wrapped base64): in the JSON text mapped through `_BLOB_CHARS`, a run of `_BLOB_RUN`.
-_BLOB_ALPHABET = frozenset(b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/=_-\r\n")
-_BLOB_CHARS = bytes(ord("a") if byte in _BLOB_ALPHABET else byte if byte in b'":' else 32 for byte in range(256))
-_BLOB_RUN = b"a" * 16
-_RUN = re.compile(b"a+")
-#: A number written with an exponent (its digits are not in the text), in the text mapped through `_NUMBER_CHARS`.
-_NUMBER_CHARS = bytes(
-    ord("0") if byte in b"0123456789" else ord("e") if byte in b"eE" else ord("+") if byte in b"+-" else 32
-    for byte in range(256)
-)
-_EXPONENTS = (b"0e0", b"0e+0")
-
-
-def _may_hold_readings(data: bytes, *, keys: bool, integers: bool) -> bool:
-    """Whether any string of the JSON text `data` (from `verbatim_json`) may hold a reading: a blob run
-    that is not in a mapping key (`..."` then `:`), unless `keys` are scanned too; with `integers`, also
-    a number written with an exponent. Two byte translations and searches, all in C."""
-    mapped = data.translate(_BLOB_CHARS)
-    start = mapped.find(_BLOB_RUN)
-    while start >= 0:
-        run = _RUN.match(mapped, start)
-        end = run.end() if run is not None else start + len(_BLOB_RUN)
-        if keys or mapped[end : end + 2] != b'":':
-            return True
-        start = mapped.find(_BLOB_RUN, end)
-    if integers:
-        numbers = data.translate(_NUMBER_CHARS)
-        return any(exponent in numbers for exponent in _EXPONENTS)
-    return False
-
-
+#: than the whole-text test (`_whole_text`) does.
+_FEW_STRINGS = 8
 #: Joins a payload's strings for one scan. No detector pattern crosses a newline next to a NUL, and every
 #: boundary check treats these characters like the edge of the text, so findings are the same as per string.
 SEPARATOR = "\n\x00\n"
@@ -312,39 +276,11 @@ def _blocks_spanned(starts: list[int], start: int, end: int) -> int:
 
 
 def _nothing_to_find(payload: Any, scanner: TextScanner, include_keys: bool) -> bool:
-    """True when `scanner` finds nothing in any string of `payload`, read as sent or through any reading,
-    decided on the payload's `verbatim_json` text in two passes; False means "read the strings"."""
-    may_find = getattr(scanner.scanner, "may_find", None)
-    if (
-        may_find is None
-        or not isinstance(payload, dict)  # a dict's JSON ends in `}`: a value's closing quote has a char after it
-        or not scanner.batchable
-        or scanner.across_blocks
-        or (text := verbatim_json(payload)) is None
-    ):
+    """True when `scanner` finds nothing in any string of `payload`, read as sent or through any reading
+    (`_whole_text.rules_out`); False means "read the strings"."""
+    if not scanner.batchable or scanner.across_blocks:
         return False
-    scan, readable = _whole_text(text, include_keys, scanner.integers)
-    return not readable and not may_find(scan)
-
-
-def _whole_text(text: str, keys: bool, integers: bool) -> tuple[ScanText, bool]:
-    """The `ScanText` of a `verbatim_json` text, and whether any of its strings may hold a reading; kept for
-    the text object `verbatim_json` gives again to the next guard reading the same payload."""
-    last = _last_whole[0]
-    if last is None or last[0].text is not text:
-        last = _last_whole[0] = (ScanText(text), {})
-    scan, verdicts = last
-    readable = verdicts.get((keys, integers))
-    if readable is None:
-        data = scan.data
-        # `verbatim_json` gave ASCII with no backslash: with no percent sign or ampersand, `may_hide` is false.
-        readable = b"%" in data or b"&" in data or _may_hold_readings(data, keys=keys, integers=integers)
-        verdicts[(keys, integers)] = readable
-    return scan, readable
-
-
-# One slot, replaced whole: the last whole text read, and its verdicts by (keys, integers).
-_last_whole: list[tuple[ScanText, dict[tuple[bool, bool], bool]] | None] = [None]
+    return rules_out(payload, scanner.scanner, keys=include_keys, integers=scanner.integers)
 
 
 def _strings_to_scan(payload: Any, scanner: TextScanner, include_keys: bool) -> list[str] | None:

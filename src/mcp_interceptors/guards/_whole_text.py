@@ -1,0 +1,83 @@
+"""Rules a payload of many strings out whole, for the scanners of `_scanning`: its `_walk.verbatim_json`
+text, one RE2 pass of the scanner over it (`may_find`), and a test in C for anything a reading could undo.
+
+A scanner may offer `may_find(ScanText)`: False only when no rule's pattern matches anywhere in the text
+(the patterns alone, before any check), so `scan` finds nothing in any part of it. Strings stand in the
+text as they are, bounded by quotes as a joined scan bounds them by separators; the text holds more
+(keys, numbers, punctuation), which can only make `may_find` say yes where the strings alone would not.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Any
+
+from mcp_interceptors.guards._detectors._engine import ScanText
+from mcp_interceptors.guards._walk import verbatim_json
+
+__all__ = ["rules_out"]
+
+#: A reading (`_readings`) starts from a run of 16 blob characters (base64, base64url, hex, and the line
+#: breaks of wrapped base64): in the JSON text mapped through `_BLOB_CHARS`, a run of `_BLOB_RUN`.
+_BLOB_ALPHABET = frozenset(b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/=_-\r\n")
+_BLOB_CHARS = bytes(ord("a") if byte in _BLOB_ALPHABET else byte if byte in b'":' else 32 for byte in range(256))
+_BLOB_RUN = b"a" * 16
+_RUN = re.compile(b"a+")
+#: A number written with an exponent (its digits are not in the text), in the text mapped through `_NUMBER_CHARS`.
+_NUMBER_CHARS = bytes(
+    ord("0") if byte in b"0123456789" else ord("e") if byte in b"eE" else ord("+") if byte in b"+-" else 32
+    for byte in range(256)
+)
+_EXPONENTS = (b"0e0", b"0e+0")
+
+
+def rules_out(payload: Any, scanner: Any, *, keys: bool, integers: bool) -> bool:
+    """True when `scanner` finds nothing in any string of `payload` (and its keys, with `keys`; its integers'
+    digits, with `integers`), read as sent or through any reading; False means "read the strings"."""
+    may_find = getattr(scanner, "may_find", None)
+    if (
+        may_find is None
+        or not isinstance(payload, dict)  # a dict's JSON ends in `}`: a value's closing quote has a char after it
+        or (text := verbatim_json(payload)) is None
+    ):
+        return False
+    scan, readable = _whole_text(text, keys, integers)
+    return not readable and not may_find(scan)
+
+
+def _whole_text(text: str, keys: bool, integers: bool) -> tuple[ScanText, bool]:
+    """The `ScanText` of a `verbatim_json` text, and whether any of its strings may hold a reading; kept for
+    the text object `verbatim_json` gives again to the next guard reading the same payload."""
+    last = _last_whole[0]
+    if last is None or last[0].text is not text:
+        last = _last_whole[0] = (ScanText(text), {})
+    scan, verdicts = last
+    readable = verdicts.get((keys, integers))
+    if readable is None:
+        data = scan.data
+        # `verbatim_json` gave ASCII with no backslash: with no percent sign or ampersand, `may_hide` is false.
+        readable = b"%" in data or b"&" in data or _may_hold_readings(data, keys=keys, integers=integers)
+        verdicts[(keys, integers)] = readable
+    return scan, readable
+
+
+# One slot, replaced whole: the last whole text read, and its verdicts by (keys, integers).
+_last_whole: list[tuple[ScanText, dict[tuple[bool, bool], bool]] | None] = [None]
+
+
+def _may_hold_readings(data: bytes, *, keys: bool, integers: bool) -> bool:
+    """Whether any string of the JSON text `data` (from `verbatim_json`) may hold a reading: a blob run
+    that is not in a mapping key (`..."` then `:`), unless `keys` are scanned too; with `integers`, also
+    a number written with an exponent. Two byte translations and searches, all in C."""
+    mapped = data.translate(_BLOB_CHARS)
+    start = mapped.find(_BLOB_RUN)
+    while start >= 0:
+        run = _RUN.match(mapped, start)
+        end = run.end() if run is not None else start + len(_BLOB_RUN)
+        if keys or mapped[end : end + 2] != b'":':
+            return True
+        start = mapped.find(_BLOB_RUN, end)
+    if integers:
+        numbers = data.translate(_NUMBER_CHARS)
+        return any(exponent in numbers for exponent in _EXPONENTS)
+    return False

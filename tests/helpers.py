@@ -294,3 +294,26 @@ class WatchedOutput(io.StringIO):
     def wait_for(self, needle: str, timeout: float = 10.0) -> bool:
         with self._changed:
             return self._changed.wait_for(lambda: needle in self.getvalue(), timeout)
+
+
+#: A `sitecustomize.py` for a child Python: it records every span started on the OpenTelemetry API's no-op
+#: and proxy tracers, and at exit writes them and the SDK modules it loaded to `$TRACING_SPY_REPORT` as JSON.
+TRACING_SPY = """
+import atexit, json, os, sys
+from opentelemetry import trace
+
+started = []
+for cls in (trace.NoOpTracer, trace.ProxyTracer):
+    for name in ("start_span", "start_as_current_span"):
+        def spy(self, *args, _original=getattr(cls, name), **kwargs):
+            started.append(args[0] if args else kwargs.get("name"))
+            return _original(self, *args, **kwargs)
+        setattr(cls, name, spy)
+
+
+@atexit.register
+def report():
+    sdk = sorted(m for m in sys.modules if m.startswith("opentelemetry.sdk"))
+    with open(os.environ["TRACING_SPY_REPORT"], "w") as out:
+        json.dump({"started": started, "sdk": sdk}, out)
+"""

@@ -20,7 +20,7 @@ import anyio
 import orjson
 import pytest
 from e2e_support import ERAS, INTERCEPTOR_SERVER, ConfigWriter, gateway_env, text_of
-from helpers import cli_argv, free_tcp_port, http_transport, running, stderr_log, stdio_transport, until
+from helpers import TRACING_SPY, cli_argv, free_tcp_port, http_transport, running, stderr_log, stdio_transport, until
 from mcp import Client, MCPError
 from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceRequest
 
@@ -240,33 +240,12 @@ def _bodies(store: Path) -> list[dict[str, Any]]:
         opened.close()
 
 
-SPY = """
-import atexit, json, os, sys
-from opentelemetry import trace
-
-started = []
-for cls in (trace.NoOpTracer, trace.ProxyTracer):
-    for name in ("start_span", "start_as_current_span"):
-        def spy(self, *args, _original=getattr(cls, name), **kwargs):
-            started.append(args[0] if args else kwargs.get("name"))
-            return _original(self, *args, **kwargs)
-        setattr(cls, name, spy)
-
-
-@atexit.register
-def report():
-    sdk = sorted(m for m in sys.modules if m.startswith("opentelemetry.sdk"))
-    with open(os.environ["TRACING_SPY_REPORT"], "w") as out:
-        json.dump({"started": started, "sdk": sdk}, out)
-"""
-
-
 async def test_tracing_off_builds_no_span_and_loads_no_sdk(write_config: ConfigWriter, tmp_path: Path) -> None:
     """No `telemetry:` and no `OTEL_*` variable: a governed call (one guard redacting, one blocking) starts
     no span on any tracer and the OpenTelemetry SDK is never imported; the upstream gets no `traceparent`."""
     spy_dir, report = tmp_path / "spy", tmp_path / "report.json"
     spy_dir.mkdir()
-    (spy_dir / "sitecustomize.py").write_text(SPY, encoding="utf-8")
+    (spy_dir / "sitecustomize.py").write_text(TRACING_SPY, encoding="utf-8")
     config = write_config(
         {
             "upstreams": {"traced": {"command": sys.executable, "args": [TRACED_UPSTREAM]}},

@@ -16,6 +16,7 @@ from opentelemetry.trace import SpanKind, StatusCode
 
 from mcp_interceptors import Chain, InterceptorHost, Invocation, ValidationResult
 from mcp_interceptors.gateway.config import TelemetryConfig, parse_config
+from mcp_interceptors.gateway.gateway import Gateway
 from mcp_interceptors.gateway.governor import Governor
 from mcp_interceptors.gateway.telemetry import Telemetry, context_of, telemetry_for, with_trace_context
 from mcp_interceptors.gateway.telemetry_gate import ShutdownGate
@@ -42,9 +43,8 @@ def traced_governor(telemetry: Telemetry) -> Governor:
 
     chain = Chain(role="server")
     chain.add_local(host)
-    governor = Governor(chain)
-    governor.telemetry = telemetry
-    return governor
+    chain.tracing = telemetry.chain_spans  # as the gateway sets its chains'
+    return Governor(chain)
 
 
 @pytest.fixture
@@ -96,6 +96,18 @@ async def test_a_blocked_chain_marks_its_span_and_the_deciding_interceptor_as_er
     denied = by_name["interceptor deny-rm"]
     assert denied.status.status_code is StatusCode.ERROR
     assert denied.attributes is not None and denied.attributes["mcp_interceptors.interceptor.status"] == "blocked"
+
+
+def test_the_gateways_chains_trace_with_its_own_provider_only(spans: InMemorySpanExporter) -> None:
+    """A gateway's chain never falls back to a globally set provider: off, it makes no span; on, it makes
+    them with the gateway's (and so does the chain a reload brings)."""
+    config = parse_config({"upstreams": {"a": {"command": "python", "args": ["server.py"]}}})
+    assert Gateway(config, Chain(role="server")).chain.tracing is None
+    telemetry = Telemetry.with_exporter(spans)
+    gateway = Gateway(config, Chain(role="server"), telemetry=telemetry)
+    assert gateway.chain.tracing is telemetry.chain_spans
+    gateway.replace_policy(config, Chain(role="server"))
+    assert gateway.chain.tracing is telemetry.chain_spans
 
 
 def test_an_upstream_request_gets_a_client_span_and_its_trace_context_in_meta(spans: InMemorySpanExporter) -> None:

@@ -93,6 +93,7 @@ class ClientScope:
                 deadline_always_blocks=gateway.deadline_always_blocks,
                 sinks=gateway.sinks_enabled,
                 timeout_ms=gateway.timeout_ms,
+                tracer_provider=False,  # the gateway traces only with its own provider
             )
             by_source: dict[str, list[Entry]] = {}
             for entry in entries:

@@ -82,6 +82,7 @@ class Gateway:
         self.scrubber = Scrubber.from_config(config)
         self.replies = Replies(self.scrubber, receipts=config.audit.receipts, writer=audit_writer)
         self.connections = Connections(config, self.scrubber, self.metrics)
+        chain.tracing = None  # its spans come from the gateway's own provider (`_trace_with`), never the global one
         if telemetry is not None:
             self._trace_with(telemetry)
         self.sessions = Sessions(config, self.connections)
@@ -132,14 +133,14 @@ class Gateway:
 
     def _trace_with(self, telemetry: Telemetry) -> None:
         """Hand tracing to the parts with a hook: chain runs, records, upstream and interceptor server requests."""
-        self.governor.telemetry = telemetry
         self.replies.telemetry = telemetry
         self.connections.telemetry = telemetry
         self._trace_sources(self.chain, telemetry)
 
     @staticmethod
     def _trace_sources(chain: Chain, telemetry: Telemetry) -> None:
-        """Interceptor servers' requests get CLIENT spans and the trace context, as upstreams' do."""
+        """Chain runs get spans; interceptor servers' requests CLIENT spans and the trace context, as upstreams' do."""
+        chain.tracing = telemetry.chain_spans
         for source in chain.sources.values():
             conn = getattr(source, "conn", None)  # an interceptor server's (`ConnectionSource`)
             if isinstance(conn, UpstreamConnection):
@@ -202,8 +203,8 @@ class Gateway:
         old = self.chain, self.governor
         governor = _governor_for(config, chain)
         governor.metrics = self.metrics
+        chain.tracing = None
         if self.telemetry is not None:
-            governor.telemetry = self.telemetry
             self._trace_sources(chain, self.telemetry)
         scrubber = Scrubber.from_config(config)
         # No await from here on: a call starts on the old policy or on the new one, never on a mix.

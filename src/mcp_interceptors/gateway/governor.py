@@ -27,7 +27,6 @@ from mcp_interceptors.protocol.invoke import InvocationContext
 
 if TYPE_CHECKING:
     from mcp_interceptors.gateway.metrics import GatewayMetrics
-    from mcp_interceptors.gateway.telemetry import Telemetry
 
 #: The lifecycle events the gateway governs (spec §1.2 table, minus `llm/completion`).
 GOVERNED_EVENTS = CLIENT_INITIATED_EVENTS | SERVER_INITIATED_EVENTS
@@ -52,7 +51,6 @@ class Governor:
     config: Mapping[str, Mapping[str, Any]] | None = None
     directions: tuple[Direction, ...] = ("sending",)
     metrics: GatewayMetrics | None = None
-    telemetry: Telemetry | None = None
     #: Calls running on this governor (`hold`/`release`): a reload retires it once they are done (`drained`).
     users: int = field(default=0, init=False, repr=False)
     _idle: anyio.Event | None = field(default=None, init=False, repr=False)
@@ -145,12 +143,9 @@ class Governor:
         approvals: Granted = {}
         for plan in plans:
             given = payload  # what the last point's chain was given: the leg's recorded input
-            if self.telemetry is None:
-                result = await self.chain.run_plan(
-                    plan, payload, config=self.config, context=context, timeout_ms=self.deadline_ms
-                )
-            else:
-                result = await self._traced_run(self.telemetry, plan, payload, context)
+            result = await self.chain.run_plan(
+                plan, payload, config=self.config, context=context, timeout_ms=self.deadline_ms
+            )
             if result.escalations and approver is not None:
                 result = await self._approved(approver, Leg(event, phase, result, payload), record, approvals)
             if self.metrics is not None:
@@ -179,18 +174,6 @@ class Governor:
             else:
                 await record.answered(leg, payload)
         return payload
-
-    async def _traced_run(self, telemetry: Telemetry, plan: Plan, payload: Any, context: InvocationContext) -> Any:
-        """One chain run inside its span, with a span per interceptor (tracing on)."""
-        span = telemetry.start_chain(plan)
-        result = None
-        try:
-            result = await self.chain.run_plan(
-                plan, payload, config=self.config, context=context, timeout_ms=self.deadline_ms
-            )
-            return result
-        finally:
-            telemetry.end_chain(span, result)
 
     async def _approved(self, approver: Approver, leg: Leg, record: CallRecord | None, approvals: Granted) -> Any:
         """`leg`'s chain result once a person approved its escalations (or as blocked, if that lifts nothing);

@@ -1,15 +1,13 @@
-"""The attributes of the gateway's spans: the MCP semantic conventions' for a request (`mcp.method.name`,
-`gen_ai.tool.name`, ...) and ours for an interceptor invocation (`mcp_interceptors.interceptor.*`)."""
+"""The attributes of the gateway's request spans: the MCP semantic conventions' (`mcp.method.name`,
+`gen_ai.tool.name`, ...); a chain's and an interceptor invocation's are `invoker/tracing.py`'s."""
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping
 from typing import Any, Final
 
-from mcp_interceptors.protocol.results import MutationResult, ValidationResult
+from mcp_interceptors.invoker.tracing import NS
 
-#: Where our own attributes live (the MCP semantic conventions name the rest).
-NS: Final = "mcp_interceptors."
 #: Methods whose `params.name` is the span's target (MCP semantic conventions: `{method} {target}`).
 _TARGETED: Final = frozenset({"tools/call", "prompts/get", "interceptor/invoke"})
 
@@ -40,37 +38,3 @@ def request_attributes(method: str, params: Mapping[str, Any] | None) -> dict[st
 def span_name(method: str, params: Mapping[str, Any] | None) -> str:
     target = target_of(method, params)
     return method if target is None else f"{method} {target}"
-
-
-def interceptor_attributes(name: str, kind: str, mode: str, outcome: Any) -> dict[str, Any]:
-    attributes: dict[str, Any] = {
-        NS + "interceptor.name": name,
-        NS + "interceptor.type": kind,
-        NS + "interceptor.mode": mode,
-    }
-    if isinstance(outcome, ValidationResult):
-        blocks = not outcome.valid and mode == "active" and outcome.severity == "error"
-        status = "valid" if outcome.valid else ("blocked" if blocks else "invalid")
-        if outcome.severity is not None:
-            attributes[NS + "interceptor.severity"] = outcome.severity
-    elif isinstance(outcome, MutationResult):
-        status = "modified" if outcome.modified else "unmodified"
-    elif hasattr(outcome, "fail_open"):  # an invocation failure
-        status = "timeout" if outcome.timeout else "failed"
-        attributes[NS + "interceptor.fail_open"] = bool(outcome.fail_open)
-        attributes["error.type"] = str(outcome.code)
-    else:
-        status = "ran"
-    attributes[NS + "interceptor.status"] = status
-    duration = getattr(outcome, "duration_ms", None)
-    if isinstance(duration, int | float):
-        attributes[NS + "interceptor.duration_ms"] = float(duration)
-    return attributes
-
-
-def reason_of(outcome: Any) -> str:
-    messages: Sequence[Any] = getattr(outcome, "messages", None) or ()
-    if messages:
-        first = messages[0]
-        return first.message if first.path is None else f"{first.message} at {first.path}"
-    return str(getattr(outcome, "reason", "") or "")

@@ -23,18 +23,11 @@ from typing import TYPE_CHECKING, Any, Final
 from mcp import MCPError
 from opentelemetry import context as otel_context
 from opentelemetry import trace
-from opentelemetry.trace import Span, SpanContext, SpanKind, Status, StatusCode
+from opentelemetry.trace import Span, SpanContext, SpanKind, StatusCode
 from opentelemetry.trace.propagation.tracecontext import TraceContextTextMapPropagator
 
-from mcp_interceptors.executor import ChainResult
-from mcp_interceptors.gateway.span_attributes import (
-    NS,
-    interceptor_attributes,
-    reason_of,
-    request_attributes,
-    span_name,
-)
-from mcp_interceptors.planning import Plan
+from mcp_interceptors.gateway.span_attributes import request_attributes, span_name
+from mcp_interceptors.invoker.tracing import NS, ChainSpans, FinishedSpans
 
 if TYPE_CHECKING:
     from opentelemetry.sdk.trace import ReadableSpan, SpanProcessor, TracerProvider
@@ -88,14 +81,18 @@ def current_trace_id() -> str | None:
     return format(span_context.trace_id, "032x") if span_context.is_valid else None
 
 
-def _failed(span: Span, exc: BaseException) -> None:
+def _failure(exc: BaseException) -> tuple[dict[str, Any], str]:
+    """A failed request's error attributes and status text."""
     if isinstance(exc, MCPError):
         code = str(exc.error.code)
-        span.set_attributes({"error.type": code, "rpc.response.status_code": code})
-        span.set_status(StatusCode.ERROR, exc.error.message)
-    else:
-        span.set_attribute("error.type", type(exc).__qualname__)
-        span.set_status(StatusCode.ERROR, str(exc))
+        return {"error.type": code, "rpc.response.status_code": code}, exc.error.message
+    return {"error.type": type(exc).__qualname__}, str(exc)
+
+
+def _failed(span: Span, exc: BaseException) -> None:
+    attributes, message = _failure(exc)
+    span.set_attributes(attributes)
+    span.set_status(StatusCode.ERROR, message)
 
 
 @dataclass
@@ -128,18 +125,15 @@ class Telemetry:
         gate: ShutdownGate | None = None,
         processor: SpanProcessor | None = None,
     ) -> None:
-        from opentelemetry.sdk.trace import ReadableSpan
-        from opentelemetry.sdk.util.instrumentation import InstrumentationScope
-
         from mcp_interceptors import __version__
 
         self.provider = provider
         self.tracer = provider.get_tracer(SCOPE, __version__)
-        #: The provider's one processor, when known: interceptor spans, finished when made, go straight to it
-        #: as `ReadableSpan`s (a tenth of the cost of a live span through the tracer).
-        self._processor = processor
-        self._readable = ReadableSpan
-        self._scope = InstrumentationScope(SCOPE, __version__)
+        #: The provider's one processor, when known: chain, interceptor and request spans then go to it already
+        #: finished (`FinishedSpans`, a tenth of the cost of a live span through the tracer).
+        self._finished = FinishedSpans(provider, processor, SCOPE, __version__) if processor is not None else None
+        #: What `Chain.run_plan` makes a run's spans with (the gateway sets it as its chains' `tracing`).
+        self.chain_spans = ChainSpans(self.tracer, self._finished)
         #: Whether requests to upstreams and interceptor servers carry the trace context in `_meta`.
         self.propagate = propagate
         #: The one deadline of `close`, all queued batches together.
@@ -221,110 +215,79 @@ class Telemetry:
             span.set_attribute(NS + "audit.call_id", call_id)
         return format(span_context.trace_id, "032x")
 
-    def start_chain(self, plan: Plan) -> tuple[Span, object]:
-        attributes: dict[str, Any] = {
-            NS + "chain.event": plan.event,
-            NS + "chain.phase": plan.phase,
-            NS + "chain.direction": plan.direction,
-            NS + "chain.interceptors": len(plan.steps),
-        }
-        span = self.tracer.start_span(f"chain {plan.event} {plan.phase}", attributes=attributes)
-        return span, otel_context.attach(trace.set_span_in_context(span))
-
-    def end_chain(self, started: tuple[Span, object], result: ChainResult | None) -> None:
-        """Close a chain's span, with one child span per interceptor that ran (from its result's timings);
-        without a result the run did not finish (cancelled, or the gateway stopping)."""
-        span, token = started
-        otel_context.detach(token)  # type: ignore[arg-type]
-        if result is None:
-            span.set_attribute(NS + "chain.outcome", "unfinished")
-        else:
-            span.set_attribute(NS + "chain.outcome", result.status)
-            if result.aborted_at is not None:
-                span.set_attribute(NS + "chain.aborted_at", result.aborted_at.interceptor)
-            if not result.allowed:
-                span.set_status(StatusCode.ERROR, result.status)
-            if span.is_recording():
-                self._interceptor_spans(span, result)
-        span.end()
-
-    def _interceptor_spans(self, parent: Span, result: ChainResult) -> None:
-        """One span per invocation, laid out as the plan ran them: a batch's validators side by side, each
-        batch after the last; each lasts the invocation's measured time (`duration_ms`)."""
-        outcomes: dict[str, Any] = {item.interceptor: item for item in result.results if item.interceptor}
-        for failure in result.failures:
-            outcomes.setdefault(failure.interceptor, failure)
-        context = trace.set_span_in_context(parent)
-        started = getattr(parent, "start_time", None)  # the SDK's span: when the chain began, in ns
-        cursor = started if isinstance(started, int) else time.time_ns()
-        for _, batch in result.plan.batches:
-            longest = 0
-            for step in batch.steps:
-                outcome = outcomes.get(step.name)
-                if outcome is None:
-                    continue  # not run: the chain stopped before it
-                duration_ns = int((getattr(outcome, "duration_ms", None) or 0) * 1_000_000)
-                longest = max(longest, duration_ns)
-                attributes = interceptor_attributes(step.name, step.type, step.policy.mode, outcome)
-                failed = attributes[NS + "interceptor.status"] in ("failed", "timeout", "blocked")
-                name, reason = f"interceptor {step.name}", reason_of(outcome) if failed else None
-                if self._processor is not None:
-                    self._finished(name, parent, attributes, cursor, cursor + duration_ns, reason)
-                    continue
-                child = self.tracer.start_span(name, context, attributes=attributes, start_time=cursor)
-                if reason is not None:
-                    child.set_status(StatusCode.ERROR, reason)
-                child.end(end_time=cursor + duration_ns)
-            cursor += longest
-
-    def _finished(
-        self, name: str, parent: Span, attributes: dict[str, Any], start: int, end: int, error: str | None
-    ) -> None:
-        """A span that has already ended, handed to the processor as it would get it from `Span.end`."""
-        assert self._processor is not None
-        parent_context = parent.get_span_context()
-        span_context = SpanContext(
-            parent_context.trace_id,
-            self.provider.id_generator.generate_span_id(),
-            is_remote=False,
-            trace_flags=parent_context.trace_flags,
-            trace_state=parent_context.trace_state,
-        )
-        span = self._readable(
-            name,
-            span_context,
-            parent_context,
-            self.provider.resource,
-            attributes,
-            kind=SpanKind.INTERNAL,
-            status=Status(StatusCode.ERROR, error) if error is not None else Status(StatusCode.UNSET),
-            start_time=start,
-            end_time=end,
-            instrumentation_scope=self._scope,
-        )
-        self._processor.on_end(span)
-
     def start_upstream(
         self, method: str, params: Mapping[str, Any] | None, upstream: str, role: str, url: str | None
-    ) -> tuple[Span, object, Mapping[str, Any] | None]:
+    ) -> tuple[Span | Sent | None, object, Mapping[str, Any] | None]:
         """The CLIENT span of one request to an upstream or interceptor server, and its params with the
-        span's trace context in `_meta`."""
+        span's trace context in `_meta`. Inside a sampled span it is a `Sent`, handed over finished by
+        `end_upstream`; inside one not sampled, None (the current context goes on); else a live span."""
         attributes = request_attributes(method, params)
         attributes[NS + "upstream"] = upstream
         attributes[NS + "upstream.role"] = role
         attributes["network.transport"] = "tcp" if url is not None else "pipe"
         if url is not None:
             attributes["url.full"] = url
+        parent = trace.get_current_span().get_span_context()
+        if self._finished is not None and parent.is_valid:
+            if not parent.trace_flags.sampled:
+                return None, None, with_trace_context(params) if self.propagate else params
+            context = self._finished.child_of(parent)
+            sent = Sent(span_name(method, params), context, parent, attributes, time.time_ns())
+            return sent, None, _with_context(params, context) if self.propagate else params
         span = self.tracer.start_span(span_name(method, params), kind=SpanKind.CLIENT, attributes=attributes)
         token = otel_context.attach(trace.set_span_in_context(span))
         return span, token, with_trace_context(params) if self.propagate else params
 
-    def end_upstream(self, started: tuple[Span, object], exc: BaseException | None) -> None:
+    def end_upstream(self, started: tuple[Span | Sent | None, object], exc: BaseException | None) -> None:
         span, token = started
+        failed = exc is not None and not isinstance(exc, _cancelled())
+        if isinstance(span, Sent):
+            assert self._finished is not None
+            error = None
+            if failed:
+                assert exc is not None
+                failure, error = _failure(exc)
+                span.attributes.update(failure)
+            self._finished.emit(
+                span.name,
+                span.context,
+                span.parent,
+                SpanKind.CLIENT,
+                span.attributes,
+                span.start_ns,
+                time.time_ns(),
+                error,
+            )
+            return
+        if span is None:
+            return
         otel_context.detach(token)  # type: ignore[arg-type]
-        if exc is not None and not isinstance(exc, _cancelled()):
+        if failed:
+            assert exc is not None
             _failed(span, exc)
         span.end()
+
+
+@dataclass(slots=True)
+class Sent:
+    """A request's CLIENT span while the request is in flight (ended by `Telemetry.end_upstream`)."""
+
+    name: str
+    context: SpanContext
+    parent: SpanContext
+    attributes: dict[str, Any]
+    start_ns: int
+
+
+def _with_context(params: Mapping[str, Any] | None, context: SpanContext) -> dict[str, Any]:
+    """`params` with `context` as W3C trace context in its `_meta` (replacing any the client sent)."""
+    carrier = {"traceparent": f"00-{context.trace_id:032x}-{context.span_id:016x}-{int(context.trace_flags):02x}"}
+    if context.trace_state:
+        carrier["tracestate"] = context.trace_state.to_header()
+    body = dict(params or {})
+    meta = body.get("_meta")
+    body["_meta"] = {**(meta if isinstance(meta, Mapping) else {}), **carrier}
+    return body
 
 
 def _cancelled() -> type[BaseException]:

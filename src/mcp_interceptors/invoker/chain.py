@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Awaitable, Callable, Iterable, Mapping
-from typing import Any
+from typing import TYPE_CHECKING, Any, Literal
 
 from mcp import Client, MCPError
 
@@ -26,6 +26,7 @@ from mcp_interceptors.invoker.remote import (
     UnavailableSource,
     list_interceptors,
 )
+from mcp_interceptors.invoker.tracing_gate import GLOBAL_TRACING, global_spans, spans_of
 from mcp_interceptors.planning import (
     Entry,
     Plan,
@@ -50,6 +51,11 @@ from mcp_interceptors.protocol.invoke import (
 )
 from mcp_interceptors.signatures import VerifyKeyLike
 
+if TYPE_CHECKING:
+    from opentelemetry.trace import TracerProvider
+
+    from mcp_interceptors.invoker.tracing import ChainSpans
+
 logger = logging.getLogger(__name__)
 
 #: Plans a `Chain` keeps; past this the cache starts over (a plan is cheap to derive again).
@@ -73,6 +79,7 @@ class Chain:
         deadline_always_blocks: bool = False,
         sinks: bool = False,
         timeout_ms: float | None = None,
+        tracer_provider: TracerProvider | Literal[False] | None = None,
     ) -> None:
         if role not in (None, "client", "server"):  # a typo would silently flip every direction
             raise ValueError(f"role must be 'client' or 'server', got {role!r}")
@@ -83,6 +90,10 @@ class Chain:
         self.deadline_always_blocks = deadline_always_blocks
         self.sinks_enabled = sinks
         self.timeout_ms = timeout_ms
+        #: How runs are traced (docs/telemetry.md): `GLOBAL_TRACING`, a provider's spans, or None (never).
+        self.tracing: ChainSpans | Literal["global"] | None = GLOBAL_TRACING
+        if tracer_provider is not None:
+            self.tracing = None if tracer_provider is False else spans_of(tracer_provider)
         self._entries: list[Entry] = []
         self._sources: dict[str, Source] = {}
         self._order = 0
@@ -374,10 +385,12 @@ class Chain:
                 else InvocationContext.model_validate(context)
             )
             ctx = ctx.stamped()
+        tracing = global_spans() if isinstance(self.tracing, str) else self.tracing
         # Positional: keyword arguments cost the call over twice as much, once per message (`bench/chain_overhead.py`).
-        return await execute_plan(
+        running = execute_plan(
             plan, payload, self._sources, config, ctx, deadline_ms, self.severity_rule, self.deadline_always_blocks
         )
+        return await (running if tracing is None else tracing.traced(plan, running))
 
     def _direction(self, event: str, phase: Phase, direction: Direction | None) -> Direction:
         if direction is not None:

@@ -189,7 +189,11 @@ class Telemetry:
             attributes["mcp.session.id"] = session_id
         if request_id is not None:
             attributes["jsonrpc.request.id"] = str(request_id)
-        span = self.tracer.start_span(span_name(method, params), parent, SpanKind.SERVER, attributes)
+        name = span_name(method, params)
+        if self._finished is not None:
+            span = self._finished.open(name, parent, SpanKind.SERVER, attributes)
+        else:
+            span = self.tracer.start_span(name, parent, SpanKind.SERVER, attributes)
         return CallSpan(span, otel_context.attach(trace.set_span_in_context(span)))
 
     @contextmanager

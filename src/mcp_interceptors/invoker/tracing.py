@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING, Any, Final
 
 from opentelemetry import context as otel_context
 from opentelemetry import trace
-from opentelemetry.trace import NonRecordingSpan, SpanContext, SpanKind, Status, StatusCode
+from opentelemetry.trace import NonRecordingSpan, SpanContext, SpanKind, Status, StatusCode, TraceFlags
 
 from mcp_interceptors.executor import ChainResult
 from mcp_interceptors.planning import Plan
@@ -92,12 +92,15 @@ class FinishedSpans:
 
     def __init__(self, provider: TracerProvider, processor: SpanProcessor, scope: str, version: str) -> None:
         from opentelemetry.sdk.trace import ReadableSpan
+        from opentelemetry.sdk.trace.sampling import Decision
         from opentelemetry.sdk.util.instrumentation import InstrumentationScope
 
         self.processor = processor
         self._readable = ReadableSpan
         self._resource = provider.resource
         self._ids = provider.id_generator
+        self._sampler = provider.sampler
+        self._keep = Decision.RECORD_AND_SAMPLE  # RECORD_ONLY spans would not be exported either
         self._scope = InstrumentationScope(scope, version)
 
     def child_of(self, parent: SpanContext) -> SpanContext:
@@ -120,6 +123,7 @@ class FinishedSpans:
         start_ns: int,
         end_ns: int,
         error: str | None = None,
+        events: Sequence[Any] = (),
     ) -> None:
         status = _UNSET if error is None else Status(StatusCode.ERROR, error)
         span = self._readable(
@@ -128,6 +132,7 @@ class FinishedSpans:
             parent,
             self._resource,
             attributes,
+            events,
             kind=kind,
             status=status,
             start_time=start_ns,
@@ -135,6 +140,97 @@ class FinishedSpans:
             instrumentation_scope=self._scope,
         )
         self.processor.on_end(span)
+
+    def open(
+        self, name: str, parent: otel_context.Context | None, kind: SpanKind, attributes: dict[str, Any]
+    ) -> trace.Span:
+        """A span started now as `provider`'s tracer would start it (its sampler decides, for a child of
+        `parent`'s span or a new trace), current to no one: an `OpenSpan` if sampled, else non-recording."""
+        parent_context = trace.get_current_span(parent).get_span_context()
+        valid = parent_context.is_valid
+        trace_id = parent_context.trace_id if valid else self._ids.generate_trace_id()
+        sampled = self._sampler.should_sample(parent, trace_id, name, kind, attributes)
+        flags = TraceFlags(TraceFlags.SAMPLED if sampled.decision is self._keep else TraceFlags.DEFAULT)
+        context = SpanContext(trace_id, self._ids.generate_span_id(), False, flags, sampled.trace_state)
+        if not flags.sampled:
+            return NonRecordingSpan(context)
+        span = OpenSpan(self, name, context, parent_context if valid else None, kind)
+        span.attributes.update(attributes)
+        if sampled.attributes:
+            span.attributes.update(sampled.attributes)
+        return span
+
+
+class OpenSpan(trace.Span):
+    """A sampled span that gathers its attributes and status while it runs and is handed to the processor
+    finished at `end` (`FinishedSpans.open`): no SDK span, lock or attribute cleaning on the hot path."""
+
+    def __init__(
+        self, finished: FinishedSpans, name: str, context: SpanContext, parent: SpanContext | None, kind: SpanKind
+    ) -> None:
+        self._finished, self._name, self._context, self._parent, self._kind = finished, name, context, parent, kind
+        self.attributes: dict[str, Any] = {}
+        self._error: str | None = None
+        self._ended = False
+        self._events: list[Any] = []
+        self.start_time = time.time_ns()
+
+    def get_span_context(self) -> SpanContext:
+        return self._context
+
+    def is_recording(self) -> bool:
+        return not self._ended
+
+    def set_attribute(self, key: str, value: Any) -> None:
+        if not self._ended:
+            self.attributes[key] = value
+
+    def set_attributes(self, attributes: Mapping[str, Any]) -> None:
+        if not self._ended:
+            self.attributes.update(attributes)
+
+    def set_status(self, status: Status | StatusCode, description: str | None = None) -> None:
+        code = status.status_code if isinstance(status, Status) else status
+        text = status.description if isinstance(status, Status) else description
+        if not self._ended and code is StatusCode.ERROR:
+            self._error = text or ""
+        elif not self._ended and code is StatusCode.OK:
+            self._error = None
+
+    def update_name(self, name: str) -> None:
+        self._name = name
+
+    def add_event(self, name: str, attributes: Mapping[str, Any] | None = None, timestamp: int | None = None) -> None:
+        from opentelemetry.sdk.trace import Event
+
+        if not self._ended:
+            self._events.append(Event(name, dict(attributes or {}), timestamp or time.time_ns()))
+
+    def record_exception(
+        self,
+        exception: BaseException,
+        attributes: Mapping[str, Any] | None = None,
+        timestamp: int | None = None,
+        escaped: bool = False,
+    ) -> None:
+        details = {"exception.type": type(exception).__qualname__, "exception.message": str(exception)}
+        self.add_event("exception", {**details, **(attributes or {})}, timestamp)
+
+    def end(self, end_time: int | None = None) -> None:
+        if self._ended:
+            return
+        self._ended = True
+        self._finished.emit(
+            self._name,
+            self._context,
+            self._parent,
+            self._kind,
+            self.attributes,
+            self.start_time,
+            end_time or time.time_ns(),
+            self._error,
+            self._events,
+        )
 
 
 @dataclass(slots=True)

@@ -4,7 +4,7 @@ python bench/tracing_overhead.py                     # full run (a few minutes o
 python bench/tracing_overhead.py --quick             # fewer calls and repeats, for a smoke test
 python bench/tracing_overhead.py --baseline-rev REV  # the gateway before tracing (default: cf8e662^)
 
-Three real CLI gateways per transport, each with the five built-in guards (so a call makes eight spans:
+Three real CLI gateways per transport, each with the five built-in guards (so a call makes up to fourteen spans:
 the call's, two chains', five guards' and the upstream request's): `before tracing`, the gateway's source
 at `--baseline-rev` (extracted with `git archive`, run from it with PYTHONPATH); `tracing off` (no
 `telemetry:` and no `OTEL_*` variable); `tracing on` (`telemetry: {exporter: none}`: every span is built,

@@ -129,6 +129,41 @@ def test_an_upstream_request_gets_a_client_span_and_its_trace_context_in_meta(sp
     assert client.attributes is not None and client.attributes["mcp_interceptors.upstream"] == "files"
 
 
+async def test_a_client_trace_not_sampled_gets_no_span_and_goes_on_unsampled(spans: InMemorySpanExporter) -> None:
+    """The client's `traceparent` says not sampled (flags 00): the parent-based sampler keeps nothing of the
+    call, its chains or its upstream request, and the upstream still gets the trace, unsampled."""
+    telemetry = Telemetry.with_exporter(spans)
+    governor = traced_governor(telemetry)
+    call = telemetry.start_call(
+        "tools/call", {"name": "ls", "_meta": {"traceparent": TRACEPARENT[:-2] + "00"}}, None, 1
+    )
+    assert not call.span.is_recording()
+    with anyio.fail_after(10):
+        await governor.govern_request("tools/call", {"name": "ls"}, CONTEXT)
+    span, token, sent = telemetry.start_upstream("tools/call", {"name": "ls"}, "files", "upstream", None)
+    telemetry.end_upstream((span, token), None)
+    call.end("ok", "files")
+    assert spans.get_finished_spans() == ()
+    assert sent is not None and sent["_meta"]["traceparent"].startswith(f"00-{TRACE}-")
+    assert sent["_meta"]["traceparent"].endswith("-00")
+
+
+async def test_a_failed_upstream_request_and_call_carry_the_error(spans: InMemorySpanExporter) -> None:
+    telemetry = Telemetry.with_exporter(spans)
+    call = telemetry.start_call("tools/call", {"name": "ls"}, None, 1)
+    span, token, _ = telemetry.start_upstream("tools/call", {"name": "ls"}, "files", "upstream", None)
+    refused = MCPError(-32601, "no such tool")
+    telemetry.end_upstream((span, token), refused)
+    call.end("error", "files", refused)
+    by_kind = {span.kind: span for span in spans.get_finished_spans()}
+    for kind in (SpanKind.CLIENT, SpanKind.SERVER):
+        failed = by_kind[kind]
+        assert failed.status.status_code is StatusCode.ERROR and failed.status.description == "no such tool"
+        assert failed.attributes is not None and failed.attributes["error.type"] == "-32601"
+    assert by_kind[SpanKind.CLIENT].parent is not None
+    assert by_kind[SpanKind.CLIENT].parent.span_id == by_kind[SpanKind.SERVER].context.span_id
+
+
 def test_propagate_false_sends_params_as_they_were(spans: InMemorySpanExporter) -> None:
     telemetry = Telemetry.with_exporter(spans, propagate=False)
     params = {"name": "ls"}

@@ -218,11 +218,11 @@ class SqliteStore:
             try:
                 conn.execute("BEGIN")  # one read transaction: in WAL mode, one snapshot for both queries
                 for raw, *columns in _fetch(conn.execute(records)):
-                    yield "record", bytes(raw)
+                    yield "record", _blob(raw)
                     if index:
                         yield index_item(RECORD_INDEX_COLUMNS, columns)
                 for raw, *columns in _fetch(conn.execute(receipts)):
-                    yield "receipt", bytes(raw)
+                    yield "receipt", _blob(raw)
                     if index:
                         yield index_item(RECEIPT_INDEX_COLUMNS, columns)
                 conn.execute("COMMIT")
@@ -254,6 +254,11 @@ class SqliteStore:
             yield
         except _SQLITE_ERRORS as exc:
             raise StoreError(f"cannot read the audit database {self.path}: {exc}") from exc
+
+
+def _blob(raw: bytes | None) -> bytes:
+    """A stored record or receipt; a damaged file can make one NULL despite the schema: verify then names it."""
+    return b"" if raw is None else bytes(raw)
 
 
 def _fsync(path: Path) -> None:

@@ -130,39 +130,32 @@ def tasks_config(write_config: ConfigWriter) -> Path:
 
 
 @pytest.mark.parametrize("transport", ["stdio", "http"])
-async def test_a_2026_07_28_task_augmented_call_is_refused_before_it_reaches_the_upstream(
+async def test_a_2026_07_28_requests_handshake_era_task_hint_is_ignored_and_tasks_without_the_extension_refused(
     write_config: ConfigWriter, tmp_path: Path, transport: str
 ) -> None:
-    """mcp 2.3 defines none of the 2026-07-28 tasks extension: its tasks stay refused (D19), fail-closed, with an
-    error that says why; the refusal is a `deny` record closing its call, and the trail verifies."""
+    """A 2026-07-28 client's `params.task` (the handshake era's hint) is tolerated and not passed on, as SEP-2663
+    asks of a server: the call runs plainly and its result is governed. Its `tasks/result` and `tasks/list`
+    (which the extension removed) are `-32601`; `tasks/get` and `tasks/cancel` from a request that does not
+    declare the extension are `-32021`, before the upstream (tests/e2e/test_tasks_extension.py: governed)."""
     era = "2026-07-28"
     config = audited_tasks_config(write_config, tmp_path)
     with anyio.fail_after(60):
         async with raw_gateway(transport, config, era) as client:
-            with pytest.raises(MCPError) as refused:
-                await client.request("tools/call", {"name": "leak", "arguments": {}, "task": {"ttl": 60000}})
+            hinted = await client.request("tools/call", {"name": "leak", "arguments": {}, "task": {"ttl": 60000}})
             fetched: dict[str, MCPError] = {}
             for method in ("tasks/get", "tasks/result", "tasks/cancel", "tasks/list"):
                 with pytest.raises(MCPError) as failed:
                     await client.request(method, {} if method == "tasks/list" else {"taskId": "any"})
                 fetched[method] = failed.value
-            reached = await client.call_text("calls")
-            governed = await client.call_text("leak")
-    error = refused.value.error
-    assert (error.code, error.data["field"]) == (-32602, "task")
-    assert "tasks/result" in error.data["reason"] and "params.task" in error.message
-    assert "2026-07-28" in error.data["reason"] and TASKS_EXTENSION in error.data["reason"]
-    assert all("2026-07-28 tasks" in exc.error.message for exc in fetched.values())
-    assert reached == "0"  # refused before the request chain and the upstream
-    assert {method: exc.error.code for method, exc in fetched.items()} == dict.fromkeys(fetched, -32601)
-    assert "AKIA" not in governed and "[REDACTED:aws_access_key]" in governed  # untasked, the guard still sees it
-    # What the upstream advertises (`tasks`, or the 2026-07-28 tasks extension) is not promised to the client.
-    assert "tasks" not in client.capabilities
-    assert TASKS_EXTENSION not in (client.capabilities.get("extensions") or {})
-    assert TASKS_EXTENSION not in (client.capabilities.get("experimental") or {})
-    refused_call, _calls, leak_call = calls(tmp_path / "audit.db", "tools/call").values()
-    assert [(leg["phase"], leg["decision"], leg["status"]) for leg in refused_call] == [("request", "deny", "refused")]
-    assert refused_call[0]["error"]["code"] == -32602 and refused_call[0]["receipt"]
+            reached = json.loads(await client.call_text("cancelled"))
+    assert "task" not in hinted and hinted["content"][0]["text"] == f"key {REDACTED}"
+    codes = {method: exc.error.code for method, exc in fetched.items()}
+    assert codes == {"tasks/get": -32021, "tasks/result": -32601, "tasks/cancel": -32021, "tasks/list": -32601}
+    assert fetched["tasks/get"].error.data == {"requiredCapabilities": {"extensions": {TASKS_EXTENSION: {}}}}
+    assert TASKS_EXTENSION in fetched["tasks/list"].error.message
+    assert reached == []  # no tasks/cancel reached the upstream
+    assert "tasks" not in client.capabilities  # the handshake era's capability is never a 2026-07-28 client's
+    leak_call = next(iter(calls(tmp_path / "audit.db", "tools/call").values()))
     assert [leg["phase"] for leg in leak_call] == ["request", "response"]
     assert "AKIA" not in json.dumps(leak_call)
     assert "open calls" not in await verified(config)

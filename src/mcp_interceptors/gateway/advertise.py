@@ -12,7 +12,13 @@ from mcp_interceptors.gateway.connections import Connections
 from mcp_interceptors.gateway.host_methods import enforced_descriptors
 from mcp_interceptors.gateway.scrub import Scrubber
 from mcp_interceptors.gateway.sessions import Sessions
-from mcp_interceptors.gateway.tasks import GOVERNED_TASKS, offers_tasks, without_tasks
+from mcp_interceptors.gateway.tasks import (
+    GOVERNED_TASKS,
+    TASKS_EXTENSION,
+    offers_extension_tasks,
+    offers_tasks,
+    without_tasks,
+)
 from mcp_interceptors.invoker import Chain
 from mcp_interceptors.protocol.descriptors import supported_events
 from mcp_interceptors.protocol.events import EXTENSION_ID
@@ -67,14 +73,20 @@ class Advertiser:
         if self.extension:
             key = "experimental" if legacy else "extensions"
             capabilities[key] = {**(capabilities.get(key) or {}), EXTENSION_ID: settings}
-        # Only the tasks the gateway governs (gateway/tasks.py): a handshake-era client's tool calls, when an upstream
-        # it reaches in that era runs them as tasks; never what an upstream advertises as it is.
+        # Only the tasks the gateway governs (gateway/tasks.py): tool calls, when an upstream the client reaches in
+        # its own era runs them as tasks; never what an upstream advertises as it is.
         result["capabilities"] = without_tasks(capabilities)
         if legacy and any(
             conn.info is not None and offers_tasks(conn.info.capabilities) and not self._bridges_handshake(name)
             for name, conn in shared.items()
         ):
             result["capabilities"]["tasks"] = GOVERNED_TASKS
+        if not legacy and any(
+            conn.era == "2026-07-28" and conn.info is not None and offers_extension_tasks(conn.info.capabilities)
+            for conn in shared.values()
+        ):  # a 2026-07-28 client's tool calls an upstream of that era turns into tasks (gateway/task_extension.py)
+            advertised = result["capabilities"]
+            advertised["extensions"] = {**(advertised.get("extensions") or {}), TASKS_EXTENSION: {}}
         if only is not None and only.instructions:
             # No event carries the handshake: the scrub (D18) stands in for the guards.
             scrubber = self.scrubber

@@ -34,13 +34,15 @@ from mcp_interceptors.gateway.shape import (
     without_answers,
     without_meta,
 )
+from mcp_interceptors.gateway.task_extension import ungoverned_task
 from mcp_interceptors.gateway.task_relay import TaskRelay
 from mcp_interceptors.gateway.tasks import (
-    TASK_REQUESTS,
     created_task,
     is_task_augmented,
+    is_task_method,
     routed_task_refusal,
     task_refusal,
+    without_task_hint,
 )
 from mcp_interceptors.gateway.telemetry import Telemetry
 from mcp_interceptors.gateway.ungoverned import broadcast, passthrough, progress_relay
@@ -173,8 +175,10 @@ class Forwarder:
         downstream: Downstream,
         request_id: Any,
     ) -> dict[str, Any]:
-        governs_tasks = self.tasks is not None and session.era == "legacy"
-        if (refused := task_refusal(method, params, governed=governs_tasks)) is not None:
+        if session.era != "legacy" and method == "tools/call":
+            params = without_task_hint(params)  # SEP-2663: tolerated, and ignored
+        governs_tasks = self.tasks is not None
+        if (refused := task_refusal(method, params, governed=governs_tasks, era=session.era)) is not None:
             if method in LISTS or method in CALLS or method == "completion/complete":
                 # A governed call: the trail says why not.
                 await self.replies.refused(None, method, refused, session, request_id, call_target(method, params))
@@ -189,7 +193,7 @@ class Forwarder:
                 result = await self.call(session, method, params, downstream, request_id)
             elif method == "logging/setLevel":
                 result = await broadcast(await self.connections.of(session), session.era, method, params)
-            elif method in TASK_REQUESTS and self.tasks is not None:  # a handshake-era client's (else refused)
+            elif is_task_method(method) and self.tasks is not None:  # those of the client's era (else refused)
                 result = await self._task_request(self.tasks, session, method, params, downstream, request_id)
             else:
                 conns = await self.connections.of(session)  # no event: no guard sees what comes back (D18)
@@ -336,6 +340,11 @@ class Forwarder:
             # The task's result, fetched with tasks/result, gets the response chain then, on this call's record.
             await self.tasks.created(session, conn.name, task, record)
             return self.tasks.scrubbed(result)  # its status message is scrubbed; no chain runs on it
+        if result.get("resultType") == "task":  # 2026-07-28: its result, inlined on tasks/get, is governed there
+            if self.tasks is None or self.tasks.extension is None:
+                raise ungoverned_task(method, conn.name)
+            created = await self.tasks.extension.created(session, conn, method, upstream_params, result, record)
+            return created if created is not None else result
         for _ in range(MAX_INPUT_ROUNDS):
             if result.get("resultType") != "input_required":
                 if method == "completion/complete":  # no event: no guard sees the values (D18)

@@ -34,6 +34,7 @@ from mcp_interceptors.gateway.scrub import Scrubber
 from mcp_interceptors.gateway.server import GatewayServer, new_server
 from mcp_interceptors.gateway.session import STDIO_SESSION_KEY, DownstreamSession, Era
 from mcp_interceptors.gateway.sessions import Sessions
+from mcp_interceptors.gateway.task_extension import ExtensionTasks
 from mcp_interceptors.gateway.task_relay import TaskRegistry, TaskRelay
 from mcp_interceptors.gateway.telemetry import Telemetry
 from mcp_interceptors.gateway.upstream.connection import OnUpstreamNotify, OnUpstreamRequest, UpstreamConnection
@@ -111,7 +112,12 @@ class Gateway:
                 ttl_s=config.state.request_state_ttl_seconds,
             ),
             telemetry=telemetry,
-            tasks=TaskRelay(self.tasks, self.connections, self.replies),
+            tasks=TaskRelay(
+                self.tasks,
+                self.connections,
+                self.replies,
+                ExtensionTasks(self.tasks, self.connections, self.replies, self.rounds),
+            ),
             approvals=self.approvals,
         )
         self.mcp_server = GatewayServer(

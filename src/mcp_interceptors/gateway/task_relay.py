@@ -11,6 +11,7 @@ a task is one audit call from creation to result.
 from __future__ import annotations
 
 import json
+import uuid
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
@@ -26,6 +27,7 @@ from mcp_interceptors.state import StateStore
 
 if TYPE_CHECKING:
     from mcp_interceptors.gateway.governor import Governor
+    from mcp_interceptors.gateway.task_extension import ExtensionTasks
 
 #: How long a task is remembered when its upstream keeps it without limit (`ttl: null`) or names no ttl.
 DEFAULT_TASK_MEMORY_S = 24 * 3600.0
@@ -39,6 +41,8 @@ class OwnedTask:
     owner: str
     upstream: str
     call_id: str
+    #: The era of the client that created it: a task is served only on the requests of that era.
+    era: str = "legacy"
 
 
 def owner_of(session: DownstreamSession) -> str:
@@ -57,9 +61,10 @@ class TaskRegistry:
 
     async def remember(self, task: Mapping[str, Any], owned: OwnedTask) -> None:
         """Remember a task just created; a task id already owned by someone else fails closed (-32603)."""
-        ttl_ms = task.get("ttl")
+        ttl_ms = task.get("ttl", task.get("ttlMs"))  # 2025-11-25 `ttl`, 2026-07-28 `ttlMs`
         ttl_s = ttl_ms / 1000 if isinstance(ttl_ms, int | float) and ttl_ms > 0 else DEFAULT_TASK_MEMORY_S
-        value = json.dumps({"owner": owned.owner, "upstream": owned.upstream, "call_id": owned.call_id})
+        stored = {"owner": owned.owner, "upstream": owned.upstream, "call_id": owned.call_id, "era": owned.era}
+        value = json.dumps(stored)
         key = _KEY_PREFIX + str(task["taskId"])
         kept = await self.state.put(key, "task", value, ttl_s=ttl_s, only_new=True)
         if kept != value:
@@ -74,14 +79,29 @@ class TaskRegistry:
         if value is None:
             return None
         stored = json.loads(value)
-        return OwnedTask(stored["owner"], stored["upstream"], stored["call_id"])
+        return OwnedTask(stored["owner"], stored["upstream"], stored["call_id"], stored.get("era", "legacy"))
 
-    async def owned_by(self, task_id: Any, owner: str) -> OwnedTask | None:
-        """The task if `owner` created it (None too for a task id that is no string)."""
+    async def owned_by(self, task_id: Any, owner: str, era: str = "legacy") -> OwnedTask | None:
+        """The task if `owner` created it from a client of `era` (None too for a task id that is no string)."""
         if not isinstance(task_id, str):
             return None
         found = await self.find(task_id)
-        return found if found is not None and found.owner == owner else None
+        return found if found is not None and found.owner == owner and found.era == era else None
+
+    async def asked(self, task_id: str) -> dict[str, str]:
+        """The input requests a 2026-07-28 task showed so far: key -> method."""
+        value = (await self.state.fields(_KEY_PREFIX + task_id)).get("asked")
+        return dict(json.loads(value)) if value is not None else {}
+
+    async def remember_asked(self, task_id: str, methods: Mapping[str, str]) -> None:
+        merged = {**await self.asked(task_id), **methods}
+        await self.state.put(_KEY_PREFIX + task_id, "asked", json.dumps(merged), ttl_s=DEFAULT_TASK_MEMORY_S)
+
+    async def first_to_settle(self, task_id: str) -> bool:
+        """Whether this caller is the first to see the task end (its record is closed once; any replica)."""
+        mine = uuid.uuid4().hex
+        kept = await self.state.put(_KEY_PREFIX + task_id, "settled", mine, ttl_s=DEFAULT_TASK_MEMORY_S, only_new=True)
+        return kept == mine
 
 
 def unknown_task(method: str, task_id: Any) -> MCPError:
@@ -90,12 +110,20 @@ def unknown_task(method: str, task_id: Any) -> MCPError:
 
 
 class TaskRelay:
-    """Serves a handshake-era client's `tasks/*` requests on its own tasks."""
+    """Serves a handshake-era client's `tasks/*` requests on its own tasks (a 2026-07-28 client's: `extension`)."""
 
-    def __init__(self, registry: TaskRegistry, connections: Connections, replies: Replies) -> None:
+    def __init__(
+        self,
+        registry: TaskRegistry,
+        connections: Connections,
+        replies: Replies,
+        extension: ExtensionTasks | None = None,
+    ) -> None:
         self.registry = registry
         self.connections = connections
         self.replies = replies
+        #: Serves 2026-07-28 clients' tasks (`task_extension`).
+        self.extension = extension
 
     async def created(
         self, session: DownstreamSession, upstream: str, task: Mapping[str, Any], record: CallRecord
@@ -111,6 +139,8 @@ class TaskRelay:
         downstream: Downstream,
         request_id: Any,
     ) -> dict[str, Any]:
+        if session.era != "legacy" and self.extension is not None:
+            return await self.extension.serve(governor, session, method, params, downstream, request_id)
         owner = owner_of(session)
         if method == "tasks/list":
             return await self._list(session, owner, params)

@@ -150,16 +150,20 @@ def envelope(
     meta.setdefault(PROTOCOL_VERSION_META_KEY, LATEST_MODERN_VERSION)
     meta.setdefault(CLIENT_INFO_META_KEY, client_params.get("clientInfo", GATEWAY_CLIENT_INFO))
     sent = meta.get(CLIENT_CAPABILITIES_META_KEY, client_params.get("capabilities"))
-    meta[CLIENT_CAPABILITIES_META_KEY] = client_capabilities(sent)
+    # A 2026-07-28 client's own declaration of the tasks extension stays: the gateway governs its tasks.
+    meta[CLIENT_CAPABILITIES_META_KEY] = client_capabilities(sent, keep_extension=CLIENT_CAPABILITIES_META_KEY in meta)
     return meta
 
 
-def client_capabilities(sent: Any) -> Any:
-    """The client capabilities presented upstream (the gateway's if the client sent none), never with tasks:
-    an upstream must not send task-augmented requests, which the gateway refuses (gateway/tasks.py)."""
+def client_capabilities(sent: Any, *, keep_extension: bool = False) -> Any:
+    """The client capabilities presented upstream (the gateway's if the client sent none), never with
+    handshake-era tasks: an upstream must not send task-augmented requests, which the gateway refuses
+    (gateway/tasks.py). `keep_extension` keeps a 2026-07-28 client's `io.modelcontextprotocol/tasks`."""
     if sent is None:
         return without_tasks(DEFAULT_CLIENT_CAPABILITIES)
-    return without_tasks(sent) if isinstance(sent, Mapping) else sent  # malformed: the upstream answers it
+    if not isinstance(sent, Mapping):
+        return sent  # malformed: the upstream answers it
+    return without_tasks(sent, keep_extension=keep_extension)
 
 
 def body_for_era(params: Mapping[str, Any] | None, era: Era, envelope_of: Any) -> dict[str, Any]:

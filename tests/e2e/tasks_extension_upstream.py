@@ -14,8 +14,10 @@ It serves any task to whoever asks: only the gateway keeps a task to its owner.
 Tools: `greet` (plain), `leak` (a task whose result and status message hold a credential), `slow_compute`
 (a task sleeping `seconds`), `failing_job` (a task ending with a tool error), `protocol_error_job` (a task
 ending `failed`), `confirm_delete` (a task asking an elicitation; its answer's `reason` is echoed),
-`required_job` (task only), `calls`, `cancelled`, `updates`, `client_capabilities` (what the last `tools/call`
-declared).
+`multi_input` (a task asking two), `test_tool_with_task` (an `input_required` round, then a task); `failing_job`
+and `test_tool_with_task` are task only. `calls`, `cancelled`, `updates` and `client_capabilities` (what the
+last `tools/call` declared) report. The conformance suite's tasks scenarios run against it
+(docs/conformance.md, D19).
 """
 
 from __future__ import annotations
@@ -32,7 +34,9 @@ EXTENSION = "io.modelcontextprotocol/tasks"
 CAPABILITIES_KEY = "io.modelcontextprotocol/clientCapabilities"
 #: Assembled here, so it comes from the upstream and never crossed the request chain.
 LEAK = "key AKIA" + "IOSFODNN7EXAMPLQ"
-TASK_TOOLS = {"leak", "slow_compute", "failing_job", "protocol_error_job", "confirm_delete", "required_job"}
+TASK_TOOLS = {"leak", "slow_compute", "failing_job", "protocol_error_job", "confirm_delete", "multi_input"}
+#: Task only: called without the extension, they are `-32021`.
+REQUIRED = {"failing_job", "test_tool_with_task"}
 TASKS: dict[str, dict[str, Any]] = {}
 CALLS: list[str] = []
 CANCELLED: list[str] = []
@@ -63,7 +67,9 @@ def declares(params: dict[str, Any]) -> bool:
 
 
 def missing() -> RpcError:
-    return RpcError(-32021, "Missing required client capability", {"requiredCapabilities": {"extensions": {EXTENSION: {}}}})
+    return RpcError(
+        -32021, "Missing required client capability", {"requiredCapabilities": {"extensions": {EXTENSION: {}}}}
+    )
 
 
 def envelope(task: dict[str, Any]) -> dict[str, Any]:
@@ -88,7 +94,15 @@ async def run(task: dict[str, Any], name: str, arguments: dict[str, Any]) -> Non
     elif name == "confirm_delete":
         schema = {"type": "object", "properties": {"reason": {"type": "string"}}}
         params = {"mode": "form", "message": f"Delete it? ({LEAK})", "requestedSchema": schema}
-        task.update(status="input_required", inputRequests={"confirm": {"method": "elicitation/create", "params": params}})
+        task.update(
+            status="input_required", inputRequests={"confirm": {"method": "elicitation/create", "params": params}}
+        )
+    elif name == "multi_input":
+        schema = {"type": "object", "properties": {"name": {"type": "string"}}}
+        asked = {"method": "elicitation/create", "params": {"mode": "form", "message": "?", "requestedSchema": schema}}
+        task.update(status="input_required", inputRequests={"first": asked, "second": asked})
+    elif name == "test_tool_with_task":
+        settle(task, "completed", result=text(f"Hello, {arguments['user_name']}!"))
     else:
         settle(task, "completed", result=text(f"computed {arguments.get('label', '')}"))
 
@@ -109,12 +123,22 @@ async def call_tool(params: dict[str, Any], tg: anyio.abc.TaskGroup) -> dict[str
         return text(json.dumps(UPDATES))
     if name == "client_capabilities":
         return text(json.dumps(SEEN))
-    if name not in TASK_TOOLS:
+    if name not in TASK_TOOLS | REQUIRED:
         raise RpcError(-32602, f"Unknown tool: {name}")
     if not declares(params):
-        if name == "required_job":
+        if name in REQUIRED:
             raise missing()
         return text(LEAK if name == "leak" else f"ran {name} at once")
+    if name == "test_tool_with_task":  # asks first (an input_required round), then runs as a task
+        answer = (params.get("inputResponses") or {}).get("user_name")
+        if not isinstance(answer, dict):
+            schema = {"type": "object", "properties": {"name": {"type": "string"}}}
+            asked = {
+                "method": "elicitation/create",
+                "params": {"mode": "form", "message": "Name?", "requestedSchema": schema},
+            }
+            return {"resultType": "input_required", "inputRequests": {"user_name": asked}, "requestState": "round-1"}
+        arguments = {**arguments, "user_name": (answer.get("content") or {}).get("name", "")}
     created = now()
     task = {
         "taskId": uuid.uuid4().hex,
@@ -137,12 +161,12 @@ def get_task(params: dict[str, Any]) -> dict[str, Any]:
 
 
 def tools() -> list[dict[str, Any]]:
-    names = ["greet", *sorted(TASK_TOOLS), "calls", "cancelled", "updates", "client_capabilities"]
+    names = ["greet", *sorted(TASK_TOOLS | REQUIRED), "calls", "cancelled", "updates", "client_capabilities"]
     listed = []
     for name in names:
         tool: dict[str, Any] = {"name": name, "inputSchema": {"type": "object"}}
-        if name in TASK_TOOLS:
-            tool["execution"] = {"taskSupport": "required" if name == "required_job" else "optional"}
+        if name in TASK_TOOLS | REQUIRED:
+            tool["execution"] = {"taskSupport": "required" if name in REQUIRED else "optional"}
         listed.append(tool)
     return listed
 
@@ -161,15 +185,19 @@ async def handle(method: str, params: dict[str, Any], tg: anyio.abc.TaskGroup) -
             raise missing()
         task = get_task(params)
         if method == "tasks/get":
-            return {**task, "pollIntervalMs": 50}
+            return {**{key: value for key, value in task.items() if key != "answers"}, "pollIntervalMs": 50}
         if method == "tasks/cancel":
             CANCELLED.append(task["taskId"])
             settle(task, "cancelled")
             return {}
         UPDATES.append(params.get("inputResponses"))
-        answer = (params.get("inputResponses") or {}).get("confirm")
-        if task["status"] == "input_required" and isinstance(answer, dict):
-            reason = (answer.get("content") or {}).get("reason", "")
+        answers = params.get("inputResponses") or {}
+        pending = task.get("inputRequests") or {}
+        for key in [key for key in pending if isinstance(answers.get(key), dict)]:
+            task.setdefault("answers", {})[key] = answers[key]
+            del pending[key]
+        if task["status"] == "input_required" and not pending:
+            reason = ((task.get("answers") or {}).get("confirm", {}).get("content") or {}).get("reason", "")
             settle(task, "completed", result=text(f"deleted because {reason}"))
         return {}
     raise RpcError(-32601, f"Method not found: {method}")

@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Any
 
 import anyio
+import httpx2
 import pytest
 from e2e_support import E2E_DIR, ConfigWriter, gateway_env
 from helpers import cli_argv, free_tcp_port, http_transport, running, stderr_log, stdio_transport
@@ -168,7 +169,9 @@ async def test_a_tasks_failure_cancellation_and_blocked_result_close_its_call(
             failed = await client.until(crashed, "failed")
             erred = (await client.request("tools/call", {"name": "failing_job", "arguments": {}}))["taskId"]
             tool_error = await client.until(erred, "completed")
-            slow = (await client.request("tools/call", {"name": "slow_compute", "arguments": {"seconds": 60}}))["taskId"]
+            slow = (await client.request("tools/call", {"name": "slow_compute", "arguments": {"seconds": 60}}))[
+                "taskId"
+            ]
             ack = await client.request("tasks/cancel", {"taskId": slow})
             cancelled = await client.until(slow, "cancelled")
             again = await client.request("tasks/cancel", {"taskId": slow})
@@ -206,3 +209,121 @@ async def test_a_task_result_a_guard_blocks_shows_the_task_failed_with_the_block
     task_call = next(iter(calls(tmp_path / "audit.db", "tools/call").values()))
     assert [(leg["phase"], leg["decision"]) for leg in task_call] == [("request", "allow"), ("response", "deny")]
     assert "open calls" not in await verified(config)
+
+
+async def test_another_principal_cannot_get_update_or_cancel_a_2026_07_28_task(
+    write_config: ConfigWriter, tmp_path: Path
+) -> None:
+    """Two bearer tokens on the HTTP front, one HTTP upstream serving any task to anyone (it checks the
+    `Mcp-Name` header names the task): only the gateway keeps Alice's task hers. Bob hears exactly what an
+    unknown task id gets, and none of his requests reaches the upstream; a request that does not declare the
+    extension is `-32021`; `tasks/result` and `tasks/list`, which the extension has not, are `-32601`."""
+    upstream_port, port = free_tcp_port(), free_tcp_port()
+    config = config_for(
+        write_config,
+        tmp_path,
+        upstreams={"tasks": {"url": f"http://127.0.0.1:{upstream_port}/mcp", "era": "2026-07-28"}},
+        auth={"tokens": ["alice-token-5d1e", "bob-token-8a0c"]},
+    )
+    url = f"http://127.0.0.1:{port}/mcp"
+    argv = cli_argv("gateway", "--config", str(config), "--http", f"127.0.0.1:{port}")
+    refused: dict[str, MCPError] = {}
+    with anyio.fail_after(90):
+        async with (
+            running([sys.executable, UPSTREAM, "--http", str(upstream_port)], port=upstream_port, label="upstream"),
+            running(argv, port=port, env=gateway_env(), label="HTTP gateway"),
+            tasks_client(http_transport(url, headers={"Authorization": "Bearer alice-token-5d1e"})) as alice,
+            tasks_client(http_transport(url, headers={"Authorization": "Bearer bob-token-8a0c"})) as bob,
+        ):
+            task_id = (await alice.request("tools/call", {"name": "slow_compute", "arguments": {"seconds": 60}}))[
+                "taskId"
+            ]
+            for method in ("tasks/get", "tasks/update", "tasks/cancel"):
+                with pytest.raises(MCPError) as failed:
+                    await bob.request(method, {"taskId": task_id, "inputResponses": {}})
+                refused[method] = failed.value
+            with pytest.raises(MCPError) as unknown:
+                await bob.request("tasks/get", {"taskId": "no-such-task"})
+            with pytest.raises(MCPError) as undeclared:
+                await alice.request("tasks/get", {"taskId": task_id}, declare=False)
+            removed: dict[str, int] = {}
+            for method in ("tasks/result", "tasks/list"):
+                with pytest.raises(MCPError) as failed:
+                    await alice.request(method, {"taskId": task_id})
+                removed[method] = failed.value.error.code
+            reached = json.loads(await bob.call_text("cancelled"))
+            working = await alice.request("tasks/get", {"taskId": task_id})
+            await alice.request("tasks/cancel", {"taskId": task_id})
+            cancelled = json.loads(await alice.call_text("cancelled"))
+    for method, exc in refused.items():
+        assert exc.error.code == -32602
+        assert exc.error.message == f"{method}: unknown task {task_id!r}"  # the gateway's, as for any unknown id
+        assert exc.error.data == {"field": "taskId", "taskId": task_id}
+    assert unknown.value.error.message == "tasks/get: unknown task 'no-such-task'"
+    assert undeclared.value.error.code == -32021
+    assert removed == {"tasks/result": -32601, "tasks/list": -32601}
+    assert reached == []  # Bob's cancel never reached the upstream
+    assert working["status"] == "working" and cancelled == [task_id]
+    principals = {legs[0]["principal"]["id"] for legs in calls(tmp_path / "audit.db", "tools/call").values()}
+    assert len(principals) == 2
+    await verified(config)
+
+
+async def test_an_input_required_tasks_question_and_answer_are_governed(
+    write_config: ConfigWriter, tmp_path: Path
+) -> None:
+    """A task asking for input: the elicitation `tasks/get` shows runs its request chain (the credential in its
+    message redacted), the answer `tasks/update` brings runs the response chain before the upstream sees it
+    (the credential the user typed redacted), and the task completes with a governed result; the question and
+    the answer are recorded inside the task's call, and the trail verifies."""
+    config = config_for(write_config, tmp_path)
+    answer = {"confirm": {"action": "accept", "content": {"reason": "key AKIA" + "IOSFODNN7EXAMPLQ"}}}
+    with anyio.fail_after(60):
+        async with gateway_client("stdio", config) as client:
+            task_id = (await client.request("tools/call", {"name": "confirm_delete", "arguments": {}}))["taskId"]
+            asked = await client.until(task_id, "input_required")
+            again = await client.request("tasks/get", {"taskId": task_id})
+            ack = await client.request("tasks/update", {"taskId": task_id, "inputResponses": answer})
+            done = await client.until(task_id, "completed")
+            updates = json.loads(await client.call_text("updates"))
+    question = asked["inputRequests"]["confirm"]
+    assert question["method"] == "elicitation/create"
+    assert question["params"]["message"] == f"Delete it? (key {REDACTED})"
+    assert again["inputRequests"] == asked["inputRequests"]
+    assert ack["resultType"] == "complete"
+    assert updates == [{"confirm": {"action": "accept", "content": {"reason": f"key {REDACTED}"}}}]
+    assert done["result"]["content"][0]["text"] == f"deleted because key {REDACTED}"
+    recorded = calls(tmp_path / "audit.db", "tools/call")
+    task_call = next(iter(recorded.values()))
+    assert [(leg["phase"], leg["decision"]) for leg in task_call] == [("request", "allow"), ("response", "allow")]
+    elicited = calls(tmp_path / "audit.db", "elicitation/create")
+    # Asked once however often it was polled, and answered: one call, its request and its answer.
+    assert [[(leg["phase"], leg["decision"]) for leg in legs] for legs in elicited.values()] == [
+        [("request", "allow"), ("response", "allow")]
+    ]
+    assert "AKIA" not in json.dumps([recorded, elicited])
+    assert "open calls" not in await verified(config)
+
+
+async def test_a_task_request_whose_mcp_name_header_does_not_name_its_task_gets_32020(
+    write_config: ConfigWriter, tmp_path: Path
+) -> None:
+    """SEP-2663 over Streamable HTTP: `tasks/get`, `tasks/update` and `tasks/cancel` carry `Mcp-Name: <taskId>`;
+    the HTTP front refuses one that is missing or names another task with `-32020` and HTTP 400, as mcp does for
+    a tool's name."""
+    port = free_tcp_port()
+    argv = cli_argv("gateway", "--config", str(config_for(write_config, tmp_path)), "--http", f"127.0.0.1:{port}")
+    meta = {PROTOCOL_VERSION_META_KEY: "2026-07-28", CLIENT_CAPABILITIES_META_KEY: DECLARED}
+    answers = []
+    with anyio.fail_after(60):
+        async with running(argv, port=port, env=gateway_env(), label="HTTP gateway"), httpx2.AsyncClient() as http:
+            for name in ("another-task", None):
+                headers = {"mcp-protocol-version": "2026-07-28", "mcp-method": "tasks/get"}
+                if name is not None:
+                    headers["mcp-name"] = name
+                body = {"jsonrpc": "2.0", "id": 7, "method": "tasks/get", "params": {"taskId": "t-1", "_meta": meta}}
+                answers.append(await http.post(f"http://127.0.0.1:{port}/mcp", json=body, headers=headers))
+    for answer in answers:
+        assert answer.status_code == 400
+        assert answer.json()["id"] == 7 and answer.json()["error"]["code"] == -32020
+        assert "taskId" in answer.json()["error"]["message"]

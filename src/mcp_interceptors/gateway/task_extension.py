@@ -10,7 +10,8 @@ is told the task does not exist). The first `tasks/get` that shows the task ende
 response chain runs on the inlined `result` (a block shows the task `failed` with the block's error), or the
 inlined `error` or the cancellation is recorded; later polls get the chain again and record nothing. An
 `input_required` task's `inputRequests` run their request chains, and the answers `tasks/update` carries run
-the response chains of the requests they answer. The messages are raw dicts: mcp 2.3 defines none of them.
+the response chains of the requests they answer. An acked `tasks/cancel` closes the call `cancelled` (the
+client is done with the task). The messages are raw dicts: mcp 2.3 defines none of them.
 """
 
 from __future__ import annotations
@@ -61,6 +62,11 @@ def ungoverned_task(method: str, upstream: str) -> MCPError:
             "reason": f"the gateway governs {TASKS_EXTENSION} tasks of tools/call between 2026-07-28 peers only",
         },
     )
+
+
+def answers_key(task_id: str) -> str:
+    """Where a task's open input requests are kept for their answers (never sent: tasks carry no requestState)."""
+    return f"gateway-task:{task_id}"
 
 
 def error_object(exc: MCPError) -> dict[str, Any]:
@@ -119,6 +125,9 @@ class ExtensionTasks:
         if method == "tasks/update":
             await self._answers(session, task_id, owned, params, context)
         answered = await conn.request(method, params, headers=headers, on_notify=downstream.notify_related)
+        if method == "tasks/cancel" and await self._ends_first(session, task_id):
+            # Acked: the client is done with it; a later tasks/get governs what it shows, recording nothing.
+            await self.replies.continued_record(context, owned.call_id).cancelled("tools/call")
         if method != "tasks/get":
             return self.scrubbed(answered)  # the acks of tasks/update and tasks/cancel
         status = answered.get("status")
@@ -126,9 +135,18 @@ class ExtensionTasks:
             return await self._asked(session, task_id, owned, answered, context)
         if status not in _ENDED:
             return self.scrubbed(answered)
-        first = await self.registry.first_to_settle(task_id)
+        first = await self._ends_first(session, task_id)
         record = self.replies.continued_record(context, owned.call_id) if first else CallRecord(None, context, "")
         return await self._ended(governor, answered, context, record)
+
+    async def _ends_first(self, session: DownstreamSession, task_id: str) -> bool:
+        """Whether the task's end is first seen now (its call is then closed here, once, on any replica): input
+        requests of it still awaiting answers will get none, so their audit calls are closed too."""
+        if not await self.registry.first_to_settle(task_id):
+            return False
+        awaited = [(session.key, answers_key(task_id), key) for key in await self.registry.asked(task_id)]
+        await self.rounds.open_inputs.forget("the task ended", awaited)
+        return True
 
     async def _ended(
         self, governor: Governor, answered: dict[str, Any], context: InvocationContext, record: CallRecord
@@ -170,8 +188,13 @@ class ExtensionTasks:
             return self.scrubbed(answered)
         asked = await self.registry.asked(task_id)
         fresh = {key: value for key, value in requests.items() if str(key) not in asked}
-        record = self.replies.continued_record(context, owned.call_id) if fresh else CallRecord(None, context, "")
-        governed = await self.rounds.govern_requests(session, {"inputRequests": dict(requests)}, context, record)
+        round_: dict[str, Any] = {"inputRequests": dict(requests)}
+        if fresh:  # recorded now, each an audit call its answer closes (`_answers`)
+            record = self.replies.continued_record(context, owned.call_id)
+            round_["requestState"] = answers_key(task_id)
+        else:  # shown before: governed again, recorded once
+            record = CallRecord(None, context, "")
+        governed = await self.rounds.govern_requests(session, round_, context, record)
         await record.settle()
         if fresh:
             methods = {str(key): str(value.get("method")) for key, value in fresh.items() if isinstance(value, Mapping)}
@@ -191,7 +214,10 @@ class ExtensionTasks:
         the client's error, and nothing reaches the upstream)."""
         asked = await self.registry.asked(task_id)
         record = self.replies.continued_record(context, owned.call_id)
-        await self.rounds.govern_responses(session, params, context, record, asked)
+        # Under the task's own key, so each answer closes the audit call of the request it answers (the dict of
+        # answers is shared: what the chains made of them is what goes upstream).
+        keyed = {**(params or {}), "requestState": answers_key(task_id)}
+        await self.rounds.govern_responses(session, keyed, context, record, asked)
         await record.settle()
 
     def scrubbed(self, result: dict[str, Any]) -> dict[str, Any]:

@@ -18,6 +18,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from mcp import MCPError
+from mcp.shared.inbound import MCP_NAME_HEADER, decode_header_value
 from mcp_types import CLIENT_CAPABILITIES_META_KEY
 from mcp_types import methods as wire_methods
 
@@ -115,6 +116,20 @@ def offers_tasks(capabilities: Mapping[str, Any]) -> bool:
         isinstance(listed, Mapping) and TASKS_EXTENSION in listed
         for listed in (capabilities.get("extensions"), capabilities.get("experimental"))
     )
+
+
+def task_name_mismatch(message: Any, header: bytes | None) -> str | None:
+    """Why a 2026-07-28 HTTP `tasks/get`, `tasks/update` or `tasks/cancel` is refused with `-32020` (SEP-2663 asks its
+    `Mcp-Name` header to name `params.taskId`), or None when it does or the message is no such request."""
+    if not isinstance(message, Mapping) or message.get("method") not in EXTENSION_TASK_REQUESTS:
+        return None
+    params = message.get("params")
+    task_id = params.get("taskId") if isinstance(params, Mapping) else None
+    if not isinstance(task_id, str):
+        return None  # malformed: the gateway answers it (-32602)
+    if header is not None and decode_header_value(header.decode("latin-1")) == task_id:
+        return None
+    return f"{MCP_NAME_HEADER} header does not match the request body's 'taskId' parameter"
 
 
 def offers_extension_tasks(capabilities: Mapping[str, Any]) -> bool:

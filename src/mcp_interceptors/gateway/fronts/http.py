@@ -23,6 +23,7 @@ from mcp.server.auth.routes import build_resource_metadata_url, create_protected
 from mcp.server.auth.settings import AuthSettings
 from mcp.server.streamable_http_manager import StreamableHTTPASGIApp, StreamableHTTPSessionManager
 from mcp.server.transport_security import TransportSecurityMiddleware, TransportSecuritySettings
+from mcp_types import HEADER_MISMATCH
 from mcp_types.version import HANDSHAKE_PROTOCOL_VERSIONS
 from starlette.applications import Starlette
 from starlette.middleware import Middleware
@@ -35,6 +36,7 @@ from mcp_interceptors.gateway.fronts.bodies import REFUSED, json_response, shape
 from mcp_interceptors.gateway.fronts.resume import Resumer, ScopedEvents, resumer_for, scoped
 from mcp_interceptors.gateway.jsonrpc.framing import INTERNAL_ERROR, error_response, id_in_use, is_request_id
 from mcp_interceptors.gateway.session_slots import SessionRefusedError, Slot, owner_of
+from mcp_interceptors.gateway.tasks import task_name_mismatch
 from mcp_interceptors.state.events import new_scope
 
 if TYPE_CHECKING:
@@ -163,6 +165,11 @@ class SessionRequests:
         session = headers.get(b"mcp-session-id")
         version = headers.get(b"mcp-protocol-version")
         if version is not None and version.decode("latin-1") not in HANDSHAKE_PROTOCOL_VERSIONS:
+            if (mismatch := task_name_mismatch(message, headers.get(b"mcp-name"))) is not None:
+                await json_response(400, error_response(_request_id(message), HEADER_MISMATCH, mismatch))(
+                    scope, receive, send
+                )
+                return
             await self.app(scope, receive, send)  # a 2026-07-28 request: mcp's alone
             return
         if session is None:

@@ -14,7 +14,7 @@ import json
 import uuid
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 from mcp import MCPError
 
@@ -27,7 +27,7 @@ from mcp_interceptors.state import StateStore
 
 if TYPE_CHECKING:
     from mcp_interceptors.gateway.governor import Governor
-    from mcp_interceptors.gateway.task_extension import ExtensionTasks
+    from mcp_interceptors.gateway.upstream.connection import UpstreamConnection
 
 #: How long a task is remembered when its upstream keeps it without limit (`ttl: null`) or names no ttl.
 DEFAULT_TASK_MEMORY_S = 24 * 3600.0
@@ -109,6 +109,30 @@ def unknown_task(method: str, task_id: Any) -> MCPError:
     return MCPError(INVALID_PARAMS, f"{method}: unknown task {task_id!r}", {"field": "taskId", "taskId": task_id})
 
 
+class EraTasks(Protocol):
+    """The tasks of another era's clients (`task_extension.ExtensionTasks`: 2026-07-28)."""
+
+    async def created(
+        self,
+        session: DownstreamSession,
+        conn: UpstreamConnection,
+        method: str,
+        params: Mapping[str, Any],
+        result: dict[str, Any],
+        record: CallRecord,
+    ) -> dict[str, Any] | None: ...
+
+    async def serve(
+        self,
+        governor: Governor,
+        session: DownstreamSession,
+        method: str,
+        params: dict[str, Any] | None,
+        downstream: Downstream,
+        request_id: Any,
+    ) -> dict[str, Any]: ...
+
+
 class TaskRelay:
     """Serves a handshake-era client's `tasks/*` requests on its own tasks (a 2026-07-28 client's: `extension`)."""
 
@@ -117,7 +141,7 @@ class TaskRelay:
         registry: TaskRegistry,
         connections: Connections,
         replies: Replies,
-        extension: ExtensionTasks | None = None,
+        extension: EraTasks | None = None,
     ) -> None:
         self.registry = registry
         self.connections = connections

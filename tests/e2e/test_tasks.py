@@ -61,6 +61,8 @@ class RawClient:
             headers = {"mcp-protocol-version": "2026-07-28", "mcp-method": method}
             if isinstance(body.get("name"), str):
                 headers["mcp-name"] = body["name"]
+            elif method.startswith("tasks/") and isinstance(body.get("taskId"), str):
+                headers["mcp-name"] = body["taskId"]  # SEP-2663: a task request names its task
         return await self.dispatcher.send_raw_request(method, body, {"timeout": 30, "headers": headers})
 
     async def call_text(self, name: str, arguments: dict[str, Any] | None = None) -> str:

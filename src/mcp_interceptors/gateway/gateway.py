@@ -15,6 +15,7 @@ import anyio.abc
 
 from mcp_interceptors.gateway.advertise import Advertiser
 from mcp_interceptors.gateway.approvals.asking import Approvals
+from mcp_interceptors.gateway.approvals.callbacks import Callbacks
 from mcp_interceptors.gateway.approvals.memory import StateApprovals
 from mcp_interceptors.gateway.approvals.webhook import approval_webhooks
 from mcp_interceptors.gateway.auditing import start_audit_writer
@@ -97,7 +98,10 @@ class Gateway:
         self.server = new_server(config.name, GATEWAY_CLIENT_INFO["version"], self.notifications)
         server = self.server
         #: Asks the client's user when a chain escalates (the `approval` guard, or an interceptor server's).
-        self.approvals = Approvals(StateApprovals(state) if state is not None else None, approval_webhooks(config))
+        #: Webhook questions waiting for an answer at the HTTP front's callback URL.
+        self.callbacks = Callbacks()
+        webhooks = approval_webhooks(config, self.callbacks)
+        self.approvals = Approvals(StateApprovals(state) if state is not None else None, webhooks)
         self.forwarder = Forwarder(
             governor=self.governor,
             connections=self.connections,

@@ -70,6 +70,11 @@ SCHEMA = GuardSchema(
             "properties": {
                 "url": {"type": "string", "pattern": "^https?://[^/?#]+"},
                 "secret": {"type": "string", "minLength": 16, "description": "Shared HMAC-SHA256 key (${ENV})."},
+                "public_url": {
+                    "type": "string",
+                    "pattern": "^https?://[^/?#]+",
+                    "description": "The gateway's base URL for callback answers, as the receiver reaches it.",
+                },
             },
             "required": ["url", "secret"],
             "additionalProperties": False,

@@ -1,16 +1,15 @@
 """Asking a person through a webhook, for clients that cannot be asked themselves (no form elicitation).
 
 The gateway POSTs the question as JSON to the configured URL, signed with HMAC-SHA256 over the body under
-the shared secret (`X-MCPI-Signature: sha256=<hex>`), and the receiver's response is the answer, signed the
-same way over the response body: `{id, action, content?, answered_by?}`. The receiver may hold the response
-until the person answers, within the rule's timeout. An unsigned or badly signed answer, one for another
+the shared secret (`X-MCPI-Signature: sha256=<hex>`), and the receiver's 200 response is the answer, signed
+the same way over the response body: `{id, action, content?, answered_by?}`. The receiver may hold the response
+until the person answers, within the rule's timeout, or answer 202 and POST the same signed answer to the
+question's `callback_url` later (`callbacks.py`). An unsigned or badly signed answer, one for another
 question (`id`), or one after the question's expiry never approves (fail closed).
 """
 
 from __future__ import annotations
 
-import hashlib
-import hmac
 import secrets
 import time
 from collections.abc import Mapping
@@ -24,6 +23,7 @@ import httpx2
 import orjson
 
 from mcp_interceptors.gateway.approvals.answers import Answer, judge
+from mcp_interceptors.gateway.approvals.callbacks import CALLBACK_PREFIX, SIGNATURE_HEADER, Callbacks, sign, signed_by
 from mcp_interceptors.gateway.approvals.rounds import Question
 from mcp_interceptors.gateway.config import GatewayConfig
 from mcp_interceptors.guards._names import params_of
@@ -31,22 +31,10 @@ from mcp_interceptors.protocol.invoke import InvocationContext
 
 __all__ = ["SIGNATURE_HEADER", "Webhook", "WebhookSettings", "approval_webhooks", "shown_url", "sign", "signed_by"]
 
-#: The header carrying a body's signature, both ways.
-SIGNATURE_HEADER = "X-MCPI-Signature"
 #: The `type` of a question the gateway posts.
 REQUEST_TYPE = "io.github.mcp-interceptors/approval-request"
 #: How much of `answered_by` the audit record keeps.
 _ANSWERED_BY_KEPT = 200
-
-
-def sign(secret: bytes, body: bytes) -> str:
-    """The signature header's value for `body`: `sha256=` and the hex HMAC-SHA256 under `secret`."""
-    return "sha256=" + hmac.new(secret, body, hashlib.sha256).hexdigest()
-
-
-def signed_by(secret: bytes, body: bytes, header: str | None) -> bool:
-    """Whether `header` is `body`'s signature under `secret` (compared in constant time)."""
-    return header is not None and hmac.compare_digest(header.strip(), sign(secret, body))
 
 
 def shown_url(url: str) -> str:
@@ -63,16 +51,23 @@ class WebhookSettings:
 
     url: str
     secret: bytes
+    #: The gateway's base URL as the receiver reaches it (behind a proxy); None: the HTTP listening address.
+    public_url: str | None = None
 
     @classmethod
     def from_config(cls, raw: Mapping[str, Any]) -> WebhookSettings:
-        return cls(url=str(raw["url"]), secret=str(raw["secret"]).encode("utf-8"))
+        public = raw.get("public_url")
+        return cls(
+            url=str(raw["url"]),
+            secret=str(raw["secret"]).encode("utf-8"),
+            public_url=str(public) if public is not None else None,
+        )
 
 
-def approval_webhooks(config: GatewayConfig) -> dict[str, Webhook]:
+def approval_webhooks(config: GatewayConfig, callbacks: Callbacks) -> dict[str, Webhook]:
     """The webhooks of the configured guards, by interceptor name (the `approval` guard's `webhook`)."""
     return {
-        guard.name: Webhook(WebhookSettings.from_config(guard.config["webhook"]))
+        guard.name: Webhook(WebhookSettings.from_config(guard.config["webhook"]), callbacks)
         for guard in config.interceptors.guards
         if guard.name == "approval" and isinstance(guard.config.get("webhook"), Mapping)
     }
@@ -85,9 +80,17 @@ def _iso(at: float) -> str:
 class Webhook:
     """Puts questions to a person through one webhook URL."""
 
-    def __init__(self, settings: WebhookSettings) -> None:
+    def __init__(self, settings: WebhookSettings, callbacks: Callbacks) -> None:
         self.settings = settings
         self.shown_url = shown_url(settings.url)
+        self.callbacks = callbacks
+
+    def callback_url(self, ident: str) -> str | None:
+        """Where the receiver may POST the answer after a 202 (None without an HTTP front to take it)."""
+        if self.callbacks.base_url is None:
+            return None
+        base = self.settings.public_url or self.callbacks.base_url
+        return f"{base.rstrip('/')}{CALLBACK_PREFIX}{ident}"
 
     def question_body(
         self, ident: str, question: Question, context: InvocationContext, event: str, call: Any, expires_at: float
@@ -108,6 +111,7 @@ class Webhook:
             "arguments": call.get("arguments", {}),
             "asked_at": _iso(time.time()),
             "expires_at": _iso(expires_at),
+            "callback_url": self.callback_url(ident),
         }
 
     async def ask(self, question: Question, context: InvocationContext, event: str, call: Any) -> Answer:
@@ -118,13 +122,28 @@ class Webhook:
         body = orjson.dumps(self.question_body(ident, question, context, event, call, deadline))
         headers = {"Content-Type": "application/json", SIGNATURE_HEADER: sign(self.settings.secret, body)}
         answer = Answer("timeout", detail=f"the approval webhook gave no answer within {timeout_s:g} s")
-        with anyio.move_on_after(timeout_s):
-            try:
-                async with httpx2.AsyncClient(timeout=httpx2.Timeout(timeout_s), follow_redirects=False) as client:
-                    response = await client.post(self.settings.url, content=body, headers=headers)
-            except httpx2.HTTPError as exc:
-                return Answer("unreachable", detail=f"the approval webhook failed: {type(exc).__name__}")
-            answer = self._answer(response, ident, question, deadline)
+        # Open before posting: the callback may come before the 202 does.
+        pending = self.callbacks.open(ident, self.settings.secret, deadline)
+        try:
+            with anyio.move_on_after(timeout_s):
+                try:
+                    async with httpx2.AsyncClient(timeout=httpx2.Timeout(timeout_s), follow_redirects=False) as client:
+                        response = await client.post(self.settings.url, content=body, headers=headers)
+                except httpx2.HTTPError as exc:
+                    return Answer("unreachable", detail=f"the approval webhook failed: {type(exc).__name__}")
+                if response.status_code == 202:
+                    if self.callback_url(ident) is None:
+                        return Answer(
+                            "unreachable",
+                            detail="the approval webhook answered 202, but the gateway has no HTTP front "
+                            "to take its answer at a callback URL (stdio)",
+                        )
+                    await pending.done.wait()
+                    assert pending.body is not None
+                    return self._judged(pending.body, ident, question, deadline)
+                answer = self._answer(response, ident, question, deadline)
+        finally:
+            self.callbacks.close(ident)
         return answer
 
     def _answer(self, response: httpx2.Response, ident: str, question: Question, deadline: float) -> Answer:
@@ -134,8 +153,12 @@ class Webhook:
             return Answer(
                 "invalid", detail=f"the webhook's answer is not signed with the shared secret ({SIGNATURE_HEADER})"
             )
+        return self._judged(response.content, ident, question, deadline)
+
+    def _judged(self, content: bytes, ident: str, question: Question, deadline: float) -> Answer:
+        """A signed answer's verdict (the signature already checked)."""
         try:
-            raw = orjson.loads(response.content)
+            raw = orjson.loads(content)
         except orjson.JSONDecodeError:
             return Answer("invalid", detail="the webhook's answer is not JSON")
         if not isinstance(raw, Mapping) or raw.get("id") != ident:

@@ -14,6 +14,8 @@ from typing import Any
 
 from starlette.responses import Response
 
+from mcp_interceptors.gateway.approvals.callbacks import CALLBACK_PREFIX
+
 logger = logging.getLogger(__name__)
 
 _PORT = re.compile(r"[0-9]{1,5}")
@@ -40,8 +42,9 @@ class StrictHosts:
         self.origins = list(origins)
 
     async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
-        # A readiness probe comes by address (`Host: 10.0.0.7:8080`); `/healthz` reads nothing but counts.
-        if scope.get("type") == "http" and not (scope.get("path") == "/healthz" and scope.get("method") == "GET"):
+        # A readiness probe comes by address (`Host: 10.0.0.7:8080`); `/healthz` reads nothing but counts. An
+        # approval callback comes by the receiver's name for the gateway, and its HMAC signature is its check.
+        if scope.get("type") == "http" and not _exempt(scope):
             headers = dict(scope.get("headers") or ())
             host = headers.get(b"host", b"").decode("latin-1")
             origin = headers.get(b"origin")
@@ -56,3 +59,8 @@ class StrictHosts:
                 await refused(scope, receive, send)
                 return
         await self.app(scope, receive, send)
+
+
+def _exempt(scope: Any) -> bool:
+    path, method = str(scope.get("path", "")), scope.get("method")
+    return (path == "/healthz" and method == "GET") or (path.startswith(CALLBACK_PREFIX) and method == "POST")

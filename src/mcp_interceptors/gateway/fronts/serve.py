@@ -23,6 +23,7 @@ from mcp.server.stdio import stdio_server
 from mcp.server.transport_security import TransportSecuritySettings
 from sse_starlette.sse import AppStatus
 
+from mcp_interceptors.gateway.approvals.callbacks import callback_route
 from mcp_interceptors.gateway.auth import build_auth
 from mcp_interceptors.gateway.config import GatewayConfig, authority
 from mcp_interceptors.gateway.fronts.hosts import StrictHosts
@@ -89,6 +90,9 @@ def http_app(gateway: Gateway, host: str, port: int, *, insecure_no_auth: bool =
     auth_settings, verifier = build_auth(config, host, port)
     routes = sse_routes(gateway, security, config.http.max_body_bytes, auth_settings) if config.http.sse else []
     routes.append(health_route(gateway))
+    # The approval webhook's callback: signed answers, so no bearer auth (the only route without it but `/healthz`).
+    gateway.callbacks.base_url = f"http://{authority('127.0.0.1' if host in WILDCARD else host, port)}"
+    routes.append(callback_route(gateway.callbacks, config.http.max_body_bytes))
     if config.http.metrics and gateway.metrics is not None:
         routes.append(metrics_route(gateway.metrics, security, auth_settings))
     if (web_view := ui_mount(config, verifier, allowed_hosts)) is not None:

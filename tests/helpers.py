@@ -317,3 +317,17 @@ def report():
     with open(os.environ["TRACING_SPY_REPORT"], "w") as out:
         json.dump({"started": started, "sdk": sdk}, out)
 """
+
+
+def call_records(folder: Path) -> list[dict[str, Any]]:
+    """The tools/call decision records of `folder`/audit.db, in store order."""
+    import orjson
+
+    from mcp_interceptors.audit import SqliteStore
+
+    store = SqliteStore(folder / "audit.db", create=False)
+    try:
+        bodies = [orjson.loads(raw)["body"] for _, raw in store.iter_records()]
+    finally:
+        store.close()
+    return [body for body in bodies if body.get("event") == "tools/call" and "decision" in body]

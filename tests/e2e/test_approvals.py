@@ -11,14 +11,11 @@ from typing import Any
 
 import anyio
 import mcp_types as types
-import orjson
 import pytest
 from e2e_support import ERAS, ConfigWriter, fresh_gateway, gateway_env, raw_request, text_of, upstream_entry
-from helpers import cli_argv, free_tcp_port, http_transport, run_cli, running
+from helpers import call_records, cli_argv, free_tcp_port, http_transport, run_cli, running
 from mcp import Client, MCPError
 from mcp.client import ClientRequestContext
-
-from mcp_interceptors.audit import SqliteStore
 
 pytestmark = [pytest.mark.anyio, pytest.mark.e2e]
 
@@ -51,16 +48,6 @@ def answering(*answers: types.ElicitResult, asked: list[types.ElicitRequestParam
         return queue.pop(0)
 
     return elicit
-
-
-def call_records(tmp_path: Path) -> list[dict[str, Any]]:
-    """The tools/call decision records, in store order."""
-    store = SqliteStore(tmp_path / "audit.db", create=False)
-    try:
-        bodies = [orjson.loads(raw)["body"] for _, raw in store.iter_records()]
-    finally:
-        store.close()
-    return [body for body in bodies if body.get("event") == "tools/call" and "decision" in body]
 
 
 def approval_entries(record: dict[str, Any]) -> list[dict[str, Any]]:

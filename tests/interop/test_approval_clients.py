@@ -22,14 +22,11 @@ from typing import Any
 
 import anyio
 import mcp_types as types
-import orjson
 import pytest
 import yaml
-from helpers import child_env, cli_argv, free_tcp_port, running, stderr_log, stdio_transport
+from helpers import call_records, child_env, cli_argv, free_tcp_port, running, stderr_log, stdio_transport
 from mcp import Client, MCPError
 from mcp.client import ClientRequestContext
-
-from mcp_interceptors.audit import SqliteStore
 
 pytestmark = [pytest.mark.anyio, pytest.mark.e2e]
 
@@ -93,16 +90,6 @@ async def run_ts_client(script: Path, spec: dict[str, Any]) -> dict[str, Any]:
     assert done.returncode == 0, done.stdout.decode() + done.stderr.decode()
     report: dict[str, Any] = json.loads(done.stdout.decode().strip().splitlines()[-1])
     return report
-
-
-def call_records(tmp_path: Path) -> list[dict[str, Any]]:
-    """The tools/call decision records, in store order."""
-    store = SqliteStore(tmp_path / "audit.db", create=False)
-    try:
-        bodies = [orjson.loads(raw)["body"] for _, raw in store.iter_records()]
-    finally:
-        store.close()
-    return [body for body in bodies if body.get("event") == "tools/call" and "decision" in body]
 
 
 async def assert_recorded(tmp_path: Path, config: Path, answer: str, via: str) -> None:

@@ -33,6 +33,7 @@ import tempfile
 import threading
 import time
 from collections import Counter
+from collections.abc import Callable
 from contextlib import closing, suppress
 from pathlib import Path
 from typing import Any
@@ -56,6 +57,11 @@ SECRET_CORPUS = (
     "sk_live_" + "4eC39HqLyjWDarjtT1zdp7dc",
 )
 ANSWER_TIMEOUT_S = 30.0
+#: How long a crashed upstream may take to be back: the gateway's restart backoff doubles while it crash-loops
+#: (0.2 s up to 10 s), and a call waits only its upstream's timeout for the restart.
+RECOVERY_S = 30.0
+#: The errors an injected fault gives the calls it takes down: the upstream closed (-32000), timed out (-32001).
+FAULT_CODES = (-32000, -32001)
 _ids = itertools.count(1)
 # Only ids the harness drew count for "answered twice": fuzzed lines may repeat an id of their own (hypothesis
 # replays an example's data), and two requests sent with one id rightly get two answers.
@@ -215,6 +221,15 @@ class StdioGateway:
         if self.popen.stdout is not None:
             self.popen.stdout.close()
         self.stderr.close()
+
+
+def assert_recovers(echo: Callable[[], dict[str, Any]]) -> None:
+    """After a crash the upstream is back: `echo` gets its result within `RECOVERY_S`, and only a fault's
+    error before that."""
+    deadline = time.monotonic() + RECOVERY_S
+    while "result" not in (answer := echo()):
+        assert answer["error"]["code"] in FAULT_CODES and time.monotonic() < deadline, answer
+        time.sleep(0.1)
 
 
 def is_answer(message: Any) -> bool:

@@ -69,6 +69,7 @@ class GatewayMachine(RuleBasedStateMachine):
     def upstream_crashes(self) -> None:
         answer = self.gw.call("crash", {})
         assert "error" in answer or answer.get("result", {}).get("isError"), answer
+        targets.assert_recovers(lambda: self.gw.call("echo", {"text": "back"}))
 
     @rule()
     def upstream_hangs(self) -> None:

@@ -139,8 +139,11 @@ REFUSALS: list[tuple[str, dict[str, Any], dict[str, Any]]] = [
     ("tools/call", {"name": "hidden_tool", "arguments": {}}, {"reason": "not advertised to this session"}),
     ("tools/call", {"name": "no_such_tool", "arguments": {}}, {"reason": "not advertised to this session"}),
     ("tools/call", {"name": 5, "arguments": {}}, {"field": "name"}),
+    ("tools/call", {"name": "echo", "arguments": "x"}, {"field": "arguments"}),
+    ("tools/call", {"name": "echo", "arguments": [1]}, {"field": "arguments"}),
     ("tools/call", {"name": "echo", "arguments": {"text": "x"}, "task": {}}, {"field": "task"}),
     ("prompts/get", {"name": "no_such_prompt"}, {}),
+    ("prompts/get", {"name": "greet", "arguments": {"who": 5}}, {"field": "arguments.who"}),
     ("resources/read", {"uri": "nowhere://x"}, {}),
 ]
 
@@ -153,13 +156,14 @@ async def test_a_call_the_gateway_refuses_is_closed_by_a_refused_denial(
     `refused` and the client's error, closed by its receipt; the trail once had nothing of it, even when its
     request chain had run."""
     config = audited(write_config, tmp_path, interceptors={"hosts": [{"module": "e2e_hosts:host"}]})
-    # Over HTTP, a 2026-07-28 request whose name is no string is refused by mcp's transport (-32020: its
-    # Mcp-Name header cannot match), before it reaches the gateway's governed path. A 2026-07-28 client's
-    # handshake-era task hint is ignored, not refused (SEP-2663; tests/e2e/test_tasks.py).
+    # Over HTTP, a 2026-07-28 request whose name is no string (-32020: its Mcp-Name header cannot match) or
+    # whose arguments do not fit the schema (-32602) is refused by mcp's transport, before it reaches the
+    # gateway's governed path. A 2026-07-28 client's handshake-era task hint is ignored, not refused
+    # (SEP-2663; tests/e2e/test_tasks.py).
     refusals = [
         case
         for case in REFUSALS
-        if (transport == "stdio" or isinstance(case[1].get("name", ""), str))
+        if (transport == "stdio" or case[2].get("field") not in ("name", "arguments", "arguments.who"))
         and (era == "legacy" or "task" not in case[1])
     ]
     errors = []

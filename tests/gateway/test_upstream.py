@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import logging
+import re
 from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
+from functools import partial
 from typing import Any
 
 import anyio
@@ -38,6 +40,32 @@ async def test_a_server_that_dies_right_after_its_handshake_is_restarted_with_gr
         await conn.run()
     delays = [record.args[-1] for record in caplog.records if "reconnecting" in str(record.msg)]  # type: ignore[index]
     assert delays == [0.01, 0.02, 0.04, 0.08]
+
+
+async def test_a_call_to_an_upstream_backing_off_is_told_when_it_reconnects(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A crash loop backs off up to 10 s, longer than a call waits: the call's -32000 says when the next try is."""
+    monkeypatch.setattr(connection, "_BACKOFF_FIRST_S", 5.0)
+    conn = UpstreamConnection("flaky", TransportConfig(command="server"))
+
+    async def connect_once(on_ready: Callable[[], None]) -> None:
+        raise OSError("it exited")
+
+    monkeypatch.setattr(conn, "_connect_once", connect_once)
+    restarted = anyio.Event()
+    conn.on_restart = restarted.set
+    before = conn.unavailable().message
+    with anyio.fail_after(10):
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(partial(conn.run, retry_start=True))
+            await restarted.wait()
+            backing_off = conn.unavailable()
+            conn.close()
+    assert before == "upstream 'flaky' is unavailable (not connected)"
+    assert backing_off.code == -32000
+    assert backing_off.data == {"upstream": "flaky"}
+    assert re.fullmatch(
+        r"upstream 'flaky' is unavailable \(OSError: it exited; reconnecting in [45]\.\d s\)", backing_off.message
+    )
 
 
 async def test_an_http_upstream_message_is_capped_but_not_its_event_stream() -> None:

@@ -49,6 +49,20 @@ _LIST_CAPABILITY = {
 }
 
 
+def check_arguments(method: str, arguments: Any) -> None:
+    """A call's `params.arguments`, when present, is an object; a prompt's values are strings (the schema's shapes:
+    an upstream must never get what no client may send)."""
+    if arguments is None or method not in ("tools/call", "prompts/get"):
+        return
+    if not isinstance(arguments, Mapping):
+        raise MCPError(INVALID_PARAMS, f"{method}: params.arguments must be an object", {"field": "arguments"})
+    if method == "prompts/get":
+        for key, value in arguments.items():
+            if not isinstance(value, str):
+                field = f"arguments.{key}"
+                raise MCPError(INVALID_PARAMS, f"prompts/get: params.{field} must be a string", {"field": field})
+
+
 class Listings:
     """Serves listings and routes calls for every session; `startup` is the catalog listed at start."""
 
@@ -297,6 +311,7 @@ class Listings:
         key = (params or {}).get(key_name)
         if not isinstance(key, str):
             raise MCPError(INVALID_PARAMS, f"{method}: params.{key_name} must be a string", {"field": key_name})
+        check_arguments(method, (params or {}).get("arguments"))
         enforce = check and self.config.advertised_equals_callable
         # What this session was shown, held here: a `list_changed` while the catalog is fetched below
         # drops `session.advertised`, and must not make an item just shown (and still listed) uncallable.

@@ -138,6 +138,8 @@ class UpstreamConnection:
         self._calls = 0
         self._idle = anyio.Event()
         self._last_error: str | None = None
+        #: When the next connection attempt starts while it backs off after a failure (loop time), else None.
+        self._retry_at: float | None = None
         self._scope: anyio.CancelScope | None = None
         #: The last HTTP error status the upstream answered with ("401 Unauthorized"), to explain mcp's -32603.
         self._http_error: str | None = None
@@ -199,6 +201,8 @@ class UpstreamConnection:
     def unavailable(self) -> UpstreamUnavailableError:
         """The error a call to this upstream gets while it is down: -32000 naming it and why."""
         reason = self._last_error or "not connected"
+        if self._retry_at is not None:  # a crash loop backs off up to 10 s: say when it tries again
+            reason += f"; reconnecting in {max(self._retry_at - anyio.current_time(), 0.0):.1f} s"
         return UpstreamUnavailableError(
             CONNECTION_CLOSED, f"{self.role} {self.name!r} is unavailable ({reason})", {"upstream": self.name}
         )
@@ -252,7 +256,11 @@ class UpstreamConnection:
                     self.restarts += 1
                     if self.on_restart is not None:  # the gateway's metrics
                         self.on_restart()
-                    await anyio.sleep(delay)
+                    self._retry_at = anyio.current_time() + delay
+                    try:
+                        await anyio.sleep(delay)
+                    finally:
+                        self._retry_at = None
                     delay = min(delay * 2, _BACKOFF_MAX_S)
         finally:
             if self._exchanges is not None:  # the HTTP client of private exchanges lives as long as this

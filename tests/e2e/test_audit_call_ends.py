@@ -148,7 +148,7 @@ REFUSALS: list[tuple[str, dict[str, Any], dict[str, Any]]] = [
 ]
 
 
-@pytest.mark.parametrize(("transport", "era"), [("stdio", "legacy"), ("http", "2026-07-28")])
+@pytest.mark.parametrize(("transport", "era"), [("stdio", "legacy"), ("http", "2026-07-28"), ("http", "legacy")])
 async def test_a_call_the_gateway_refuses_is_closed_by_a_refused_denial(
     write_config: ConfigWriter, tmp_path: Path, transport: str, era: str
 ) -> None:
@@ -156,14 +156,15 @@ async def test_a_call_the_gateway_refuses_is_closed_by_a_refused_denial(
     `refused` and the client's error, closed by its receipt; the trail once had nothing of it, even when its
     request chain had run."""
     config = audited(write_config, tmp_path, interceptors={"hosts": [{"module": "e2e_hosts:host"}]})
-    # Over HTTP, a 2026-07-28 request whose name is no string (-32020: its Mcp-Name header cannot match) or
+    # Over HTTP, a request whose name is no string (2026-07-28: -32020, its Mcp-Name header cannot match) or
     # whose arguments do not fit the schema (-32602) is refused by mcp's transport, before it reaches the
     # gateway's governed path. A 2026-07-28 client's handshake-era task hint is ignored, not refused
     # (SEP-2663; tests/e2e/test_tasks.py).
+    malformed = ("name", "arguments", "arguments.who")
     refusals = [
         case
         for case in REFUSALS
-        if (transport == "stdio" or case[2].get("field") not in ("name", "arguments", "arguments.who"))
+        if (transport == "stdio" or case[2].get("field") not in malformed)
         and (era == "legacy" or "task" not in case[1])
     ]
     errors = []

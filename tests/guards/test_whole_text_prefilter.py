@@ -18,11 +18,11 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from mcp_interceptors.guards import _scanning
+from mcp_interceptors.guards import _scanning, _whole_text
 from mcp_interceptors.guards._detectors import PiiScanner, SecretScanner
-from mcp_interceptors.guards._detectors._engine import re2
+from mcp_interceptors.guards._detectors._engine import ScanText, re2
 from mcp_interceptors.guards._scanning import TextScanner, find_in_payload, redact_payload
-from mcp_interceptors.guards._walk import string_values, verbatim_json
+from mcp_interceptors.guards._walk import string_values, verbatim_json, verbatim_json_bytes
 
 pytestmark = pytest.mark.skipif(re2 is None, reason="the whole-text test needs google-re2")
 
@@ -127,7 +127,6 @@ def test_verbatim_json_holds_every_string_as_it_is_or_gives_up() -> None:
     assert text is not None
     for value in string_values(payload, include_keys=True, include_integers=True):
         assert value in text
-    assert verbatim_json(payload) is text  # the same payload again: the same text object
     for hostile in ['a "quote"', "a \\ backslash", "caf\u00e9", "bell\x07", "\ud800", b"bytes", {1: "int key"}]:
         assert verbatim_json({"v": hostile}) is None
 
@@ -145,6 +144,44 @@ def test_any_payload_is_found_as_the_string_walk_finds_it(values: list[Any], at:
     payload = rows(values, at=at)
     payload["params"]["arguments"]["more"] = values
     assert_same_either_way(payload)
+
+
+def assert_one_pass_says_no_only_where_each_test_does(payload: Any) -> None:
+    """The scanner's one combined regex (`clean_text_filter`) matches nowhere only where the readings test and
+    `may_find`, run one by one, both say no: so `rules_out` gives the same answer either way."""
+    data = verbatim_json_bytes(payload)
+    if data is None:
+        return
+    scan = ScanText(data.decode("ascii"))
+    for name, scanner in SCANNERS.items():
+        for keys in (False, True):
+            for integers in (False, True):
+                combined = scanner.scanner.clean_text_filter(_whole_text._READING_SOURCES[keys, integers])
+                if combined.search(data) is None:
+                    assert not _whole_text._readable(data, keys, integers), (name, keys, integers)
+                    assert not scanner.scanner.may_find(scan), (name, keys, integers)
+
+
+@pytest.mark.parametrize("value", [*TRICKY, *PLAIN, "x" * 16, "k" * 15, "1e5", "2E-3", "a%b", "a&b"], ids=repr)
+def test_the_one_pass_says_no_only_where_each_test_does(value: Any) -> None:
+    assert_one_pass_says_no_only_where_each_test_does(rows(value))
+    assert_one_pass_says_no_only_where_each_test_does({"k": value, "run" * 6: 1})
+    if isinstance(value, str):
+        assert_one_pass_says_no_only_where_each_test_does({value: "x", "n": 1})
+
+
+@settings(max_examples=150, deadline=None)
+@given(st.lists(json_values, min_size=1, max_size=4), st.text('ab1e+-":%&=/\n ', max_size=40))
+def test_the_one_pass_says_no_only_where_each_test_does_on_any_payload(values: list[Any], noise: str) -> None:
+    assert_one_pass_says_no_only_where_each_test_does({"values": values, "noise": noise, noise: noise})
+
+
+def test_a_clean_payload_is_ruled_out_in_one_pass() -> None:
+    data = verbatim_json_bytes(rows())
+    assert data is not None
+    for scanner in SCANNERS.values():
+        for keys in (False, True):
+            assert scanner.scanner.clean_text_filter(_whole_text._READING_SOURCES[keys, True]).search(data) is None
 
 
 @pytest.mark.parametrize("limit", [0, 1, 5, 32])

@@ -30,6 +30,7 @@ __all__ = [
     "string_values_within",
     "text_block_runs",
     "verbatim_json",
+    "verbatim_json_bytes",
     "walk_strings",
 ]
 
@@ -227,22 +228,17 @@ def verbatim_json(payload: Any) -> str | None:
     One `orjson.dumps` in C, against a walk in Python: a scanner that finds nothing in this text, where
     strings are bounded by quotes as they are by separators in a joined scan, finds nothing in any string.
     The text holds more than the strings (keys, numbers, punctuation), which can only add to what is found.
-    The same text object comes back for the same JSON as the call before (the guards of a chain read one
-    payload in turn), so what a caller worked out from it can be kept by identity.
     """
+    data = verbatim_json_bytes(payload)
+    return None if data is None else data.decode("ascii")
+
+
+def verbatim_json_bytes(payload: Any) -> bytes | None:
+    """`verbatim_json(payload)` as its ASCII bytes (what RE2 reads), without decoding them."""
     try:
         data = orjson.dumps(payload)
     except orjson.JSONEncodeError:  # a value or key JSON cannot hold, a lone surrogate, too deep
         return None
-    last = _last_verbatim[0]
-    if last is not None and last[0] == data:
-        return last[1]
-    text = _verbatim_text(data)
-    _last_verbatim[0] = (data, text)
-    return text
-
-
-def _verbatim_text(data: bytes) -> str | None:
     if not data.isascii():
         return None
     if b"\\" in data:
@@ -250,11 +246,7 @@ def _verbatim_text(data: bytes) -> str | None:
             return None
         for escape, char in _UNDONE_ESCAPES:
             data = data.replace(escape, char)
-    return data.decode("ascii")
-
-
-# One slot, replaced whole (a thread reading it holds its own reference): the last JSON and its text.
-_last_verbatim: list[tuple[bytes, str | None] | None] = [None]
+    return data
 
 
 def iter_strings(payload: Any, *, include_keys: bool = False) -> Iterator[tuple[str, str]]:

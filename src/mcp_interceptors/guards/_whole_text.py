@@ -1,10 +1,12 @@
 """Rules a payload of many strings out whole, for the scanners of `_scanning`: its `_walk.verbatim_json`
-text, one RE2 pass of the scanner over it (`may_find`), and a test in C for anything a reading could undo.
+text, and one RE2 pass over it for both what the scanner's patterns and what any reading need.
 
 A scanner may offer `may_find(ScanText)`: False only when no rule's pattern matches anywhere in the text
 (the patterns alone, before any check), so `scan` finds nothing in any part of it. Strings stand in the
 text as they are, bounded by quotes as a joined scan bounds them by separators; the text holds more
 (keys, numbers, punctuation), which can only make `may_find` say yes where the strings alone would not.
+Its `clean_text_filter` folds that test and the readings' (`_READING_SOURCES`) into one regex: where
+that regex matches nowhere, both tests say no; where it matches, they are run one by one, as they were.
 """
 
 from __future__ import annotations
@@ -13,7 +15,7 @@ import re
 from typing import Any
 
 from mcp_interceptors.guards._detectors._engine import ScanText
-from mcp_interceptors.guards._walk import verbatim_json
+from mcp_interceptors.guards._walk import verbatim_json_bytes
 
 __all__ = ["rules_out"]
 
@@ -30,6 +32,21 @@ _NUMBER_CHARS = bytes(
 )
 _EXPONENTS = (b"0e0", b"0e+0")
 
+#: What `_readable` looks for, as RE2 sources matching where it says yes: a percent sign or an ampersand;
+#: a blob run (one not followed by `":`, a mapping key's end, unless keys are read too); a digit, an `e`
+#: and a digit, with a sign between or not (with `integers`). Keyed by `(keys, integers)`.
+_BLOB = r"[A-Za-z0-9+/=_\-\r\n]"
+_NOT_BLOB_NOR_QUOTE = r'[^A-Za-z0-9+/=_\-\r\n"]'
+_READING_SOURCES = {
+    (keys, integers): (
+        "[%&]",
+        f"{_BLOB}{{16}}" if keys else f'{_BLOB}{{16,}}(?:{_NOT_BLOB_NOR_QUOTE}|"[^:]|"?$)',
+        *(["[0-9][eE][+\\-]?[0-9]"] if integers else []),
+    )
+    for keys in (False, True)
+    for integers in (False, True)
+}
+
 
 def rules_out(payload: Any, scanner: Any, *, keys: bool, integers: bool) -> bool:
     """True when `scanner` finds nothing in any string of `payload` (and its keys, with `keys`; its integers'
@@ -38,31 +55,20 @@ def rules_out(payload: Any, scanner: Any, *, keys: bool, integers: bool) -> bool
     if (
         may_find is None
         or not isinstance(payload, dict)  # a dict's JSON ends in `}`: a value's closing quote has a char after it
-        or (text := verbatim_json(payload)) is None
+        or (data := verbatim_json_bytes(payload)) is None
     ):
         return False
-    scan, readable = _whole_text(text, keys, integers)
-    return not readable and not may_find(scan)
+    clean_text_filter = getattr(scanner, "clean_text_filter", None)
+    combined = clean_text_filter(_READING_SOURCES[keys, integers]) if clean_text_filter is not None else None
+    if combined is not None and combined.search(data) is None:
+        return True
+    return not _readable(data, keys, integers) and not may_find(ScanText(data.decode("ascii")))
 
 
-def _whole_text(text: str, keys: bool, integers: bool) -> tuple[ScanText, bool]:
-    """The `ScanText` of a `verbatim_json` text, and whether any of its strings may hold a reading; kept for
-    the text object `verbatim_json` gives again to the next guard reading the same payload."""
-    last = _last_whole[0]
-    if last is None or last[0].text is not text:
-        last = _last_whole[0] = (ScanText(text), {})
-    scan, verdicts = last
-    readable = verdicts.get((keys, integers))
-    if readable is None:
-        data = scan.data
-        # `verbatim_json` gave ASCII with no backslash: with no percent sign or ampersand, `may_hide` is false.
-        readable = b"%" in data or b"&" in data or _may_hold_readings(data, keys=keys, integers=integers)
-        verdicts[(keys, integers)] = readable
-    return scan, readable
-
-
-# One slot, replaced whole: the last whole text read, and its verdicts by (keys, integers).
-_last_whole: list[tuple[ScanText, dict[tuple[bool, bool], bool]] | None] = [None]
+def _readable(data: bytes, keys: bool, integers: bool) -> bool:
+    """Whether any string of a `verbatim_json` text may hold a reading. The text is ASCII with no backslash:
+    with no percent sign or ampersand, `may_hide` is false."""
+    return b"%" in data or b"&" in data or _may_hold_readings(data, keys=keys, integers=integers)
 
 
 def _may_hold_readings(data: bytes, *, keys: bool, integers: bool) -> bool:

@@ -13,7 +13,7 @@ import re
 from collections.abc import Callable, Iterable, Sequence
 from functools import cache, partial
 from itertools import accumulate
-from typing import Literal
+from typing import Any, Literal
 
 from ._checksums import IBAN_LENGTHS, is_card_number, is_iban, is_us_ssn
 from ._engine import CompiledPattern, ScanText, compile_prefilter, compile_set, engine_for, re2, resolve_engine
@@ -319,8 +319,10 @@ class PiiScanner:
         ]
         self._plan_for_answer: dict[frozenset[int], list[_PlanEntry]] = {}
         patterns = [pattern for kind, pattern, *_ in rules if kind in wanted]
+        self._patterns = patterns
         self._any = compile_prefilter(patterns)
         self._which = compile_set(patterns)
+        self._clean_filters: dict[tuple[str, ...], Any] = {}
         # The set runs RE2 on the text's UTF-8 bytes, as the re2 rules do. A rule on stdlib `re` agrees
         # with it on any text only if it is made of ASCII literals and classes (email's); case folding
         # and negated classes treat non-ASCII chars (and lone surrogates) differently in the two.
@@ -359,6 +361,17 @@ class PiiScanner:
         `_active_plan`; "unknown" counts as a maybe). Any part of the text then scans clean."""
         plan = self._active_plan(scan)
         return plan is None or bool(plan)
+
+    def clean_text_filter(self, more: tuple[str, ...]) -> Any:
+        """One RE2 regex over an ASCII text's bytes matching wherever any rule's pattern or any of the `more`
+        patterns does, or None without google-re2. Its "no match" means `may_find` is False and no `more`
+        pattern matches: one pass for what the rules' pass and `more`'s own passes would say."""
+        if self._which is None or self._any is None:
+            return None
+        compiled = self._clean_filters.get(more)
+        if compiled is None:
+            compiled = self._clean_filters[more] = compile_prefilter([*self._patterns, *more])
+        return compiled
 
     def forget_verdicts(self) -> None:
         """Drop the remembered phone verdicts, so the next scans judge every number as seen for the first

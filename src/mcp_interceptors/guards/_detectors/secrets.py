@@ -11,7 +11,15 @@ import re
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any, Literal
 
-from ._engine import CompiledPattern, ScanText, compile_set, compile_user_pattern, engine_for, re2_escape
+from ._engine import (
+    CompiledPattern,
+    ScanText,
+    compile_prefilter,
+    compile_set,
+    compile_user_pattern,
+    engine_for,
+    re2_escape,
+)
 from ._secret_rules import RANK, RULES, SECRET_KINDS, SHORTEST, Rule, example_keys
 from .findings import Finding, inside_any, merge_spans
 
@@ -45,11 +53,13 @@ class SecretScanner:
         literals = sorted({re.escape(literal) for rule, _ in self._rules for literal in rule.literals})
         self._literals = re.compile("|".join(literals) or "(?!)")
         self._keywords = sorted({keyword for rule, _ in self._rules for keyword in rule.keywords})
-        self._triggers, self._needs = _trigger_set([rule for rule, _ in self._rules])
+        self._trigger_sources, self._needs = _trigger_sources([rule for rule, _ in self._rules])
+        self._triggers = compile_set(self._trigger_sources)
         # The rules each answer of the trigger set selects, worked out once per distinct answer (a set of
         # a dozen entries gives few distinct answers, and most texts give one of a handful).
         self._rules_for_answer: dict[frozenset[int], list[tuple[Rule, CompiledPattern]]] = {}
         self._extras = [_compile_extra(kind, source) for kind, source in (extra_patterns or {}).items()]
+        self._clean_filters: dict[tuple[str, ...], Any] = {}
 
     def scan(self, text: str) -> list[Finding]:
         """Return the credentials found in `text`."""
@@ -82,6 +92,18 @@ class SecretScanner:
         if self._extras or self._triggers is None:
             return True
         return bool(self._triggered_rules(scan))
+
+    def clean_text_filter(self, more: tuple[str, ...]) -> Any:
+        """One RE2 regex over a text's UTF-8 bytes matching wherever any trigger or any of the `more` patterns
+        does, or None when no such regex can stand for `may_find` (extra patterns, no google-re2, a rule with
+        nothing to trigger it). Its "no match" means `may_find` is False and no `more` pattern matches:
+        one pass for what a trigger set pass and `more`'s own passes would say."""
+        if self._extras or self._triggers is None or not all(self._needs):
+            return None
+        compiled = self._clean_filters.get(more)
+        if compiled is None:
+            compiled = self._clean_filters[more] = compile_prefilter([*self._trigger_sources, *more])
+        return compiled
 
     def _triggered_rules(self, scan: ScanText) -> list[tuple[Rule, CompiledPattern]]:
         """The rules whose literals and keywords occur in the text (most strings in a payload hold none)."""
@@ -121,9 +143,9 @@ class SecretScanner:
         return any(keyword in lowered for keyword in self._keywords)
 
 
-def _trigger_set(rules: Sequence[Rule]) -> tuple[Any, list[frozenset[int]]]:
-    """An RE2 set with one entry per distinct literal or keyword alternation, and per rule the entries
-    it needs; (None, ...) without google-re2."""
+def _trigger_sources(rules: Sequence[Rule]) -> tuple[list[str], list[frozenset[int]]]:
+    """The RE2 sources of the trigger set, one per distinct literal or keyword alternation, and per rule the
+    indices of the entries it needs."""
     entries: dict[str, int] = {}
     needs: list[frozenset[int]] = []
     for rule in rules:
@@ -134,7 +156,7 @@ def _trigger_set(rules: Sequence[Rule]) -> tuple[Any, list[frozenset[int]]]:
             if keywords:
                 sources.append("(?i:" + "|".join(re2_escape(keyword) for keyword in keywords) + ")")
         needs.append(frozenset(entries.setdefault(source, len(entries)) for source in sources))
-    return compile_set(list(entries)), needs
+    return list(entries), needs
 
 
 def _compile_extra(kind: str, source: str) -> tuple[str, Any, int]:

@@ -123,6 +123,13 @@ class DownstreamSession:
 
     # ------------------------------------------------------------------ its calls
 
+    @property
+    def ends_calls(self) -> bool:
+        """Whether the client can end this session with calls in flight (`end_calls`): a handshake-era HTTP
+        client can (`DELETE`); a 2026-07-28 client has no session to end, and a stdio client ends its
+        session only by closing its input, whose calls the stdio front drains."""
+        return self.era == "legacy" and self.key != STDIO_SESSION_KEY
+
     def target(self) -> Downstream | None:
         """Where a request an upstream sends goes: the newest call's stream, else the session's own."""
         return self.inflight[-1] if self.inflight else self.standalone
@@ -131,6 +138,8 @@ class DownstreamSession:
         """The client is ending the session: every request in flight is cancelled (an upstream request with
         `notifications/cancelled`) and answered -32000 with `why`, as is any that comes after. Whether there
         was any in flight."""
+        if not self.ends_calls:
+            return False
         self.end_reason = why
         for scope in self._call_scopes:
             scope.cancel()

@@ -5,6 +5,7 @@
     python bench/profile_layers.py --front http -c 8       # the Streamable HTTP front, eight in flight
     python bench/profile_layers.py --audit                 # with the signed SQLite audit trail on
     python bench/profile_layers.py --guards                # no guards: the bare relay
+    python bench/profile_layers.py --telemetry             # with tracing on (spans built and batched, then dropped)
     python bench/profile_layers.py --stats OUT.prof        # also keep the stats (pstats, snakeviz)
 
 The gateway (`mcp-interceptors gateway`, the echo upstream of `gateway_overhead.py`) is driven by the
@@ -104,13 +105,15 @@ def cpu_seconds(pid: int) -> float:
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
-def gateway_config(folder: Path, audit: bool, guards: list[str]) -> Path:
+def gateway_config(folder: Path, audit: bool, guards: list[str], telemetry: bool = False) -> Path:
     config: dict[str, Any] = {
         "upstreams": {"echo": {"command": sys.executable, "args": echo_argv()[1:], "prefix": ""}},
         "interceptors": {"guards": [{"name": guard} for guard in guards]},
     }
     if audit:
         config["audit"] = {"enabled": True, "store": str(folder / "audit.db"), "key_file": str(folder / "key")}
+    if telemetry:  # every span built and batched, then dropped (as tracing_overhead.py's `tracing on`)
+        config["telemetry"] = {"exporter": "none"}
     path = folder / "gateway.json"
     path.write_text(json.dumps(config))
     return path
@@ -147,7 +150,7 @@ async def envelope_session(argv: list[str], errlog: Any) -> AsyncIterator[StdioS
 
 @asynccontextmanager
 async def gateway_session(args: argparse.Namespace, folder: Path, stats: Path) -> AsyncIterator[tuple[Session, int]]:
-    argv = profiled_argv(gateway_argv(gateway_config(folder, args.audit, args.guards)), stats)
+    argv = profiled_argv(gateway_argv(gateway_config(folder, args.audit, args.guards, args.telemetry)), stats)
     errlog = (folder / "gateway.err").open("wb")
     if args.front == "http":
         port = free_port()
@@ -229,7 +232,7 @@ async def run(args: argparse.Namespace) -> None:
     total = sum(seconds.values())
     print(
         f"front {args.front}, era {args.era}, c={args.concurrency}, guards {' '.join(args.guards) or 'none'}, "
-        f"audit {'on' if args.audit else 'off'}"
+        f"audit {'on' if args.audit else 'off'}, tracing {'on' if args.telemetry else 'off'}"
     )
     print(
         f"{args.calls} calls: p50 {plain.p50_ms:.3f} ms ({profiled.p50_ms:.3f} ms under cProfile), {plain.rate:.0f} "
@@ -252,6 +255,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--calls", type=int, default=3000)
     parser.add_argument("--guards", nargs="*", default=GUARDS, help="in-process guards (none: a bare relay)")
     parser.add_argument("--audit", action="store_true", help="turn the signed SQLite audit trail on")
+    parser.add_argument("--telemetry", action="store_true", help="turn tracing on (`telemetry: {exporter: none}`)")
     parser.add_argument("--stats", help="copy the cProfile stats here (for pstats or snakeviz)")
     return parser.parse_args(argv)
 

@@ -27,7 +27,8 @@ from opentelemetry.trace import Span, SpanContext, SpanKind, StatusCode
 from opentelemetry.trace.propagation.tracecontext import TraceContextTextMapPropagator
 
 from mcp_interceptors.gateway.span_attributes import request_attributes, span_name
-from mcp_interceptors.invoker.tracing import NS, ChainSpans, FinishedSpans
+from mcp_interceptors.invoker.finished_spans import FinishedSpans
+from mcp_interceptors.invoker.tracing import NS, ChainSpans
 
 if TYPE_CHECKING:
     from opentelemetry.sdk.trace import ReadableSpan, SpanProcessor, TracerProvider
@@ -130,7 +131,7 @@ class Telemetry:
         self.provider = provider
         self.tracer = provider.get_tracer(SCOPE, __version__)
         #: The provider's one processor, when known: chain, interceptor and request spans then go to it already
-        #: finished (`FinishedSpans`, a tenth of the cost of a live span through the tracer).
+        #: finished (`FinishedSpans`, a small part of the cost of a live span through the tracer).
         self._finished = FinishedSpans(provider, processor, SCOPE, __version__) if processor is not None else None
         #: What `Chain.run_plan` makes a run's spans with (the gateway sets it as its chains' `tracing`).
         self.chain_spans = ChainSpans(self.tracer, self._finished)

@@ -1,11 +1,11 @@
 """Chain and interceptor spans (OpenTelemetry), shared by `Chain` and the gateway.
 
 A chain run gets one INTERNAL span (`chain {event} {phase}`) and a child per interceptor invocation
-(`interceptor {name}`), the children laid out from the run's measured timings once it is over. Given the
-processor of the provider (the gateway builds its own), the spans are handed to it already finished, with
-ids drawn up front, so no SDK span is built live; any other tracer (a provider an application set) gets
-them through the public API with explicit start and end times. Imported only when tracing is on: it loads
-opentelemetry.
+(`interceptor {name}`), the children laid out from the run's measured timings once it is over; names and
+fixed attributes are derived once per plan (`PlanSpans`). Given the processor of the provider (the gateway
+builds its own), the spans are handed to it already finished (`finished_spans.py`), so no SDK span is built
+live; any other tracer (a provider an application set) gets them through the public API with explicit start
+and end times. Imported only when tracing is on: it loads opentelemetry.
 """
 
 from __future__ import annotations
@@ -17,16 +17,17 @@ from typing import TYPE_CHECKING, Any, Final
 
 from opentelemetry import context as otel_context
 from opentelemetry import trace
-from opentelemetry.trace import NonRecordingSpan, SpanContext, SpanKind, Status, StatusCode, TraceFlags
+from opentelemetry.trace import NonRecordingSpan, SpanContext, SpanKind, StatusCode
 
 from mcp_interceptors.executor import ChainResult
 from mcp_interceptors.planning import Plan
 from mcp_interceptors.protocol.results import MutationResult, ValidationResult
 
 if TYPE_CHECKING:
-    from opentelemetry.sdk.trace import SpanProcessor, TracerProvider
     from opentelemetry.trace import Span, Tracer
     from opentelemetry.trace import TracerProvider as ApiTracerProvider
+
+    from mcp_interceptors.invoker.finished_spans import Child, FinishedSpans
 
 #: Where our own attributes live (the MCP semantic conventions name the rest).
 NS: Final = "mcp_interceptors."
@@ -34,13 +35,15 @@ NS: Final = "mcp_interceptors."
 SCOPE: Final = "mcp_interceptors"
 
 
-def interceptor_attributes(name: str, kind: str, mode: str, outcome: Any) -> dict[str, Any]:
-    """The attributes of one interceptor invocation's span, from its result (or failure)."""
-    attributes: dict[str, Any] = {
-        NS + "interceptor.name": name,
-        NS + "interceptor.type": kind,
-        NS + "interceptor.mode": mode,
-    }
+#: The interceptor statuses whose span has an error status.
+_FAILED: Final = frozenset({"failed", "timeout", "blocked"})
+_DURATION: Final = NS + "interceptor.duration_ms"
+#: Plans whose span layout a `ChainSpans` keeps; past this it starts over (a layout is cheap to derive).
+_MAX_LAYOUTS: Final = 512
+
+
+def outcome_attributes(attributes: dict[str, Any], mode: str, outcome: Any) -> str:
+    """Add to an interceptor invocation's span `attributes` what its result (or failure) tells; its status."""
     if isinstance(outcome, ValidationResult):
         blocks = not outcome.valid and mode == "active" and outcome.severity == "error"
         status = "valid" if outcome.valid else ("blocked" if blocks else "invalid")
@@ -57,7 +60,18 @@ def interceptor_attributes(name: str, kind: str, mode: str, outcome: Any) -> dic
     attributes[NS + "interceptor.status"] = status
     duration = getattr(outcome, "duration_ms", None)
     if isinstance(duration, int | float):
-        attributes[NS + "interceptor.duration_ms"] = float(duration)
+        attributes[_DURATION] = float(duration)
+    return status
+
+
+def step_attributes(name: str, kind: str, mode: str) -> dict[str, Any]:
+    return {NS + "interceptor.name": name, NS + "interceptor.type": kind, NS + "interceptor.mode": mode}
+
+
+def interceptor_attributes(name: str, kind: str, mode: str, outcome: Any) -> dict[str, Any]:
+    """The attributes of one interceptor invocation's span, from its result (or failure)."""
+    attributes = step_attributes(name, kind, mode)
+    outcome_attributes(attributes, mode, outcome)
     return attributes
 
 
@@ -71,166 +85,54 @@ def reason_of(outcome: Any) -> str:
 
 
 def chain_attributes(plan: Plan, result: ChainResult | None) -> dict[str, Any]:
-    attributes: dict[str, Any] = {
+    return finish_chain_attributes(plan_attributes(plan), result)
+
+
+def plan_attributes(plan: Plan) -> dict[str, Any]:
+    """What every run of `plan` puts on its chain span, whatever its outcome."""
+    return {
         NS + "chain.event": plan.event,
         NS + "chain.phase": plan.phase,
         NS + "chain.direction": plan.direction,
         NS + "chain.interceptors": len(plan.steps),
-        NS + "chain.outcome": "unfinished" if result is None else result.status,
     }
+
+
+def finish_chain_attributes(base: Mapping[str, Any], result: ChainResult | None) -> dict[str, Any]:
+    attributes = {**base, NS + "chain.outcome": "unfinished" if result is None else result.status}
     if result is not None and result.aborted_at is not None:
         attributes[NS + "chain.aborted_at"] = result.aborted_at.interceptor
     return attributes
 
 
-_UNSET: Final = Status(StatusCode.UNSET)
+#: One step's part of a layout: its name, its span's name, its mode and its span's fixed attributes.
+StepSpan = tuple[str, str, str, dict[str, Any]]
 
 
-class FinishedSpans:
-    """Spans that have already ended, handed to `processor` as `Span.end` would hand them (a tenth of the
-    cost of a live SDK span): for a provider whose one processor the caller built, so none is skipped."""
+@dataclass(frozen=True, slots=True)
+class PlanSpans:
+    """What the spans of every run of one plan share, derived once per plan (names, fixed attributes)."""
 
-    def __init__(self, provider: TracerProvider, processor: SpanProcessor, scope: str, version: str) -> None:
-        from opentelemetry.sdk.trace import ReadableSpan
-        from opentelemetry.sdk.trace.sampling import Decision
-        from opentelemetry.sdk.util.instrumentation import InstrumentationScope
+    plan: Plan  # held, so the id it is cached under is not reused while cached
+    name: str
+    attributes: dict[str, Any]
+    batches: tuple[tuple[StepSpan, ...], ...]
 
-        self.processor = processor
-        self._readable = ReadableSpan
-        self._resource = provider.resource
-        self._ids = provider.id_generator
-        self._sampler = provider.sampler
-        self._keep = Decision.RECORD_AND_SAMPLE  # RECORD_ONLY spans would not be exported either
-        self._scope = InstrumentationScope(scope, version)
 
-    def child_of(self, parent: SpanContext) -> SpanContext:
-        """A new span's context in `parent`'s trace, sampled as `parent` is."""
-        return SpanContext(
-            parent.trace_id,
-            self._ids.generate_span_id(),
-            is_remote=False,
-            trace_flags=parent.trace_flags,
-            trace_state=parent.trace_state,
+def plan_spans_for(plan: Plan) -> PlanSpans:
+    batches = tuple(
+        tuple(
+            (
+                step.name,
+                f"interceptor {step.name}",
+                step.policy.mode,
+                step_attributes(step.name, step.type, step.policy.mode),
+            )
+            for step in batch.steps
         )
-
-    def emit(
-        self,
-        name: str,
-        context: SpanContext,
-        parent: SpanContext | None,
-        kind: SpanKind,
-        attributes: Mapping[str, Any],
-        start_ns: int,
-        end_ns: int,
-        error: str | None = None,
-        events: Sequence[Any] = (),
-    ) -> None:
-        status = _UNSET if error is None else Status(StatusCode.ERROR, error)
-        span = self._readable(
-            name,
-            context,
-            parent,
-            self._resource,
-            attributes,
-            events,
-            kind=kind,
-            status=status,
-            start_time=start_ns,
-            end_time=end_ns,
-            instrumentation_scope=self._scope,
-        )
-        self.processor.on_end(span)
-
-    def open(
-        self, name: str, parent: otel_context.Context | None, kind: SpanKind, attributes: dict[str, Any]
-    ) -> trace.Span:
-        """A span started now as `provider`'s tracer would start it (its sampler decides, for a child of
-        `parent`'s span or a new trace), current to no one: an `OpenSpan` if sampled, else non-recording."""
-        parent_context = trace.get_current_span(parent).get_span_context()
-        valid = parent_context.is_valid
-        trace_id = parent_context.trace_id if valid else self._ids.generate_trace_id()
-        sampled = self._sampler.should_sample(parent, trace_id, name, kind, attributes)
-        flags = TraceFlags(TraceFlags.SAMPLED if sampled.decision is self._keep else TraceFlags.DEFAULT)
-        context = SpanContext(trace_id, self._ids.generate_span_id(), False, flags, sampled.trace_state)
-        if not flags.sampled:
-            return NonRecordingSpan(context)
-        span = OpenSpan(self, name, context, parent_context if valid else None, kind)
-        span.attributes.update(attributes)
-        if sampled.attributes:
-            span.attributes.update(sampled.attributes)
-        return span
-
-
-class OpenSpan(trace.Span):
-    """A sampled span that gathers its attributes and status while it runs and is handed to the processor
-    finished at `end` (`FinishedSpans.open`): no SDK span, lock or attribute cleaning on the hot path."""
-
-    def __init__(
-        self, finished: FinishedSpans, name: str, context: SpanContext, parent: SpanContext | None, kind: SpanKind
-    ) -> None:
-        self._finished, self._name, self._context, self._parent, self._kind = finished, name, context, parent, kind
-        self.attributes: dict[str, Any] = {}
-        self._error: str | None = None
-        self._ended = False
-        self._events: list[Any] = []
-        self.start_time = time.time_ns()
-
-    def get_span_context(self) -> SpanContext:
-        return self._context
-
-    def is_recording(self) -> bool:
-        return not self._ended
-
-    def set_attribute(self, key: str, value: Any) -> None:
-        if not self._ended:
-            self.attributes[key] = value
-
-    def set_attributes(self, attributes: Mapping[str, Any]) -> None:
-        if not self._ended:
-            self.attributes.update(attributes)
-
-    def set_status(self, status: Status | StatusCode, description: str | None = None) -> None:
-        code = status.status_code if isinstance(status, Status) else status
-        text = status.description if isinstance(status, Status) else description
-        if not self._ended and code is StatusCode.ERROR:
-            self._error = text or ""
-        elif not self._ended and code is StatusCode.OK:
-            self._error = None
-
-    def update_name(self, name: str) -> None:
-        self._name = name
-
-    def add_event(self, name: str, attributes: Mapping[str, Any] | None = None, timestamp: int | None = None) -> None:
-        from opentelemetry.sdk.trace import Event
-
-        if not self._ended:
-            self._events.append(Event(name, dict(attributes or {}), timestamp or time.time_ns()))
-
-    def record_exception(
-        self,
-        exception: BaseException,
-        attributes: Mapping[str, Any] | None = None,
-        timestamp: int | None = None,
-        escaped: bool = False,
-    ) -> None:
-        details = {"exception.type": type(exception).__qualname__, "exception.message": str(exception)}
-        self.add_event("exception", {**details, **(attributes or {})}, timestamp)
-
-    def end(self, end_time: int | None = None) -> None:
-        if self._ended:
-            return
-        self._ended = True
-        self._finished.emit(
-            self._name,
-            self._context,
-            self._parent,
-            self._kind,
-            self.attributes,
-            self.start_time,
-            end_time or time.time_ns(),
-            self._error,
-            self._events,
-        )
+        for _, batch in plan.batches
+    )
+    return PlanSpans(plan, f"chain {plan.event} {plan.phase}", plan_attributes(plan), batches)
 
 
 @dataclass(slots=True)
@@ -238,7 +140,7 @@ class ChainRun:
     """One chain run's span while it runs: `span` is a live span (the API path), else `context` names the
     span `ChainSpans.end` hands over finished."""
 
-    plan: Plan
+    layout: PlanSpans
     span: Span | None
     context: SpanContext
     parent: SpanContext | None
@@ -253,6 +155,7 @@ class ChainSpans:
     def __init__(self, tracer: Tracer, finished: FinishedSpans | None = None) -> None:
         self.tracer = tracer
         self.finished = finished
+        self._layouts: dict[int, PlanSpans] = {}
 
     async def traced(self, plan: Plan, running: Awaitable[ChainResult]) -> ChainResult:
         """`running` (the run of `plan`, not yet started) inside the chain's span."""
@@ -263,22 +166,31 @@ class ChainSpans:
         finally:
             self.end(run, result)
 
+    def layout_of(self, plan: Plan) -> PlanSpans:
+        layout = self._layouts.get(id(plan))
+        if layout is None or layout.plan is not plan:
+            if len(self._layouts) >= _MAX_LAYOUTS:
+                self._layouts.clear()
+            layout = self._layouts[id(plan)] = plan_spans_for(plan)
+        return layout
+
     def begin(self, plan: Plan) -> ChainRun | None:
         """The chain's span, current until `end` (an interceptor server's request is its child); None when
         the current span is not sampled (nothing of the run would be kept)."""
+        layout = self.layout_of(plan)
         parent = trace.get_current_span().get_span_context()
         if self.finished is not None and parent.is_valid:
             if not parent.trace_flags.sampled:
                 return None
             context = self.finished.child_of(parent)
             token = otel_context.attach(trace.set_span_in_context(NonRecordingSpan(context)))
-            return ChainRun(plan, None, context, parent, token, time.time_ns())
-        span = self.tracer.start_span(f"chain {plan.event} {plan.phase}")
+            return ChainRun(layout, None, context, parent, token, time.time_ns())
+        span = self.tracer.start_span(layout.name)
         if not span.is_recording():
             return None
         token = otel_context.attach(trace.set_span_in_context(span))
         started = getattr(span, "start_time", None)  # the SDK's span: when it began, in ns
-        return ChainRun(plan, span, span.get_span_context(), None, token, started or time.time_ns())
+        return ChainRun(layout, span, span.get_span_context(), None, token, started or time.time_ns())
 
     def end(self, run: ChainRun | None, result: ChainResult | None) -> None:
         """Close the chain's span, with one child per interceptor that ran; without a result the run did not
@@ -286,15 +198,14 @@ class ChainSpans:
         if run is None:
             return
         otel_context.detach(run.token)  # type: ignore[arg-type]
-        plan = run.plan
-        attributes = chain_attributes(plan, result)
+        layout = run.layout
+        attributes = finish_chain_attributes(layout.attributes, result)
         error = None if result is None or result.allowed else result.status
         if run.span is None:
             assert self.finished is not None
-            name = f"chain {plan.event} {plan.phase}"
             end_ns = time.time_ns()
             self.finished.emit(
-                name, run.context, run.parent, SpanKind.INTERNAL, attributes, run.start_ns, end_ns, error
+                layout.name, run.context, run.parent, SpanKind.INTERNAL, attributes, run.start_ns, end_ns, error
             )
         else:
             run.span.set_attributes(attributes)
@@ -311,30 +222,33 @@ class ChainSpans:
         outcomes: dict[str, Any] = {item.interceptor: item for item in result.results if item.interceptor}
         for failure in result.failures:
             outcomes.setdefault(failure.interceptor, failure)
-        finished = self.finished if run.span is None else None
-        parent = None if run.span is None else trace.set_span_in_context(run.span)
+        children: list[Child] = []
         cursor = run.start_ns
-        for _, batch in result.plan.batches:
+        layout = run.layout if result.plan is run.layout.plan else plan_spans_for(result.plan)
+        for batch in layout.batches:
             longest = 0
-            for step in batch.steps:
-                outcome = outcomes.get(step.name)
+            for step_name, span_name, mode, fixed in batch:
+                outcome = outcomes.get(step_name)
                 if outcome is None:
                     continue  # not run: the chain stopped before it
-                duration_ns = int((getattr(outcome, "duration_ms", None) or 0) * 1_000_000)
+                attributes = fixed.copy()
+                status = outcome_attributes(attributes, mode, outcome)
+                duration = attributes.get(_DURATION)
+                duration_ns = int(duration * 1_000_000) if duration else 0
                 longest = max(longest, duration_ns)
-                attributes = interceptor_attributes(step.name, step.type, step.policy.mode, outcome)
-                failed = attributes[NS + "interceptor.status"] in ("failed", "timeout", "blocked")
-                name, reason = f"interceptor {step.name}", reason_of(outcome) if failed else None
-                if finished is not None:
-                    context = finished.child_of(run.context)
-                    kind = SpanKind.INTERNAL
-                    finished.emit(name, context, run.context, kind, attributes, cursor, cursor + duration_ns, reason)
-                    continue
-                child = self.tracer.start_span(name, parent, attributes=attributes, start_time=cursor)
-                if reason is not None:
-                    child.set_status(StatusCode.ERROR, reason)
-                child.end(end_time=cursor + duration_ns)
+                reason = reason_of(outcome) if status in _FAILED else None
+                children.append((span_name, attributes, cursor, cursor + duration_ns, reason))
             cursor += longest
+        if run.span is None:
+            assert self.finished is not None
+            self.finished.emit_children(run.context, children)
+            return
+        parent = trace.set_span_in_context(run.span)
+        for name, fields, start_ns, end_ns, reason in children:
+            child = self.tracer.start_span(name, parent, attributes=fields, start_time=start_ns)
+            if reason is not None:
+                child.set_status(StatusCode.ERROR, reason)
+            child.end(end_time=end_ns)
 
 
 def spans_of(provider: ApiTracerProvider) -> ChainSpans:

@@ -17,8 +17,8 @@ def target_of(method: str, params: Mapping[str, Any] | None) -> str | None:
     return name if isinstance(name, str) else None
 
 
-def request_attributes(method: str, params: Mapping[str, Any] | None) -> dict[str, Any]:
-    """The MCP semantic conventions' attributes of one request."""
+def request_span(method: str, params: Mapping[str, Any] | None) -> tuple[str, dict[str, Any]]:
+    """The name of one request's span (`{method} {target}`) and its MCP semantic conventions' attributes."""
     attributes: dict[str, Any] = {"mcp.method.name": method}
     target = target_of(method, params)
     if method == "tools/call":
@@ -32,9 +32,4 @@ def request_attributes(method: str, params: Mapping[str, Any] | None) -> dict[st
     uri = params.get("uri") if params is not None else None
     if isinstance(uri, str) and method.startswith("resources/"):
         attributes["mcp.resource.uri"] = uri
-    return attributes
-
-
-def span_name(method: str, params: Mapping[str, Any] | None) -> str:
-    target = target_of(method, params)
-    return method if target is None else f"{method} {target}"
+    return (method if target is None else f"{method} {target}"), attributes

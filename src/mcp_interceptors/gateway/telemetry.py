@@ -26,7 +26,7 @@ from opentelemetry import trace
 from opentelemetry.trace import Span, SpanContext, SpanKind, StatusCode
 from opentelemetry.trace.propagation.tracecontext import TraceContextTextMapPropagator
 
-from mcp_interceptors.gateway.span_attributes import request_attributes, span_name
+from mcp_interceptors.gateway.span_attributes import request_span
 from mcp_interceptors.invoker.finished_spans import FinishedSpans
 from mcp_interceptors.invoker.tracing import NS, ChainSpans
 
@@ -185,12 +185,11 @@ class Telemetry:
         context in `params._meta`, else of the current one (an HTTP front's headers, `headers_context`)."""
         meta = params.get("_meta") if params is not None else None
         parent = context_of(meta) if isinstance(meta, Mapping) else None
-        attributes = request_attributes(method, params)
+        name, attributes = request_span(method, params)
         if session_id is not None:
             attributes["mcp.session.id"] = session_id
         if request_id is not None:
             attributes["jsonrpc.request.id"] = str(request_id)
-        name = span_name(method, params)
         if self._finished is not None:
             span = self._finished.open(name, parent, SpanKind.SERVER, attributes)
         else:
@@ -226,7 +225,7 @@ class Telemetry:
         """The CLIENT span of one request to an upstream or interceptor server, and its params with the
         span's trace context in `_meta`. Inside a sampled span it is a `Sent`, handed over finished by
         `end_upstream`; inside one not sampled, None (the current context goes on); else a live span."""
-        attributes = request_attributes(method, params)
+        name, attributes = request_span(method, params)
         attributes[NS + "upstream"] = upstream
         attributes[NS + "upstream.role"] = role
         attributes["network.transport"] = "tcp" if url is not None else "pipe"
@@ -237,9 +236,9 @@ class Telemetry:
             if not parent.trace_flags.sampled:
                 return None, None, with_trace_context(params) if self.propagate else params
             context = self._finished.child_of(parent)
-            sent = Sent(span_name(method, params), context, parent, attributes, time.time_ns())
+            sent = Sent(name, context, parent, attributes, time.time_ns())
             return sent, None, _with_context(params, context) if self.propagate else params
-        span = self.tracer.start_span(span_name(method, params), kind=SpanKind.CLIENT, attributes=attributes)
+        span = self.tracer.start_span(name, kind=SpanKind.CLIENT, attributes=attributes)
         token = otel_context.attach(trace.set_span_in_context(span))
         return span, token, with_trace_context(params) if self.propagate else params
 

@@ -44,12 +44,13 @@ _MAX_LAYOUTS: Final = 512
 
 def outcome_attributes(attributes: dict[str, Any], mode: str, outcome: Any) -> str:
     """Add to an interceptor invocation's span `attributes` what its result (or failure) tells; its status."""
-    if isinstance(outcome, ValidationResult):
+    kind = type(outcome)  # the exact type first: isinstance on a pydantic model goes through a metaclass hook
+    if kind is ValidationResult or (kind is not MutationResult and isinstance(outcome, ValidationResult)):
         blocks = not outcome.valid and mode == "active" and outcome.severity == "error"
         status = "valid" if outcome.valid else ("blocked" if blocks else "invalid")
         if outcome.severity is not None:
             attributes[NS + "interceptor.severity"] = outcome.severity
-    elif isinstance(outcome, MutationResult):
+    elif kind is MutationResult or isinstance(outcome, MutationResult):
         status = "modified" if outcome.modified else "unmodified"
     elif hasattr(outcome, "fail_open"):  # an invocation failure
         status = "timeout" if outcome.timeout else "failed"

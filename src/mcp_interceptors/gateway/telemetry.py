@@ -27,7 +27,6 @@ from opentelemetry.trace import Span, SpanContext, SpanKind, StatusCode
 from opentelemetry.trace.propagation.tracecontext import TraceContextTextMapPropagator
 
 from mcp_interceptors.gateway.span_attributes import request_span
-from mcp_interceptors.invoker.finished_spans import FinishedSpans
 from mcp_interceptors.invoker.tracing import NS, ChainSpans
 
 if TYPE_CHECKING:
@@ -127,6 +126,7 @@ class Telemetry:
         processor: SpanProcessor | None = None,
     ) -> None:
         from mcp_interceptors import __version__
+        from mcp_interceptors.invoker.finished_spans import FinishedSpans  # loads the SDK: only when tracing is on
 
         self.provider = provider
         self.tracer = provider.get_tracer(SCOPE, __version__)

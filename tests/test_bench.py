@@ -57,3 +57,10 @@ def test_tracing_overhead_bench_runs_every_variant_and_ends_with_both_targets() 
     variants = {(row[0], row[1], f"{row[2]} {row[3]}") for row in rows}
     assert {("stdio", "1", "tracing off"), ("stdio", "1", "tracing on"), ("http", "8", "tracing on")} <= variants
     assert summary[-1].startswith("target HTTP c=8 tracing on costs <= 10 % throughput: ")
+
+
+def test_tracing_work_bench_runs_and_prices_the_tracing_of_a_call() -> None:
+    lines = run_bench("bench/tracing_work.py", "--quick")
+    assert lines[0].startswith("100 calls a repeat, median of 2 interleaved repeats, five guards, 13 spans a call")
+    assert lines[1].startswith("tracing off ") and " µs of CPU per call" in lines[1]
+    assert lines[2].startswith("tracing work ")

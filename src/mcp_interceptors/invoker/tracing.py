@@ -69,13 +69,6 @@ def step_attributes(name: str, kind: str, mode: str) -> dict[str, Any]:
     return {NS + "interceptor.name": name, NS + "interceptor.type": kind, NS + "interceptor.mode": mode}
 
 
-def interceptor_attributes(name: str, kind: str, mode: str, outcome: Any) -> dict[str, Any]:
-    """The attributes of one interceptor invocation's span, from its result (or failure)."""
-    attributes = step_attributes(name, kind, mode)
-    outcome_attributes(attributes, mode, outcome)
-    return attributes
-
-
 def reason_of(outcome: Any) -> str:
     """An error span's status text: a validator's first message (and its path), or a failure's reason."""
     messages: Sequence[Any] = getattr(outcome, "messages", None) or ()
@@ -83,10 +76,6 @@ def reason_of(outcome: Any) -> str:
         first = messages[0]
         return first.message if first.path is None else f"{first.message} at {first.path}"
     return str(getattr(outcome, "reason", "") or "")
-
-
-def chain_attributes(plan: Plan, result: ChainResult | None) -> dict[str, Any]:
-    return finish_chain_attributes(plan_attributes(plan), result)
 
 
 def plan_attributes(plan: Plan) -> dict[str, Any]:

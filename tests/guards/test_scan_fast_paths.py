@@ -7,6 +7,7 @@ labelled corpus, on the hostile inputs and on case-folding and non-ASCII edge ca
 
 from __future__ import annotations
 
+import base64
 import importlib.util
 import random
 import sys
@@ -19,7 +20,8 @@ from hypothesis import strategies as st
 
 from mcp_interceptors.guards._detectors import PiiScanner, SecretScanner
 from mcp_interceptors.guards._detectors._engine import re2
-from mcp_interceptors.guards._scanning import TextScanner, find_in_payload, redact_payload
+from mcp_interceptors.guards._readings import readings_of
+from mcp_interceptors.guards._scanning import TextScanner, _remembered_readings, find_in_payload, redact_payload
 from mcp_interceptors.guards._walk import format_path, walk_strings
 
 pytestmark = pytest.mark.skipif(re2 is None, reason="the fast paths need google-re2")
@@ -294,3 +296,19 @@ async def test_injection_joined_check_blocks_and_passes_what_the_per_string_chec
     finally:
         HeuristicDetector.is_clean = original  # type: ignore[method-assign]
     assert fast.model_copy(update={"duration_ms": 0}) == plain.model_copy(update={"duration_ms": 0})
+
+
+#: Strings a reading may come from: blobs of either base64 alphabet and hex, of text and of bytes, escapes.
+_BLOB_TEXTS = st.one_of(
+    st.text(alphabet="ABCDEFabcdef0123456789+/=_-%&\\é\u200b", min_size=12, max_size=160),
+    st.binary(min_size=9, max_size=110).map(lambda data: base64.b64encode(data).decode()),
+    st.text(min_size=9, max_size=90).map(lambda text: base64.urlsafe_b64encode(text.encode()).decode().rstrip("=")),
+    st.text(min_size=12, max_size=60).map(lambda text: text.encode().hex()),
+)
+
+
+@given(st.lists(_BLOB_TEXTS, min_size=1, max_size=4), st.booleans())
+def test_remembered_readings_are_the_readings_of_the_text(strings: list[str], in_place: bool) -> None:
+    # Read twice: the second answer comes from what was remembered, and must be the reading afresh.
+    for text in strings * 2:
+        assert _remembered_readings(text, in_place) == tuple(readings_of(text, in_place=in_place))

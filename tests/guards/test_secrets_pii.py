@@ -137,6 +137,56 @@ async def test_secrets_and_pii_read_line_wrapped_base64_and_keep_its_layout(newl
     assert untouched.status == "success" and untouched.final_payload == image  # binary is not text
 
 
+def enveloped_call(client_name: str) -> dict[str, Any]:
+    """A 2026-07-28 `tools/call` with the era's `_meta` envelope, whose `clientInfo` name the client chose."""
+    meta = {
+        "io.modelcontextprotocol/protocolVersion": "2026-07-28",
+        "io.modelcontextprotocol/clientInfo": {"name": client_name, "version": "1.0"},
+        "io.modelcontextprotocol/clientCapabilities": {},
+    }
+    return {"method": "tools/call", "params": {"name": "echo", "arguments": {"text": "hi there"}, "_meta": meta}}
+
+
+def stamped_result(server_name: str) -> dict[str, Any]:
+    """A 2026-07-28 `tools/call` result with the `serverInfo` stamp, whose name the upstream chose."""
+    stamp = {"io.modelcontextprotocol/serverInfo": {"name": server_name, "version": "1.0.0"}}
+    return {**result_payload("ok"), "resultType": "complete", "_meta": stamp}
+
+
+CLIENT_NAME_PATH = '$.params._meta["io.modelcontextprotocol/clientInfo"].name'
+SERVER_NAME_PATH = '$._meta["io.modelcontextprotocol/serverInfo"].name'
+
+
+@pytest.mark.parametrize(
+    "encode",
+    [
+        lambda text: base64.b64encode(text.encode()).decode(),
+        lambda text: base64.urlsafe_b64encode(text.encode()).decode().rstrip("="),
+        lambda text: text.encode().hex(),
+    ],
+    ids=["base64", "base64url", "hex"],
+)
+async def test_secrets_and_pii_find_encoded_values_in_the_2026_07_28_envelope_every_time(encode: Any) -> None:
+    # The envelope's values come again on every call and their readings are remembered: each call must
+    # still find (and redact inside) what the client or upstream hid there, not only the first one.
+    secret, email = encode(f"key={AWS}"), encode("owner=jane.doe@example.com")
+    deny_secrets = guards.load("secrets", {"action": "deny"})
+    deny_pii = guards.load("pii", {"action": "deny"})
+    for _ in range(3):
+        clean = await run_chain(deny_secrets, "tools/call", "request", enveloped_call("mcp-interceptors-bench"))
+        assert clean.status == "success"
+        denied = await run_chain(deny_secrets, "tools/call", "request", enveloped_call(secret))
+        assert messages(denied) == [(CLIENT_NAME_PATH, "credential found: aws_access_key")]
+        denied = await run_chain(deny_pii, "tools/call", "response", stamped_result(email))
+        assert [path for path, _ in messages(denied)] == [SERVER_NAME_PATH]
+        redacted = await run_chain(guards.load("secrets"), "tools/call", "request", enveloped_call(secret))
+        name = redacted.final_payload["params"]["_meta"]["io.modelcontextprotocol/clientInfo"]["name"]
+        assert name.rstrip("=") == encode("key=[REDACTED:aws_access_key]").rstrip("=")  # base64's padding
+        redacted = await run_chain(guards.load("pii"), "tools/call", "response", stamped_result(email))
+        name = redacted.final_payload["_meta"]["io.modelcontextprotocol/serverInfo"]["name"]
+        assert name.rstrip("=") == encode("owner=[REDACTED:email]").rstrip("=")
+
+
 @pytest.mark.parametrize(
     "blob",
     [

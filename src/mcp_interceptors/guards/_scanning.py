@@ -17,6 +17,7 @@ from bisect import bisect_right
 from collections import Counter
 from collections.abc import Collection, Iterator, Sequence
 from dataclasses import dataclass
+from functools import lru_cache
 from itertools import accumulate
 from typing import Any, Protocol
 
@@ -185,7 +186,10 @@ def _findings_of(scanner: TextScanner, texts: list[str]) -> dict[int, _Found]:
         undo = hide and may_hide(text)
         if not undo and (len(text) < _MIN_BLOB or " " in text):
             continue
-        readings.extend((index, reading) for reading in readings_of(text, in_place=undo))
+        if len(text) <= _REMEMBERED_CHARS and type(text) is str:
+            readings.extend((index, reading) for reading in _remembered_readings(text, undo))
+        else:
+            readings.extend((index, reading) for reading in readings_of(text, in_place=undo))
     if readings:
         for (index, reading), findings in zip(
             readings, scanner.findings_many([reading.text for _, reading in readings]), strict=True
@@ -193,6 +197,19 @@ def _findings_of(scanner: TextScanner, texts: list[str]) -> dict[int, _Found]:
             if findings:
                 found.setdefault(index, []).append((reading, findings))
     return found
+
+
+#: Strings up to this long have their readings remembered (the last `_REMEMBERED` of them): a 2026-07-28
+#: request's `_meta` envelope (`clientInfo`...) comes again on every call, and secrets and pii read each
+#: payload. Readings are frozen values of the text alone, so a remembered one is the one it would build
+#: (a `str` subclass could answer differently: it is read afresh).
+_REMEMBERED_CHARS = 128
+_REMEMBERED = 1024
+
+
+@lru_cache(maxsize=_REMEMBERED)
+def _remembered_readings(text: str, in_place: bool) -> tuple[Reading, ...]:
+    return tuple(readings_of(text, in_place=in_place))
 
 
 def _values(found: _Found, text: str) -> Iterator[tuple[Finding, str]]:

@@ -19,6 +19,7 @@ import anyio
 import anyio.lowlevel
 
 from mcp_interceptors.executor.calls import Call, ChainResult, Source
+from mcp_interceptors.executor.memo import close_memo, open_memo
 from mcp_interceptors.executor.outcomes import DEADLINE, attempt, failure, timed
 from mcp_interceptors.executor.still import Handover, still_plan
 from mcp_interceptors.planning import NO_FINDINGS, Batch, ChainRun, Outcome, Plan, SeverityRule, Step, summary_of
@@ -46,69 +47,74 @@ async def execute_plan(
     decide the deadline (R60).
     """
     started = time.perf_counter()
-    still = still_plan(plan, sources)
-    # A still run opens no cancel scope, so its deadline need not be on the loop's clock: it is on the
-    # clock the run times its invocations with anyway (finding the loop's costs more than all its reads:
-    # `bench/chain_overhead.py`).
-    clock = time.perf_counter if still is not None else _clock()
-    deadline = clock() + timeout_ms / 1000 if timeout_ms is not None else None
-    handover = None
-    if still is not None:
-        ran = await still.run(payload, config or {}, context, deadline, severity_rule)
-        if isinstance(ran, Handover):
-            handover = ran
-        else:  # nothing blocked, failed or was malformed
-            final_payload, results, findings = ran
-            # Positional: eleven keyword arguments cost the call over twice as much, once per message
-            # (`bench/chain_overhead.py`).
-            return ChainResult(
-                "success",
-                plan.event,
-                plan.phase,
-                plan.direction,
-                final_payload,
-                results,
-                [],
-                summary_of(results) if findings else NO_FINDINGS,
-                None,
-                (time.perf_counter() - started) * 1000,
-                plan,
-            )
-    run = ChainRun(plan, payload, severity_rule=severity_rule, deadline_always_blocks=deadline_always_blocks)
-    invoker = _Invoker(
-        plan, sources, config or {}, context, deadline, clock, still is not None or _never_suspends(plan, sources)
-    )
-    if handover is not None:
-        await handover.replay(run, invoker.invoke)
-    cut: tuple[Batch, list[Outcome | None]] | None = None
-    with anyio.CancelScope(deadline=deadline) if deadline is not None and not invoker.still else _NO_SCOPE:
-        while (batch := run.next_batch()) is not None:
-            outcomes: list[Any] = [None] * len(batch.steps)  # an Outcome per step once filled
-            cut = (batch, outcomes)
-            await invoker.fill(batch, run.snapshot(batch), outcomes)
-            run.record(batch, outcomes)
-            cut = None
-    if cut is not None:  # the deadline passed mid-batch
-        batch, outcomes = cut
-        run.record(batch, [outcome or DEADLINE for outcome in outcomes])
-        while (batch := run.next_batch()) is not None:
-            run.record(batch, [DEADLINE] * len(batch.steps))
-    outcome = run.result()
-    return ChainResult(
-        status=outcome.status,
-        event=plan.event,
-        phase=plan.phase,
-        direction=plan.direction,
-        final_payload=outcome.final_payload,
-        results=outcome.results,
-        failures=outcome.failures,
-        validation_summary=outcome.validation_summary,
-        aborted_at=outcome.aborted_at,
-        total_duration_ms=(time.perf_counter() - started) * 1000,
-        plan=plan,
-        escalations=outcome.escalations,
-        pending_payload=outcome.pending_payload,
-    )
+    still, notes = still_plan(plan, sources)
+    # The run's memo (`memo.py`): a guard's serialisation or scan of a payload, for the run's next guards.
+    token = open_memo(notes)
+    try:
+        # A still run opens no cancel scope, so its deadline need not be on the loop's clock: it is on the
+        # clock the run times its invocations with anyway (finding the loop's costs more than all its reads:
+        # `bench/chain_overhead.py`).
+        clock = time.perf_counter if still is not None else _clock()
+        deadline = clock() + timeout_ms / 1000 if timeout_ms is not None else None
+        handover = None
+        if still is not None:
+            ran = await still.run(payload, config or {}, context, deadline, severity_rule)
+            if isinstance(ran, Handover):
+                handover = ran
+            else:  # nothing blocked, failed or was malformed
+                final_payload, results, findings = ran
+                # Positional: eleven keyword arguments cost the call over twice as much, once per message
+                # (`bench/chain_overhead.py`).
+                return ChainResult(
+                    "success",
+                    plan.event,
+                    plan.phase,
+                    plan.direction,
+                    final_payload,
+                    results,
+                    [],
+                    summary_of(results) if findings else NO_FINDINGS,
+                    None,
+                    (time.perf_counter() - started) * 1000,
+                    plan,
+                )
+        run = ChainRun(plan, payload, severity_rule=severity_rule, deadline_always_blocks=deadline_always_blocks)
+        invoker = _Invoker(
+            plan, sources, config or {}, context, deadline, clock, still is not None or _never_suspends(plan, sources)
+        )
+        if handover is not None:
+            await handover.replay(run, invoker.invoke)
+        cut: tuple[Batch, list[Outcome | None]] | None = None
+        with anyio.CancelScope(deadline=deadline) if deadline is not None and not invoker.still else _NO_SCOPE:
+            while (batch := run.next_batch()) is not None:
+                outcomes: list[Any] = [None] * len(batch.steps)  # an Outcome per step once filled
+                cut = (batch, outcomes)
+                await invoker.fill(batch, run.snapshot(batch), outcomes)
+                run.record(batch, outcomes)
+                cut = None
+        if cut is not None:  # the deadline passed mid-batch
+            batch, outcomes = cut
+            run.record(batch, [outcome or DEADLINE for outcome in outcomes])
+            while (batch := run.next_batch()) is not None:
+                run.record(batch, [DEADLINE] * len(batch.steps))
+        outcome = run.result()
+        return ChainResult(
+            status=outcome.status,
+            event=plan.event,
+            phase=plan.phase,
+            direction=plan.direction,
+            final_payload=outcome.final_payload,
+            results=outcome.results,
+            failures=outcome.failures,
+            validation_summary=outcome.validation_summary,
+            aborted_at=outcome.aborted_at,
+            total_duration_ms=(time.perf_counter() - started) * 1000,
+            plan=plan,
+            escalations=outcome.escalations,
+            pending_payload=outcome.pending_payload,
+        )
+    finally:
+        close_memo(token)
 
 
 #: Stands in for the chain's cancel scope when it needs none (reusable: it does nothing).

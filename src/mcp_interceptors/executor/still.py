@@ -137,15 +137,16 @@ class Handover:
             return
 
 
-def still_plan(plan: Plan, sources: Mapping[str, Source]) -> StillPlan | None:
-    """`plan`'s `StillPlan` for `sources`, derived once (kept on the plan), or None when some step has
-    no prepared runner or a timeout of its own."""
+def still_plan(plan: Plan, sources: Mapping[str, Source]) -> tuple[StillPlan | None, dict[str, Any]]:
+    """`plan`'s `StillPlan` for `sources` (None when some step has no prepared runner or a timeout of its own)
+    and the notes its runs share (`memo.RunMemo.notes`), derived once and kept on the plan."""
     cached = plan.prepared
     if cached is not None and cached[0] is sources:
-        return cached[1]  # type: ignore[no-any-return]
+        return cached[1], cached[2]
     still = None if plan.timed else _derive_still_plan(plan, sources)
-    plan.prepare_with((sources, still))
-    return still
+    notes: dict[str, Any] = {}
+    plan.prepare_with((sources, still, notes))
+    return still, notes
 
 
 def _derive_still_plan(plan: Plan, sources: Mapping[str, Source]) -> StillPlan | None:

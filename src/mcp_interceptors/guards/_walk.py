@@ -19,10 +19,13 @@ from typing import Any, TypeAlias
 
 import orjson
 
+from mcp_interceptors.executor.memo import memo_for
+
 __all__ = [
     "Path",
     "PathMark",
     "PathPart",
+    "compact_json",
     "format_path",
     "iter_strings",
     "replace_strings",
@@ -234,12 +237,41 @@ def verbatim_json(payload: Any) -> str | None:
 
 
 def verbatim_json_bytes(payload: Any) -> bytes | None:
-    """`verbatim_json(payload)` as its ASCII bytes (what RE2 reads), without decoding them."""
+    """`verbatim_json(payload)` as its ASCII bytes (what RE2 reads), without decoding them; made once per
+    payload in a chain run (`memo_for`), for every scanner of the run."""
+    memo = memo_for(payload)
+    if memo is None:
+        return _verbatim_of(compact_json(payload))
+    data = memo.get(_VERBATIM, _UNKNOWN)
+    if data is _UNKNOWN:
+        data = memo[_VERBATIM] = _verbatim_of(compact_json(payload, memo))
+    return data  # type: ignore[no-any-return]
+
+
+def compact_json(payload: Any, memo: dict[Any, Any] | None = None) -> bytes | None:
+    """`orjson.dumps(payload)`, or None for a value or key JSON cannot hold, a lone surrogate, nesting past
+    orjson's limit; made once per payload in a chain run (`memo`, else `memo_for`), for every guard of the run."""
+    if memo is None and (memo := memo_for(payload)) is None:
+        return _compact_json(payload)
+    data = memo.get(_COMPACT, _UNKNOWN)
+    if data is _UNKNOWN:
+        data = memo[_COMPACT] = _compact_json(payload)
+    return data  # type: ignore[no-any-return]
+
+
+#: Keys of a payload's entries in a run's memo, and a miss.
+_COMPACT, _VERBATIM, _UNKNOWN = "compact_json", "verbatim_json", object()
+
+
+def _compact_json(payload: Any) -> bytes | None:
     try:
-        data = orjson.dumps(payload)
-    except orjson.JSONEncodeError:  # a value or key JSON cannot hold, a lone surrogate, too deep
+        return orjson.dumps(payload)
+    except orjson.JSONEncodeError:
         return None
-    if not data.isascii():
+
+
+def _verbatim_of(data: bytes | None) -> bytes | None:
+    if data is None or not data.isascii():
         return None
     if b"\\" in data:
         if any(escape in data for escape in _KEPT_ESCAPES):

@@ -14,7 +14,8 @@ from __future__ import annotations
 import re
 from typing import Any
 
-from mcp_interceptors.guards._detectors._engine import ScanText
+from mcp_interceptors.executor.memo import memo_for, plan_notes
+from mcp_interceptors.guards._detectors._engine import ScanText, compile_prefilter
 from mcp_interceptors.guards._walk import verbatim_json_bytes
 
 __all__ = ["rules_out"]
@@ -60,9 +61,54 @@ def rules_out(payload: Any, scanner: Any, *, keys: bool, integers: bool) -> bool
         return False
     clean_text_filter = getattr(scanner, "clean_text_filter", None)
     combined = clean_text_filter(_READING_SOURCES[keys, integers]) if clean_text_filter is not None else None
-    if combined is not None and combined.search(data) is None:
+    if combined is not None and not _matches(combined, payload, data):
         return True
     return not _readable(data, keys, integers) and not may_find(ScanText(data.decode("ascii")))
+
+
+def _matches(pattern: Any, payload: Any, data: bytes) -> bool:
+    """Whether the clean-text filter `pattern` matches anywhere in `data`, the verbatim JSON of `payload`.
+
+    In a chain run, the filters its plan's last run asked of one payload (`secrets`' and `pii`'s, say) are
+    searched as one regex by the first of them asked: where it matches nowhere, none of them does; where it
+    first matches at `m`, none matches before `m`, and each searches on from there (RE2 reads the text
+    before `m` as context, so `^` and `\\b` mean what they mean from the start)."""
+    memo = memo_for(payload)
+    notes = plan_notes()
+    if memo is None or notes is None:
+        return pattern.search(data) is not None
+    asked: list[Any] = memo.setdefault(_ASKED, [])
+    if pattern not in asked:
+        asked.append(pattern)
+        if len(asked) > 1 and notes.get(_ASKED) != tuple(asked):
+            notes[_ASKED] = tuple(asked)  # what the next run's first filter searches for all of them
+    start = memo.get((_CLEAN_BEFORE, pattern))
+    if start is None:
+        start = 0
+        peers = notes.get(_ASKED)
+        if peers is not None and len(asked) == 1 and pattern in peers:
+            found = _union_of(peers).search(data)
+            start = _NOWHERE if found is None else found.start()
+            for peer in peers:
+                memo[_CLEAN_BEFORE, peer] = start
+    return start != _NOWHERE and pattern.search(data, start) is not None
+
+
+#: In a run's memo and its plan's notes: the clean-text filters asked of a payload, in turn; where, in a
+#: payload's verbatim JSON, a filter matches nowhere before (`_NOWHERE`: nowhere at all).
+_ASKED, _CLEAN_BEFORE, _NOWHERE = "clean_text_filters", "clean_before", -1
+#: One regex per group of filters asked together, by the filters (a few per configuration of the guards).
+_UNIONS: dict[tuple[Any, ...], Any] = {}
+_MAX_UNIONS = 64
+
+
+def _union_of(filters: tuple[Any, ...]) -> Any:
+    union = _UNIONS.get(filters)
+    if union is None:
+        if len(_UNIONS) >= _MAX_UNIONS:
+            _UNIONS.clear()
+        union = _UNIONS[filters] = compile_prefilter([each.pattern.decode("utf-8") for each in filters])
+    return union
 
 
 def _readable(data: bytes, keys: bool, integers: bool) -> bool:

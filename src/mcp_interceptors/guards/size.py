@@ -14,7 +14,7 @@ from typing import Any
 import orjson
 
 from mcp_interceptors.guards._config import EVENT, EVENT_OR_WILDCARD, GuardSchema, SettingsCache
-from mcp_interceptors.guards._walk import format_path, walk_strings
+from mcp_interceptors.guards._walk import compact_json, format_path, walk_strings
 from mcp_interceptors.host import InterceptorHost, Invocation
 from mcp_interceptors.protocol.results import ValidationMessage, ValidationResult
 
@@ -74,6 +74,11 @@ def _compile(raw: Mapping[str, Any]) -> _Settings:
 def payload_size(payload: Any) -> int:
     """Bytes of the payload as compact UTF-8 JSON (values JSON cannot hold are counted as their `str`).
     Raises `RecursionError` for a payload nested too deep for the interpreter to serialise."""
+    # The run's compact JSON, which the scanners made already (`compact_json`): where orjson alone holds
+    # the payload, `default=str` is never called.
+    data = compact_json(payload)
+    if data is not None:
+        return len(data)
     try:  # orjson is about twice as fast without OPT_NON_STR_KEYS, which only JSON-RPC-foreign keys need
         return len(orjson.dumps(payload, default=str))
     except orjson.JSONEncodeError:

@@ -199,3 +199,20 @@ def test_string_values_within_gives_all_strings_up_to_the_limit_and_none_past_it
     for _ in range(200):
         deep = [deep]
     assert string_values_within({"deep": deep}, 5) is None
+
+
+LONG_PROSE = "lorem ipsum dolor sit amet " * 80  # past `_LONG_TEXT`: a few long strings are read whole first
+
+
+@pytest.mark.parametrize("value", TRICKY, ids=lambda v: repr(v)[:40])
+def test_a_long_text_of_few_strings_is_found_as_the_string_walk_finds_it(value: Any) -> None:
+    assert_same_either_way({"content": [{"type": "text", "text": f"{LONG_PROSE}{value} {LONG_PROSE}"}]})
+    assert_same_either_way({"text": LONG_PROSE, "value": value})
+
+
+def test_a_clean_long_text_of_few_strings_is_ruled_out_whole() -> None:
+    payload = {"content": [{"type": "text", "text": LONG_PROSE}], "isError": False}
+    for name, scanner in SCANNERS.items():
+        assert _scanning._strings_to_scan(payload, scanner, False) is None, name
+    short = {"content": [{"type": "text", "text": LONG_PROSE[:200]}]}
+    assert _scanning._strings_to_scan(short, SCANNERS["pii"], False) == ["text", LONG_PROSE[:200]]

@@ -16,22 +16,12 @@ from typing import Any
 __all__ = ["RunMemo", "close_memo", "memo_for", "open_memo", "plan_notes"]
 
 
-class RunMemo:
-    """The memo of one chain run: a dict of entries per payload object, and its plan's notes."""
+class RunMemo(dict[int, tuple[Any, dict[Any, Any]]]):
+    """The memo of one chain run: by payload id, the payload and its entries; and its plan's notes."""
 
-    __slots__ = ("_by_payload", "notes")
-
-    def __init__(self, notes: dict[str, Any]) -> None:
-        self._by_payload: dict[int, tuple[Any, dict[Any, Any]]] = {}
-        #: Shared by every run of one plan (concurrent ones too): hints only, never a verdict.
-        self.notes = notes
-
-    def entries(self, payload: Any) -> dict[Any, Any]:
-        """This run's entries for `payload` (the object itself, not an equal one)."""
-        held = self._by_payload.get(id(payload))
-        if held is None or held[0] is not payload:
-            held = self._by_payload[id(payload)] = (payload, {})
-        return held[1]
+    __slots__ = ("notes",)
+    #: Shared by every run of one plan (concurrent ones too): hints only, never a verdict.
+    notes: dict[str, Any]
 
 
 _CURRENT: ContextVar[RunMemo | None] = ContextVar("mcp_interceptors_run_memo", default=None)
@@ -39,7 +29,9 @@ _CURRENT: ContextVar[RunMemo | None] = ContextVar("mcp_interceptors_run_memo", d
 
 def open_memo(notes: dict[str, Any]) -> Token[RunMemo | None]:
     """Make a new memo, with the plan's `notes`, the current run's until `close_memo` (a `finally` of the run)."""
-    return _CURRENT.set(RunMemo(notes))
+    memo = RunMemo()
+    memo.notes = notes
+    return _CURRENT.set(memo)
 
 
 def close_memo(token: Token[RunMemo | None]) -> None:
@@ -47,9 +39,15 @@ def close_memo(token: Token[RunMemo | None]) -> None:
 
 
 def memo_for(payload: Any) -> dict[Any, Any] | None:
-    """The current chain run's entries for `payload`, or None outside a run (a host invoked on its own)."""
+    """The current chain run's entries for `payload` (the object itself, not an equal one), or None outside
+    a run (a host invoked on its own)."""
     memo = _CURRENT.get()
-    return None if memo is None else memo.entries(payload)
+    if memo is None:
+        return None
+    held = memo.get(id(payload))
+    if held is None or held[0] is not payload:
+        held = memo[id(payload)] = (payload, {})
+    return held[1]
 
 
 def plan_notes() -> dict[str, Any] | None:

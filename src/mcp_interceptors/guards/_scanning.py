@@ -74,8 +74,10 @@ class Scanner(Protocol):
 
 
 #: Strings in a payload up to which they are read one by one: a few strings cost a joined scan no more
-#: than the whole-text test (`_whole_text`) does.
+#: than the whole-text test (`_whole_text`) does, unless they hold `_LONG_TEXT` characters or more: then
+#: the test's one pass, shared by the scanners of a chain run, costs less than each scanner's own scan.
 _FEW_STRINGS = 8
+_LONG_TEXT = 2048
 #: Joins a payload's strings for one scan. No detector pattern crosses a newline next to a NUL, and every
 #: boundary check treats these characters like the edge of the text, so findings are the same as per string.
 SEPARATOR = "\n\x00\n"
@@ -302,15 +304,16 @@ def _nothing_to_find(payload: Any, scanner: TextScanner, include_keys: bool) -> 
 
 def _strings_to_scan(payload: Any, scanner: TextScanner, include_keys: bool) -> list[str] | None:
     """The strings of `payload` the scan reads (`string_values`), or None when the whole-text test rules
-    the payload out: a payload of a few strings is read without it."""
+    the payload out: a payload of a few short strings is read without it."""
     integers = scanner.integers
+    few = None
     if not include_keys:
         few = string_values_within(payload, _FEW_STRINGS, include_integers=integers)
-        if few is not None:
+        if few is not None and sum(map(len, few)) < _LONG_TEXT:
             return few
     if _nothing_to_find(payload, scanner, include_keys):
         return None
-    return string_values(payload, include_keys=include_keys, include_integers=integers)
+    return few if few is not None else string_values(payload, include_keys=include_keys, include_integers=integers)
 
 
 def find_in_payload(payload: Any, scanner: TextScanner, *, include_keys: bool = False) -> Iterator[Hit]:

@@ -169,10 +169,22 @@ class _TooMany(Exception):
 
 def string_values_within(payload: Any, limit: int, *, include_integers: bool = False) -> list[str] | None:
     """`string_values(payload)` when it holds at most `limit` strings, else None (also for nesting past
-    the recursive walk's depth): the walk stops at string `limit + 1`, so a big payload costs `limit`."""
+    the recursive walk's depth): the walk stops at string `limit + 1`, so a big payload costs `limit`. In a
+    chain run, a payload past the limit is walked once for all its scanners (`memo_for`)."""
     if type(payload) is not dict:
-        values = string_values(payload, include_integers=include_integers)
-        return values if len(values) <= limit else None
+        every = string_values(payload, include_integers=include_integers)
+        return every if len(every) <= limit else None
+    memo = memo_for(payload)
+    if memo is not None and memo.get(_PAST_LIMIT, -1) >= limit:
+        return None
+    values = _values_within(payload, limit, include_integers)
+    # Integers read as digits only add strings: a payload past the limit without them is past it with them.
+    if memo is not None and values is None and not include_integers:
+        memo[_PAST_LIMIT] = limit
+    return values
+
+
+def _values_within(payload: dict[Any, Any], limit: int, include_integers: bool) -> list[str] | None:
     out: list[str] = []
 
     def append(value: str) -> None:
@@ -260,7 +272,7 @@ def compact_json(payload: Any, memo: dict[Any, Any] | None = None) -> bytes | No
 
 
 #: Keys of a payload's entries in a run's memo, and a miss.
-_COMPACT, _VERBATIM, _UNKNOWN = "compact_json", "verbatim_json", object()
+_COMPACT, _VERBATIM, _PAST_LIMIT, _UNKNOWN = "compact_json", "verbatim_json", "strings_past", object()
 
 
 def _compact_json(payload: Any) -> bytes | None:

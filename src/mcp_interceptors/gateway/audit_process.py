@@ -35,7 +35,7 @@ from mcp_interceptors.audit.writer import (
     WriterStats,
     call_after_turns,
 )
-from mcp_interceptors.gateway.jsonrpc.pipes import spawn_piped
+from mcp_interceptors.gateway.jsonrpc.spawn import spawn_piped
 
 _log = logging.getLogger(__name__)
 #: Put first on the writer process's path, so it runs exactly the code we do.
@@ -192,7 +192,8 @@ class ProcessAuditWriter:
         argv = [sys.executable, "-m", "mcp_interceptors.audit.process", "--store", self.store]
         argv += ["--key-file", str(self.key_file)] + (["--receipts"] if self.receipts else [])
         path = os.pathsep.join(filter(None, [_SOURCE, os.environ.get("PYTHONPATH")]))
-        process, stdin_fd, stdout_fd = await spawn_piped(argv, {**os.environ, "PYTHONPATH": path})
+        spawned = await spawn_piped(argv, {**os.environ, "PYTHONPATH": path})
+        process, stdin_fd, stdout_fd = spawned.process, spawned.stdin_fd, spawned.stdout_fd
         self._generation += 1
         generation, self._gone = self._generation, anyio.Event()
         reader = os.fdopen(stdout_fd, "rb", buffering=0)

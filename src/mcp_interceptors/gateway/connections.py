@@ -22,6 +22,7 @@ from mcp_interceptors.gateway.scrub import Scrubber
 from mcp_interceptors.gateway.session import DownstreamSession, Era
 from mcp_interceptors.gateway.telemetry import Telemetry
 from mcp_interceptors.gateway.upstream.connection import OnUpstreamNotify, OnUpstreamRequest, UpstreamConnection
+from mcp_interceptors.gateway.upstream.early import EarlyUpstreams
 from mcp_interceptors.gateway.upstream.errors import UpstreamUnavailableError
 from mcp_interceptors.gateway.upstream.handshake import EraPreference
 
@@ -96,6 +97,8 @@ class Connections:
         #: What the shared connections present (`connect_shared`'s arguments), for those a reload starts.
         self._client_params: Mapping[str, Any] | None = None
         self._client_era: Era | None = None
+        #: The stdio upstreams' processes started at start (`early`): each shared connection takes its own.
+        self.early: EarlyUpstreams | None = None
 
     def run_in(self, tg: anyio.abc.TaskGroup) -> None:
         """The task group every connection runs in (the gateway's)."""
@@ -168,6 +171,7 @@ class Connections:
         conn = UpstreamConnection(
             name, upstream, era=era, client_params=self._client_params, on_request=on_request, on_notify=on_notify
         )
+        conn.early = self.early
         return self._instrumented(conn)
 
     async def start_shared(self, upstreams: Mapping[str, UpstreamConfig]) -> dict[str, UpstreamConnection]:

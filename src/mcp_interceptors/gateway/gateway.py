@@ -39,6 +39,7 @@ from mcp_interceptors.gateway.task_extension import ExtensionTasks
 from mcp_interceptors.gateway.task_relay import TaskRegistry, TaskRelay
 from mcp_interceptors.gateway.telemetry import Telemetry
 from mcp_interceptors.gateway.upstream.connection import OnUpstreamNotify, OnUpstreamRequest, UpstreamConnection
+from mcp_interceptors.gateway.upstream.early import EarlyUpstreams
 from mcp_interceptors.gateway.upstream.handshake import GATEWAY_CLIENT_INFO
 from mcp_interceptors.gateway.upstream_reload import UpstreamChange
 from mcp_interceptors.invoker import Chain
@@ -62,6 +63,7 @@ class Gateway:
         audit_writer: RecordWriter | None = None,
         state: StateStore | None = None,
         telemetry: Telemetry | None = None,
+        early_upstreams: EarlyUpstreams | None = None,
     ) -> None:
         self.config = config
         self.chain = chain
@@ -84,6 +86,8 @@ class Gateway:
         self.scrubber = Scrubber.from_config(config)
         self.replies = Replies(self.scrubber, receipts=config.audit.receipts, writer=audit_writer)
         self.connections = Connections(config, self.scrubber, self.metrics)
+        #: The stdio upstreams' processes, started while the rest of the gateway was built (`upstream.early`).
+        self.connections.early = early_upstreams
         chain.tracing = None  # its spans come from the gateway's own provider (`_trace_with`), never the global one
         if telemetry is not None:
             self._trace_with(telemetry)

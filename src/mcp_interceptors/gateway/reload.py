@@ -8,8 +8,8 @@ that expose one name) is refused and logged; the running one stays, and what it 
 The other sections (fronts, auth, audit, metrics, scrub, ui) take effect at the next start, and a reload that
 changes them says so. `Gateway.replace_policy` is the swap; this module decides when and what.
 
-`hold_sighup` is called first thing by the command: a SIGHUP that comes while the gateway starts (before
-`on_sighup` listens) is kept and reloads once it serves, instead of ending the process.
+A SIGHUP that comes while the gateway starts (before `on_sighup` listens) is kept (`start_signals.hold_sighup`)
+and reloads once it serves, instead of ending the process.
 """
 
 from __future__ import annotations
@@ -27,6 +27,7 @@ from mcp_interceptors.gateway.config import GatewayConfig
 from mcp_interceptors.gateway.gateway import Gateway
 from mcp_interceptors.gateway.governor import Governor
 from mcp_interceptors.gateway.sources import chain_for, close_sources, populate_chain
+from mcp_interceptors.gateway.start_signals import take_held_sighup
 from mcp_interceptors.gateway.upstream_reload import announcements, diff, prepare
 from mcp_interceptors.invoker import Chain
 
@@ -36,31 +37,6 @@ logger = logging.getLogger("mcp_interceptors.gateway.reload")
 RELOADED = ("interceptors", "chain", "upstreams")
 #: How often `--watch` looks at the config file.
 WATCH_EVERY_S = 1.0
-
-
-class _EarlySighup:
-    """A SIGHUP that came before `Reloader.on_sighup` listened for it (a Python handler, which an exec resets,
-    so upstream commands started meanwhile keep the default)."""
-
-    def __init__(self) -> None:
-        self.pending = False
-
-    def handle(self, signum: int, frame: object) -> None:
-        self.pending = True  # no logging in a signal handler: `on_sighup` says it once it reloads
-
-    def take(self) -> bool:
-        pending, self.pending = self.pending, False
-        return pending
-
-
-_early = _EarlySighup()
-
-
-def hold_sighup() -> None:
-    """Keep a SIGHUP that comes before the gateway serves (without this it ends the process): the reload runs once
-    the gateway serves. Not on Windows, which has no SIGHUP."""
-    if sys.platform != "win32":
-        signal.signal(signal.SIGHUP, _early.handle)
 
 
 class Reloader:
@@ -155,7 +131,7 @@ class Reloader:
         if sys.platform == "win32":
             return
         with anyio.open_signal_receiver(signal.SIGHUP) as signals:
-            if _early.take():
+            if take_held_sighup():
                 await self.reload("SIGHUP while starting")
             async for _ in signals:
                 await self.reload("SIGHUP")

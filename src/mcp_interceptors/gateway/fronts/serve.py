@@ -12,7 +12,7 @@ import contextlib
 import logging
 import signal
 import sys
-from collections.abc import AsyncIterator, Callable, Iterator
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import anyio
@@ -208,34 +208,6 @@ class _Server(uvicorn.Server):
             raise ListenError(f"the HTTP server did not start (uvicorn exit status {exc.code})") from None
         finally:
             self.finished.set()
-
-
-@contextlib.asynccontextmanager
-async def cancelled_by_signal(tg: anyio.abc.TaskGroup) -> AsyncIterator[anyio.CancelScope]:
-    """A scope that SIGTERM/SIGINT cancel (start-up: connecting upstreams and interceptor servers takes a while).
-    The caller then stops what it started and exits 0: the signal's default action killed the process, leaving
-    the servers it had started running. The handler is gone when the block ends, for `serve_*` to install theirs."""
-    ended = anyio.Event()
-    watch = anyio.CancelScope()
-    with anyio.CancelScope() as scope:
-
-        async def run(*, task_status: anyio.abc.TaskStatus[None]) -> None:
-            try:
-                with watch, anyio.open_signal_receiver(signal.SIGTERM, signal.SIGINT) as signals:
-                    task_status.started()
-                    async for _ in signals:
-                        scope.cancel()
-                        return
-            finally:
-                ended.set()
-
-        await tg.start(run)
-        try:
-            yield scope
-        finally:
-            watch.cancel()
-            with anyio.CancelScope(shield=True):
-                await ended.wait()
 
 
 async def _cancel_on_signal(scope: anyio.CancelScope) -> None:

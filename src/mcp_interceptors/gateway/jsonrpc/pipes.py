@@ -1,5 +1,5 @@
-"""Pipes and child processes for the stdio paths: a stdio upstream spawned with a peer on its pipes, and
-readers and writers of non-blocking descriptors that cost one loop step per chunk.
+"""Pipes for the stdio paths: a stdio upstream spawned (`spawn.py`) with a peer on its pipes, and readers and
+writers of non-blocking descriptors that cost one loop step per chunk.
 
 Pipes, not anyio's process streams: those add a checkpoint and a scheduling round trip to every write,
 and layers of stream wrappers to every read, a measurable share of each message a gateway forwards
@@ -24,10 +24,23 @@ from mcp.client.stdio import get_default_environment
 
 from mcp_interceptors.gateway.jsonrpc.framing import DEFAULT_MAX_LINE_BYTES
 from mcp_interceptors.gateway.jsonrpc.peer import JsonRpcPeer, asyncio_loop
+from mcp_interceptors.gateway.jsonrpc.spawn import Spawned, spawn_piped, stop_spawned
 
 logger = logging.getLogger(__name__)
 
 _CHUNK = 1 << 16
+
+
+def server_environment(env: Mapping[str, str] | None) -> dict[str, str]:
+    """What a stdio server runs with: mcp's safe defaults from our environment, then its own `env`."""
+    return {**get_default_environment(), **(env or {})}
+
+
+async def spawn_server(command: str, args: list[str], env: Mapping[str, str] | None, cwd: str | None) -> Spawned:
+    """Start a stdio server, its stdout ready for `stdio_peer`."""
+    spawned = await spawn_piped([command, *args], server_environment(env), cwd=cwd)
+    os.set_blocking(spawned.stdout_fd, False)
+    return spawned
 
 
 @asynccontextmanager
@@ -39,13 +52,15 @@ async def stdio_peer(
     cwd: str | None = None,
     max_line_bytes: int | None = DEFAULT_MAX_LINE_BYTES,
     limit_setting: str | None = None,
+    spawned: Spawned | None = None,
 ) -> AsyncIterator[JsonRpcPeer]:
-    """Spawn a stdio server and talk to it through a `JsonRpcPeer`; on exit it is stopped politely,
-    then terminated, then killed, each step bounded. A line from it longer than `max_line_bytes` ends
-    the connection (see `JsonRpcPeer`)."""
-    environment = {**get_default_environment(), **(env or {})}
-    process, stdin_fd, stdout_fd = await spawn_piped([command, *args], environment, cwd=cwd)
-    os.set_blocking(stdout_fd, False)
+    """Spawn a stdio server (or take `spawned`, one `spawn_server` started already) and talk to it through a
+    `JsonRpcPeer`; on exit it is stopped politely, then terminated, then killed, each step bounded. A line
+    from it longer than `max_line_bytes` ends the connection (see `JsonRpcPeer`)."""
+    if spawned is None:
+        spawned = await spawn_server(command, args, env, cwd)
+    # From here on it is ours to stop: no checkpoint comes before the `try`.
+    stdin_fd, stdout_fd = spawned.stdin_fd, spawned.stdout_fd
     stdin_open = True
 
     async def write(data: bytes) -> None:
@@ -63,34 +78,8 @@ async def stdio_peer(
     finally:
         stdin_open = False
         anyio.notify_closing(stdin_fd)  # a write waiting on a full pipe ends as closed
-        os.close(stdin_fd)  # its end of input: a polite server exits
         anyio.notify_closing(stdout_fd)  # a fallback read waiting on it ends
-        os.close(stdout_fd)
-        with anyio.CancelScope(shield=True):
-            await _stop(process)
-
-
-async def spawn_piped(
-    argv: list[str], env: Mapping[str, str], *, cwd: str | None = None
-) -> tuple[anyio.abc.Process, int, int]:
-    """Start `argv` with its stdin and stdout on pipes of ours (its stderr is ours): (process, the write end
-    of its stdin, non-blocking; the read end of its stdout). Closing them is the caller's."""
-    # Pipes, not anyio's process streams: those add a checkpoint and a scheduling round trip to every write,
-    # and layers of stream wrappers to every read, a measurable share of each call
-    # (`bench/gateway_overhead.py`, stdio cells).
-    child_stdin, stdin_fd = os.pipe()
-    stdout_fd, child_stdout = os.pipe()
-    try:
-        process = await anyio.open_process(argv, stdin=child_stdin, stdout=child_stdout, env=env, cwd=cwd, stderr=None)
-    except BaseException:
-        os.close(stdin_fd)
-        os.close(stdout_fd)
-        raise
-    finally:
-        os.close(child_stdin)
-        os.close(child_stdout)
-    os.set_blocking(stdin_fd, False)
-    return process, stdin_fd, stdout_fd
+        await stop_spawned(spawned)  # closes its input: a polite server exits
 
 
 async def read_chunk(fd: int) -> bytes:
@@ -213,17 +202,3 @@ async def write_all(fd: int, data: bytes) -> None:
             await anyio.wait_writable(fd)
             continue
         data = data[written:]
-
-
-async def _stop(process: anyio.abc.Process) -> None:
-    with anyio.move_on_after(2):
-        await process.wait()
-        return
-    if process.returncode is None:
-        process.terminate()
-        with anyio.move_on_after(2):
-            await process.wait()
-            return
-        process.kill()
-        with anyio.move_on_after(2):
-            await process.wait()

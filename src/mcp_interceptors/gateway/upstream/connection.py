@@ -42,6 +42,7 @@ from mcp_interceptors.gateway.upstream.errors import (
 
 if TYPE_CHECKING:
     from mcp_interceptors.gateway.telemetry import Telemetry
+    from mcp_interceptors.gateway.upstream.early import EarlyUpstreams
 from mcp_interceptors.gateway.upstream.handshake import (
     SESSION_STATE_METHODS,
     Era,
@@ -157,6 +158,8 @@ class UpstreamConnection:
         self.on_restart: Callable[[], None] | None = None
         #: Called each time a connection is up, past its handshake (an interceptor server's listing is read again).
         self.on_connected: Callable[[], None] | None = None
+        #: Where its first connection takes the process started for it at start, if one was (`early`).
+        self.early: EarlyUpstreams | None = None
 
     @property
     def is_http(self) -> bool:
@@ -311,7 +314,9 @@ class UpstreamConnection:
     async def _connect_once(self, on_ready: Callable[[], None]) -> str | None:
         """One connection's life: open, handshake, serve until EOF (the upstream exited or hung up).
         Returns why the gateway closed it itself (a message over the line limit), else None."""
-        async with open_wire(self.config, self._heard_http_error) as dispatcher:
+        early, self.early = self.early, None
+        spawned = early.take(self.name, self.config) if early is not None else None
+        async with open_wire(self.config, self._heard_http_error, spawned) as dispatcher:
             ended = self._ended = anyio.Event()
             async with anyio.create_task_group() as tg:
                 await tg.start(self._pump, dispatcher, ended)

@@ -32,6 +32,7 @@ from mcp_types import jsonrpc_message_adapter
 
 from mcp_interceptors.gateway.config import TransportConfig
 from mcp_interceptors.gateway.jsonrpc.pipes import stdio_peer
+from mcp_interceptors.gateway.jsonrpc.spawn import Spawned
 from mcp_interceptors.gateway.upstream.errors import EVENT_CUT, MESSAGE_CUT
 
 logger = logging.getLogger(__name__)
@@ -53,9 +54,11 @@ OnHttpError = Callable[[int, str], None]
 
 
 @asynccontextmanager
-async def open_wire(config: TransportConfig, on_http_error: OnHttpError | None = None) -> AsyncIterator[Wire]:
-    """A stdio server gets the lean `JsonRpcPeer` (dicts end to end); HTTP and SSE use mcp's
-    transports under its `JSONRPCDispatcher`."""
+async def open_wire(
+    config: TransportConfig, on_http_error: OnHttpError | None = None, spawned: Spawned | None = None
+) -> AsyncIterator[Wire]:
+    """A stdio server gets the lean `JsonRpcPeer` (dicts end to end), on `spawned` if its process was started
+    already (`early`); HTTP and SSE use mcp's transports under its `JSONRPCDispatcher`."""
     if config.command is not None:
         limit = config.max_message_bytes
         async with stdio_peer(
@@ -65,6 +68,7 @@ async def open_wire(config: TransportConfig, on_http_error: OnHttpError | None =
             cwd=config.cwd,
             max_line_bytes=limit,
             limit_setting="max_message_bytes",
+            spawned=spawned,
         ) as peer:
             yield peer
         return

@@ -159,11 +159,13 @@ def cold_start(folder: Path, runs: int) -> dict[str, float]:
         init, listed, cpu = (statistics.median(s[i] for s in samples) for i in (0, 1, 2))
         print(f"  {name:42} {init:10.3f} {listed:10.3f} {cpu:6.2f} {listed / echo:7.2f}")
     gateway = statistics.median(s[1] for s in times[GATEWAY_COLD])
+    raw = statistics.median(s[1] for s in times[GATEWAY_COLD_RAW])
     verdict = "met" if gateway <= TARGET_COLD_START_S else "MISSED"
     print(
         f"  target: gateway with 3 upstreams and 5 guards ready <= {TARGET_COLD_START_S} s: {gateway:.2f} s, {verdict}"
+        f" (with raw_echo upstreams: {raw:.2f} s)"
     )
-    return {"cold_start_s": gateway, "cold_start_x_echo": gateway / echo}
+    return {"cold_start_s": gateway, "cold_start_x_echo": gateway / echo, "cold_start_raw_s": raw}
 
 
 # --------------------------------------------------------------------------- idle sessions
@@ -283,7 +285,8 @@ def verdicts(figures: dict[str, float]) -> list[str]:
         ok = "met" if seconds <= TARGET_COLD_START_S else "MISSED"
         out.append(
             f"cold start: gateway with 3 stdio upstreams and 5 guards answers tools/list in {seconds:.2f} s, "
-            f"{figures['cold_start_x_echo']:.2f}x the echo server (target <= {TARGET_COLD_START_S} s): {ok}"
+            f"{figures['cold_start_x_echo']:.2f}x the echo server (target <= {TARGET_COLD_START_S} s): {ok}; "
+            f"with raw_echo upstreams {figures['cold_start_raw_s']:.2f} s"
         )
     if "sessions_mb" in figures:
         per_1000 = figures["sessions_mb"] * 1000 / figures["sessions"]
